@@ -1,0 +1,39 @@
+# The two commands that work on a fresh machine: `make run` and `make test`.
+# Both install what is missing first (scripts/install-deps.sh, Debian packages).
+
+CARGO ?= cargo
+PORTICO := target/release/portico
+
+.PHONY: all deps build run test lint bench bench-fwd hugepages clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release
+
+hugepages:
+	@scripts/hugepages.sh
+
+# The default scenario: two ports joined by net_ring in one process, generator and checker.
+run: build hugepages
+	$(PORTICO) run --config configs/loopback.toml
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Every test: formatting and lints, unit tests, integration tests on real EAL with vdevs.
+test: lint
+	$(CARGO) test --workspace
+
+# portico fwd vs dpdk-testpmd io forwarding on the same net_null ports (prints the ratio).
+bench-fwd: build
+	bench/fwd_vs_testpmd.sh
+
+bench: bench-fwd
+
+clean:
+	$(CARGO) clean

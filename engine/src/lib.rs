@@ -1,0 +1,19 @@
+//! Portico: a DPDK packet engine that does in software what an HPC/RDMA NIC does in hardware.
+//!
+//! Layers, dependencies pointing down only (see `docs/architecture.md`):
+//! - [`traffic::frame`] and [`config`]: pure code, tested without EAL;
+//! - [`dataplane`]: the DPDK adapter, the only `unsafe` in this crate;
+//! - [`runtime`]: pinned run-to-completion workers running [`runtime::Stage`]s;
+//! - [`traffic`]: the built-in stages (forwarding, generator, checker);
+//! - [`app`] and [`report`]: what the `portico` command runs and prints.
+
+#![deny(unsafe_code)]
+
+pub mod app;
+pub mod config;
+#[allow(unsafe_code)]
+pub mod dataplane;
+pub mod hugepages;
+pub mod report;
+pub mod runtime;
+pub mod traffic;

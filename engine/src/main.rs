@@ -1,0 +1,206 @@
+//! The `portico` command: run a scenario, forward raw traffic, list ports.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use portico::app::{self, AppError, FwdOpts, RunOpts};
+use portico::config::{HugepageMode, Scenario, installed_net_drivers};
+use portico::dataplane::PMD_DIR;
+use portico::report;
+use portico::traffic::FwdMode;
+
+#[derive(Parser)]
+#[command(
+    name = "portico",
+    version,
+    about = "A DPDK packet engine: pinned run-to-completion workers over DPDK poll-mode drivers",
+    long_about = "A DPDK packet engine: pinned run-to-completion workers over DPDK poll-mode drivers.\n\n\
+        EAL arguments go after `--`, as with every DPDK application, e.g.\n  \
+        portico fwd --cores 1 -- --vdev net_null0 --vdev net_null1\n\
+        Portico adds sensible defaults (-l, --in-memory, --no-pci, and --no-huge when no hugepages\n\
+        are reserved); arguments you pass replace them.\n\n\
+        Exit status: 0 success, 1 run-time failure (EAL, port, worker panic, failed check),\n\
+        2 bad config or arguments."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario from a TOML config (ports, workers, generator/checker/forwarding).
+    Run {
+        /// The scenario file (see configs/).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Seconds to run; overrides run.duration_s (0: until done or Ctrl-C).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Seconds between live stats lines; overrides run.stats_period_s (0: none).
+        #[arg(long)]
+        stats_period: Option<f64>,
+        /// Machine-readable output: JSON lines on stdout, human text on stderr.
+        #[arg(long)]
+        json: bool,
+        /// Extra EAL arguments, appended to the config's [eal] args.
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
+    /// Raw forwarding between all probed ports, paired 0↔1, 2↔3 (testpmd io/macswap).
+    Fwd {
+        /// io: unchanged; macswap: swap source and destination MAC.
+        #[arg(long, value_enum, default_value_t = FwdMode::Io)]
+        mode: FwdMode,
+        /// Cores to forward on (comma-separated); streams are dealt round-robin.
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        cores: Vec<usize>,
+        /// Packets per RX burst.
+        #[arg(long, default_value_t = 32)]
+        burst: usize,
+        /// RX queues per port.
+        #[arg(long, default_value_t = 1)]
+        queues: u16,
+        /// RX descriptors per queue.
+        #[arg(long, default_value_t = 1024)]
+        rxd: u16,
+        /// TX descriptors per queue.
+        #[arg(long, default_value_t = 1024)]
+        txd: u16,
+        /// Seconds to run (0: until Ctrl-C).
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Seconds between live stats lines (0: none).
+        #[arg(long, default_value_t = 1.0)]
+        stats_period: f64,
+        /// auto: hugepages when reserved, --no-huge otherwise.
+        #[arg(long, value_enum, default_value_t = HugepageMode::Auto)]
+        hugepages: HugepageMode,
+        /// MiB of memory under --no-huge.
+        #[arg(long, default_value_t = 512)]
+        memory_mb: u32,
+        /// Machine-readable output: JSON lines on stdout, human text on stderr.
+        #[arg(long)]
+        json: bool,
+        /// EAL arguments: the devices, e.g. `--vdev net_null0 --vdev net_null1`.
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
+    /// List the ports EAL probes: driver, MAC, socket, queues, link.
+    Ports {
+        #[arg(long)]
+        json: bool,
+        /// EAL arguments, e.g. `--vdev net_tap0` or `-a 0000:3b:00.0`.
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
+}
+
+fn seconds(field: &str, v: f64) -> Result<Option<Duration>, AppError> {
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(AppError::Usage(format!(
+            "{field}: must be a number of seconds >= 0"
+        )));
+    }
+    Ok((v > 0.0).then(|| Duration::from_secs_f64(v)))
+}
+
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    // First Ctrl-C/SIGTERM: stop cleanly with a summary. Second: leave at once.
+    let _ = ctrlc::set_handler(move || {
+        if f.swap(true, Ordering::Relaxed) {
+            std::process::exit(130);
+        }
+    });
+    flag
+}
+
+fn run(cli: Cli) -> Result<(), AppError> {
+    match cli.command {
+        Command::Run {
+            config,
+            duration,
+            stats_period,
+            json,
+            eal,
+        } => {
+            let scenario = Scenario::load(
+                &config,
+                &app::available_cores(),
+                &installed_net_drivers(PMD_DIR),
+            )
+            .map_err(|source| AppError::Config {
+                path: config.display().to_string(),
+                source,
+            })?;
+            let opts = RunOpts {
+                duration: seconds("--duration", duration.unwrap_or(scenario.run.duration_s))?,
+                stats_period: seconds(
+                    "--stats-period",
+                    stats_period.unwrap_or(scenario.run.stats_period_s),
+                )?,
+                json,
+            };
+            let summary = app::run_scenario(&scenario, &eal, &opts, interrupt_flag())?;
+            report::summary(&summary, json);
+            Ok(())
+        }
+        Command::Fwd {
+            mode,
+            cores,
+            burst,
+            queues,
+            rxd,
+            txd,
+            duration,
+            stats_period,
+            hugepages,
+            memory_mb,
+            json,
+            eal,
+        } => {
+            let opts = FwdOpts {
+                mode,
+                cores,
+                burst,
+                queues,
+                rxd,
+                txd,
+                hugepages,
+                memory_mb,
+                eal,
+                run: RunOpts {
+                    duration: seconds("--duration", duration)?,
+                    stats_period: seconds("--stats-period", stats_period)?,
+                    json,
+                },
+            };
+            let summary = app::run_fwd(&opts, interrupt_flag())?;
+            report::summary(&summary, json);
+            Ok(())
+        }
+        Command::Ports { json, eal } => {
+            let list = app::list_ports(&eal, json)?;
+            report::ports(&list, json);
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("portico: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

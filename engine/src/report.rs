@@ -1,0 +1,228 @@
+//! What a run prints: a banner, the worker plan, one live line per worker per stats period
+//! (like testpmd's `--stats-period`), and a final summary. With `--json`, stdout carries only
+//! JSON lines (`{"type":"interval",...}` and one `{"type":"summary",...}`) and the human text
+//! goes to stderr.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::app::{MemoryChoice, Summary};
+use crate::config::{Task, Worker};
+use crate::dataplane::{EalInfo, PortInfo};
+use crate::runtime::WorkerReport;
+
+macro_rules! human {
+    ($json:expr, $($arg:tt)*) => {
+        if $json { eprintln!($($arg)*) } else { println!($($arg)*) }
+    };
+}
+
+pub fn banner(info: &EalInfo, memory: &MemoryChoice, json: bool) {
+    human!(
+        json,
+        "portico {} on {} · memory: {}",
+        env!("CARGO_PKG_VERSION"),
+        info.version,
+        memory
+    );
+    human!(json, "EAL: {}", info.args[1..].join(" "));
+}
+
+pub fn plan(workers: &[Worker], ports: &[String], json: bool) {
+    for w in workers {
+        let what = match &w.task {
+            Task::Generate {
+                tx,
+                frame_size,
+                rate_pps,
+                count,
+            } => format!(
+                "generate {frame_size} B frames {}{} on {}:{}",
+                rate_pps
+                    .map(|r| format!("at {}", rate(r as f64, "pps")))
+                    .unwrap_or_else(|| "at full speed".into()),
+                count.map(|c| format!(" ({c} in all)")).unwrap_or_default(),
+                ports[tx.port],
+                tx.queue
+            ),
+            Task::Check { rx, expect } => format!(
+                "check frames from {}:{}{}",
+                ports[rx.port],
+                rx.queue,
+                expect
+                    .map(|e| format!(", expecting {e}"))
+                    .unwrap_or_default()
+            ),
+            Task::Forward { mode, paths } => format!(
+                "forward ({mode:?}) {}",
+                paths
+                    .iter()
+                    .map(|(r, t)| format!(
+                        "{}:{} → {}:{}",
+                        ports[r.port], r.queue, ports[t.port], t.queue
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        human!(json, "worker {} on core {}: {}", w.name, w.core, what);
+    }
+}
+
+/// "12.34 Mpps", "980.0 kpps", ...
+pub fn rate(v: f64, unit: &str) -> String {
+    if v >= 1e9 {
+        format!("{:.2} G{unit}", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} M{unit}", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} k{unit}", v / 1e3)
+    } else {
+        format!("{v:.0} {unit}")
+    }
+}
+
+/// One line per worker with the rates over the last period.
+pub fn interval(
+    t0: Instant,
+    last: &(Instant, Vec<WorkerReport>),
+    now: &(Instant, Vec<WorkerReport>),
+    json: bool,
+) {
+    let dt = now.0.duration_since(last.0).as_secs_f64().max(1e-9);
+    let t = now.0.duration_since(t0).as_secs_f64();
+    let mut rows = Vec::new();
+    for (a, b) in last.1.iter().zip(&now.1) {
+        let rx_pps = (b.rx_packets - a.rx_packets) as f64 / dt;
+        let tx_pps = (b.tx_packets - a.tx_packets) as f64 / dt;
+        let rx_bps = (b.rx_bytes - a.rx_bytes) as f64 * 8.0 / dt;
+        let tx_bps = (b.tx_bytes - a.tx_bytes) as f64 * 8.0 / dt;
+        let loops = (b.loops - a.loops).max(1);
+        let idle = (b.empty_polls - a.empty_polls) as f64 / loops as f64;
+        let drops = b.drops - a.drops;
+        if json {
+            rows.push(json!({
+                "worker": b.worker, "rx_pps": rx_pps, "tx_pps": tx_pps, "rx_bps": rx_bps,
+                "tx_bps": tx_bps, "drops": drops, "idle": idle,
+                "counters": b.counters.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            }));
+        } else {
+            let extra: String = b
+                .counters
+                .iter()
+                .filter(|(k, _)| k != "valid_bytes")
+                .map(|(k, v)| format!(" {k} {v}"))
+                .collect();
+            println!(
+                "[{t:6.1}s] {:<8} rx {:>11} {:>12} | tx {:>11} {:>12} | drops {drops} | idle {:4.1}% |{extra}",
+                b.worker,
+                rate(rx_pps, "pps"),
+                rate(rx_bps, "bit/s"),
+                rate(tx_pps, "pps"),
+                rate(tx_bps, "bit/s"),
+                idle * 100.0
+            );
+        }
+    }
+    if json {
+        println!("{}", json!({"type": "interval", "t": t, "workers": rows}));
+    }
+}
+
+pub fn summary(s: &Summary, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(s).expect("summary serialises");
+        v["type"] = json!("summary");
+        v["tx_pps"] = json!(s.tx_pps());
+        println!("{v}");
+        return;
+    }
+    println!();
+    println!(
+        "summary: {} stopped ({:?}) after {:.2} s",
+        s.command, s.stop_reason, s.seconds
+    );
+    println!(
+        "  {:<8} {:>5} {:<9} {:>14} {:>14} {:>12} {:>12} {:>7}",
+        "worker", "core", "stage", "rx packets", "tx packets", "rx Mpps", "tx Mpps", "drops"
+    );
+    for w in &s.workers {
+        println!(
+            "  {:<8} {:>5} {:<9} {:>14} {:>14} {:>12.3} {:>12.3} {:>7}",
+            w.worker,
+            w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            w.stage,
+            w.rx_packets,
+            w.tx_packets,
+            w.rx_packets as f64 / s.seconds / 1e6,
+            w.tx_packets as f64 / s.seconds / 1e6,
+            w.drops
+        );
+        if !w.counters.is_empty() {
+            let c: Vec<String> = w.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!("  {:<8} {}", "", c.join(", "));
+        }
+    }
+    println!(
+        "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}",
+        "port", "id", "driver", "rx packets", "tx packets", "missed", "errors", "nombuf"
+    );
+    for p in &s.ports {
+        println!(
+            "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}   link {}",
+            p.name,
+            p.id,
+            p.driver,
+            p.stats.rx_packets,
+            p.stats.tx_packets,
+            p.stats.rx_missed,
+            p.stats.rx_errors + p.stats.tx_errors,
+            p.stats.rx_nombuf,
+            p.link
+        );
+    }
+    for c in &s.checks {
+        println!(
+            "  check {}: {} — sent {}, valid {}, invalid {}, sequence gaps {}, late {}",
+            c.worker,
+            if c.passed { "PASS" } else { "FAIL" },
+            c.sent.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+            c.valid,
+            c.invalid,
+            c.seq_gaps,
+            c.late
+        );
+    }
+    println!(
+        "  total: {} forwarded/sent, {:.3} Mpps",
+        s.total_tx_packets(),
+        s.tx_pps() / 1e6
+    );
+}
+
+pub fn ports(list: &[PortInfo], json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(list).expect("port info serialises")
+        );
+        return;
+    }
+    if list.is_empty() {
+        println!(
+            "no ports probed (pass devices after --, e.g. `-- --vdev net_null0` or `-- -a 0000:3b:00.0`)"
+        );
+        return;
+    }
+    println!(
+        "{:>3}  {:<20} {:<14} {:<17} {:>6} {:>11} {:>11}  link",
+        "id", "name", "driver", "mac", "socket", "max rxq", "max txq"
+    );
+    for p in list {
+        println!(
+            "{:>3}  {:<20} {:<14} {:<17} {:>6} {:>11} {:>11}  {}",
+            p.id, p.name, p.driver, p.mac, p.socket, p.max_rx_queues, p.max_tx_queues, p.link
+        );
+    }
+}

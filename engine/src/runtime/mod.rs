@@ -1,0 +1,533 @@
+//! Pinned run-to-completion workers.
+//!
+//! Each worker is a thread pinned to one core (and registered with EAL so mempool caches
+//! work). It owns its RX and TX queues and one [`Stage`], and runs one loop until told to stop:
+//!
+//! ```text
+//! loop {
+//!     for each RX queue:  burst in  → stage.on_rx(...)      (moves packets to TX buffers)
+//!     stage.on_poll(...)                                    (generators, timers; not while draining)
+//!     for each TX buffer: burst out → drop or keep the unsent tail
+//!     publish counters
+//! }
+//! ```
+//!
+//! A panicking worker stops the whole engine, and its message is what the engine reports.
+
+mod counters;
+
+pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::dataplane::{Burst, Eal, RxQueue, ThreadRegistration, TxQueue};
+
+/// The work a worker does with the packets it receives, and any packets it makes itself.
+pub trait Stage: Send {
+    /// Short name shown in stats ("io", "generate", ...).
+    fn name(&self) -> &'static str;
+
+    /// Names of the stage counters (`Counters::stage[i]`), at most [`STAGE_COUNTERS`].
+    fn counter_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Handles a burst received on input `input`. Whatever is left in `burst` afterwards is
+    /// freed and counted as dropped.
+    fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, c: &mut Counters);
+
+    /// Called once per loop iteration, after RX; may fill TX buffers.
+    fn on_poll(&mut self, _out: &mut Outputs, _c: &mut Counters) {}
+
+    /// True once a stage with a finite job (a generator with a count, a checker with an
+    /// expected count) has finished it. The engine stops when every finite stage is done.
+    fn is_finite(&self) -> bool {
+        false
+    }
+
+    fn is_done(&self) -> bool {
+        false
+    }
+}
+
+/// What happens to packets a TX queue does not take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPolicy {
+    /// Free them and count drops (forwarding: never stall RX behind a full TX ring).
+    DropUnsent,
+    /// Keep them for the next iteration (generators: back-pressure, no loss).
+    KeepUnsent,
+}
+
+struct TxPath {
+    queue: TxQueue,
+    buf: Burst,
+    policy: TxPolicy,
+}
+
+/// The TX side of a worker: one buffer per TX queue, flushed every loop iteration.
+pub struct Outputs {
+    paths: Vec<TxPath>,
+}
+
+impl Outputs {
+    /// Number of TX queues.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// The buffer that output `i` transmits at the end of this iteration.
+    #[inline]
+    pub fn buffer(&mut self, i: usize) -> &mut Burst {
+        &mut self.paths[i].buf
+    }
+
+    /// Sends what every buffer holds; applies each path's policy to the unsent rest.
+    #[inline]
+    fn flush(&mut self, c: &mut Counters) -> usize {
+        let mut total = 0;
+        for p in &mut self.paths {
+            if p.buf.is_empty() {
+                continue;
+            }
+            let bytes_before = p.buf.bytes();
+            let sent = p.buf.tx(&mut p.queue);
+            total += sent;
+            c.tx_packets += sent as u64;
+            c.tx_bytes += bytes_before - p.buf.bytes();
+            if p.policy == TxPolicy::DropUnsent && !p.buf.is_empty() {
+                c.drops += p.buf.len() as u64;
+                p.buf.clear();
+            }
+        }
+        total
+    }
+
+    fn holds_packets(&self) -> bool {
+        self.paths.iter().any(|p| !p.buf.is_empty())
+    }
+}
+
+/// Everything one worker needs; moved into its thread.
+pub struct WorkerSpec {
+    pub name: String,
+    /// Core to pin to; `None` leaves the thread unpinned (tests).
+    pub core: Option<usize>,
+    pub rx: Vec<RxQueue>,
+    pub tx: Vec<(TxQueue, TxPolicy)>,
+    /// Packets asked for per RX burst (1..=256).
+    pub burst: usize,
+    pub stage: Box<dyn Stage>,
+}
+
+/// Why the engine stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{0}")]
+    WorkerPanicked(String),
+    #[error("worker {worker}: {reason}")]
+    Setup { worker: String, reason: String },
+    #[error("could not start worker thread {worker}: {source}")]
+    Spawn {
+        worker: String,
+        source: std::io::Error,
+    },
+}
+
+struct WorkerHandle {
+    name: String,
+    core: Option<usize>,
+    stage: &'static str,
+    counter_names: &'static [&'static str],
+    finite: bool,
+    counters: Arc<SharedCounters>,
+    done: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+}
+
+/// A running set of workers.
+pub struct Runtime {
+    stop: Arc<AtomicBool>,
+    drain: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<RuntimeError>>>,
+    workers: Vec<WorkerHandle>,
+}
+
+impl Runtime {
+    /// Starts one thread per spec. Threads are pinned to their core and, when EAL runs,
+    /// registered as EAL threads.
+    pub fn start(specs: Vec<WorkerSpec>) -> Result<Runtime, RuntimeError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let drain = Arc::new(AtomicBool::new(false));
+        let failure = Arc::new(Mutex::new(None));
+        let mut rt = Runtime {
+            stop: stop.clone(),
+            drain: drain.clone(),
+            failure: failure.clone(),
+            workers: Vec::new(),
+        };
+        for spec in specs {
+            let counters = Arc::new(SharedCounters::default());
+            let done = Arc::new(AtomicBool::new(false));
+            let mut handle = WorkerHandle {
+                name: spec.name.clone(),
+                core: spec.core,
+                stage: spec.stage.name(),
+                counter_names: spec.stage.counter_names(),
+                finite: spec.stage.is_finite(),
+                counters: counters.clone(),
+                done: done.clone(),
+                join: None,
+            };
+            let ctx = WorkerCtx {
+                stop: stop.clone(),
+                drain: drain.clone(),
+                failure: failure.clone(),
+                counters,
+                done,
+            };
+            let name = spec.name.clone();
+            let join = std::thread::Builder::new()
+                .name(format!("portico-{name}"))
+                .spawn(move || ctx.run(spec))
+                .map_err(|source| RuntimeError::Spawn {
+                    worker: name,
+                    source,
+                });
+            match join {
+                Ok(j) => handle.join = Some(j),
+                Err(e) => {
+                    rt.stop();
+                    rt.join_all();
+                    return Err(e);
+                }
+            }
+            rt.workers.push(handle);
+        }
+        Ok(rt)
+    }
+
+    /// A flag that stops every worker when set (signal handlers hold a clone).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Stops `on_poll` (so generators send nothing new) while RX and TX go on: what is in
+    /// flight still arrives and is counted before [`Runtime::stop`].
+    pub fn drain(&self) {
+        self.drain.store(true, Ordering::Relaxed);
+    }
+
+    /// Asks every worker to stop after its current iteration.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// True when there is at least one finite stage and all of them are done.
+    pub fn finite_work_done(&self) -> bool {
+        let mut finite = self.workers.iter().filter(|w| w.finite).peekable();
+        finite.peek().is_some() && finite.all(|w| w.done.load(Ordering::Acquire))
+    }
+
+    /// True when a worker has failed (panicked or could not set itself up).
+    pub fn has_failed(&self) -> bool {
+        self.failure.lock().map(|f| f.is_some()).unwrap_or(true)
+    }
+
+    /// The counters every worker last published.
+    pub fn reports(&self) -> Vec<WorkerReport> {
+        self.workers
+            .iter()
+            .map(|w| {
+                WorkerReport::new(
+                    &w.name,
+                    w.core,
+                    w.stage,
+                    w.counter_names,
+                    &w.counters.read(),
+                )
+            })
+            .collect()
+    }
+
+    fn join_all(&mut self) {
+        for w in &mut self.workers {
+            if let Some(j) = w.join.take() {
+                // Worker bodies catch their own panics; a join error cannot carry more.
+                let _ = j.join();
+            }
+        }
+    }
+
+    /// Stops and joins every worker; returns their final counters, or the first failure.
+    pub fn join(mut self) -> Result<Vec<WorkerReport>, RuntimeError> {
+        self.stop();
+        self.join_all();
+        let reports = self.reports();
+        match self.failure.lock().ok().and_then(|mut f| f.take()) {
+            Some(e) => Err(e),
+            None => Ok(reports),
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+        self.join_all();
+    }
+}
+
+struct WorkerCtx {
+    stop: Arc<AtomicBool>,
+    drain: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<RuntimeError>>>,
+    counters: Arc<SharedCounters>,
+    done: Arc<AtomicBool>,
+}
+
+impl WorkerCtx {
+    fn fail(&self, e: RuntimeError) {
+        if let Ok(mut f) = self.failure.lock() {
+            f.get_or_insert(e);
+        }
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn run(self, spec: WorkerSpec) {
+        let name = spec.name.clone();
+        let core = spec.core;
+        if let Some(core) = core
+            && !core_affinity::set_for_current(core_affinity::CoreId { id: core })
+        {
+            self.fail(RuntimeError::Setup {
+                worker: name,
+                reason: format!("cannot pin to core {core}"),
+            });
+            return;
+        }
+        let _registration = if Eal::get().is_some() {
+            match ThreadRegistration::register() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.fail(RuntimeError::Setup {
+                        worker: name,
+                        reason: e.to_string(),
+                    });
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| self.run_loop(spec)));
+        if let Err(payload) = result {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic payload".to_string());
+            let at = core.map(|c| format!(" (core {c})")).unwrap_or_default();
+            self.fail(RuntimeError::WorkerPanicked(format!(
+                "worker {name}{at} panicked: {msg}"
+            )));
+        }
+    }
+
+    fn run_loop(&self, spec: WorkerSpec) {
+        let WorkerSpec {
+            mut rx,
+            tx,
+            burst: burst_size,
+            mut stage,
+            ..
+        } = spec;
+        let burst_size = burst_size.clamp(1, crate::dataplane::MAX_BURST);
+        let mut out = Outputs {
+            paths: tx
+                .into_iter()
+                .map(|(queue, policy)| TxPath {
+                    queue,
+                    buf: Burst::new(),
+                    policy,
+                })
+                .collect(),
+        };
+        let mut burst = Burst::new();
+        let mut c = Counters::default();
+        let mut reported_done = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            let mut received = 0;
+            for (i, q) in rx.iter_mut().enumerate() {
+                let n = burst.rx(q, burst_size);
+                if n == 0 {
+                    continue;
+                }
+                received += n;
+                c.rx_packets += n as u64;
+                c.rx_bytes += burst.bytes();
+                stage.on_rx(i, &mut burst, &mut out, &mut c);
+                if !burst.is_empty() {
+                    c.drops += burst.len() as u64;
+                    burst.clear();
+                }
+            }
+            if !self.drain.load(Ordering::Relaxed) {
+                stage.on_poll(&mut out, &mut c);
+            }
+            let sent = out.flush(&mut c);
+            if received == 0 && sent == 0 {
+                c.empty_polls += 1;
+            }
+            c.loops += 1;
+            self.counters.publish(&c);
+            if !reported_done && stage.is_done() && !out.holds_packets() {
+                reported_done = true;
+                self.done.store(true, Ordering::Release);
+            }
+        }
+        self.counters.publish(&c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    struct Ticker {
+        polls: u64,
+        panic_at: Option<u64>,
+        finish_at: Option<u64>,
+    }
+
+    impl Stage for Ticker {
+        fn name(&self) -> &'static str {
+            "ticker"
+        }
+        fn counter_names(&self) -> &'static [&'static str] {
+            &["polls"]
+        }
+        fn on_rx(&mut self, _: usize, _: &mut Burst, _: &mut Outputs, _: &mut Counters) {}
+        fn on_poll(&mut self, _: &mut Outputs, c: &mut Counters) {
+            self.polls += 1;
+            c.stage[0] = self.polls;
+            if Some(self.polls) == self.panic_at {
+                panic!("injected failure after {} polls", self.polls);
+            }
+        }
+        fn is_finite(&self) -> bool {
+            self.finish_at.is_some()
+        }
+        fn is_done(&self) -> bool {
+            self.finish_at.is_some_and(|n| self.polls >= n)
+        }
+    }
+
+    fn spec(name: &str, t: Ticker) -> WorkerSpec {
+        WorkerSpec {
+            name: name.into(),
+            core: None,
+            rx: vec![],
+            tx: vec![],
+            burst: 32,
+            stage: Box::new(t),
+        }
+    }
+
+    fn wait_until(deadline: Duration, f: impl Fn() -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
+    fn a_panicking_worker_stops_the_engine_with_its_message() {
+        let rt = Runtime::start(vec![
+            spec(
+                "steady",
+                Ticker {
+                    polls: 0,
+                    panic_at: None,
+                    finish_at: None,
+                },
+            ),
+            spec(
+                "faulty",
+                Ticker {
+                    polls: 0,
+                    panic_at: Some(1000),
+                    finish_at: None,
+                },
+            ),
+        ])
+        .unwrap();
+        assert!(wait_until(Duration::from_secs(10), || rt.is_stopping()));
+        let err = rt.join().unwrap_err().to_string();
+        assert!(err.contains("worker faulty panicked"), "{err}");
+        assert!(err.contains("injected failure after 1000 polls"), "{err}");
+    }
+
+    #[test]
+    fn finite_stages_report_done_and_counters_are_published() {
+        let rt = Runtime::start(vec![
+            spec(
+                "forever",
+                Ticker {
+                    polls: 0,
+                    panic_at: None,
+                    finish_at: None,
+                },
+            ),
+            spec(
+                "job",
+                Ticker {
+                    polls: 0,
+                    panic_at: None,
+                    finish_at: Some(500),
+                },
+            ),
+        ])
+        .unwrap();
+        assert!(wait_until(Duration::from_secs(10), || rt.finite_work_done()));
+        let reports = rt.join().unwrap();
+        let job = reports.iter().find(|r| r.worker == "job").unwrap();
+        assert!(job.counter("polls").unwrap() >= 500);
+        assert_eq!(job.loops, job.counter("polls").unwrap());
+        assert_eq!(
+            job.empty_polls, job.loops,
+            "no RX queues: every poll is empty"
+        );
+    }
+
+    #[test]
+    fn without_finite_stages_work_is_never_done() {
+        let rt = Runtime::start(vec![spec(
+            "forever",
+            Ticker {
+                polls: 0,
+                panic_at: None,
+                finish_at: None,
+            },
+        )])
+        .unwrap();
+        assert!(!rt.finite_work_done());
+        rt.join().unwrap();
+    }
+}

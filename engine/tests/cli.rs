@@ -1,0 +1,152 @@
+//! The `portico` binary as a user runs it: bad configs end with one line naming the field and
+//! exit status 2 (before EAL starts); `ports` lists what EAL probed; the default scenario runs
+//! and its checker passes. Each case is its own process.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn portico(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_portico"))
+        .args(args)
+        .output()
+        .expect("portico runs")
+}
+
+fn config_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("portico-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const GOOD: &str = r#"
+[[ports]]
+name = "n0"
+vdev = "net_null0"
+[[ports]]
+name = "n1"
+vdev = "net_null1"
+[[workers]]
+core = 0
+task = "forward"
+paths = [["n0", "n1"]]
+"#;
+
+/// Runs `portico run` on `text` and returns (status, stderr lines).
+fn bad_config(name: &str, text: &str) -> (i32, Vec<String>) {
+    let p = config_file(name, text);
+    let out = portico(&["run", "--config", p.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code().unwrap_or(-1),
+        stderr.lines().map(String::from).collect(),
+    )
+}
+
+#[test]
+fn unknown_vdev_is_named_with_exit_2() {
+    let (code, lines) = bad_config("vdev.toml", &GOOD.replace("net_null1", "net_nosuchpmd1"));
+    assert_eq!(code, 2, "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("portico: error: bad config "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[0].contains("ports[1].vdev: unknown driver \"net_nosuchpmd\""),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn missing_field_is_named_with_exit_2() {
+    let (code, lines) = bad_config("missing.toml", &GOOD.replace("name = \"n1\"\n", ""));
+    assert_eq!(code, 2, "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].ends_with("ports[1]: missing field `name`"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn nonexistent_lcore_is_named_with_exit_2() {
+    let (code, lines) = bad_config("core.toml", &GOOD.replace("core = 0", "core = 4096"));
+    assert_eq!(code, 2, "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("workers[0].core: core 4096 does not exist"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn unreadable_config_is_a_usage_error() {
+    let out = portico(&["run", "--config", "/nonexistent/portico.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
+#[test]
+fn ports_lists_probed_vdevs_as_json() {
+    let out = portico(&[
+        "ports",
+        "--json",
+        "--",
+        "--no-huge",
+        "-m",
+        "128",
+        "--vdev",
+        "net_null0",
+        "--vdev",
+        "net_null1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    let ports = v.as_array().unwrap();
+    assert_eq!(ports.len(), 2);
+    assert_eq!(ports[0]["name"], "net_null0");
+    assert_eq!(ports[0]["driver"], "net_null");
+    assert_eq!(ports[1]["name"], "net_null1");
+}
+
+#[test]
+fn default_scenario_runs_and_passes_its_check() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/loopback.toml");
+    let out = portico(&[
+        "run",
+        "--config",
+        cfg,
+        "--duration",
+        "1.5",
+        "--json",
+        "--",
+        "--no-huge",
+        "-m",
+        "256",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .expect("a summary line");
+    let check = &summary["checks"][0];
+    assert_eq!(check["passed"], true, "{summary}");
+    assert!(check["valid"].as_u64().unwrap() > 0, "{summary}");
+    assert_eq!(check["valid"], check["sent"]);
+    assert!(
+        stdout.lines().any(|l| l.contains("\"type\":\"interval\"")),
+        "live stats are printed once a second"
+    );
+}
