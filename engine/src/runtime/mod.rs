@@ -97,11 +97,10 @@ impl Outputs {
             if p.buf.is_empty() {
                 continue;
             }
-            let bytes_before = p.buf.bytes();
-            let sent = p.buf.tx(&mut p.queue);
+            let (sent, bytes) = p.buf.tx(&mut p.queue);
             total += sent;
             c.tx_packets += sent as u64;
-            c.tx_bytes += bytes_before - p.buf.bytes();
+            c.tx_bytes += bytes;
             if p.policy == TxPolicy::DropUnsent && !p.buf.is_empty() {
                 c.drops += p.buf.len() as u64;
                 p.buf.clear();

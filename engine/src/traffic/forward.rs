@@ -47,9 +47,7 @@ impl Stage for Forward {
     #[inline]
     fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, _c: &mut Counters) {
         if self.mode == FwdMode::Macswap {
-            for m in burst.as_mut_slice() {
-                swap_macs(m.data_mut());
-            }
+            burst.for_each_data_mut(swap_macs);
         }
         // Whatever does not fit in the output buffer stays in `burst` and is counted as
         // dropped by the worker.
