@@ -266,28 +266,46 @@ pub fn vdev_driver(vdev: &str) -> (&str, &str) {
     (name, driver)
 }
 
-/// Names of the network PMDs found in DPDK's driver directory (`librte_net_null.so` →
-/// `net_null`), plus the aliases vdev names may use.
-pub fn installed_net_drivers(pmd_dir: &str) -> Vec<String> {
+/// Virtual-device drivers by the PMD library that provides them (`librte_net_<lib>.so`).
+const VDEV_DRIVERS: &[(&str, &str)] = &[
+    ("af_packet", "net_af_packet"),
+    ("af_xdp", "net_af_xdp"),
+    ("bond", "net_bonding"),
+    ("failsafe", "net_failsafe"),
+    ("memif", "net_memif"),
+    ("null", "net_null"),
+    ("pcap", "net_pcap"),
+    ("ring", "net_ring"),
+    ("softnic", "net_softnic"),
+    ("tap", "net_tap"),
+    ("tap", "net_tun"),
+    ("vdev_netvsc", "net_vdev_netvsc"),
+    ("vhost", "net_vhost"),
+    ("virtio", "net_virtio_user"),
+];
+
+/// The virtual-device drivers whose PMD is installed in DPDK's driver directory.
+pub fn installed_vdev_drivers(pmd_dir: &str) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir(pmd_dir) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = rd
+    let libs: Vec<String> = rd
         .flatten()
         .filter_map(|e| {
             let f = e.file_name().to_string_lossy().into_owned();
-            let base = f
-                .strip_prefix("librte_net_")?
-                .strip_suffix(".so")?
-                .to_string();
-            Some(format!("net_{base}"))
+            Some(
+                f.strip_prefix("librte_net_")?
+                    .strip_suffix(".so")?
+                    .to_string(),
+            )
         })
         .collect();
-    if names.iter().any(|n| n == "net_tap") {
-        names.push("net_tun".into());
-    }
+    let mut names: Vec<String> = VDEV_DRIVERS
+        .iter()
+        .filter(|(lib, _)| libs.iter().any(|l| l == lib))
+        .map(|(_, name)| name.to_string())
+        .collect();
     names.sort();
-    names.dedup();
     names
 }
 
@@ -814,6 +832,28 @@ mod tests {
     fn vdev_names_split_into_driver() {
         assert_eq!(vdev_driver("net_null0,size=64"), ("net_null0", "net_null"));
         assert_eq!(vdev_driver("net_tap12"), ("net_tap12", "net_tap"));
+    }
+
+    #[test]
+    fn vdev_drivers_come_from_installed_pmds() {
+        let dir = std::env::temp_dir().join(format!("portico-pmds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "librte_net_null.so",
+            "librte_net_tap.so",
+            "librte_net_ixgbe.so",
+            "librte_net_bond.so.23",
+        ] {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+        let names = installed_vdev_drivers(dir.to_str().unwrap());
+        assert_eq!(
+            names,
+            ["net_null", "net_tap", "net_tun"],
+            "PCI-only PMDs and versioned names are not vdevs"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(installed_vdev_drivers("/nonexistent").is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use portico::app::{self, AppError, FwdOpts, RunOpts};
-use portico::config::{HugepageMode, Scenario, installed_net_drivers};
+use portico::config::{HugepageMode, Scenario, installed_vdev_drivers};
 use portico::dataplane::PMD_DIR;
 use portico::report;
 use portico::traffic::FwdMode;
@@ -134,7 +134,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             let scenario = Scenario::load(
                 &config,
                 &app::available_cores(),
-                &installed_net_drivers(PMD_DIR),
+                &installed_vdev_drivers(PMD_DIR),
             )
             .map_err(|source| AppError::Config {
                 path: config.display().to_string(),

@@ -21,10 +21,11 @@ macro_rules! human {
 pub fn banner(info: &EalInfo, memory: &MemoryChoice, json: bool) {
     human!(
         json,
-        "portico {} on {} · memory: {}",
+        "portico {} on {} · memory: {} · TSC {:.3} GHz",
         env!("CARGO_PKG_VERSION"),
         info.version,
-        memory
+        memory,
+        info.tsc_hz as f64 / 1e9
     );
     human!(json, "EAL: {}", info.args[1..].join(" "));
 }
