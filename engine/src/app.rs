@@ -209,7 +209,8 @@ pub struct PortSummary {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct CheckVerdict {
     pub worker: String,
-    /// Frames the generators feeding this checker sent (None: not known).
+    /// Frames the generators at the other end of the ring link sent, else the frames the
+    /// config expects (None: neither is known; only integrity is checked).
     pub sent: Option<u64>,
     pub valid: u64,
     pub invalid: u64,
@@ -489,9 +490,14 @@ fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
             let invalid = r.counter("invalid").unwrap_or(0);
             let seq_gaps = r.counter("seq_gaps").unwrap_or(0);
             let late = r.counter("late").unwrap_or(0);
+            // What the generators on the other end sent, else what the config expects.
+            let expected = sent.or(match w.task {
+                Task::Check { expect, .. } => expect,
+                _ => None,
+            });
             Some(CheckVerdict {
                 worker: r.worker.clone(),
-                sent,
+                sent: expected,
                 valid,
                 invalid,
                 seq_gaps,
@@ -499,7 +505,7 @@ fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
                 passed: invalid == 0
                     && seq_gaps == 0
                     && late == 0
-                    && sent.is_none_or(|s| s == valid),
+                    && expected.is_none_or(|s| s == valid),
             })
         })
         .collect()

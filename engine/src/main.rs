@@ -95,6 +95,9 @@ enum Command {
     Ports {
         #[arg(long)]
         json: bool,
+        /// Also print every extended statistic (xstats) of each port.
+        #[arg(long)]
+        xstats: bool,
         /// EAL arguments, e.g. `--vdev net_tap0` or `-a 0000:3b:00.0`.
         #[arg(last = true)]
         eal: Vec<String>,
@@ -186,9 +189,16 @@ fn run(cli: Cli) -> Result<(), AppError> {
             report::summary(&summary, json);
             Ok(())
         }
-        Command::Ports { json, eal } => {
+        Command::Ports { json, xstats, eal } => {
             let list = app::list_ports(&eal, json)?;
-            report::ports(&list, json);
+            let xstats = if xstats {
+                list.iter()
+                    .map(|p| portico::dataplane::port_xstats(p.id).map_err(AppError::from))
+                    .collect::<Result<Vec<_>, _>>()?
+            } else {
+                Vec::new()
+            };
+            report::ports(&list, &xstats, json);
             Ok(())
         }
     }

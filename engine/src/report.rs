@@ -202,12 +202,18 @@ pub fn summary(s: &Summary, json: bool) {
     );
 }
 
-pub fn ports(list: &[PortInfo], json: bool) {
+/// The port table; `xstats[i]` (when given) are port i's extended statistics.
+pub fn ports(list: &[PortInfo], xstats: &[Vec<(String, u64)>], json: bool) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(list).expect("port info serialises")
-        );
+        let mut v = serde_json::to_value(list).expect("port info serialises");
+        for (port, xs) in v.as_array_mut().into_iter().flatten().zip(xstats) {
+            port["xstats"] = xs
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        println!("{v}");
         return;
     }
     if list.is_empty() {
@@ -225,5 +231,11 @@ pub fn ports(list: &[PortInfo], json: bool) {
             "{:>3}  {:<20} {:<14} {:<17} {:>6} {:>11} {:>11}  {}",
             p.id, p.name, p.driver, p.mac, p.socket, p.max_rx_queues, p.max_tx_queues, p.link
         );
+    }
+    for (p, xs) in list.iter().zip(xstats) {
+        println!("xstats of port {} ({}):", p.id, p.name);
+        for (k, v) in xs {
+            println!("  {k:<40} {v:>16}");
+        }
     }
 }

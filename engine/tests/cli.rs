@@ -93,6 +93,7 @@ fn ports_lists_probed_vdevs_as_json() {
     let out = portico(&[
         "ports",
         "--json",
+        "--xstats",
         "--",
         "--no-huge",
         "-m",
@@ -113,6 +114,53 @@ fn ports_lists_probed_vdevs_as_json() {
     assert_eq!(ports[0]["name"], "net_null0");
     assert_eq!(ports[0]["driver"], "net_null");
     assert_eq!(ports[1]["name"], "net_null1");
+    assert!(ports[0]["link"]["up"].is_boolean(), "ports are probed, not started: link state is reported as is");
+    assert_eq!(
+        ports[0]["xstats"]["rx_good_packets"], 0,
+        "generic xstats are there, nothing received yet"
+    );
+}
+
+#[test]
+fn sigterm_stops_a_run_cleanly_with_a_summary() {
+    let child = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .args([
+            "fwd",
+            "--duration",
+            "0",
+            "--json",
+            "--hugepages",
+            "off",
+            "--memory-mb",
+            "256",
+            "--",
+        ])
+        .args(["--vdev", "net_null0", "--vdev", "net_null1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["stop_reason"], "interrupted");
+    let w = &summary["workers"][0];
+    assert_eq!(
+        w["rx_packets"].as_u64().unwrap(),
+        w["tx_packets"].as_u64().unwrap() + w["drops"].as_u64().unwrap()
+    );
 }
 
 #[test]

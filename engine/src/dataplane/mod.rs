@@ -18,7 +18,7 @@ pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{
     LinkStatus, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, port_by_name, port_ids,
-    ring_pair,
+    port_xstats, ring_pair,
 };
 
 use std::ffi::CStr;
