@@ -4,6 +4,7 @@
 //! - [`traffic::frame`] and [`config`]: pure code, tested without EAL;
 //! - [`dataplane`]: the DPDK adapter, the only `unsafe` in this crate;
 //! - [`runtime`]: pinned run-to-completion workers running [`runtime::Stage`]s;
+//! - [`lpe`]: the list-processing engine (Portals/MPI matching), pure and sharded;
 //! - [`traffic`]: the built-in stages (forwarding, generator, checker);
 //! - [`app`] and [`report`]: what the `portico` command runs and prints.
 
@@ -14,6 +15,7 @@ pub mod config;
 #[allow(unsafe_code)]
 pub mod dataplane;
 pub mod hugepages;
+pub mod lpe;
 pub mod report;
 pub mod runtime;
 pub mod traffic;

@@ -114,7 +114,10 @@ fn ports_lists_probed_vdevs_as_json() {
     assert_eq!(ports[0]["name"], "net_null0");
     assert_eq!(ports[0]["driver"], "net_null");
     assert_eq!(ports[1]["name"], "net_null1");
-    assert!(ports[0]["link"]["up"].is_boolean(), "ports are probed, not started: link state is reported as is");
+    assert!(
+        ports[0]["link"]["up"].is_boolean(),
+        "ports are probed, not started: link state is reported as is"
+    );
     assert_eq!(
         ports[0]["xstats"]["rx_good_packets"], 0,
         "generic xstats are there, nothing received yet"
