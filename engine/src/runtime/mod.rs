@@ -365,7 +365,8 @@ impl WorkerCtx {
         };
         let mut burst = Burst::new();
         let mut c = Counters::default();
-        let mut reported_done = false;
+        // Only stages with a finite job are asked whether it is done.
+        let mut watch_done = stage.is_finite();
         while !self.stop.load(Ordering::Relaxed) {
             let mut received = 0;
             for (i, q) in rx.iter_mut().enumerate() {
@@ -390,9 +391,13 @@ impl WorkerCtx {
                 c.empty_polls += 1;
             }
             c.loops += 1;
-            self.counters.publish(&c);
-            if !reported_done && stage.is_done() && !out.holds_packets() {
-                reported_done = true;
+            // Every 8th iteration is fresh enough for a once-a-second reader; the final values
+            // are published when the loop ends.
+            if c.loops % 8 == 0 {
+                self.counters.publish(&c);
+            }
+            if watch_done && stage.is_done() && !out.holds_packets() {
+                watch_done = false;
                 self.done.store(true, Ordering::Release);
             }
         }
