@@ -1,6 +1,7 @@
 # The two commands that work on a fresh machine: `make run` and `make test`.
 # Both install what is missing first (scripts/install-deps.sh, Debian packages).
 
+SHELL := /bin/bash
 CARGO ?= cargo
 PORTICO := target/release/portico
 
@@ -26,8 +27,11 @@ lint: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Every test: formatting and lints, unit tests, integration tests on real EAL with vdevs.
+# Ends with one line that adds up every test binary's result.
 test: lint
-	$(CARGO) test --workspace
+	@mkdir -p target
+	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log
+	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' target/test.log
 
 # portico fwd vs dpdk-testpmd io forwarding on the same net_null ports (prints the ratio).
 bench-fwd: build

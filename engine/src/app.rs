@@ -13,7 +13,7 @@ use crate::config::{ConfigError, HugepageMode, PortSource, Scenario, Task};
 use crate::dataplane::{self, DpdkError, Eal, EalError, Mempool, Port, PortConfig, PortStats};
 use crate::hugepages::HugepageStatus;
 use crate::report;
-use crate::runtime::{Runtime, RuntimeError, Stage, TxPolicy, WorkerReport, WorkerSpec};
+use crate::runtime::{Runtime, RuntimeError, StageBox, TxPolicy, WorkerReport, WorkerSpec};
 use crate::traffic::frame::FrameSpec;
 use crate::traffic::{Checker, Forward, FwdMode, Generator};
 
@@ -386,7 +386,7 @@ pub fn run_scenario(
     let burst = scenario.run.burst;
     let mut specs = Vec::new();
     for w in &scenario.workers {
-        let (rx, tx, stage): (_, _, Box<dyn Stage>) = match &w.task {
+        let (rx, tx, stage): (_, _, StageBox) = match &w.task {
             Task::Generate {
                 tx,
                 frame_size,
@@ -401,12 +401,14 @@ pub fn run_scenario(
                 (
                     vec![],
                     vec![(take_tx(*tx)?, TxPolicy::KeepUnsent)],
-                    Box::new(gen_),
+                    StageBox::new(gen_),
                 )
             }
-            Task::Check { rx, expect } => {
-                (vec![take_rx(*rx)?], vec![], Box::new(Checker::new(*expect)))
-            }
+            Task::Check { rx, expect } => (
+                vec![take_rx(*rx)?],
+                vec![],
+                StageBox::new(Checker::new(*expect)),
+            ),
             Task::Forward { mode, paths } => {
                 let mut rx = Vec::new();
                 let mut outs: Vec<crate::config::QueueRef> = Vec::new();
@@ -426,7 +428,7 @@ pub fn run_scenario(
                     .iter()
                     .map(|t| Ok((take_tx(*t)?, TxPolicy::DropUnsent)))
                     .collect::<Result<Vec<_>, AppError>>()?;
-                (rx, tx, Box::new(Forward::new(*mode, map)))
+                (rx, tx, StageBox::new(Forward::new(*mode, map)))
             }
         };
         specs.push(WorkerSpec {
@@ -640,7 +642,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
             rx,
             tx,
             burst: opts.burst,
-            stage: Box::new(Forward::new(opts.mode, map)),
+            stage: StageBox::new(Forward::new(opts.mode, map)),
         });
     }
     execute(specs, &ports, started, "fwd", false, &opts.run, interrupted)

@@ -114,6 +114,33 @@ impl Outputs {
     }
 }
 
+type LoopFn = dyn FnOnce(&WorkerCtx, Vec<RxQueue>, Vec<(TxQueue, TxPolicy)>, usize) + Send;
+
+/// A stage, ready to run on a worker. The type is erased only at the thread boundary: the loop
+/// that runs the stage is compiled for its concrete type, so `on_rx`/`on_poll` are inlined
+/// into the loop instead of called through a vtable once per burst.
+pub struct StageBox {
+    name: &'static str,
+    counter_names: &'static [&'static str],
+    finite: bool,
+    run: Box<LoopFn>,
+}
+
+impl StageBox {
+    pub fn new<S: Stage + 'static>(stage: S) -> Self {
+        StageBox {
+            name: stage.name(),
+            counter_names: stage.counter_names(),
+            finite: stage.is_finite(),
+            run: Box::new(move |ctx: &WorkerCtx, rx, tx, burst| ctx.run_loop(stage, rx, tx, burst)),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
 /// Everything one worker needs; moved into its thread.
 pub struct WorkerSpec {
     pub name: String,
@@ -123,7 +150,7 @@ pub struct WorkerSpec {
     pub tx: Vec<(TxQueue, TxPolicy)>,
     /// Packets asked for per RX burst (1..=256).
     pub burst: usize,
-    pub stage: Box<dyn Stage>,
+    pub stage: StageBox,
 }
 
 /// Why the engine stopped abnormally.
@@ -178,9 +205,9 @@ impl Runtime {
             let mut handle = WorkerHandle {
                 name: spec.name.clone(),
                 core: spec.core,
-                stage: spec.stage.name(),
-                counter_names: spec.stage.counter_names(),
-                finite: spec.stage.is_finite(),
+                stage: spec.stage.name,
+                counter_names: spec.stage.counter_names,
+                finite: spec.stage.finite,
                 counters: counters.clone(),
                 done: done.clone(),
                 join: None,
@@ -330,7 +357,14 @@ impl WorkerCtx {
         } else {
             None
         };
-        let result = catch_unwind(AssertUnwindSafe(|| self.run_loop(spec)));
+        let WorkerSpec {
+            rx,
+            tx,
+            burst,
+            stage,
+            ..
+        } = spec;
+        let result = catch_unwind(AssertUnwindSafe(|| (stage.run)(&self, rx, tx, burst)));
         if let Err(payload) = result {
             let msg = payload
                 .downcast_ref::<&str>()
@@ -344,14 +378,13 @@ impl WorkerCtx {
         }
     }
 
-    fn run_loop(&self, spec: WorkerSpec) {
-        let WorkerSpec {
-            mut rx,
-            tx,
-            burst: burst_size,
-            mut stage,
-            ..
-        } = spec;
+    fn run_loop<S: Stage>(
+        &self,
+        mut stage: S,
+        mut rx: Vec<RxQueue>,
+        tx: Vec<(TxQueue, TxPolicy)>,
+        burst_size: usize,
+    ) {
         let burst_size = burst_size.clamp(1, crate::dataplane::MAX_BURST);
         let mut out = Outputs {
             paths: tx
@@ -446,7 +479,7 @@ mod tests {
             rx: vec![],
             tx: vec![],
             burst: 32,
-            stage: Box::new(t),
+            stage: StageBox::new(t),
         }
     }
 
