@@ -22,8 +22,8 @@ use portico::traffic::FwdMode;
     long_about = "A DPDK packet engine: pinned run-to-completion workers over DPDK poll-mode drivers.\n\n\
         EAL arguments go after `--`, as with every DPDK application, e.g.\n  \
         portico fwd --cores 1 -- --vdev net_null0 --vdev net_null1\n\
-        Portico adds sensible defaults (-l, --in-memory, --no-pci, and --no-huge when no hugepages\n\
-        are reserved); arguments you pass replace them.\n\n\
+        Portico adds defaults (-l, --in-memory or --no-shconf, --no-pci, and --no-huge when no\n\
+        hugepages are reserved); arguments you pass replace them.\n\n\
         Exit status: 0 success, 1 run-time failure (EAL, port, worker panic, failed check),\n\
         2 bad config or arguments."
 )]

@@ -126,11 +126,13 @@ fn ports_lists_probed_vdevs_as_json() {
 
 #[test]
 fn sigterm_stops_a_run_cleanly_with_a_summary() {
-    let child = Command::new(env!("CARGO_BIN_EXE_portico"))
+    use std::io::BufRead;
+    // Bounded: without the signal the run would end by itself after 60 s.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portico"))
         .args([
             "fwd",
             "--duration",
-            "0",
+            "60",
             "--json",
             "--hugepages",
             "off",
@@ -143,20 +145,24 @@ fn sigterm_stops_a_run_cleanly_with_a_summary() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The first stats line means the workers run and the signal handler is installed.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("\"type\":\"interval\""), "{first}");
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
+    let rest: Vec<String> = stdout.lines().map(Result::unwrap).collect();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(rest.last().unwrap()).unwrap();
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["stop_reason"], "interrupted");
     let w = &summary["workers"][0];
