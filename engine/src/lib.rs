@@ -1,7 +1,8 @@
 //! Portico: a DPDK packet engine that does in software what an HPC/RDMA NIC does in hardware.
 //!
 //! Layers, dependencies pointing down only (see `docs/architecture.md`):
-//! - [`traffic::frame`] and [`config`]: pure code, tested without EAL;
+//! - [`wire`] (RoCEv2 packet formats and the ICRC), [`traffic::frame`] and [`config`]: pure
+//!   code, tested without EAL;
 //! - [`dataplane`]: the DPDK adapter, the only `unsafe` in this crate;
 //! - [`runtime`]: pinned run-to-completion workers running [`runtime::Stage`]s;
 //! - [`lpe`]: the list-processing engine (Portals/MPI matching), pure and sharded;
@@ -19,3 +20,4 @@ pub mod lpe;
 pub mod report;
 pub mod runtime;
 pub mod traffic;
+pub mod wire;
