@@ -144,31 +144,13 @@ mod field {
 /// Length of the AETH.
 pub const HEADER_LEN: usize = field::MSN.end;
 
-/// A read/write view of an AETH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of an AETH.
+    layer = Layer::Aeth,
+    len = HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::Aeth, HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The syndrome byte as it is on the wire.
     pub fn syndrome_raw(&self) -> u8 {
         self.buffer.as_ref()[field::SYNDROME]

@@ -316,31 +316,13 @@ const RESV6_MASK: u8 = 0x3f;
 const ACK_REQ: u8 = 0x80;
 const RESV7_MASK: u8 = 0x7f;
 
-/// A read/write view of a BTH and what follows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of a BTH and what follows it.
+    layer = Layer::Bth,
+    len = HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::Bth, HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The opcode byte as it is on the wire.
     pub fn opcode_raw(&self) -> u8 {
         self.buffer.as_ref()[field::OPCODE]

@@ -91,34 +91,13 @@ mod field {
 /// Length of the Ethernet II header.
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
-/// A read/write view of an Ethernet II frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of an Ethernet II frame.
+    layer = Layer::Ethernet,
+    len = HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking its length.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wrap a buffer and check that it holds a whole header.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    /// Ensure the buffer holds the 14-byte header; afterwards no accessor panics.
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::Ethernet, HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     pub fn dst_addr(&self) -> EthernetAddress {
         let d = self.buffer.as_ref();
         let mut a = [0u8; 6];

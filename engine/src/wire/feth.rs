@@ -81,31 +81,13 @@ mod field {
 /// Length of the FETH.
 pub const HEADER_LEN: usize = field::BITS.end;
 
-/// A read/write view of a FETH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of a FETH.
+    layer = Layer::Feth,
+    len = HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::Feth, HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The whole 32-bit word, reserved bits included.
     pub fn raw(&self) -> u32 {
         be::read_u32(&self.buffer.as_ref()[field::BITS])

@@ -15,31 +15,13 @@ mod field {
 /// Length of the ImmDt header.
 pub const HEADER_LEN: usize = field::DATA.end;
 
-/// A read/write view of an ImmDt header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of an ImmDt header.
+    layer = Layer::ImmDt,
+    len = HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::ImmDt, HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// The immediate data, bytes in wire order.
     pub fn data(&self) -> [u8; 4] {
         let d = self.buffer.as_ref();

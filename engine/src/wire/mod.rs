@@ -24,6 +24,41 @@
 //! Untrusted input never panics: any byte string yields either a value or an
 //! [`Error`] that names the layer and what was wrong.
 
+/// The part every fixed-length header view shares: the zero-copy `Packet<T>` type, its
+/// constructors, and the length check after which no accessor of that header can panic.
+macro_rules! fixed_header_view {
+    ($(#[$doc:meta])* layer = $layer:expr, len = $len:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Packet<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// Wraps a buffer without checking its length (for emission into a sized buffer).
+            pub const fn new_unchecked(buffer: T) -> Packet<T> {
+                Packet { buffer }
+            }
+
+            /// Wraps a buffer and checks that it holds the whole header (for untrusted input).
+            pub fn new_checked(buffer: T) -> Result<Packet<T>> {
+                let packet = Self::new_unchecked(buffer);
+                packet.check_len()?;
+                Ok(packet)
+            }
+
+            /// Ensures the buffer holds the header; afterwards no accessor or setter panics.
+            pub fn check_len(&self) -> Result<()> {
+                ensure_len($layer, $len, self.buffer.as_ref().len())
+            }
+
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+    };
+}
+
 pub mod aeth;
 pub mod bth;
 pub mod ethernet;

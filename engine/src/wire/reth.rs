@@ -19,31 +19,13 @@ mod field {
 /// Length of the RETH.
 pub const HEADER_LEN: usize = field::DMA_LEN.end;
 
-/// A read/write view of a RETH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of a RETH.
+    layer = Layer::Reth,
+    len = HEADER_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::Reth, HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// Remote virtual address (for FLUSH with whole-MR selectivity: ignored).
     pub fn virtual_addr(&self) -> u64 {
         be::read_u64(&self.buffer.as_ref()[field::VIRTUAL_ADDR])
