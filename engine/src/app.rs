@@ -13,7 +13,9 @@ use crate::config::{ConfigError, HugepageMode, PortSource, Scenario, Task};
 use crate::dataplane::{self, DpdkError, Eal, EalError, Mempool, Port, PortConfig, PortStats};
 use crate::hugepages::HugepageStatus;
 use crate::report;
-use crate::runtime::{Runtime, RuntimeError, StageBox, TxPolicy, WorkerReport, WorkerSpec};
+use crate::runtime::{
+    FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy, WorkerReport, WorkerSpec,
+};
 use crate::traffic::frame::FrameSpec;
 use crate::traffic::{Checker, Forward, FwdMode, Generator};
 
@@ -212,6 +214,8 @@ pub struct CheckVerdict {
     /// Frames the generators at the other end of the ring link sent, else the frames the
     /// config expects (None: neither is known; only integrity is checked).
     pub sent: Option<u64>,
+    /// Valid frames that must arrive: `sent`, adjusted for injected faults.
+    pub expected_valid: Option<u64>,
     pub valid: u64,
     pub invalid: u64,
     pub seq_gaps: u64,
@@ -438,6 +442,7 @@ pub fn run_scenario(
             tx,
             burst,
             stage,
+            faults: w.faults.map(|f| FaultInjector::new(&f, pool.clone())),
         });
     }
     report::plan(&scenario.workers, &names, opts.json);
@@ -497,17 +502,24 @@ fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
                 Task::Check { expect, .. } => expect,
                 _ => None,
             });
+            // Injected faults change what must arrive, exactly: each drop or corruption
+            // removes one valid frame, each duplicate adds one, each corruption is one invalid
+            // frame; drops and reorders show up as gaps and late frames.
+            let f = r.faults;
+            let faulty = w.faults.is_some();
+            let expected_valid =
+                expected.map(|s| (s + f.duplicated).saturating_sub(f.dropped + f.corrupted));
             Some(CheckVerdict {
                 worker: r.worker.clone(),
                 sent: expected,
+                expected_valid,
                 valid,
                 invalid,
                 seq_gaps,
                 late,
-                passed: invalid == 0
-                    && seq_gaps == 0
-                    && late == 0
-                    && expected.is_none_or(|s| s == valid),
+                passed: invalid == f.corrupted
+                    && (faulty || (seq_gaps == 0 && late == 0))
+                    && expected_valid.is_none_or(|e| e == valid),
             })
         })
         .collect()
@@ -643,6 +655,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
             tx,
             burst: opts.burst,
             stage: StageBox::new(Forward::new(opts.mode, map)),
+            faults: None,
         });
     }
     execute(specs, &ports, started, "fwd", false, &opts.run, interrupted)

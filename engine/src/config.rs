@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::runtime::FaultConfig;
 use crate::traffic::FwdMode;
 use crate::traffic::frame::{MAX_FRAME, MIN_FRAME};
 
@@ -161,6 +162,9 @@ pub struct WorkerSection {
     pub mode: Option<FwdMode>,
     /// forward: [rx, tx] pairs of `port` or `port:queue`.
     pub paths: Option<Vec<[String; 2]>>,
+    /// any task: faults injected into what the worker receives, e.g.
+    /// `{ seed = 1, drop = 0.01, duplicate = 0.01, reorder = 0.01, corrupt = 0.01 }`.
+    pub faults: Option<FaultConfig>,
 }
 
 /// A whole scenario file.
@@ -216,6 +220,7 @@ pub struct Worker {
     pub name: String,
     pub core: usize,
     pub task: Task,
+    pub faults: Option<FaultConfig>,
 }
 
 /// A checked scenario, ready to start.
@@ -606,10 +611,16 @@ impl Config {
                     }
                 }
             };
+            if let Some(faults) = &w.faults {
+                faults
+                    .check()
+                    .map_err(|(k, m)| err(format!("workers[{i}].faults.{k}"), m))?;
+            }
             workers.push(Worker {
                 name: w.name.clone().unwrap_or_else(|| format!("w{i}")),
                 core: w.core,
                 task,
+                faults: w.faults,
             });
         }
 

@@ -164,6 +164,13 @@ pub fn summary(s: &Summary, json: bool) {
             let c: Vec<String> = w.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
             println!("  {:<8} {}", "", c.join(", "));
         }
+        let f = &w.faults;
+        if *f != Default::default() {
+            println!(
+                "  {:<8} faults injected: dropped {}, duplicated {}, reordered {}, corrupted {}",
+                "", f.dropped, f.duplicated, f.reordered, f.corrupted
+            );
+        }
     }
     println!(
         "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}",
@@ -185,11 +192,14 @@ pub fn summary(s: &Summary, json: bool) {
     }
     for c in &s.checks {
         println!(
-            "  check {}: {} — sent {}, valid {}, invalid {}, sequence gaps {}, late {}",
+            "  check {}: {} — sent {}, valid {} (expected {}), invalid {}, sequence gaps {}, late {}",
             c.worker,
             if c.passed { "PASS" } else { "FAIL" },
             c.sent.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
             c.valid,
+            c.expected_valid
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into()),
             c.invalid,
             c.seq_gaps,
             c.late

@@ -259,6 +259,52 @@ impl Burst {
     }
 }
 
+/// Yields the buffers of a burst front to back, owned; frees whatever it did not yield when
+/// dropped. The burst is empty afterwards.
+pub struct Drain<'a> {
+    burst: &'a mut Burst,
+    next: usize,
+    end: usize,
+}
+
+impl Burst {
+    /// Takes every buffer out, in order.
+    pub fn drain(&mut self) -> Drain<'_> {
+        let end = self.len;
+        // From here on the slots belong to the iterator; the burst is empty.
+        self.len = 0;
+        self.known_bytes = Some(0);
+        Drain {
+            burst: self,
+            next: 0,
+            end,
+        }
+    }
+}
+
+impl Iterator for Drain<'_> {
+    type Item = Mbuf;
+
+    #[inline]
+    fn next(&mut self) -> Option<Mbuf> {
+        if self.next == self.end {
+            return None;
+        }
+        // SAFETY: slots next..end were initialised when drain() started and each is read once.
+        let m = unsafe { self.burst.slots[self.next].assume_init_read() };
+        self.next += 1;
+        Some(m)
+    }
+}
+
+impl Drop for Drain<'_> {
+    fn drop(&mut self) {
+        for m in self.by_ref() {
+            drop(m);
+        }
+    }
+}
+
 impl Drop for Burst {
     fn drop(&mut self) {
         self.clear();

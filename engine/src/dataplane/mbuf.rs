@@ -121,6 +121,14 @@ impl Mbuf {
         unsafe { dpdk_sys::portico_pktmbuf_trim(self.raw.as_ptr(), len) == 0 }
     }
 
+    /// A copy of this packet's (first segment) data in a fresh buffer from `pool`.
+    pub fn duplicate(&self, pool: &super::Mempool) -> Option<Mbuf> {
+        let mut copy = pool.alloc()?;
+        let len = u16::try_from(self.len()).ok()?;
+        copy.append(len)?.copy_from_slice(self.data());
+        Some(copy)
+    }
+
     /// Empties the packet (length 0, default headroom).
     #[inline]
     pub fn reset(&mut self) {

@@ -11,7 +11,7 @@ mod mbuf;
 mod mempool;
 mod port;
 
-pub use burst::{Burst, MAX_BURST};
+pub use burst::{Burst, Drain, MAX_BURST};
 pub use eal::{Eal, EalError, EalInfo};
 pub use lcore::{ThreadRegistration, lcore_id};
 pub use mbuf::Mbuf;

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use serde::Serialize;
 
+use super::fault::FaultCounts;
+
 /// How many stage-defined counters a worker has room for.
 pub const STAGE_COUNTERS: usize = 8;
 
@@ -24,6 +26,8 @@ pub struct Counters {
     pub loops: u64,
     /// Meaning given by the stage's `counter_names`.
     pub stage: [u64; STAGE_COUNTERS],
+    /// Faults injected on the receive path (all 0 without fault injection).
+    pub faults: FaultCounts,
 }
 
 /// The published copy of a worker's [`Counters`].
@@ -38,6 +42,7 @@ pub struct SharedCounters {
     empty_polls: AtomicU64,
     loops: AtomicU64,
     stage: [AtomicU64; STAGE_COUNTERS],
+    faults: [AtomicU64; 4],
 }
 
 impl SharedCounters {
@@ -52,6 +57,14 @@ impl SharedCounters {
         self.empty_polls.store(c.empty_polls, Relaxed);
         self.loops.store(c.loops, Relaxed);
         for (s, v) in self.stage.iter().zip(c.stage) {
+            s.store(v, Relaxed);
+        }
+        let f = &c.faults;
+        for (s, v) in self
+            .faults
+            .iter()
+            .zip([f.dropped, f.duplicated, f.reordered, f.corrupted])
+        {
             s.store(v, Relaxed);
         }
     }
@@ -71,6 +84,12 @@ impl SharedCounters {
             empty_polls: self.empty_polls.load(Relaxed),
             loops: self.loops.load(Relaxed),
             stage,
+            faults: FaultCounts {
+                dropped: self.faults[0].load(Relaxed),
+                duplicated: self.faults[1].load(Relaxed),
+                reordered: self.faults[2].load(Relaxed),
+                corrupted: self.faults[3].load(Relaxed),
+            },
         }
     }
 }
@@ -90,6 +109,7 @@ pub struct WorkerReport {
     pub loops: u64,
     /// Stage counters by name.
     pub counters: Vec<(String, u64)>,
+    pub faults: FaultCounts,
 }
 
 impl WorkerReport {
@@ -116,6 +136,7 @@ impl WorkerReport {
                 .zip(c.stage)
                 .map(|(n, v)| (n.to_string(), v))
                 .collect(),
+            faults: c.faults,
         }
     }
 
@@ -146,6 +167,7 @@ mod tests {
             ..Default::default()
         };
         c.stage[7] = 99;
+        c.faults.reordered = 3;
         shared.publish(&c);
         assert_eq!(shared.read(), c);
         assert_eq!(std::mem::align_of::<SharedCounters>(), 128);

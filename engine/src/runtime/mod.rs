@@ -15,8 +15,10 @@
 //! A panicking worker stops the whole engine, and its message is what the engine reports.
 
 mod counters;
+mod fault;
 
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
+pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,7 +116,15 @@ impl Outputs {
     }
 }
 
-type LoopFn = dyn FnOnce(&WorkerCtx, Vec<RxQueue>, Vec<(TxQueue, TxPolicy)>, usize) + Send;
+type LoopFn = dyn FnOnce(&WorkerCtx, LoopParts) + Send;
+
+/// What the loop owns besides its stage.
+struct LoopParts {
+    rx: Vec<RxQueue>,
+    tx: Vec<(TxQueue, TxPolicy)>,
+    burst: usize,
+    faults: Option<FaultInjector>,
+}
 
 /// A stage, ready to run on a worker. The type is erased only at the thread boundary: the loop
 /// that runs the stage is compiled for its concrete type, so `on_rx`/`on_poll` are inlined
@@ -132,7 +142,7 @@ impl StageBox {
             name: stage.name(),
             counter_names: stage.counter_names(),
             finite: stage.is_finite(),
-            run: Box::new(move |ctx: &WorkerCtx, rx, tx, burst| ctx.run_loop(stage, rx, tx, burst)),
+            run: Box::new(move |ctx: &WorkerCtx, parts| ctx.run_loop(stage, parts)),
         }
     }
 
@@ -151,6 +161,8 @@ pub struct WorkerSpec {
     /// Packets asked for per RX burst (1..=256).
     pub burst: usize,
     pub stage: StageBox,
+    /// Faults to inject into what this worker receives, before its stage sees it.
+    pub faults: Option<FaultInjector>,
 }
 
 /// Why the engine stopped abnormally.
@@ -362,9 +374,16 @@ impl WorkerCtx {
             tx,
             burst,
             stage,
+            faults,
             ..
         } = spec;
-        let result = catch_unwind(AssertUnwindSafe(|| (stage.run)(&self, rx, tx, burst)));
+        let parts = LoopParts {
+            rx,
+            tx,
+            burst,
+            faults,
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| (stage.run)(&self, parts)));
         if let Err(payload) = result {
             let msg = payload
                 .downcast_ref::<&str>()
@@ -378,14 +397,20 @@ impl WorkerCtx {
         }
     }
 
-    fn run_loop<S: Stage>(
-        &self,
-        mut stage: S,
-        mut rx: Vec<RxQueue>,
-        tx: Vec<(TxQueue, TxPolicy)>,
-        burst_size: usize,
-    ) {
-        let burst_size = burst_size.clamp(1, crate::dataplane::MAX_BURST);
+    fn run_loop<S: Stage>(&self, mut stage: S, parts: LoopParts) {
+        let LoopParts {
+            mut rx,
+            tx,
+            burst: burst_size,
+            mut faults,
+        } = parts;
+        // With faults on, a burst must have room for a duplicate of every packet.
+        let max = if faults.is_some() {
+            crate::dataplane::MAX_BURST / 2
+        } else {
+            crate::dataplane::MAX_BURST
+        };
+        let burst_size = burst_size.clamp(1, max);
         let mut out = Outputs {
             paths: tx
                 .into_iter()
@@ -410,6 +435,9 @@ impl WorkerCtx {
                 received += n;
                 c.rx_packets += n as u64;
                 c.rx_bytes += burst.bytes();
+                if let Some(f) = faults.as_mut() {
+                    f.apply(&mut burst, &mut c.faults);
+                }
                 stage.on_rx(i, &mut burst, &mut out, &mut c);
                 if !burst.is_empty() {
                     c.drops += burst.len() as u64;
@@ -480,6 +508,7 @@ mod tests {
             tx: vec![],
             burst: 32,
             stage: StageBox::new(t),
+            faults: None,
         }
     }
 
