@@ -3,6 +3,7 @@
 //! with live stats, a drain so in-flight packets are counted, and the final summary.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,7 +15,8 @@ use crate::dataplane::{self, DpdkError, Eal, EalError, Mempool, Port, PortConfig
 use crate::hugepages::HugepageStatus;
 use crate::report;
 use crate::runtime::{
-    FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy, WorkerReport, WorkerSpec,
+    CaptureSink, CaptureTap, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
+    WorkerReport, WorkerSpec,
 };
 use crate::traffic::frame::FrameSpec;
 use crate::traffic::{Checker, Forward, FwdMode, Generator};
@@ -34,6 +36,11 @@ pub enum AppError {
     Runtime(#[from] RuntimeError),
     #[error("check failed: {0}")]
     CheckFailed(String),
+    #[error("capture file {path}: {source}")]
+    Capture {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl AppError {
@@ -195,6 +202,8 @@ pub struct RunOpts {
     pub duration: Option<Duration>,
     pub stats_period: Option<Duration>,
     pub json: bool,
+    /// Capture every packet sent and received into this pcapng file.
+    pub pcap: Option<PathBuf>,
 }
 
 /// One port's line in the summary.
@@ -234,6 +243,50 @@ pub struct Summary {
     pub workers: Vec<WorkerReport>,
     pub ports: Vec<PortSummary>,
     pub checks: Vec<CheckVerdict>,
+    /// The pcapng file written with `--pcap`, and how many packets it holds.
+    pub capture: Option<CaptureSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureSummary {
+    pub path: String,
+    pub packets: u64,
+}
+
+/// Opens the capture file for `ports` when `--pcap` was given.
+fn open_capture(opts: &RunOpts, ports: &[Port]) -> Result<Option<Arc<CaptureSink>>, AppError> {
+    let Some(path) = &opts.pcap else {
+        return Ok(None);
+    };
+    let names: Vec<(u16, String)> = ports
+        .iter()
+        .map(|p| (p.id(), p.name().to_string()))
+        .collect();
+    CaptureSink::create(path, &names)
+        .map(|s| Some(Arc::new(s)))
+        .map_err(|source| AppError::Capture {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// Flushes the capture file and records it in the summary.
+fn close_capture(
+    sink: Option<Arc<CaptureSink>>,
+    opts: &RunOpts,
+    summary: &mut Summary,
+) -> Result<(), AppError> {
+    if let (Some(sink), Some(path)) = (sink, &opts.pcap) {
+        let packets = sink.finish().map_err(|source| AppError::Capture {
+            path: path.display().to_string(),
+            source,
+        })?;
+        summary.capture = Some(CaptureSummary {
+            path: path.display().to_string(),
+            packets,
+        });
+    }
+    Ok(())
 }
 
 impl Summary {
@@ -370,6 +423,7 @@ pub fn run_scenario(
         ports.push(port);
     }
     let names: Vec<String> = scenario.ports.iter().map(|p| p.name.clone()).collect();
+    let capture = open_capture(opts, &ports)?;
 
     let take_rx = |q: crate::config::QueueRef| {
         ports[q.port].rx_queue(q.queue).ok_or_else(|| {
@@ -443,11 +497,13 @@ pub fn run_scenario(
             burst,
             stage,
             faults: w.faults.map(|f| FaultInjector::new(&f, pool.clone())),
+            capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
         });
     }
     report::plan(&scenario.workers, &names, opts.json);
 
     let mut summary = execute(specs, &ports, started, "run", true, opts, interrupted)?;
+    close_capture(capture, opts, &mut summary)?;
     summary.checks = verdicts(scenario, &summary.workers);
     if let Some(bad) = summary.checks.iter().find(|c| !c.passed) {
         report::summary(&summary, opts.json);
@@ -601,6 +657,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
         .iter()
         .map(|&id| Port::start(id, &cfg, pool.clone()))
         .collect::<Result<_, _>>()?;
+    let capture = open_capture(&opts.run, &ports)?;
     let peer = |i: usize| {
         if i.is_multiple_of(2) {
             (i + 1).min(ports.len() - 1)
@@ -656,9 +713,12 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
             burst: opts.burst,
             stage: StageBox::new(Forward::new(opts.mode, map)),
             faults: None,
+            capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
         });
     }
-    execute(specs, &ports, started, "fwd", false, &opts.run, interrupted)
+    let mut summary = execute(specs, &ports, started, "fwd", false, &opts.run, interrupted)?;
+    close_capture(capture, &opts.run, &mut summary)?;
+    Ok(summary)
 }
 
 /// Starts the workers, prints live stats until a stop condition, drains (when `drain`: for
@@ -742,6 +802,7 @@ fn execute(
         workers,
         ports,
         checks: Vec::new(),
+        capture: None,
     })
 }
 

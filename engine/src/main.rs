@@ -48,6 +48,9 @@ enum Command {
         /// Machine-readable output: JSON lines on stdout, human text on stderr.
         #[arg(long)]
         json: bool,
+        /// Capture every packet the ports send and receive into this pcapng file (Wireshark).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
         /// Extra EAL arguments, appended to the config's [eal] args.
         #[arg(last = true)]
         eal: Vec<String>,
@@ -87,6 +90,9 @@ enum Command {
         /// Machine-readable output: JSON lines on stdout, human text on stderr.
         #[arg(long)]
         json: bool,
+        /// Capture every packet the ports send and receive into this pcapng file (Wireshark).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
         /// EAL arguments: the devices, e.g. `--vdev net_null0 --vdev net_null1`.
         #[arg(last = true)]
         eal: Vec<String>,
@@ -132,6 +138,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             duration,
             stats_period,
             json,
+            pcap,
             eal,
         } => {
             let scenario = Scenario::load(
@@ -150,6 +157,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     stats_period.unwrap_or(scenario.run.stats_period_s),
                 )?,
                 json,
+                pcap,
             };
             let summary = app::run_scenario(&scenario, &eal, &opts, interrupt_flag())?;
             report::summary(&summary, json);
@@ -167,6 +175,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             hugepages,
             memory_mb,
             json,
+            pcap,
             eal,
         } => {
             let opts = FwdOpts {
@@ -183,6 +192,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     duration: seconds("--duration", duration)?,
                     stats_period: seconds("--stats-period", stats_period)?,
                     json,
+                    pcap,
                 },
             };
             let summary = app::run_fwd(&opts, interrupt_flag())?;

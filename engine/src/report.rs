@@ -205,6 +205,9 @@ pub fn summary(s: &Summary, json: bool) {
             c.late
         );
     }
+    if let Some(c) = &s.capture {
+        println!("  capture: {} packets written to {}", c.packets, c.path);
+    }
     println!(
         "  total: {} forwarded/sent, {:.3} Mpps",
         s.total_tx_packets(),

@@ -207,3 +207,73 @@ fn default_scenario_runs_and_passes_its_check() {
         "live stats are printed once a second"
     );
 }
+
+#[test]
+fn pcap_holds_every_packet_sent_and_received() {
+    let cfg = config_file(
+        "pcap.toml",
+        r#"
+[eal]
+hugepages = "off"
+memory_mb = 256
+[run]
+duration_s = 20
+[[ports]]
+name = "a"
+ring = "w"
+[[ports]]
+name = "b"
+ring = "w"
+[[workers]]
+core = 0
+task = "generate"
+port = "a"
+frame_size = 100
+rate_pps = 100000
+count = 5000
+[[workers]]
+core = 1
+task = "check"
+port = "b"
+"#,
+    );
+    let pcap = cfg.with_extension("pcapng");
+    let out = portico(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--json",
+        "--pcap",
+        pcap.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (names, records) = portico::capture::read(&std::fs::read(&pcap).unwrap()).unwrap();
+    std::fs::remove_file(&pcap).unwrap();
+    assert_eq!(names, ["a", "b"]);
+    use portico::capture::Direction::{Inbound, Outbound};
+    let sent: Vec<_> = records
+        .iter()
+        .filter(|r| r.interface == 0 && r.direction == Some(Outbound))
+        .collect();
+    let got: Vec<_> = records
+        .iter()
+        .filter(|r| r.interface == 1 && r.direction == Some(Inbound))
+        .collect();
+    assert_eq!((sent.len(), got.len(), records.len()), (5000, 5000, 10_000));
+    for (i, (s, g)) in sent.iter().zip(&got).enumerate() {
+        assert_eq!(s.data, g.data, "packet {i} arrived as sent");
+        assert_eq!(
+            portico::traffic::frame::verify(&g.data).unwrap().seq,
+            i as u64
+        );
+        assert_eq!(g.data.len(), 96);
+    }
+    assert!(
+        got.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
+        "timestamps never go back"
+    );
+}

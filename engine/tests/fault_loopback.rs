@@ -51,6 +51,7 @@ fn injected_faults_are_counted_and_seen_exactly() {
         duration: Some(Duration::from_secs(2)),
         stats_period: None,
         json: true,
+        pcap: None,
     };
     let s = app::run_scenario(&scenario, &[], &opts, Arc::new(AtomicBool::new(false)))
         .expect("the check passes with faults accounted for");

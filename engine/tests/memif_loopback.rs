@@ -49,6 +49,7 @@ fn frames_cross_a_memif_pair_intact() {
         duration: Some(Duration::from_secs(30)),
         stats_period: None,
         json: true,
+        pcap: None,
     };
     let s = app::run_scenario(&scenario, &[], &opts, Arc::new(AtomicBool::new(false)))
         .expect("run succeeds");

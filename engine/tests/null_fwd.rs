@@ -29,6 +29,7 @@ fn null_forwarding_counters_add_up() {
             duration: Some(Duration::from_millis(500)),
             stats_period: None,
             json: true,
+            pcap: None,
         },
     };
     let s = app::run_fwd(&opts, Arc::new(AtomicBool::new(false))).expect("fwd runs");

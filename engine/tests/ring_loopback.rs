@@ -49,6 +49,7 @@ fn frames_cross_a_ring_link_exactly_once_and_intact() {
         duration: Some(Duration::from_secs(30)),
         stats_period: None,
         json: true,
+        pcap: None,
     };
     let s = app::run_scenario(&scenario, &[], &opts, Arc::new(AtomicBool::new(false)))
         .expect("run succeeds");

@@ -16,9 +16,11 @@
 
 mod counters;
 mod fault;
+mod tap;
 
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
 pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
+pub use tap::{CaptureSink, CaptureTap};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,13 +95,19 @@ impl Outputs {
 
     /// Sends what every buffer holds; applies each path's policy to the unsent rest.
     #[inline]
-    fn flush(&mut self, c: &mut Counters) -> usize {
+    fn flush(&mut self, c: &mut Counters, mut capture: Option<&mut CaptureTap>) -> usize {
         let mut total = 0;
         for p in &mut self.paths {
             if p.buf.is_empty() {
                 continue;
             }
+            if let Some(t) = capture.as_deref_mut() {
+                t.stage_outbound(p.queue.port_id(), &p.buf);
+            }
             let (sent, bytes) = p.buf.tx(&mut p.queue);
+            if let Some(t) = capture.as_deref_mut() {
+                t.commit_outbound(sent);
+            }
             total += sent;
             c.tx_packets += sent as u64;
             c.tx_bytes += bytes;
@@ -124,6 +132,7 @@ struct LoopParts {
     tx: Vec<(TxQueue, TxPolicy)>,
     burst: usize,
     faults: Option<FaultInjector>,
+    capture: Option<CaptureTap>,
 }
 
 /// A stage, ready to run on a worker. The type is erased only at the thread boundary: the loop
@@ -163,6 +172,8 @@ pub struct WorkerSpec {
     pub stage: StageBox,
     /// Faults to inject into what this worker receives, before its stage sees it.
     pub faults: Option<FaultInjector>,
+    /// Capture of what this worker's ports receive and send (`--pcap`).
+    pub capture: Option<CaptureTap>,
 }
 
 /// Why the engine stopped abnormally.
@@ -375,6 +386,7 @@ impl WorkerCtx {
             burst,
             stage,
             faults,
+            capture,
             ..
         } = spec;
         let parts = LoopParts {
@@ -382,6 +394,7 @@ impl WorkerCtx {
             tx,
             burst,
             faults,
+            capture,
         };
         let result = catch_unwind(AssertUnwindSafe(|| (stage.run)(&self, parts)));
         if let Err(payload) = result {
@@ -403,6 +416,7 @@ impl WorkerCtx {
             tx,
             burst: burst_size,
             mut faults,
+            mut capture,
         } = parts;
         // With faults on, a burst must have room for a duplicate of every packet.
         let max = if faults.is_some() {
@@ -435,6 +449,9 @@ impl WorkerCtx {
                 received += n;
                 c.rx_packets += n as u64;
                 c.rx_bytes += burst.bytes();
+                if let Some(t) = capture.as_mut() {
+                    t.inbound(q.port_id(), &burst);
+                }
                 if let Some(f) = faults.as_mut() {
                     f.apply(&mut burst, &mut c.faults);
                 }
@@ -447,7 +464,7 @@ impl WorkerCtx {
             if !self.drain.load(Ordering::Relaxed) {
                 stage.on_poll(&mut out, &mut c);
             }
-            let sent = out.flush(&mut c);
+            let sent = out.flush(&mut c, capture.as_mut());
             if received == 0 && sent == 0 {
                 c.empty_polls += 1;
             }
@@ -509,6 +526,7 @@ mod tests {
             burst: 32,
             stage: StageBox::new(t),
             faults: None,
+            capture: None,
         }
     }
 
