@@ -17,6 +17,7 @@ pub mod config;
 #[allow(unsafe_code)]
 pub mod dataplane;
 pub mod hugepages;
+pub mod latency;
 pub mod lpe;
 pub mod report;
 pub mod runtime;
