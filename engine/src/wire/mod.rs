@@ -60,6 +60,7 @@ macro_rules! fixed_header_view {
 }
 
 pub mod aeth;
+pub mod arp;
 pub mod bth;
 pub mod ethernet;
 pub mod feth;
@@ -71,6 +72,7 @@ pub mod roce;
 pub mod udp;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
+pub use arp::{ArpOp, ArpRepr};
 pub use bth::{BthRepr, ExtHeaders, Opcode, Payload};
 pub use ethernet::{EtherType, EthernetAddress, EthernetRepr};
 pub use feth::{FethRepr, Placement, Selectivity};
@@ -87,6 +89,7 @@ pub(crate) type Field = core::ops::Range<usize>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layer {
     Ethernet,
+    Arp,
     Ipv4,
     Udp,
     Bth,
@@ -105,6 +108,7 @@ impl core::fmt::Display for Layer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let name = match self {
             Layer::Ethernet => "Ethernet",
+            Layer::Arp => "ARP",
             Layer::Ipv4 => "IPv4",
             Layer::Udp => "UDP",
             Layer::Bth => "BTH",
