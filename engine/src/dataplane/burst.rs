@@ -237,26 +237,6 @@ impl Burst {
         self.len = 0;
         self.known_bytes = Some(0);
     }
-
-    /// Keeps the buffers for which `keep` is true, in order; frees the others.
-    pub fn retain(&mut self, mut keep: impl FnMut(&mut Mbuf) -> bool) {
-        let len = self.len;
-        // If `keep` panics, the prefix is leaked rather than freed twice.
-        self.len = 0;
-        self.known_bytes = None;
-        let mut w = 0;
-        for r in 0..len {
-            // SAFETY: slot r is initialised; it is either moved to slot w (w <= r) or freed.
-            let mut m = unsafe { self.slots[r].assume_init_read() };
-            if keep(&mut m) {
-                self.slots[w].write(m);
-                w += 1;
-            } else {
-                drop(m);
-            }
-        }
-        self.len = w;
-    }
 }
 
 /// Yields the buffers of a burst front to back, owned; frees whatever it did not yield when

@@ -263,11 +263,6 @@ impl Runtime {
         Ok(rt)
     }
 
-    /// A flag that stops every worker when set (signal handlers hold a clone).
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
-    }
-
     /// Stops `on_poll` (so generators send nothing new) while RX and TX go on: what is in
     /// flight still arrives and is counted before [`Runtime::stop`].
     pub fn drain(&self) {
