@@ -2,7 +2,7 @@
 //!
 //! Layers, dependencies pointing down only (see `docs/architecture.md`):
 //! - [`wire`] (RoCEv2 packet formats and the ICRC), [`traffic::frame`] and [`config`]: pure
-//!   code, tested without EAL;
+//!   code, tested without EAL; [`transport`] (RC queue pairs) on top of `wire`;
 //! - [`dataplane`]: the DPDK adapter, the only `unsafe` in this crate;
 //! - [`runtime`]: pinned run-to-completion workers running [`runtime::Stage`]s;
 //! - [`lpe`]: the list-processing engine (Portals/MPI matching), pure and sharded;
@@ -22,4 +22,5 @@ pub mod lpe;
 pub mod report;
 pub mod runtime;
 pub mod traffic;
+pub mod transport;
 pub mod wire;

@@ -29,7 +29,7 @@ const POLY: u32 = 0xedb8_8320;
 
 /// `TABLES[0]` is the classic byte-at-a-time table; `TABLES[k][b]` is the CRC
 /// of byte `b` followed by `k` zero bytes, which lets eight bytes be folded at once.
-const TABLES: [[u32; 256]; 8] = build_tables();
+static TABLES: [[u32; 256]; 8] = build_tables();
 
 const fn build_tables() -> [[u32; 256]; 8] {
     let mut tables = [[0u32; 256]; 8];

@@ -1,0 +1,329 @@
+//! The reliable-connection (RC) transport of the software RDMA NIC.
+//!
+//! A [`QueuePair`] is two state machines sharing one configuration: the
+//! requester (SEND, RDMA WRITE, RDMA READ; PSN assignment, AckReq, in-flight
+//! cap, go-back-N, retransmission timer with backoff, RNR wait) and the
+//! responder (PSN checking, NAK once per sequence error, duplicate handling,
+//! MSN, ACK coalescing, READ response segmentation, receive queue, rkey and
+//! bounds checks). Both are pure: they consume parsed [`RoceRepr`]s plus
+//! payload slices and produce [`OutPacket`]s (a `RoceRepr` plus a reference to
+//! payload bytes in the [`MemoryTable`]); time is the `now` argument in
+//! nanoseconds. No I/O, no threads, no clock, no `unsafe`.
+//!
+//! The dataplane drives a QP with three calls:
+//! * per received packet: [`QueuePair::on_packet`];
+//! * per transmit opportunity: [`QueuePair::poll_transmit`] until `None`, then
+//!   [`OutPacket::emit_headers`] / [`OutPacket::payload`] (or
+//!   [`OutPacket::emit`] into a flat buffer);
+//! * per timer tick: [`QueuePair::on_timer`] once `now` reaches
+//!   [`QueuePair::next_deadline`].
+//!
+//! `docs/transport.md` describes the state machines in prose.
+
+pub mod cq;
+pub mod mr;
+pub mod psn;
+pub mod qp;
+pub mod requester;
+pub mod responder;
+
+#[cfg(test)]
+mod tests;
+
+use core::net::Ipv4Addr;
+
+use crate::wire::bth::DEFAULT_PKEY;
+use crate::wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
+
+pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys};
+pub use qp::{QpState, QpStats, QueuePair};
+
+/// Path MTU: the largest payload of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mtu {
+    M256,
+    M512,
+    M1024,
+    M2048,
+    M4096,
+}
+
+impl Mtu {
+    pub const fn bytes(self) -> u32 {
+        match self {
+            Mtu::M256 => 256,
+            Mtu::M512 => 512,
+            Mtu::M1024 => 1024,
+            Mtu::M2048 => 2048,
+            Mtu::M4096 => 4096,
+        }
+    }
+
+    /// Packets (and PSNs) a message of `len` bytes needs: at least one, so a
+    /// zero-length message still travels as an ONLY packet.
+    pub const fn packets(self, len: u32) -> u32 {
+        let n = len.div_ceil(self.bytes());
+        if n == 0 { 1 } else { n }
+    }
+}
+
+/// Everything a QP needs to know about itself and its peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpConfig {
+    pub local_qpn: u32,
+    pub remote_qpn: u32,
+    pub local_mac: EthernetAddress,
+    pub remote_mac: EthernetAddress,
+    pub local_ip: Ipv4Addr,
+    pub remote_ip: Ipv4Addr,
+    /// UDP source port (ECMP entropy), conventionally 0xC000..=0xFFFF.
+    pub udp_src_port: u16,
+    pub dscp: u8,
+    pub ecn: Ecn,
+    pub ttl: u8,
+    /// First PSN the requester sends.
+    pub send_psn: u32,
+    /// First PSN the responder expects (the peer's `send_psn`).
+    pub recv_psn: u32,
+    pub pmtu: Mtu,
+    /// Send queue depth (posted, not yet completed work requests).
+    pub max_send_wr: usize,
+    /// Receive queue depth.
+    pub max_recv_wr: usize,
+    /// Cap on unacknowledged PSNs (packets) the requester keeps in flight.
+    pub max_in_flight: u32,
+    /// RDMA READs outstanding at once; also the responder's READ queue depth.
+    pub max_rd_atomic: u32,
+    /// The requester sets AckReq at least every this many packets.
+    pub ack_req_every: u32,
+    /// The responder ACKs after this many unacknowledged packets even
+    /// without AckReq.
+    pub ack_coalesce: u32,
+    /// Base retransmission timeout.
+    pub timeout_ns: u64,
+    /// The timeout doubles per consecutive expiry up to `timeout << max_backoff_shift`.
+    pub max_backoff_shift: u32,
+    /// Consecutive timeouts without progress tolerated before RetryExceeded.
+    pub retry_limit: u32,
+    /// Consecutive RNR NAKs tolerated before RnrRetryExceeded.
+    pub rnr_retry_limit: u32,
+    /// RNR timer code this responder advertises in its RNR NAKs.
+    pub rnr_timer_code: u8,
+}
+
+impl QpConfig {
+    /// A configuration with conservative defaults: MTU 1024, 128-deep queues,
+    /// 64 packets in flight, AckReq every 16 packets, 100 µs timeout, 7 retries.
+    pub fn new(local_qpn: u32, remote_qpn: u32) -> QpConfig {
+        QpConfig {
+            local_qpn,
+            remote_qpn,
+            local_mac: EthernetAddress([0x02, 0, 0, 0, 0, 1]),
+            remote_mac: EthernetAddress([0x02, 0, 0, 0, 0, 2]),
+            local_ip: Ipv4Addr::new(10, 0, 0, 1),
+            remote_ip: Ipv4Addr::new(10, 0, 0, 2),
+            udp_src_port: 0xc000,
+            dscp: 26,
+            ecn: Ecn::Ect0,
+            ttl: 64,
+            send_psn: 0,
+            recv_psn: 0,
+            pmtu: Mtu::M1024,
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_in_flight: 64,
+            max_rd_atomic: 16,
+            ack_req_every: 16,
+            ack_coalesce: 32,
+            timeout_ns: 100_000,
+            max_backoff_shift: 6,
+            retry_limit: 7,
+            rnr_retry_limit: 7,
+            rnr_timer_code: 1,
+        }
+    }
+
+    /// The configuration of the peer QP: addresses, QPNs and PSNs swapped.
+    pub fn mirrored(&self) -> QpConfig {
+        QpConfig {
+            local_qpn: self.remote_qpn,
+            remote_qpn: self.local_qpn,
+            local_mac: self.remote_mac,
+            remote_mac: self.local_mac,
+            local_ip: self.remote_ip,
+            remote_ip: self.local_ip,
+            send_psn: self.recv_psn,
+            recv_psn: self.send_psn,
+            ..self.clone()
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field: &'static str| Err(ConfigError { field });
+        if self.local_qpn > psn::PSN_MASK || self.remote_qpn > psn::PSN_MASK {
+            return bad("qpn");
+        }
+        if self.send_psn > psn::PSN_MASK || self.recv_psn > psn::PSN_MASK {
+            return bad("psn");
+        }
+        if self.max_send_wr == 0 || self.max_recv_wr == 0 {
+            return bad("queue depth");
+        }
+        if self.max_in_flight == 0 || self.max_in_flight >= psn::PSN_HALF {
+            return bad("max_in_flight");
+        }
+        if self.max_rd_atomic == 0 {
+            return bad("max_rd_atomic");
+        }
+        if self.ack_req_every == 0 {
+            return bad("ack_req_every");
+        }
+        if self.ack_coalesce == 0 {
+            return bad("ack_coalesce");
+        }
+        if self.timeout_ns == 0 || self.max_backoff_shift > 20 {
+            return bad("timeout");
+        }
+        if self.rnr_timer_code > 31 || self.dscp > 0x3f {
+            return bad("rnr_timer_code/dscp");
+        }
+        Ok(())
+    }
+
+    /// Headers of one packet to the peer; the caller fills the extension
+    /// headers. Pad count is derived by `wire` on emit.
+    pub(crate) fn header(&self, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
+        RoceRepr {
+            src_mac: self.local_mac,
+            dst_mac: self.remote_mac,
+            ip: RoceIpv4 {
+                src_addr: self.local_ip,
+                dst_addr: self.remote_ip,
+                dscp: self.dscp,
+                ecn: self.ecn,
+                ident: 0,
+                dont_frag: true,
+                ttl: self.ttl,
+            },
+            src_port: self.udp_src_port,
+            bth: BthRepr {
+                opcode,
+                solicited: false,
+                migreq: false,
+                pad_count: 0,
+                pkey: DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dest_qp: self.remote_qpn,
+                ack_req,
+                psn,
+            },
+            feth: None,
+            reth: None,
+            aeth: None,
+            immdt: None,
+        }
+    }
+}
+
+/// A configuration field out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid QP configuration: {field}")]
+pub struct ConfigError {
+    pub field: &'static str,
+}
+
+/// The operation of a send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WrKind {
+    Send {
+        imm: Option<u32>,
+    },
+    Write {
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    },
+    Read {
+        remote_addr: u64,
+        rkey: u32,
+    },
+}
+
+/// A send work request: what to do, and the local buffer it reads from
+/// (SEND, WRITE) or places into (READ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkRequest {
+    pub wr_id: u64,
+    pub kind: WrKind,
+    pub lkey: u32,
+    pub local_addr: u64,
+    pub len: u32,
+}
+
+/// A receive work request: the local buffer an incoming SEND scatters into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecvRequest {
+    pub wr_id: u64,
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u32,
+}
+
+/// Why a post was refused (nothing was queued and no completion will come).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    #[error("send queue full")]
+    SendQueueFull,
+    #[error("receive queue full")]
+    RecvQueueFull,
+    #[error("message longer than 2^31 bytes")]
+    TooLong,
+    #[error("local buffer: {0}")]
+    LocalBuffer(AccessError),
+}
+
+/// Payload bytes of an outgoing packet: a range inside the memory table.
+/// The dataplane copies them straight from the region into the mbuf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PayloadRef {
+    pub at: Location,
+    pub len: usize,
+}
+
+/// One packet to transmit: complete headers plus where its payload lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutPacket {
+    pub repr: RoceRepr,
+    pub payload: Option<PayloadRef>,
+}
+
+impl OutPacket {
+    pub fn payload_len(&self) -> usize {
+        self.payload.map_or(0, |p| p.len)
+    }
+
+    /// The payload bytes, borrowed from the region table.
+    pub fn payload<'m>(&self, mem: &'m MemoryTable) -> &'m [u8] {
+        match self.payload {
+            Some(p) => mem.slice(p.at, p.len),
+            None => &[],
+        }
+    }
+
+    /// Length of the whole frame.
+    pub fn frame_len(&self) -> usize {
+        self.repr.buffer_len(self.payload_len())
+    }
+
+    /// Write the headers only (for mbuf headroom); see `wire::emit_trailer`.
+    pub fn emit_headers(&self, buf: &mut [u8]) -> crate::wire::Result<usize> {
+        self.repr.emit_headers(buf, self.payload_len())
+    }
+
+    /// Write the whole frame (headers, payload, pad, ICRC) into `buf`.
+    pub fn emit(&self, mem: &MemoryTable, buf: &mut [u8]) -> crate::wire::Result<usize> {
+        self.repr.emit(buf, self.payload(mem))
+    }
+}

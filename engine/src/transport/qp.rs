@@ -1,0 +1,266 @@
+//! A queue pair: one requester and one responder behind one configuration,
+//! one state (Ready or Error) and one set of counters.
+//!
+//! The QP routes received packets by opcode (requests to the responder,
+//! ACKs/NAKs/READ responses to the requester), interleaves the two halves'
+//! output (responder first, so ACKs are never starved by bulk sends), and
+//! owns the move to the error state: the failing WQE completes with its
+//! status, everything else still posted completes with a flush error, and
+//! later posts complete with a flush error at once.
+
+use crate::wire::RoceRepr;
+
+use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::mr::MemoryTable;
+use super::requester::{Outcome, Requester};
+use super::responder::{Responder, Verdict};
+use super::{ConfigError, OutPacket, PostError, QpConfig, RecvRequest, WorkRequest, WrKind};
+
+/// The QP states this transport distinguishes. (Reset/Init/RTR are the
+/// connection manager's business; a QP is created ready to send.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Ready to send and receive.
+    Ready,
+    /// A fatal error happened; every work request completes with a flush error.
+    Error,
+}
+
+/// Counters of one QP; plain integers, summed by whoever reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QpStats {
+    // Requester.
+    /// Request packets sent, retransmissions included.
+    pub tx_requests: u64,
+    /// Request packets sent again (go-back-N, timeout, RNR retry).
+    pub retransmissions: u64,
+    pub acks_received: u64,
+    pub seq_naks_received: u64,
+    pub rnr_naks_received: u64,
+    pub fatal_naks_received: u64,
+    pub timeouts: u64,
+    /// Times the transmit cursor went back because of a NAK or a response gap.
+    pub go_back_n: u64,
+    /// READ responses for PSNs already received (or otherwise stale).
+    pub duplicate_responses: u64,
+    /// Responses that matched nothing outstanding or had a wrong length.
+    pub ignored_responses: u64,
+    /// MSN of the latest AETH seen.
+    pub last_msn: u32,
+    // Responder.
+    pub acks_sent: u64,
+    pub seq_naks_sent: u64,
+    pub rnr_naks_sent: u64,
+    pub fatal_naks_sent: u64,
+    pub read_responses_sent: u64,
+    /// Requests behind the expected PSN.
+    pub duplicate_requests: u64,
+    /// Duplicate READs answered again from memory.
+    pub reexecuted_reads: u64,
+    /// Requests ahead of the expected PSN (dropped; the first one NAKed).
+    pub out_of_sequence: u64,
+    /// Requests dropped for lack of READ queue space.
+    pub dropped_requests: u64,
+    // Both.
+    pub rx_packets: u64,
+    /// Packets for another QP number, or received in the error state.
+    pub rx_dropped: u64,
+}
+
+impl QpStats {
+    /// Add `other`'s counters to these; `last_msn` takes the larger value
+    /// (only the requester sets it).
+    fn merge(&mut self, o: &QpStats) {
+        self.tx_requests += o.tx_requests;
+        self.retransmissions += o.retransmissions;
+        self.acks_received += o.acks_received;
+        self.seq_naks_received += o.seq_naks_received;
+        self.rnr_naks_received += o.rnr_naks_received;
+        self.fatal_naks_received += o.fatal_naks_received;
+        self.timeouts += o.timeouts;
+        self.go_back_n += o.go_back_n;
+        self.duplicate_responses += o.duplicate_responses;
+        self.ignored_responses += o.ignored_responses;
+        self.last_msn = self.last_msn.max(o.last_msn);
+        self.acks_sent += o.acks_sent;
+        self.seq_naks_sent += o.seq_naks_sent;
+        self.rnr_naks_sent += o.rnr_naks_sent;
+        self.fatal_naks_sent += o.fatal_naks_sent;
+        self.read_responses_sent += o.read_responses_sent;
+        self.duplicate_requests += o.duplicate_requests;
+        self.reexecuted_reads += o.reexecuted_reads;
+        self.out_of_sequence += o.out_of_sequence;
+        self.dropped_requests += o.dropped_requests;
+        self.rx_packets += o.rx_packets;
+        self.rx_dropped += o.rx_dropped;
+    }
+}
+
+/// An RC queue pair. See the module documentation of [`crate::transport`].
+#[derive(Debug)]
+pub struct QueuePair {
+    cfg: QpConfig,
+    state: QpState,
+    req: Requester,
+    resp: Responder,
+    stats: QpStats,
+}
+
+impl QueuePair {
+    /// Create a QP in the Ready state. All queues are allocated here, at
+    /// their configured depth.
+    pub fn new(cfg: QpConfig) -> Result<QueuePair, ConfigError> {
+        cfg.validate()?;
+        Ok(QueuePair {
+            req: Requester::new(&cfg),
+            resp: Responder::new(&cfg),
+            cfg,
+            state: QpState::Ready,
+            stats: QpStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The QP's counters: the requester's, the responder's and its own,
+    /// merged (each half only counts its own fields).
+    pub fn stats(&self) -> QpStats {
+        let mut s = self.stats.clone();
+        s.merge(&self.req.stats);
+        s.merge(&self.resp.stats);
+        s
+    }
+
+    pub fn requester(&self) -> &Requester {
+        &self.req
+    }
+
+    pub fn responder(&self) -> &Responder {
+        &self.resp
+    }
+
+    /// Queue a SEND, RDMA WRITE or RDMA READ. The local buffer is checked
+    /// now (bounds; LOCAL_WRITE for a READ). In the error state the request
+    /// is accepted and completes at once with a flush error.
+    pub fn post_send(
+        &mut self,
+        wr: WorkRequest,
+        mem: &MemoryTable,
+        cq: &mut CompletionQueue,
+    ) -> Result<(), PostError> {
+        if self.state == QpState::Error {
+            let opcode = match wr.kind {
+                WrKind::Send { .. } => WcOpcode::Send,
+                WrKind::Write { .. } => WcOpcode::RdmaWrite,
+                WrKind::Read { .. } => WcOpcode::RdmaRead,
+            };
+            self.flush(cq, wr.wr_id, opcode);
+            return Ok(());
+        }
+        self.req.post(&self.cfg, wr, mem)
+    }
+
+    /// Queue a receive buffer for an incoming SEND or WRITE with immediate.
+    pub fn post_recv(
+        &mut self,
+        wr: RecvRequest,
+        mem: &MemoryTable,
+        cq: &mut CompletionQueue,
+    ) -> Result<(), PostError> {
+        if self.state == QpState::Error {
+            self.flush(cq, wr.wr_id, WcOpcode::Recv);
+            return Ok(());
+        }
+        self.resp.post_recv(&self.cfg, wr, mem)
+    }
+
+    fn flush(&self, cq: &mut CompletionQueue, wr_id: u64, opcode: WcOpcode) {
+        cq.push(WorkCompletion {
+            wr_id,
+            qpn: self.cfg.local_qpn,
+            opcode,
+            status: WcStatus::WrFlushError,
+            byte_len: 0,
+            imm_data: None,
+        });
+    }
+
+    /// The next packet to transmit, or `None` when there is nothing to send
+    /// now (nothing posted, window full, READ limit, RNR wait). Call until
+    /// `None` at every transmit opportunity, and again after `on_packet` and
+    /// `on_timer`.
+    pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {
+        if let Some(p) = self.resp.poll_transmit(&self.cfg) {
+            return Some(p);
+        }
+        if self.state == QpState::Error {
+            return None;
+        }
+        self.req.poll_transmit(now, &self.cfg)
+    }
+
+    /// Handle one received, already parsed and ICRC-checked packet.
+    /// `payload` is the packet's payload without pad and ICRC.
+    pub fn on_packet(
+        &mut self,
+        now: u64,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+    ) {
+        self.stats.rx_packets += 1;
+        if repr.bth.dest_qp != self.cfg.local_qpn || self.state == QpState::Error {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        let opcode = repr.bth.opcode;
+        if opcode.is_request() {
+            let verdict = self.resp.on_request(&self.cfg, repr, payload, mem, cq);
+            if verdict == Verdict::Fatal {
+                self.enter_error(None, cq);
+            }
+        } else if opcode.is_response() {
+            let outcome = self.req.on_response(now, &self.cfg, repr, payload, mem, cq);
+            if let Outcome::Fatal(status, psn) = outcome {
+                self.enter_error(Some((status, psn)), cq);
+            }
+        } else {
+            self.stats.rx_dropped += 1;
+        }
+    }
+
+    /// The earliest `now` at which [`QueuePair::on_timer`] has work
+    /// (retransmission timeout or end of an RNR wait).
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.state == QpState::Error {
+            return None;
+        }
+        self.req.next_deadline()
+    }
+
+    /// Run expired timers. Retry exhaustion completes the oldest work request
+    /// with RetryExceeded and moves the QP to the error state.
+    pub fn on_timer(&mut self, now: u64, cq: &mut CompletionQueue) {
+        if self.state == QpState::Error {
+            return;
+        }
+        if let Outcome::Fatal(status, psn) = self.req.on_timer(now, &self.cfg) {
+            self.enter_error(Some((status, psn)), cq);
+        }
+    }
+
+    /// Move to the error state; `blame` names the failed request's status
+    /// and a PSN it holds.
+    fn enter_error(&mut self, blame: Option<(WcStatus, u32)>, cq: &mut CompletionQueue) {
+        self.state = QpState::Error;
+        self.req.fail(&self.cfg, blame, cq);
+        self.resp.fail(&self.cfg, cq);
+    }
+}

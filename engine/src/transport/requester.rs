@@ -1,0 +1,585 @@
+//! The requester half of an RC queue pair.
+//!
+//! PSNs are assigned when a work request is posted, so every work queue
+//! element (WQE) knows its PSN range for life: SEND and WRITE use one PSN per
+//! MTU-sized packet, a READ request uses as many PSNs as its response will
+//! have packets. The transmit cursor (`tx_psn`) walks forward over that space
+//! and jumps back for go-back-N; `snd_una` is the oldest PSN not yet
+//! acknowledged, and the distance between the two is what the in-flight cap
+//! limits. ACKs are cumulative by PSN; READ response packets acknowledge
+//! everything before them implicitly. A NAK "PSN sequence error" acknowledges
+//! everything before its PSN and rewinds the cursor there; an RNR NAK does the
+//! same after the RNR timer; other NAKs fail the WQE and the QP. The
+//! retransmission timer rewinds to `snd_una` with exponential backoff and
+//! gives up after `retry_limit` expiries without progress.
+
+use std::collections::VecDeque;
+
+use crate::wire::aeth::{self, AethRepr, NakCode, Syndrome};
+use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr};
+
+use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::mr::{Access, Location, MemoryTable};
+use super::psn;
+use super::qp::QpStats;
+use super::{OutPacket, PayloadRef, PostError, QpConfig, WorkRequest, WrKind};
+
+/// A posted send work request with its PSN range.
+#[derive(Debug, Clone, Copy)]
+struct SendWqe {
+    wr_id: u64,
+    kind: WrKind,
+    local: Location,
+    len: u32,
+    first_psn: u32,
+    /// PSNs the WQE occupies (request packets, or READ response packets).
+    npsn: u32,
+    /// READ only: response packets received and placed so far.
+    read_done: u32,
+}
+
+impl SendWqe {
+    fn last_psn(&self) -> u32 {
+        psn::add(self.first_psn, self.npsn - 1)
+    }
+
+    fn is_read(&self) -> bool {
+        matches!(self.kind, WrKind::Read { .. })
+    }
+
+    fn wc_opcode(&self) -> WcOpcode {
+        match self.kind {
+            WrKind::Send { .. } => WcOpcode::Send,
+            WrKind::Write { .. } => WcOpcode::RdmaWrite,
+            WrKind::Read { .. } => WcOpcode::RdmaRead,
+        }
+    }
+}
+
+/// What a received response did to the requester, for the QP to act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Ok,
+    /// The WQE holding this PSN failed with this status; the QP must enter
+    /// the error state.
+    Fatal(WcStatus, u32),
+}
+
+#[derive(Debug)]
+pub struct Requester {
+    sq: VecDeque<SendWqe>,
+    /// PSN the next posted WQE gets.
+    next_psn: u32,
+    /// Next PSN to transmit, and the index in `sq` of the WQE that holds it.
+    tx_psn: u32,
+    tx_idx: usize,
+    /// Oldest PSN not acknowledged.
+    snd_una: u32,
+    /// One past the highest PSN ever transmitted: below it, a send is a
+    /// retransmission.
+    high_psn: u32,
+    /// Consecutive timer expiries / RNR NAKs without progress.
+    retries: u32,
+    rnr_retries: u32,
+    deadline: Option<u64>,
+    rnr_until: Option<u64>,
+    /// The PSN of the last go-back-N, so that one gap rewinds the cursor once.
+    rewound_to: Option<u32>,
+    since_ack_req: u32,
+    /// Requester counters (the responder fields stay zero).
+    pub(crate) stats: QpStats,
+}
+
+impl Requester {
+    pub(crate) fn new(cfg: &QpConfig) -> Requester {
+        Requester {
+            sq: VecDeque::with_capacity(cfg.max_send_wr),
+            next_psn: cfg.send_psn,
+            tx_psn: cfg.send_psn,
+            tx_idx: 0,
+            snd_una: cfg.send_psn,
+            high_psn: cfg.send_psn,
+            retries: 0,
+            rnr_retries: 0,
+            deadline: None,
+            rnr_until: None,
+            rewound_to: None,
+            since_ack_req: 0,
+            stats: QpStats::default(),
+        }
+    }
+
+    /// PSNs sent and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        psn::diff(self.high_psn, self.snd_una).max(0) as u32
+    }
+
+    /// Oldest unacknowledged PSN.
+    pub fn snd_una(&self) -> u32 {
+        self.snd_una
+    }
+
+    /// Work requests posted and not completed.
+    pub fn pending(&self) -> usize {
+        self.sq.len()
+    }
+
+    pub(crate) fn post(
+        &mut self,
+        cfg: &QpConfig,
+        wr: WorkRequest,
+        mem: &MemoryTable,
+    ) -> Result<(), PostError> {
+        if self.sq.len() >= cfg.max_send_wr {
+            return Err(PostError::SendQueueFull);
+        }
+        if wr.len > 1 << 31 {
+            return Err(PostError::TooLong);
+        }
+        let need = match wr.kind {
+            WrKind::Read { .. } => Access::LOCAL_WRITE,
+            _ => Access::NONE,
+        };
+        let local = mem
+            .check_local(wr.lkey, wr.local_addr, u64::from(wr.len), need)
+            .map_err(PostError::LocalBuffer)?;
+        let npsn = cfg.pmtu.packets(wr.len);
+        self.sq.push_back(SendWqe {
+            wr_id: wr.wr_id,
+            kind: wr.kind,
+            local,
+            len: wr.len,
+            first_psn: self.next_psn,
+            npsn,
+            read_done: 0,
+        });
+        self.next_psn = psn::add(self.next_psn, npsn);
+        Ok(())
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        match (self.deadline, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn rto(&self, cfg: &QpConfig) -> u64 {
+        cfg.timeout_ns << self.retries.min(cfg.max_backoff_shift)
+    }
+
+    /// The next packet to send, if the window, the READ limit and the RNR
+    /// timer allow one.
+    pub(crate) fn poll_transmit(&mut self, now: u64, cfg: &QpConfig) -> Option<OutPacket> {
+        if let Some(until) = self.rnr_until {
+            if now < until {
+                return None;
+            }
+            self.rnr_until = None;
+        }
+        let wqe = *self.sq.get(self.tx_idx)?;
+        let psn = self.tx_psn;
+        let outstanding = psn::diff(psn, self.snd_una).max(0) as u32;
+        let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
+        let mtu = cfg.pmtu.bytes();
+        let out = match wqe.kind {
+            WrKind::Read { remote_addr, rkey } => {
+                let k = k.max(wqe.read_done);
+                let psn = psn::add(wqe.first_psn, k);
+                let psns = wqe.npsn - k;
+                // A READ larger than the whole window may go alone.
+                if outstanding > 0 && outstanding + psns > cfg.max_in_flight {
+                    return None;
+                }
+                let reads = self.sq.iter().take(self.tx_idx).filter(|w| w.is_read());
+                if reads.count() as u32 >= cfg.max_rd_atomic {
+                    return None;
+                }
+                // A retry after partial responses asks only for the rest.
+                let skip = k * mtu;
+                let mut repr = cfg.header(Opcode::RdmaReadRequest, psn, true);
+                repr.reth = Some(RethRepr {
+                    virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
+                    rkey,
+                    dma_len: wqe.len - skip.min(wqe.len),
+                });
+                self.since_ack_req = 0;
+                self.tx_psn = psn::add(wqe.first_psn, wqe.npsn);
+                self.tx_idx += 1;
+                self.note_sent(now, cfg, psn, psns);
+                OutPacket {
+                    repr,
+                    payload: None,
+                }
+            }
+            WrKind::Send { imm } | WrKind::Write { imm, .. } => {
+                if outstanding >= cfg.max_in_flight {
+                    return None;
+                }
+                let offset = k * mtu;
+                let len = (wqe.len - offset).min(mtu);
+                let (first, last) = (k == 0, k + 1 == wqe.npsn);
+                let write = matches!(wqe.kind, WrKind::Write { .. });
+                let opcode = data_opcode(write, first, last, imm.is_some());
+                self.since_ack_req += 1;
+                // AckReq on a message's last packet, every `ack_req_every`
+                // packets, and on the packet that fills the window, so that
+                // the responder never sits on the ACK we are waiting for.
+                let ack_req = last
+                    || self.since_ack_req >= cfg.ack_req_every
+                    || outstanding + 1 >= cfg.max_in_flight;
+                if ack_req {
+                    self.since_ack_req = 0;
+                }
+                let mut repr = cfg.header(opcode, psn, ack_req);
+                if first
+                    && let WrKind::Write {
+                        remote_addr, rkey, ..
+                    } = wqe.kind
+                {
+                    repr.reth = Some(RethRepr {
+                        virtual_addr: remote_addr,
+                        rkey,
+                        dma_len: wqe.len,
+                    });
+                }
+                if last && let Some(imm) = imm {
+                    repr.immdt = Some(ImmDtRepr {
+                        data: imm.to_be_bytes(),
+                    });
+                }
+                self.tx_psn = psn::add(psn, 1);
+                if last {
+                    self.tx_idx += 1;
+                }
+                self.note_sent(now, cfg, psn, 1);
+                OutPacket {
+                    repr,
+                    payload: (len > 0).then_some(PayloadRef {
+                        at: wqe.local.advance(offset as usize),
+                        len: len as usize,
+                    }),
+                }
+            }
+        };
+        Some(out)
+    }
+
+    fn note_sent(&mut self, now: u64, cfg: &QpConfig, psn: u32, n: u32) {
+        self.stats.tx_requests += 1;
+        let end = psn::add(psn, n);
+        if psn::before(psn, self.high_psn) {
+            self.stats.retransmissions += 1;
+            if psn::before(self.high_psn, end) {
+                self.high_psn = end;
+            }
+        } else {
+            self.high_psn = end;
+        }
+        if self.deadline.is_none() {
+            self.deadline = Some(now + self.rto(cfg));
+        }
+    }
+
+    /// Handle an ACK, NAK or READ response addressed to this QP.
+    pub(crate) fn on_response(
+        &mut self,
+        now: u64,
+        cfg: &QpConfig,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+    ) -> Outcome {
+        let psn = repr.bth.psn;
+        match repr.bth.opcode {
+            Opcode::Acknowledge => {
+                let Some(AethRepr { syndrome, msn }) = repr.aeth else {
+                    return Outcome::Ok;
+                };
+                self.stats.last_msn = msn;
+                self.on_aeth(now, cfg, syndrome, psn, cq)
+            }
+            Opcode::RdmaReadResponseFirst
+            | Opcode::RdmaReadResponseMiddle
+            | Opcode::RdmaReadResponseLast
+            | Opcode::RdmaReadResponseOnly => {
+                if let Some(a) = repr.aeth {
+                    self.stats.last_msn = a.msn;
+                }
+                self.on_read_response(now, cfg, psn, payload, mem, cq);
+                Outcome::Ok
+            }
+            _ => Outcome::Ok,
+        }
+    }
+
+    fn on_aeth(
+        &mut self,
+        now: u64,
+        cfg: &QpConfig,
+        syndrome: Syndrome,
+        psn: u32,
+        cq: &mut CompletionQueue,
+    ) -> Outcome {
+        match syndrome {
+            Syndrome::Ack { .. } => {
+                self.stats.acks_received += 1;
+                self.ack_through(now, cfg, psn, cq);
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                self.stats.seq_naks_received += 1;
+                if !self.nak_psn_valid(psn) {
+                    return Outcome::Ok;
+                }
+                self.ack_through(now, cfg, psn::sub(psn, 1), cq);
+                self.rewind(psn);
+            }
+            Syndrome::RnrNak { timer_code } => {
+                self.stats.rnr_naks_received += 1;
+                if !self.nak_psn_valid(psn) {
+                    return Outcome::Ok;
+                }
+                self.ack_through(now, cfg, psn::sub(psn, 1), cq);
+                self.rnr_retries += 1;
+                if self.rnr_retries > cfg.rnr_retry_limit {
+                    return Outcome::Fatal(WcStatus::RnrRetryExceeded, psn);
+                }
+                // Wait, then resend from the refused PSN; the retransmission
+                // timer sleeps meanwhile (the peer is alive, only busy).
+                self.rnr_until = Some(now + u64::from(aeth::rnr_timer_usec(timer_code)) * 1000);
+                self.deadline = None;
+                self.seek(psn);
+                self.rewound_to = Some(psn);
+            }
+            Syndrome::Nak(code) => {
+                self.stats.fatal_naks_received += 1;
+                if !self.nak_psn_valid(psn) {
+                    return Outcome::Ok;
+                }
+                self.ack_through(now, cfg, psn::sub(psn, 1), cq);
+                let status = match code {
+                    NakCode::RemoteAccessError => WcStatus::RemoteAccessError,
+                    NakCode::RemoteOperationalError => WcStatus::RemoteOperationalError,
+                    _ => WcStatus::RemoteInvalidRequest,
+                };
+                return Outcome::Fatal(status, psn);
+            }
+        }
+        Outcome::Ok
+    }
+
+    /// A NAK names the PSN the responder expects: it must lie between the
+    /// oldest unacknowledged PSN and the highest one sent.
+    fn nak_psn_valid(&self, psn: u32) -> bool {
+        psn::before_eq(self.snd_una, psn) && psn::before(psn, self.high_psn)
+    }
+
+    /// Cumulative acknowledgement of every PSN up to and including `psn`.
+    fn ack_through(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut CompletionQueue) {
+        // Valid ACK PSNs run from snd_una - 1 (a repeat) to high_psn - 1.
+        if !(psn::diff(psn, self.snd_una) >= -1 && psn::before(psn, self.high_psn)) {
+            return;
+        }
+        let mut popped = 0;
+        let mut new_una = psn::add(psn, 1);
+        while let Some(w) = self.sq.front() {
+            if w.is_read() && w.read_done < w.npsn {
+                let expect = psn::add(w.first_psn, w.read_done);
+                if psn::before_eq(expect, psn) {
+                    // The ACK covers READ PSNs whose responses never came:
+                    // they were lost (or are late); ask again for the rest.
+                    new_una = expect;
+                    self.rewind(expect);
+                }
+                break;
+            }
+            if !psn::before_eq(w.last_psn(), psn) {
+                break;
+            }
+            self.complete_front(cfg, WcStatus::Success, cq);
+            popped += 1;
+        }
+        self.tx_idx = self.tx_idx.saturating_sub(popped);
+        self.advance_una(now, cfg, new_una);
+    }
+
+    fn on_read_response(
+        &mut self,
+        now: u64,
+        cfg: &QpConfig,
+        psn: u32,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+    ) {
+        if !(psn::before_eq(self.snd_una, psn) && psn::before(psn, self.high_psn)) {
+            self.stats.duplicate_responses += 1;
+            return;
+        }
+        // A READ response acknowledges every earlier PSN.
+        let mut popped = 0;
+        while let Some(w) = self.sq.front() {
+            if w.is_read() || !psn::before(w.last_psn(), psn) {
+                break;
+            }
+            self.complete_front(cfg, WcStatus::Success, cq);
+            popped += 1;
+        }
+        self.tx_idx = self.tx_idx.saturating_sub(popped);
+        let Some(w) = self.sq.front().copied() else {
+            return;
+        };
+        if !w.is_read() {
+            self.stats.ignored_responses += 1;
+            return;
+        }
+        let expect = psn::add(w.first_psn, w.read_done);
+        if psn != expect {
+            if psn::before(psn, expect) {
+                self.stats.duplicate_responses += 1;
+            } else {
+                // A gap in the response stream: go back to the first missing one.
+                self.advance_una(now, cfg, expect);
+                self.rewind(expect);
+            }
+            return;
+        }
+        let mtu = cfg.pmtu.bytes();
+        let offset = w.read_done * mtu;
+        let want = (w.len - offset.min(w.len)).min(mtu) as usize;
+        if payload.len() != want {
+            self.stats.ignored_responses += 1;
+            return;
+        }
+        mem.slice_mut(w.local.advance(offset as usize), want)
+            .copy_from_slice(payload);
+        let read_done = w.read_done + 1;
+        if let Some(front) = self.sq.front_mut() {
+            front.read_done = read_done;
+        }
+        if read_done == w.npsn {
+            self.complete_front(cfg, WcStatus::Success, cq);
+            self.tx_idx = self.tx_idx.saturating_sub(1);
+        }
+        self.advance_una(now, cfg, psn::add(psn, 1));
+    }
+
+    /// Move `snd_una` forward to `una`; progress resets retries and the timer.
+    fn advance_una(&mut self, now: u64, cfg: &QpConfig, una: u32) {
+        if psn::before(self.snd_una, una) {
+            self.snd_una = una;
+            self.retries = 0;
+            self.rnr_retries = 0;
+            self.rewound_to = None;
+            self.deadline = if psn::before(self.snd_una, self.high_psn) {
+                Some(now + self.rto(cfg))
+            } else {
+                None
+            };
+        }
+        if psn::before(self.tx_psn, self.snd_una) {
+            self.seek(self.snd_una);
+        }
+    }
+
+    /// Go-back-N to `psn`, once per gap.
+    fn rewind(&mut self, psn: u32) {
+        if self.rewound_to == Some(psn) {
+            return;
+        }
+        self.stats.go_back_n += 1;
+        self.rewound_to = Some(psn);
+        if psn::before(psn, self.tx_psn) {
+            self.seek(psn);
+        }
+    }
+
+    /// Point the transmit cursor at `psn` and the WQE that holds it.
+    fn seek(&mut self, psn: u32) {
+        self.tx_psn = psn;
+        self.tx_idx = self
+            .sq
+            .iter()
+            .position(|w| psn::in_window(psn, w.first_psn, w.npsn))
+            .unwrap_or(self.sq.len());
+        if let Some(w) = self.sq.get(self.tx_idx)
+            && w.is_read()
+        {
+            // A READ is re-requested from its first missing response.
+            self.tx_psn = psn::add(w.first_psn, w.read_done);
+        }
+    }
+
+    /// Timer expiry: retransmit from `snd_una` with a doubled timeout, or
+    /// give up after `retry_limit` expiries without progress.
+    pub(crate) fn on_timer(&mut self, now: u64, cfg: &QpConfig) -> Outcome {
+        match self.deadline {
+            Some(d) if now >= d => {}
+            _ => return Outcome::Ok,
+        }
+        self.stats.timeouts += 1;
+        self.retries += 1;
+        if self.retries > cfg.retry_limit {
+            self.deadline = None;
+            return Outcome::Fatal(WcStatus::RetryExceeded, self.snd_una);
+        }
+        self.seek(self.snd_una);
+        self.rewound_to = Some(self.snd_una);
+        self.deadline = Some(now + self.rto(cfg));
+        Outcome::Ok
+    }
+
+    fn complete_front(&mut self, cfg: &QpConfig, status: WcStatus, cq: &mut CompletionQueue) {
+        if let Some(w) = self.sq.pop_front() {
+            cq.push(WorkCompletion {
+                wr_id: w.wr_id,
+                qpn: cfg.local_qpn,
+                opcode: w.wc_opcode(),
+                status,
+                byte_len: w.len,
+                imm_data: None,
+            });
+        }
+    }
+
+    /// Error state: the WQE holding PSN `blame.1` (if any) completes with
+    /// status `blame.0`, every other one with a flush error. (Normally the
+    /// blamed WQE is the oldest; it need not be if a NAK overtook the
+    /// responses of an earlier READ.)
+    pub(crate) fn fail(
+        &mut self,
+        cfg: &QpConfig,
+        blame: Option<(WcStatus, u32)>,
+        cq: &mut CompletionQueue,
+    ) {
+        while let Some(w) = self.sq.front() {
+            let status = match blame {
+                Some((status, psn)) if psn::in_window(psn, w.first_psn, w.npsn) => status,
+                _ => WcStatus::WrFlushError,
+            };
+            self.complete_front(cfg, status, cq);
+        }
+        self.tx_idx = 0;
+        self.deadline = None;
+        self.rnr_until = None;
+    }
+}
+
+/// The opcode of one SEND or WRITE packet.
+fn data_opcode(write: bool, first: bool, last: bool, imm: bool) -> Opcode {
+    match (write, first, last, imm) {
+        (false, true, true, false) => Opcode::SendOnly,
+        (false, true, true, true) => Opcode::SendOnlyWithImmediate,
+        (false, true, false, _) => Opcode::SendFirst,
+        (false, false, false, _) => Opcode::SendMiddle,
+        (false, false, true, false) => Opcode::SendLast,
+        (false, false, true, true) => Opcode::SendLastWithImmediate,
+        (true, true, true, false) => Opcode::RdmaWriteOnly,
+        (true, true, true, true) => Opcode::RdmaWriteOnlyWithImmediate,
+        (true, true, false, _) => Opcode::RdmaWriteFirst,
+        (true, false, false, _) => Opcode::RdmaWriteMiddle,
+        (true, false, true, false) => Opcode::RdmaWriteLast,
+        (true, false, true, true) => Opcode::RdmaWriteLastWithImmediate,
+    }
+}
