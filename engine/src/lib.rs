@@ -19,6 +19,7 @@ pub mod dataplane;
 pub mod hugepages;
 pub mod latency;
 pub mod lpe;
+pub mod rdma;
 pub mod report;
 pub mod runtime;
 pub mod traffic;
