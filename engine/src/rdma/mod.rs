@@ -12,6 +12,7 @@
 //!   worker, so the worker never shares memory with another thread.
 
 mod handle;
+pub mod loopback;
 mod node;
 mod stage;
 

@@ -1,0 +1,107 @@
+//! Two RDMA engines in one process, joined back to back by a `net_ring` link, each on its own
+//! pinned worker: the set-up behind `portico bench`, the example program and the RDMA tests.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use super::{RdmaHandle, RdmaNode, RdmaStage};
+use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair};
+use crate::runtime::{
+    FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy, WorkerSpec,
+};
+use crate::transport::QpConfig;
+use crate::wire::EthernetAddress;
+
+/// QP numbers of the two ends.
+pub const QPN_A: u32 = 0x11;
+pub const QPN_B: u32 = 0x22;
+pub const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
+pub const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);
+pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
+pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+
+/// How to build the pair.
+#[derive(Debug, Clone)]
+pub struct LoopbackOpts {
+    /// QP settings of end A (B mirrors them); QPNs, MACs and IPs are filled in.
+    pub qp: QpConfig,
+    /// Fault injection on both receive paths (B's seed is A's + 1).
+    pub faults: Option<FaultConfig>,
+    /// Cores of worker A and worker B.
+    pub cores: [usize; 2],
+    pub burst: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoopbackError {
+    #[error(transparent)]
+    Dpdk(#[from] DpdkError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("queue pair configuration: bad {0}")]
+    Qp(&'static str),
+}
+
+/// The running pair: the workers and a handle on each engine.
+pub struct LoopbackPair {
+    pub runtime: Runtime,
+    pub a: RdmaHandle,
+    pub b: RdmaHandle,
+}
+
+/// Starts the pair. EAL must be running.
+pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
+    // Frames up to MTU 4096 plus headers fit one mbuf.
+    let data_room = (dpdk_sys::RTE_PKTMBUF_HEADROOM + 4096 + 256) as u16;
+    let pool = Arc::new(Mempool::new("rdma_loopback", 16383, 256, data_room, -1)?);
+    let (ia, ib) = ring_pair("rdma_a", "rdma_b", 4096)?;
+    let port_cfg = PortConfig::default();
+    let ports = [
+        Port::start(ia, &port_cfg, pool.clone())?.named("a"),
+        Port::start(ib, &port_cfg, pool.clone())?.named("b"),
+    ];
+
+    let mut qa = opts.qp.clone();
+    qa.local_qpn = QPN_A;
+    qa.remote_qpn = QPN_B;
+    qa.remote_mac = MAC_B;
+    qa.remote_ip = IP_B;
+    let mut qb = qa.mirrored();
+    qb.remote_mac = MAC_A;
+    qb.remote_ip = IP_A;
+    let mut node_a = RdmaNode::new(MAC_A, IP_A, 1 << 16);
+    node_a.add_qp(qa).map_err(|e| LoopbackError::Qp(e.field))?;
+    let mut node_b = RdmaNode::new(MAC_B, IP_B, 1 << 16);
+    node_b.add_qp(qb).map_err(|e| LoopbackError::Qp(e.field))?;
+
+    let mut specs = Vec::new();
+    let mut handles = Vec::new();
+    for (i, (node, port)) in [(node_a, &ports[0]), (node_b, &ports[1])]
+        .into_iter()
+        .enumerate()
+    {
+        let (handle, commands, events) = RdmaHandle::new();
+        handles.push(handle);
+        let faults = opts.faults.map(|f| {
+            let f = FaultConfig {
+                seed: f.seed + i as u64,
+                ..f
+            };
+            FaultInjector::new(&f, pool.clone())
+        });
+        specs.push(WorkerSpec {
+            name: ["rdma_a", "rdma_b"][i].to_string(),
+            core: Some(opts.cores[i]),
+            rx: vec![port.rx_queue(0).expect("fresh port")],
+            tx: vec![(port.tx_queue(0).expect("fresh port"), TxPolicy::KeepUnsent)],
+            burst: opts.burst,
+            stage: StageBox::new(RdmaStage::new(node, pool.clone(), commands, events, 0)),
+            faults,
+            capture: None,
+        });
+    }
+    let runtime = Runtime::start(specs)?;
+    let b = handles.pop().expect("two handles");
+    let a = handles.pop().expect("two handles");
+    Ok(LoopbackPair { runtime, a, b })
+}
