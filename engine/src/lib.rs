@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod bench;
 pub mod capture;
 pub mod config;
 #[allow(unsafe_code)]

@@ -13,6 +13,7 @@ use portico::config::{HugepageMode, Scenario, installed_vdev_drivers};
 use portico::dataplane::PMD_DIR;
 use portico::report;
 use portico::traffic::FwdMode;
+use portico::transport::Mtu;
 
 #[derive(Parser)]
 #[command(
@@ -94,6 +95,43 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
         /// EAL arguments: the devices, e.g. `--vdev net_null0 --vdev net_null1`.
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
+    /// RDMA benchmark: two RoCEv2 engines on a net_ring link in this process; ops/s, Gbit/s and
+    /// latency percentiles (HdrHistogram; measured from the intended send time with --rate).
+    Bench {
+        /// write, read, send, or mixed (SEND, WRITE and READ in turn).
+        #[arg(value_enum)]
+        op: portico::bench::BenchOp,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 64)]
+        size: u32,
+        /// Operations outstanding at once.
+        #[arg(long, default_value_t = 64)]
+        qd: usize,
+        /// Operations per second (default: closed loop, as fast as completions return).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        /// Path MTU: 256, 512, 1024, 2048 or 4096.
+        #[arg(long, default_value_t = 1024)]
+        mtu: u32,
+        /// Write the latency distribution (µs) in HdrHistogram's .hgrm format.
+        #[arg(long, value_name = "FILE")]
+        hgrm: Option<PathBuf>,
+        /// One JSON object on stdout, human text on stderr.
+        #[arg(long)]
+        json: bool,
+        /// auto: hugepages when reserved, --no-huge otherwise.
+        #[arg(long, value_enum, default_value_t = HugepageMode::Auto)]
+        hugepages: HugepageMode,
+        /// MiB of memory under --no-huge.
+        #[arg(long, default_value_t = 1024)]
+        memory_mb: u32,
+        /// Extra EAL arguments.
         #[arg(last = true)]
         eal: Vec<String>,
     },
@@ -197,6 +235,48 @@ fn run(cli: Cli) -> Result<(), AppError> {
             };
             let summary = app::run_fwd(&opts, interrupt_flag())?;
             report::summary(&summary, json);
+            Ok(())
+        }
+        Command::Bench {
+            op,
+            size,
+            qd,
+            rate,
+            duration,
+            mtu,
+            hgrm,
+            json,
+            hugepages,
+            memory_mb,
+            eal,
+        } => {
+            let mtu = match mtu {
+                256 => Mtu::M256,
+                512 => Mtu::M512,
+                1024 => Mtu::M1024,
+                2048 => Mtu::M2048,
+                4096 => Mtu::M4096,
+                other => {
+                    return Err(AppError::Usage(format!(
+                        "--mtu: {other} is not 256, 512, 1024, 2048 or 4096"
+                    )));
+                }
+            };
+            let opts = portico::bench::BenchOpts {
+                op,
+                size,
+                qd,
+                rate,
+                duration: seconds("--duration", duration)?.unwrap_or(Duration::from_secs(5)),
+                mtu,
+                hgrm,
+                json,
+                hugepages,
+                memory_mb,
+                eal,
+            };
+            let summary = portico::bench::run(&opts)?;
+            portico::bench::print(&summary, json, opts.hgrm.as_ref());
             Ok(())
         }
         Command::Ports { json, xstats, eal } => {

@@ -277,3 +277,48 @@ port = "b"
         "timestamps never go back"
     );
 }
+
+#[test]
+fn bench_reports_throughput_and_latency_as_json() {
+    let hgrm = std::env::temp_dir().join(format!("portico-bench-{}.hgrm", std::process::id()));
+    let out = portico(&[
+        "bench",
+        "mixed",
+        "--size",
+        "512",
+        "--qd",
+        "8",
+        "--duration",
+        "0.5",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "512",
+        "--hgrm",
+        hgrm.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["type"], "bench");
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    let ops: Vec<&str> = results.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["read", "send", "write"]);
+    for r in results {
+        let l = &r["latency_ns"];
+        assert!(r["ops"].as_u64().unwrap() > 0, "{r}");
+        assert!(
+            l["p50"].as_u64() <= l["p99"].as_u64() && l["p99"].as_u64() <= l["max"].as_u64(),
+            "{r}"
+        );
+    }
+    let text = std::fs::read_to_string(&hgrm).unwrap();
+    std::fs::remove_file(&hgrm).unwrap();
+    assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));
+    assert!(text.contains("#[Max     ="));
+}

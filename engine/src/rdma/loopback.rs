@@ -27,7 +27,7 @@ pub struct LoopbackOpts {
     pub qp: QpConfig,
     /// Fault injection on both receive paths (B's seed is A's + 1).
     pub faults: Option<FaultConfig>,
-    /// Cores of worker A and worker B.
+    /// Cores of engine A and engine B; the same core twice puts both on one worker.
     pub cores: [usize; 2],
     pub burst: usize,
 }
@@ -74,34 +74,66 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let mut node_b = RdmaNode::new(MAC_B, IP_B, 1 << 16);
     node_b.add_qp(qb).map_err(|e| LoopbackError::Qp(e.field))?;
 
-    let mut specs = Vec::new();
-    let mut handles = Vec::new();
-    for (i, (node, port)) in [(node_a, &ports[0]), (node_b, &ports[1])]
-        .into_iter()
-        .enumerate()
-    {
-        let (handle, commands, events) = RdmaHandle::new();
-        handles.push(handle);
-        let faults = opts.faults.map(|f| {
+    let (ha, ca, ea) = RdmaHandle::new();
+    let (hb, cb, eb) = RdmaHandle::new();
+    let faults = |i: u64| {
+        opts.faults.map(|f| {
             let f = FaultConfig {
-                seed: f.seed + i as u64,
+                seed: f.seed + i,
                 ..f
             };
             FaultInjector::new(&f, pool.clone())
-        });
-        specs.push(WorkerSpec {
-            name: ["rdma_a", "rdma_b"][i].to_string(),
-            core: Some(opts.cores[i]),
-            rx: vec![port.rx_queue(0).expect("fresh port")],
-            tx: vec![(port.tx_queue(0).expect("fresh port"), TxPolicy::KeepUnsent)],
+        })
+    };
+    let queues = |p: &Port| {
+        (
+            p.rx_queue(0).expect("fresh port"),
+            (p.tx_queue(0).expect("fresh port"), TxPolicy::KeepUnsent),
+        )
+    };
+    let (rx_a, tx_a) = queues(&ports[0]);
+    let (rx_b, tx_b) = queues(&ports[1]);
+    let specs = if opts.cores[0] == opts.cores[1] {
+        // Both engines on one core; on a 2-core machine the other core is the application's.
+        let stage = RdmaStage::new(node_a, pool.clone(), ca, ea, 0).with_engine(node_b, cb, eb, 1);
+        vec![WorkerSpec {
+            name: "rdma".into(),
+            core: Some(opts.cores[0]),
+            rx: vec![rx_a, rx_b],
+            tx: vec![tx_a, tx_b],
             burst: opts.burst,
-            stage: StageBox::new(RdmaStage::new(node, pool.clone(), commands, events, 0)),
-            faults,
+            stage: StageBox::new(stage),
+            faults: faults(0),
             capture: None,
-        });
-    }
+        }]
+    } else {
+        vec![
+            WorkerSpec {
+                name: "rdma_a".into(),
+                core: Some(opts.cores[0]),
+                rx: vec![rx_a],
+                tx: vec![tx_a],
+                burst: opts.burst,
+                stage: StageBox::new(RdmaStage::new(node_a, pool.clone(), ca, ea, 0)),
+                faults: faults(0),
+                capture: None,
+            },
+            WorkerSpec {
+                name: "rdma_b".into(),
+                core: Some(opts.cores[1]),
+                rx: vec![rx_b],
+                tx: vec![tx_b],
+                burst: opts.burst,
+                stage: StageBox::new(RdmaStage::new(node_b, pool.clone(), cb, eb, 0)),
+                faults: faults(1),
+                capture: None,
+            },
+        ]
+    };
     let runtime = Runtime::start(specs)?;
-    let b = handles.pop().expect("two handles");
-    let a = handles.pop().expect("two handles");
-    Ok(LoopbackPair { runtime, a, b })
+    Ok(LoopbackPair {
+        runtime,
+        a: ha,
+        b: hb,
+    })
 }

@@ -359,6 +359,42 @@ mod tests {
     }
 
     #[test]
+    fn multi_packet_reads_need_no_retransmission_on_a_clean_wire() {
+        let (mut a, mut b) = pair();
+        let dst = a.mem.register(0x1000, 1 << 20, Access::ALL);
+        let src = b.mem.register(0x8000_0000, 1 << 20, Access::ALL);
+        let mut refused = Vec::new();
+        for i in 0..16u64 {
+            a.apply(
+                Command::PostSend {
+                    qpn: 0x11,
+                    wr: WorkRequest {
+                        wr_id: i,
+                        kind: WrKind::Read {
+                            remote_addr: 0x8000_0000 + i * 16384,
+                            rkey: src.rkey,
+                        },
+                        lkey: dst.lkey,
+                        local_addr: 0x1000 + i * 16384,
+                        len: 16384,
+                    },
+                },
+                &mut |e| refused.push(e),
+            );
+        }
+        pump(&mut a, &mut b, 0);
+        let wcs: Vec<_> = std::iter::from_fn(|| a.cq.poll()).collect();
+        assert_eq!(wcs.len(), 16);
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(
+            a.qps()[0].stats().retransmissions,
+            0,
+            "{:?}",
+            a.qps()[0].stats()
+        );
+    }
+
+    #[test]
     fn arp_and_strangers_are_handled_and_counted() {
         let (mut a, _) = pair();
         #[rustfmt::skip]
