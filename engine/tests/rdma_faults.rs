@@ -30,6 +30,10 @@ fn mixed_operations_survive_faults_exactly_once() {
     };
     let mut cfg = QpConfig::new(0, 0);
     cfg.pmtu = portico::transport::Mtu::M4096;
+    // As `portico bench` does: a window of 64 KiB READ responses can take longer than the
+    // 100 µs default to drain through one software core, and spurious timeouts must not
+    // exhaust the retry limit of a healthy connection.
+    cfg.timeout_ns = 1_000_000;
     let mut p = start(cfg, Some(faults));
     let region = SLOT * SLOTS;
     // A: the source of WRITEs and SENDs, and where READs land.
