@@ -20,6 +20,7 @@ pub mod dataplane;
 pub mod hugepages;
 pub mod latency;
 pub mod lpe;
+pub mod peer;
 pub mod rdma;
 pub mod report;
 pub mod runtime;

@@ -135,6 +135,34 @@ enum Command {
         #[arg(last = true)]
         eal: Vec<String>,
     },
+    /// Serve one RoCEv2 engine on a port (memif, tap, NIC) from a TOML config; prints a JSON
+    /// `ready` line with the region's address, length and rkey, then serves until stopped.
+    Target {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Seconds to serve (0: until Ctrl-C or SIGTERM).
+        #[arg(long, default_value_t = 0.0)]
+        duration: f64,
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
+    /// Drive a target: WRITE `--ops` messages into its region, READ each back, compare.
+    Initiator {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The target's rkey (from its `ready` line).
+        #[arg(long, value_parser = parse_u32)]
+        rkey: u32,
+        /// The target region's address (from its `ready` line).
+        #[arg(long, value_parser = parse_u64)]
+        remote_addr: u64,
+        #[arg(long, default_value_t = 1000)]
+        ops: u64,
+        #[arg(long, default_value_t = 4096)]
+        size: usize,
+        #[arg(last = true)]
+        eal: Vec<String>,
+    },
     /// List the ports EAL probes: driver, MAC, socket, queues, link.
     Ports {
         #[arg(long)]
@@ -146,6 +174,22 @@ enum Command {
         #[arg(last = true)]
         eal: Vec<String>,
     },
+}
+
+fn parse_number(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a number (decimal or 0x-hex)"))
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    parse_number(s)
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_number(s)?).map_err(|_| format!("{s} does not fit in 32 bits"))
 }
 
 fn seconds(field: &str, v: f64) -> Result<Option<Duration>, AppError> {
@@ -279,6 +323,24 @@ fn run(cli: Cli) -> Result<(), AppError> {
             portico::bench::print(&summary, json, opts.hgrm.as_ref());
             Ok(())
         }
+        Command::Target {
+            config,
+            duration,
+            eal,
+        } => portico::peer::run_target(
+            &config,
+            seconds("--duration", duration)?,
+            &eal,
+            interrupt_flag(),
+        ),
+        Command::Initiator {
+            config,
+            rkey,
+            remote_addr,
+            ops,
+            size,
+            eal,
+        } => portico::peer::run_initiator(&config, rkey, remote_addr, ops, size, &eal),
         Command::Ports { json, xstats, eal } => {
             let list = app::list_ports(&eal, json)?;
             let xstats = if xstats {
