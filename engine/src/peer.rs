@@ -55,6 +55,9 @@ pub struct RdmaSection {
     /// Retransmission timeout in microseconds.
     #[serde(default = "default_timeout_us")]
     pub timeout_us: u64,
+    /// target: receive buffers of 4 KiB to post in the upper half of the region, for SENDs.
+    #[serde(default)]
+    pub receives: u32,
 }
 
 fn default_mtu() -> u32 {
@@ -249,6 +252,22 @@ pub fn run_target(
         .handle
         .register(cfg.rdma.region_addr, cfg.rdma.region_len, Access::ALL)
         .map_err(host)?;
+    let half = cfg.rdma.region_len / 2;
+    for i in 0..cfg.rdma.receives as usize {
+        let at = half + i * 4096;
+        if at + 4096 > cfg.rdma.region_len {
+            return Err(AppError::Usage(
+                "rdma.receives: more 4 KiB buffers than the upper half of the region holds".into(),
+            ));
+        }
+        let wr = crate::transport::RecvRequest {
+            wr_id: i as u64,
+            lkey: keys.lkey,
+            addr: cfg.rdma.region_addr + at as u64,
+            len: 4096,
+        };
+        peer.handle.post_recv(peer.local_qpn, wr).map_err(host)?;
+    }
     println!(
         "{}",
         json!({"type": "ready", "qpn": peer.local_qpn, "addr": cfg.rdma.region_addr, "len": cfg.rdma.region_len, "rkey": keys.rkey})
@@ -261,10 +280,24 @@ pub fn run_target(
         std::thread::sleep(Duration::from_millis(20));
     }
     let link = peer.port.link();
+    let mut handle = peer.handle;
+    let mut completions = Vec::new();
+    while let Some(wc) = handle.poll().map_err(host)? {
+        completions.push(
+            json!({"wr_id": wc.wr_id, "opcode": format!("{:?}", wc.opcode),
+            "status": format!("{:?}", wc.status), "byte_len": wc.byte_len, "imm": wc.imm_data}),
+        );
+    }
+    // The first bytes of the region and of the first receive buffer, for checks from outside.
+    let head = handle.read(keys.lkey, 0, 64).map_err(host)?;
+    let recv_head = handle.read(keys.lkey, half, 64).map_err(host)?;
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let reports = peer.runtime.join()?;
     println!(
         "{}",
-        json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(), "counters": counts(&reports)})
+        json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(),
+               "counters": counts(&reports), "completions": completions,
+               "region_head": hex(&head), "receive_head": hex(&recv_head)})
     );
     Ok(())
 }

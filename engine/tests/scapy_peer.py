@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""An independent RoCEv2 peer for Portico's tap test, built on scapy's RoCE layer.
+
+Run inside the test's network namespace, on the kernel side of the engine's tap:
+  1. resolves the engine's MAC with ARP (the engine must answer for its address);
+  2. sends an RC RDMA WRITE ONLY (PSN 0) and an RC SEND ONLY (PSN 1), both with AckReq;
+  3. checks that each is acknowledged: opcode ACKNOWLEDGE, AETH syndrome ACK, the right PSN
+     and QPN, and an ICRC equal to the one scapy computes for the same packet.
+Prints one JSON object and exits 0 when every check holds, 1 otherwise.
+"""
+import json
+import struct
+import sys
+
+from scapy.all import ARP, IP, UDP, Ether, Raw, conf, sendp, srp1, AsyncSniffer
+from scapy.contrib.roce import AETH, BTH, opcode
+
+iface, my_mac, my_ip, dut_ip, rkey, addr, dut_qpn, my_qpn = sys.argv[1:9]
+rkey, addr, dut_qpn, my_qpn = int(rkey), int(addr, 0), int(dut_qpn, 0), int(my_qpn, 0)
+conf.verb = 0
+result = {"arp": None, "acks": [], "ok": False}
+
+arp = srp1(Ether(dst="ff:ff:ff:ff:ff:ff", src=my_mac) / ARP(op=1, hwsrc=my_mac, psrc=my_ip, pdst=dut_ip),
+           iface=iface, timeout=5, retry=3)
+if arp is None or ARP not in arp or arp[ARP].op != 2:
+    print(json.dumps(result))
+    sys.exit(1)
+dut_mac = arp[ARP].hwsrc
+result["arp"] = dut_mac
+
+# 40 bytes: RoCEv2 payloads are padded to a multiple of 4 (the BTH pad count is left at 0).
+payload = b"written by scapy into portico, RoCEv2!!!"
+base = Ether(src=my_mac, dst=dut_mac) / IP(src=my_ip, dst=dut_ip, flags="DF") / UDP(sport=49152, dport=4791)
+reth = struct.pack("!QII", addr, rkey, len(payload))
+write = base / BTH(opcode=opcode("RC", "RDMA_WRITE_ONLY")[0], dqpn=dut_qpn, psn=0, ackreq=1) / Raw(reth + payload)
+send = base / BTH(opcode=opcode("RC", "SEND_ONLY")[0], dqpn=dut_qpn, psn=1, ackreq=1) / Raw(payload)
+
+sniffer = AsyncSniffer(iface=iface, filter=f"udp dst port 4791 and ether src {dut_mac}", count=2, timeout=10)
+sniffer.start()
+import time
+time.sleep(0.5)
+sendp([write, send], iface=iface)
+sniffer.join()
+
+ok = True
+for i, pkt in enumerate(sniffer.results or []):
+    bth = pkt[BTH]
+    aeth = AETH(bytes(bth.payload)[:4])
+    # Rebuild the packet as scapy would emit it, to get scapy's own ICRC for these bytes.
+    fresh = Ether(bytes(pkt))
+    fresh[BTH].icrc = None
+    expected_icrc = Ether(bytes(fresh))[BTH].icrc
+    ack = {"opcode": bth.opcode, "psn": bth.psn, "dqpn": bth.dqpn, "syndrome": aeth.syndrome,
+           "icrc": bth.icrc, "icrc_expected": expected_icrc}
+    result["acks"].append(ack)
+    # Syndrome bits 7..5 = 000 is an ACK; the low five bits carry the credit count.
+    ok &= bth.opcode == opcode("RC", "ACKNOWLEDGE")[0] and aeth.syndrome >> 5 == 0 and bth.psn == i and bth.dqpn == my_qpn
+    ok &= bth.icrc == expected_icrc
+result["ok"] = bool(ok and len(result["acks"]) == 2)
+print(json.dumps(result))
+sys.exit(0 if result["ok"] else 1)
