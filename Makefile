@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PORTICO := target/release/portico
 
-.PHONY: all deps build run test lint bench bench-fwd hugepages clean
+.PHONY: all deps build run run-loopback test lint bench bench-fwd hugepages clean
 
 all: build
 
@@ -18,8 +18,13 @@ build: deps
 hugepages:
 	@scripts/hugepages.sh
 
-# The default scenario: two ports joined by net_ring in one process, generator and checker.
+# The default workload: two RoCEv2 engines joined by net_ring in one process, mixed
+# SEND/WRITE/READ, live stats each second and a latency summary at the end.
 run: build hugepages
+	$(PORTICO) bench mixed --size 4096 --qd 32 --duration 5
+
+# The verified UDP generator/checker over net_ring (configs/loopback.toml).
+run-loopback: build hugepages
 	$(PORTICO) run --config configs/loopback.toml
 
 lint: deps

@@ -23,14 +23,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]
     .map(String::from)
     .to_vec();
-    Eal::init(&eal)?;
+    // Both engines on the last core; this thread (EAL's main lcore, core 0) drives them.
     let cores = portico::app::available_cores();
     let last = *cores.last().expect("at least one core");
+    Eal::init(&eal)?;
     let mut pair = loopback::start(&LoopbackOpts {
         qp: QpConfig::new(0, 0),
         faults: None,
         cores: [last, last],
         burst: 32,
+        pcap: None,
     })?;
 
     // A: a buffer holding the message, and one for the READ to land in. B: the target region.

@@ -306,7 +306,8 @@ impl Summary {
     }
 }
 
-/// The cores this process may run on.
+/// The cores this process may run on: the calling thread's affinity set, so call it before
+/// EAL starts (EAL pins the thread that starts it to the main lcore).
 pub fn available_cores() -> Vec<usize> {
     let mut ids: Vec<usize> = core_affinity::get_core_ids()
         .unwrap_or_default()

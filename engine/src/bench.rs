@@ -46,6 +46,8 @@ pub struct BenchOpts {
     pub duration: Duration,
     pub mtu: Mtu,
     pub hgrm: Option<PathBuf>,
+    /// Capture both engines' ports into this pcapng file.
+    pub pcap: Option<PathBuf>,
     pub json: bool,
     pub hugepages: HugepageMode,
     pub memory_mb: u32,
@@ -74,6 +76,7 @@ pub struct BenchSummary {
     pub errors: u64,
     /// The engines' worker counters (retransmissions, ICRC errors, ...).
     pub workers: Vec<crate::runtime::WorkerReport>,
+    pub capture: Option<crate::app::CaptureSummary>,
 }
 
 const BUF: usize = 1 << 22;
@@ -137,12 +140,14 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         faults: None,
         cores: [b, b],
         burst: 32,
+        pcap: opts.pcap.clone(),
     })
     .map_err(|e| AppError::Usage(format!("starting the engines: {e}")))?;
     let loopback::LoopbackPair {
         runtime,
         a: mut ha,
         b: hb,
+        capture,
     } = pair;
     let host = |e: crate::rdma::HostError| AppError::Usage(format!("host call: {e}"));
     let src = ha.register(A_SRC, BUF, Access::ALL).map_err(host)?;
@@ -296,6 +301,16 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     }
     let seconds = t0.elapsed().as_secs_f64();
     let workers = runtime.join()?;
+    let captured = match (capture, &opts.pcap) {
+        (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
+            path: path.display().to_string(),
+            packets: sink.finish().map_err(|source| AppError::Capture {
+                path: path.display().to_string(),
+                source,
+            })?,
+        }),
+        _ => None,
+    };
 
     let results: Vec<OpResult> = (0..3)
         .filter(|&k| counts[k] > 0)
@@ -332,6 +347,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         results,
         errors,
         workers,
+        capture: captured,
     })
 }
 
@@ -390,5 +406,8 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
     if let Some(p) = hgrm {
         println!("  latency distribution (µs) written to {}", p.display());
+    }
+    if let Some(c) = &s.capture {
+        println!("  capture: {} packets written to {}", c.packets, c.path);
     }
 }

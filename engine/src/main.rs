@@ -122,6 +122,9 @@ enum Command {
         /// Write the latency distribution (µs) in HdrHistogram's .hgrm format.
         #[arg(long, value_name = "FILE")]
         hgrm: Option<PathBuf>,
+        /// Capture both engines' ports into this pcapng file (Wireshark).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
         /// One JSON object on stdout, human text on stderr.
         #[arg(long)]
         json: bool,
@@ -143,6 +146,9 @@ enum Command {
         /// Seconds to serve (0: until Ctrl-C or SIGTERM).
         #[arg(long, default_value_t = 0.0)]
         duration: f64,
+        /// Capture the port into this pcapng file (Wireshark).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
         #[arg(last = true)]
         eal: Vec<String>,
     },
@@ -160,6 +166,9 @@ enum Command {
         ops: u64,
         #[arg(long, default_value_t = 4096)]
         size: usize,
+        /// Capture the port into this pcapng file (Wireshark).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
         #[arg(last = true)]
         eal: Vec<String>,
     },
@@ -289,6 +298,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             duration,
             mtu,
             hgrm,
+            pcap,
             json,
             hugepages,
             memory_mb,
@@ -314,6 +324,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 duration: seconds("--duration", duration)?.unwrap_or(Duration::from_secs(5)),
                 mtu,
                 hgrm,
+                pcap,
                 json,
                 hugepages,
                 memory_mb,
@@ -326,12 +337,14 @@ fn run(cli: Cli) -> Result<(), AppError> {
         Command::Target {
             config,
             duration,
+            pcap,
             eal,
         } => portico::peer::run_target(
             &config,
             seconds("--duration", duration)?,
             &eal,
             interrupt_flag(),
+            pcap.as_deref(),
         ),
         Command::Initiator {
             config,
@@ -339,8 +352,17 @@ fn run(cli: Cli) -> Result<(), AppError> {
             remote_addr,
             ops,
             size,
+            pcap,
             eal,
-        } => portico::peer::run_initiator(&config, rkey, remote_addr, ops, size, &eal),
+        } => portico::peer::run_initiator(
+            &config,
+            rkey,
+            remote_addr,
+            ops,
+            size,
+            &eal,
+            pcap.as_deref(),
+        ),
         Command::Ports { json, xstats, eal } => {
             let list = app::list_ports(&eal, json)?;
             let xstats = if xstats {

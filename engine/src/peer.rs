@@ -23,7 +23,7 @@ use crate::hugepages::HugepageStatus;
 use crate::latency::Latency;
 use crate::rdma::{RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
-use crate::runtime::{Runtime, StageBox, TxPolicy, WorkerSpec};
+use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, WorkerSpec};
 use crate::transport::{Access, Mtu, QpConfig, WcStatus, WorkRequest, WrKind};
 use crate::wire::EthernetAddress;
 
@@ -106,6 +106,21 @@ struct Peer {
     handle: RdmaHandle,
     port: Port,
     local_qpn: u32,
+    capture: Option<Arc<CaptureSink>>,
+}
+
+/// Flushes the capture, if any: how many packets it holds.
+fn finish_capture(
+    c: &Option<Arc<CaptureSink>>,
+    pcap: Option<&Path>,
+) -> Result<Option<u64>, AppError> {
+    match (c, pcap) {
+        (Some(sink), Some(path)) => sink.finish().map(Some).map_err(|source| AppError::Capture {
+            path: path.display().to_string(),
+            source,
+        }),
+        _ => Ok(None),
+    }
 }
 
 fn load(path: &Path) -> Result<PeerConfig, AppError> {
@@ -136,7 +151,12 @@ fn load(path: &Path) -> Result<PeerConfig, AppError> {
     Ok(cfg)
 }
 
-fn start(cfg: &PeerConfig, extra_eal: &[String], json: bool) -> Result<Peer, AppError> {
+fn start(
+    cfg: &PeerConfig,
+    extra_eal: &[String],
+    json: bool,
+    pcap: Option<&Path>,
+) -> Result<Peer, AppError> {
     let r = &cfg.rdma;
     let is_pci = r.port.contains(':') && !r.port.starts_with("net_");
     let device = if is_pci {
@@ -194,6 +214,17 @@ fn start(cfg: &PeerConfig, extra_eal: &[String], json: bool) -> Result<Peer, App
     );
     node.add_qp(qp)
         .map_err(|e| AppError::Usage(format!("rdma: bad queue pair {}", e.field)))?;
+    let capture = match pcap {
+        Some(path) => Some(Arc::new(
+            CaptureSink::create(path, &[(port.id(), "rdma".to_string())]).map_err(|source| {
+                AppError::Capture {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?,
+        )),
+        None => None,
+    };
     let (handle, commands, events) = RdmaHandle::new();
     let spec = WorkerSpec {
         name: "rdma".into(),
@@ -203,10 +234,11 @@ fn start(cfg: &PeerConfig, extra_eal: &[String], json: bool) -> Result<Peer, App
         burst: 32,
         stage: StageBox::new(RdmaStage::new(node, pool, commands, events, 0)),
         faults: None,
-        capture: None,
+        capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
     };
     let runtime = Runtime::start(vec![spec])?;
     Ok(Peer {
+        capture,
         runtime,
         handle,
         port,
@@ -245,9 +277,10 @@ pub fn run_target(
     duration: Option<Duration>,
     extra_eal: &[String],
     stop: Arc<AtomicBool>,
+    pcap: Option<&Path>,
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
-    let peer = start(&cfg, extra_eal, true)?;
+    let peer = start(&cfg, extra_eal, true, pcap)?;
     let keys = peer
         .handle
         .register(cfg.rdma.region_addr, cfg.rdma.region_len, Access::ALL)
@@ -293,11 +326,12 @@ pub fn run_target(
     let recv_head = handle.read(keys.lkey, half, 64).map_err(host)?;
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let reports = peer.runtime.join()?;
+    let captured = finish_capture(&peer.capture, pcap)?;
     println!(
         "{}",
         json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(),
                "counters": counts(&reports), "completions": completions,
-               "region_head": hex(&head), "receive_head": hex(&recv_head)})
+               "region_head": hex(&head), "receive_head": hex(&recv_head), "captured": captured})
     );
     Ok(())
 }
@@ -310,6 +344,7 @@ pub fn run_initiator(
     ops: u64,
     size: usize,
     extra_eal: &[String],
+    pcap: Option<&Path>,
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
     if size == 0 || size > cfg.rdma.region_len / 2 {
@@ -318,7 +353,7 @@ pub fn run_initiator(
             cfg.rdma.region_len / 2
         )));
     }
-    let mut peer = start(&cfg, extra_eal, true)?;
+    let mut peer = start(&cfg, extra_eal, true, pcap)?;
     let t_link = Instant::now();
     while !peer.port.link().up {
         if t_link.elapsed() > Duration::from_secs(30) {
@@ -385,10 +420,12 @@ pub fn run_initiator(
     }
     let seconds = t0.elapsed().as_secs_f64();
     let reports = peer.runtime.join()?;
+    let captured = finish_capture(&peer.capture, pcap)?;
     println!(
         "{}",
         json!({"type": "initiator_summary", "ops": ops, "size": size, "failed": failed, "mismatched": mismatched,
-               "seconds": seconds, "write_read_latency_ns": latency.summary(), "counters": counts(&reports)})
+               "seconds": seconds, "write_read_latency_ns": latency.summary(), "counters": counts(&reports),
+               "captured": captured})
     );
     if failed > 0 || mismatched > 0 {
         return Err(AppError::CheckFailed(format!(

@@ -61,6 +61,7 @@ receives = 4
     .unwrap();
 
     // Bounded: the target stops by itself after 60 s if the test never signals it.
+    let pcap = cfg.with_extension("pcapng");
     let mut target = Command::new("ip")
         .args([
             "netns",
@@ -71,7 +72,7 @@ receives = 4
             "--config",
             cfg.to_str().unwrap(),
         ])
-        .args(["--duration", "60"])
+        .args(["--duration", "60", "--pcap", pcap.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -165,4 +166,28 @@ receives = 4
     );
     assert_eq!(t["counters"]["icrc_errors"], 0);
     assert!(t["counters"]["arp_replies"].as_u64().unwrap() >= 1);
+
+    // The capture holds the RoCEv2 conversation: both requests in, both ACKs out, each a
+    // valid frame (ICRC included) as wire parses it.
+    let (names, records) = portico::capture::read(&std::fs::read(&pcap).unwrap()).unwrap();
+    std::fs::remove_file(&pcap).unwrap();
+    assert_eq!(names, ["rdma"]);
+    use portico::capture::Direction::{Inbound, Outbound};
+    use portico::wire::Opcode;
+    let roce = |dir| {
+        records
+            .iter()
+            .filter(|r| r.direction == Some(dir))
+            .filter_map(|r| portico::wire::parse_frame(&r.data).ok())
+            .map(|(repr, _)| (repr.bth.opcode, repr.bth.psn))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        roce(Inbound),
+        [(Opcode::RdmaWriteOnly, 0), (Opcode::SendOnly, 1)]
+    );
+    assert_eq!(
+        roce(Outbound),
+        [(Opcode::Acknowledge, 0), (Opcode::Acknowledge, 1)]
+    );
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use super::{RdmaHandle, RdmaNode, RdmaStage};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair};
 use crate::runtime::{
-    FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy, WorkerSpec,
+    CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
+    WorkerSpec,
 };
 use crate::transport::QpConfig;
 use crate::wire::EthernetAddress;
@@ -30,6 +31,8 @@ pub struct LoopbackOpts {
     /// Cores of engine A and engine B; the same core twice puts both on one worker.
     pub cores: [usize; 2],
     pub burst: usize,
+    /// Capture both ports into this pcapng file.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,8 @@ pub enum LoopbackError {
     Runtime(#[from] RuntimeError),
     #[error("queue pair configuration: bad {0}")]
     Qp(&'static str),
+    #[error("capture file: {0}")]
+    Capture(std::io::Error),
 }
 
 /// The running pair: the workers and a handle on each engine.
@@ -47,6 +52,8 @@ pub struct LoopbackPair {
     pub runtime: Runtime,
     pub a: RdmaHandle,
     pub b: RdmaHandle,
+    /// The capture, when asked for: `finish()` it after the runtime has stopped.
+    pub capture: Option<Arc<CaptureSink>>,
 }
 
 /// Starts the pair. EAL must be running.
@@ -91,6 +98,17 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             (p.tx_queue(0).expect("fresh port"), TxPolicy::KeepUnsent),
         )
     };
+    let capture = match &opts.pcap {
+        Some(path) => Some(Arc::new(
+            CaptureSink::create(
+                path,
+                &[(ports[0].id(), "a".into()), (ports[1].id(), "b".into())],
+            )
+            .map_err(LoopbackError::Capture)?,
+        )),
+        None => None,
+    };
+    let tap = || capture.as_ref().map(|s| CaptureTap::new(s.clone()));
     let (rx_a, tx_a) = queues(&ports[0]);
     let (rx_b, tx_b) = queues(&ports[1]);
     let specs = if opts.cores[0] == opts.cores[1] {
@@ -104,7 +122,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             burst: opts.burst,
             stage: StageBox::new(stage),
             faults: faults(0),
-            capture: None,
+            capture: tap(),
         }]
     } else {
         vec![
@@ -116,7 +134,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 burst: opts.burst,
                 stage: StageBox::new(RdmaStage::new(node_a, pool.clone(), ca, ea, 0)),
                 faults: faults(0),
-                capture: None,
+                capture: tap(),
             },
             WorkerSpec {
                 name: "rdma_b".into(),
@@ -126,7 +144,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 burst: opts.burst,
                 stage: StageBox::new(RdmaStage::new(node_b, pool.clone(), cb, eb, 0)),
                 faults: faults(1),
-                capture: None,
+                capture: tap(),
             },
         ]
     };
@@ -135,5 +153,6 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         runtime,
         a: ha,
         b: hb,
+        capture,
     })
 }

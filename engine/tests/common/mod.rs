@@ -22,13 +22,15 @@ pub fn start(qp: QpConfig, faults: Option<FaultConfig>) -> Pair {
     ]
     .map(String::from)
     .to_vec();
-    Eal::init(&args).expect("EAL starts");
+    // Before EAL starts: EAL pins the calling thread to its main lcore.
     let cores = portico::app::available_cores();
+    Eal::init(&args).expect("EAL starts");
     let opts = LoopbackOpts {
         qp,
         faults,
         cores: [cores[0], *cores.last().unwrap()],
         burst: 32,
+        pcap: None,
     };
     loopback::start(&opts).expect("two engines start")
 }
