@@ -295,38 +295,34 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         bth::Packet::new_unchecked(&self.bytes()[BTH_OFFSET..self.layout.udp_end])
     }
 
+    /// `len` bytes at an optional header offset found by `new_checked`.
+    fn header_at(&self, at: Option<usize>, len: usize) -> Option<&[u8]> {
+        at.map(|at| &self.bytes()[at..at + len])
+    }
+
     pub fn feth(&self) -> Option<feth::Packet<&[u8]>> {
-        let at = self.layout.feth?;
-        Some(feth::Packet::new_unchecked(
-            &self.bytes()[at..at + feth::HEADER_LEN],
-        ))
+        self.header_at(self.layout.feth, feth::HEADER_LEN)
+            .map(feth::Packet::new_unchecked)
     }
 
     pub fn reth(&self) -> Option<reth::Packet<&[u8]>> {
-        let at = self.layout.reth?;
-        Some(reth::Packet::new_unchecked(
-            &self.bytes()[at..at + reth::HEADER_LEN],
-        ))
+        self.header_at(self.layout.reth, reth::HEADER_LEN)
+            .map(reth::Packet::new_unchecked)
     }
 
     pub fn aeth(&self) -> Option<aeth::Packet<&[u8]>> {
-        let at = self.layout.aeth?;
-        Some(aeth::Packet::new_unchecked(
-            &self.bytes()[at..at + aeth::HEADER_LEN],
-        ))
+        self.header_at(self.layout.aeth, aeth::HEADER_LEN)
+            .map(aeth::Packet::new_unchecked)
     }
 
     pub fn immdt(&self) -> Option<immdt::Packet<&[u8]>> {
-        let at = self.layout.immdt?;
-        Some(immdt::Packet::new_unchecked(
-            &self.bytes()[at..at + immdt::HEADER_LEN],
-        ))
+        self.header_at(self.layout.immdt, immdt::HEADER_LEN)
+            .map(immdt::Packet::new_unchecked)
     }
 
     /// The 16 reserved bytes of a CNP.
     pub fn cnp_reserved(&self) -> Option<&[u8]> {
-        let at = self.layout.cnp?;
-        Some(&self.bytes()[at..at + bth::CNP_RESERVED_LEN])
+        self.header_at(self.layout.cnp, bth::CNP_RESERVED_LEN)
     }
 
     /// Bytes from the start of the frame to the payload (all headers).
