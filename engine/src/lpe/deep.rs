@@ -295,28 +295,8 @@ impl MatchList for DeepList {
 impl DeepList {
     #[inline(always)]
     fn find_short(&self, hdr: &IncomingHeader) -> Lookup {
-        let nodes = &self.slab.nodes;
-        {
-            let mut skipped = false;
-            let mut slot = self.order.head;
-            while slot != NIL {
-                let node = &nodes[slot as usize];
-                if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
-                    if node.entry.fits(hdr.rlength, hdr.remote_offset) {
-                        return Lookup {
-                            hit: Some(self.slab.id_of(slot)),
-                            length_skip_before_hit: skipped,
-                        };
-                    }
-                    skipped = true;
-                }
-                slot = node.order_next;
-            }
-            Lookup {
-                hit: None,
-                length_skip_before_hit: false,
-            }
-        }
+        self.slab
+            .first_match(self.order.head, |n| n.order_next, hdr)
     }
 
     #[inline(never)]

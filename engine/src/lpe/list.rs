@@ -159,6 +159,37 @@ impl Slab {
             .filter(|n| n.live && n.generation == id.generation)
     }
 
+    /// Walks the chain that starts at `head` and continues through `next`, and returns the
+    /// first entry that accepts `hdr` and fits it, noting whether a matching entry was
+    /// skipped for being too small (no-truncate) before it.
+    #[inline(always)]
+    pub fn first_match(
+        &self,
+        head: u32,
+        next: impl Fn(&Node) -> u32,
+        hdr: &IncomingHeader,
+    ) -> Lookup {
+        let mut skipped = false;
+        let mut slot = head;
+        while slot != NIL {
+            let node = &self.nodes[slot as usize];
+            if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
+                if node.entry.fits(hdr.rlength, hdr.remote_offset) {
+                    return Lookup {
+                        hit: Some(self.id_of(slot)),
+                        length_skip_before_hit: skipped,
+                    };
+                }
+                skipped = true;
+            }
+            slot = next(node);
+        }
+        Lookup {
+            hit: None,
+            length_skip_before_hit: false,
+        }
+    }
+
     #[inline]
     pub fn id_of(&self, slot: u32) -> EntryId {
         EntryId {
@@ -314,26 +345,7 @@ impl MatchList for LinearList {
 
     #[inline]
     fn find(&self, hdr: &IncomingHeader) -> Lookup {
-        let nodes = &self.slab.nodes;
-        let mut skipped = false;
-        let mut slot = self.order.head;
-        while slot != NIL {
-            let node = &nodes[slot as usize];
-            if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
-                if node.entry.fits(hdr.rlength, hdr.remote_offset) {
-                    return Lookup {
-                        hit: Some(self.slab.id_of(slot)),
-                        length_skip_before_hit: skipped,
-                    };
-                }
-                skipped = true;
-            }
-            slot = node.next;
-        }
-        Lookup {
-            hit: None,
-            length_skip_before_hit: false,
-        }
+        self.slab.first_match(self.order.head, |n| n.next, hdr)
     }
 
     fn for_each_in_order(&self, f: &mut dyn FnMut(EntryId, &MatchEntry)) {
