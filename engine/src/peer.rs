@@ -189,8 +189,13 @@ fn start(
     };
     let id = dataplane::port_by_name(name)
         .ok_or_else(|| AppError::Usage(format!("rdma.port: EAL probed no port named {name}")))?;
-    let data_room = (dpdk_sys::RTE_PKTMBUF_HEADROOM + 4096 + 256) as u16;
-    let pool = Arc::new(Mempool::new("peer_pool", 8191, 256, data_room, -1)?);
+    let pool = Arc::new(Mempool::new(
+        "peer_pool",
+        8191,
+        256,
+        crate::rdma::FRAME_DATA_ROOM,
+        -1,
+    )?);
     let port = Port::start(id, &PortConfig::default(), pool.clone())?;
 
     let mut qp = QpConfig::new(r.qpn, r.peer_qpn);

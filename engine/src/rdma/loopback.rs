@@ -58,9 +58,13 @@ pub struct LoopbackPair {
 
 /// Starts the pair. EAL must be running.
 pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
-    // Frames up to MTU 4096 plus headers fit one mbuf.
-    let data_room = (dpdk_sys::RTE_PKTMBUF_HEADROOM + 4096 + 256) as u16;
-    let pool = Arc::new(Mempool::new("rdma_loopback", 16383, 256, data_room, -1)?);
+    let pool = Arc::new(Mempool::new(
+        "rdma_loopback",
+        16383,
+        256,
+        crate::rdma::FRAME_DATA_ROOM,
+        -1,
+    )?);
     let (ia, ib) = ring_pair("rdma_a", "rdma_b", 4096)?;
     let port_cfg = PortConfig::default();
     let ports = [

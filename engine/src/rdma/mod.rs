@@ -22,6 +22,10 @@ pub use stage::RdmaStage;
 
 use crate::transport::{Access, MrKeys, RecvRequest, WorkCompletion, WorkRequest};
 
+/// Data room of the mbufs an RDMA engine uses: headroom plus a 4096-byte MTU payload plus
+/// every RoCEv2 header, pad and ICRC, so any frame fits one segment.
+pub const FRAME_DATA_ROOM: u16 = (dpdk_sys::RTE_PKTMBUF_HEADROOM + 4096 + 256) as u16;
+
 /// A request from the host to the worker that owns an [`RdmaNode`].
 pub enum Command {
     Register {
