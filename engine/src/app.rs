@@ -206,6 +206,19 @@ pub struct RunOpts {
     pub pcap: Option<PathBuf>,
 }
 
+impl RunOpts {
+    /// A run bounded by `duration` with no live stats, its human text on stderr (for
+    /// programs and tests that read the summary).
+    pub fn quiet(duration: Duration) -> Self {
+        RunOpts {
+            duration: Some(duration),
+            stats_period: None,
+            json: true,
+            pcap: None,
+        }
+    }
+}
+
 /// One port's line in the summary.
 #[derive(Debug, Clone, Serialize)]
 pub struct PortSummary {

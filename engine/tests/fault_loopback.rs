@@ -47,12 +47,7 @@ fn injected_faults_are_counted_and_seen_exactly() {
         c1 = *cores.last().unwrap(),
     );
     let scenario = Scenario::parse(&text, &cores, &[]).expect("scenario parses");
-    let opts = RunOpts {
-        duration: Some(Duration::from_secs(2)),
-        stats_period: None,
-        json: true,
-        pcap: None,
-    };
+    let opts = RunOpts::quiet(Duration::from_secs(2));
     let s = app::run_scenario(&scenario, &[], &opts, Arc::new(AtomicBool::new(false)))
         .expect("the check passes with faults accounted for");
 

@@ -45,12 +45,7 @@ fn frames_cross_a_memif_pair_intact() {
         c1 = *cores.last().unwrap(),
     );
     let scenario = Scenario::parse(&text, &cores, &[]).expect("scenario parses");
-    let opts = RunOpts {
-        duration: Some(Duration::from_secs(30)),
-        stats_period: None,
-        json: true,
-        pcap: None,
-    };
+    let opts = RunOpts::quiet(Duration::from_secs(30));
     let s = app::run_scenario(&scenario, &[], &opts, Arc::new(AtomicBool::new(false)))
         .expect("run succeeds");
     let _ = std::fs::remove_file(sock);

@@ -25,12 +25,7 @@ fn null_forwarding_counters_add_up() {
         eal: ["--vdev", "net_null0,size=64", "--vdev", "net_null1,size=64"]
             .map(String::from)
             .to_vec(),
-        run: RunOpts {
-            duration: Some(Duration::from_millis(500)),
-            stats_period: None,
-            json: true,
-            pcap: None,
-        },
+        run: RunOpts::quiet(Duration::from_millis(500)),
     };
     let s = app::run_fwd(&opts, Arc::new(AtomicBool::new(false))).expect("fwd runs");
     assert_eq!(s.stop_reason, StopReason::Duration);
