@@ -7,7 +7,9 @@
 //! - [`runtime`]: pinned run-to-completion workers running [`runtime::Stage`]s;
 //! - [`lpe`]: the list-processing engine (Portals/MPI matching), pure and sharded;
 //! - [`traffic`]: the built-in stages (forwarding, generator, checker);
-//! - [`app`] and [`report`]: what the `portico` command runs and prints.
+//! - [`app`] (and [`bench`], [`peer`]): what the `portico` command runs; [`report`]: what it
+//!   prints; [`summary`]: what a run measured, the plain data between the two
+//!   (`app` → `report` → `summary`).
 
 #![deny(unsafe_code)]
 
@@ -24,6 +26,7 @@ pub mod peer;
 pub mod rdma;
 pub mod report;
 pub mod runtime;
+pub mod summary;
 pub mod traffic;
 pub mod transport;
 pub mod wire;

@@ -2,15 +2,18 @@
 //! (like testpmd's `--stats-period`), and a final summary. With `--json`, stdout carries only
 //! JSON lines (`{"type":"interval",...}` and one `{"type":"summary",...}`) and the human text
 //! goes to stderr.
+//!
+//! `report` prints the plain data of [`crate::summary`] and never calls `app`; `app`, `bench`
+//! and `peer` call it.
 
 use std::time::Instant;
 
 use serde_json::json;
 
-use crate::app::{MemoryChoice, Summary};
 use crate::config::{Task, Worker};
 use crate::dataplane::{EalInfo, PortInfo};
 use crate::runtime::WorkerReport;
+use crate::summary::{MemoryChoice, Summary};
 
 macro_rules! human {
     ($json:expr, $($arg:tt)*) => {

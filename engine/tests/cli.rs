@@ -89,6 +89,29 @@ fn unreadable_config_is_a_usage_error() {
 }
 
 #[test]
+fn run_time_failure_exits_1() {
+    // The arguments are valid, but 16 MiB cannot hold the mbuf pool for two ports: EAL or the
+    // pool fails at run time, which is not the user's config or arguments.
+    let out = portico(&[
+        "fwd",
+        "--duration",
+        "1",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "16",
+        "--",
+        "--vdev",
+        "net_null0",
+        "--vdev",
+        "net_null1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("portico: error: "), "{stderr}");
+}
+
+#[test]
 fn ports_lists_probed_vdevs_as_json() {
     let out = portico(&[
         "ports",

@@ -3,6 +3,9 @@
 //! Parsing is strict (unknown keys are errors) and every error names the field it is about,
 //! e.g. `workers[1].core: core 7 does not exist (cores available: 0-1)`, so that a bad config
 //! ends with one line and exit status 2 before EAL starts.
+//!
+//! The scenarios of `portico run` are here; the configs of `portico target` and
+//! `portico initiator` (one RoCEv2 engine per process) are in [`peer`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -12,6 +15,10 @@ use serde::Deserialize;
 use crate::runtime::FaultConfig;
 use crate::traffic::FwdMode;
 use crate::traffic::frame::{MAX_FRAME, MIN_FRAME};
+
+pub mod peer;
+
+pub use peer::{PeerConfig, RdmaSection, load_peer, parse_mac, parse_mtu, parse_peer};
 
 /// A config problem, located by its field path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -880,7 +887,7 @@ mod tests {
                 let text = std::fs::read_to_string(&p).unwrap();
                 // Configs of `portico target`/`initiator` have an [rdma] table instead.
                 if text.contains("\n[rdma]") {
-                    from_toml::<crate::peer::PeerConfig>(&text)
+                    from_toml::<crate::config::peer::PeerConfig>(&text)
                         .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
                 } else {
                     Scenario::load(&p, CORES, &drivers())
