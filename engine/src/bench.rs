@@ -8,8 +8,10 @@
 //! rate the loop is closed, and latency runs from posting to completion.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pmem::Mapping;
 use serde::Serialize;
 
 use crate::app::{AppError, MemoryChoice, available_cores, plan_eal_args};
@@ -17,11 +19,10 @@ use crate::config::HugepageMode;
 use crate::dataplane::Eal;
 use crate::hugepages::HugepageStatus;
 use crate::latency::{Latency, LatencySummary};
-use crate::rdma::loopback::{self, LoopbackOpts, QPN_A, QPN_B};
+use crate::rdma::MemoryRegion;
+use crate::rdma::loopback::{self, LoopbackOpts};
 use crate::report;
-use crate::transport::{
-    Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkRequest, WrKind,
-};
+use crate::transport::{Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest};
 
 /// Which operations to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -45,6 +46,8 @@ pub struct BenchOpts {
     pub rate: Option<f64>,
     pub duration: Duration,
     pub mtu: Mtu,
+    /// Fill every source buffer with a per-operation pattern and check every byte that lands.
+    pub verify: bool,
     pub hgrm: Option<PathBuf>,
     /// Capture both engines' ports into this pcapng file.
     pub pcap: Option<PathBuf>,
@@ -64,6 +67,17 @@ pub struct OpResult {
     pub latency_ns: LatencySummary,
 }
 
+/// What `--verify` checked.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct VerifySummary {
+    /// Operations whose landed bytes were compared (WRITE targets, READ destinations, SEND
+    /// receive buffers).
+    pub checked_ops: u64,
+    pub checked_bytes: u64,
+    /// Operations with at least one byte different from the pattern sent.
+    pub mismatches: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchSummary {
     pub op: BenchOp,
@@ -72,18 +86,19 @@ pub struct BenchSummary {
     pub rate: Option<f64>,
     pub seconds: f64,
     pub memory: MemoryChoice,
+    /// What the application's buffers are (anonymous memory or hugetlb pages).
+    pub buffers: String,
     pub results: Vec<OpResult>,
     pub errors: u64,
+    /// Present with `--verify`.
+    pub verify: Option<VerifySummary>,
     /// The engines' worker counters (retransmissions, ICRC errors, ...).
     pub workers: Vec<crate::runtime::WorkerReport>,
     pub capture: Option<crate::app::CaptureSummary>,
 }
 
-const BUF: usize = 1 << 22;
-const A_SRC: u64 = 0x1000_0000;
-const A_DST: u64 = 0x2000_0000;
-const B_BUF: u64 = 0x4000_0000;
-const B_RECV: u64 = 0x5000_0000;
+/// Bytes of each of the four application buffers at most.
+const BUF_CAP: usize = 64 << 20;
 
 const OP_NAMES: [&str; 3] = ["read", "send", "write"];
 
@@ -95,24 +110,85 @@ fn op_index(op: WcOpcode) -> usize {
     }
 }
 
+/// The pattern operation `id` carries: 8-byte words that differ per operation and per word.
+fn fill_pattern(id: u64, buf: &mut [u8]) {
+    let seed = (id + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut words = buf.chunks_exact_mut(8);
+    for (i, w) in (&mut words).enumerate() {
+        w.copy_from_slice(&(seed ^ (i as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)).to_le_bytes());
+    }
+    let rest = words.into_remainder();
+    let tail = (seed ^ 0x5555).to_le_bytes();
+    let n = rest.len();
+    rest.copy_from_slice(&tail[..n]);
+}
+
+/// The host's view of `--verify`: scratch space, no allocation per operation.
+struct Verifier {
+    want: Vec<u8>,
+    got: Vec<u8>,
+    summary: VerifySummary,
+}
+
+impl Verifier {
+    fn new(size: usize) -> Verifier {
+        Verifier {
+            want: vec![0; size],
+            got: vec![0; size],
+            summary: VerifySummary::default(),
+        }
+    }
+
+    /// Writes operation `id`'s pattern into `mr` at `offset`.
+    fn fill(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
+        fill_pattern(id, &mut self.want);
+        mr.write(offset, &self.want).expect("slot inside the buffer");
+    }
+
+    /// Compares what landed in `mr` at `offset` with operation `id`'s pattern.
+    fn check(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
+        fill_pattern(id, &mut self.want);
+        mr.read(offset, &mut self.got).expect("slot inside the buffer");
+        self.summary.checked_ops += 1;
+        self.summary.checked_bytes += self.got.len() as u64;
+        if self.want != self.got {
+            self.summary.mismatches += 1;
+        }
+    }
+}
+
+fn usage(msg: String) -> AppError {
+    AppError::Usage(msg)
+}
+
 /// Runs the benchmark and returns its summary (printed by the caller).
 pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
-    if opts.size == 0 || opts.size as usize > BUF / 4 {
-        return Err(AppError::Usage(format!(
-            "--size: must be 1..={} bytes",
-            BUF / 4
-        )));
+    if opts.size == 0 || opts.size as usize > BUF_CAP / 4 {
+        return Err(usage(format!("--size: must be 1..={} bytes", BUF_CAP / 4)));
     }
     if opts.qd == 0 || opts.qd > 120 {
-        return Err(AppError::Usage(
+        return Err(usage(
             "--qd: must be 1..=120 (the send queue holds 128)".into(),
         ));
     }
     if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-        return Err(AppError::Usage(
+        return Err(usage(
             "--rate: must be a positive number of operations per second".into(),
         ));
     }
+    let size = opts.size as usize;
+    // Buffer slots: operation k uses slot k mod slots. With --verify a slot must not be
+    // reused while an operation on it may still be outstanding or unchecked.
+    let slots = (BUF_CAP / size).clamp(1, 1024);
+    if opts.verify && slots < 2 * opts.qd {
+        return Err(usage(format!(
+            "--verify: {} slots of {size} B fit the {} MiB buffers, fewer than twice --qd {}; lower --qd or --size",
+            slots,
+            BUF_CAP >> 20,
+            opts.qd
+        )));
+    }
+    let buf_len = slots * size;
     let cores = available_cores();
     let (a, b) = (cores[0], *cores.last().unwrap_or(&cores[0]));
     let (args, memory) = plan_eal_args(
@@ -135,34 +211,37 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     qp.timeout_ns = 1_000_000;
     // Both engines on the last core, the host loop on the first (EAL's main lcore): on a
     // 2-core machine a third busy thread would leave the host waiting for CPU time slices.
-    let pair = loopback::start(&LoopbackOpts {
-        qp,
-        faults: None,
-        cores: [b, b],
-        burst: 32,
-        pcap: opts.pcap.clone(),
-    })
-    .map_err(|e| AppError::Usage(format!("starting the engines: {e}")))?;
+    let mut lo = LoopbackOpts::new(qp, [b, b]);
+    lo.pcap = opts.pcap.clone();
+    let pair = loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
     let loopback::LoopbackPair {
         runtime,
-        a: mut ha,
-        b: hb,
+        a: mut ea,
+        b: mut eb,
         capture,
     } = pair;
-    let host = |e: crate::rdma::HostError| AppError::Usage(format!("host call: {e}"));
-    let src = ha.register(A_SRC, BUF, Access::ALL).map_err(host)?;
-    let dst = ha.register(A_DST, BUF, Access::ALL).map_err(host)?;
-    let remote = hb.register(B_BUF, BUF, Access::ALL).map_err(host)?;
-    let recv = hb
-        .register(B_RECV, BUF, Access::LOCAL_WRITE)
+    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    // The application's memory: four buffers it maps itself, then registers.
+    let map = |len: usize| {
+        Mapping::anonymous_prefer_huge(len)
+            .map(Arc::new)
+            .map_err(|e| AppError::Failed(format!("mapping {len} bytes of buffer memory: {e}")))
+    };
+    let (a_src, a_dst, b_buf, b_recv) = (map(buf_len)?, map(buf_len)?, map(buf_len)?, map(buf_len)?);
+    let buffers = a_src.kind().to_string();
+    let src = ea.engine.register_all(&a_src, Access::ALL).map_err(host)?;
+    let dst = ea.engine.register_all(&a_dst, Access::ALL).map_err(host)?;
+    let remote = eb.engine.register_all(&b_buf, Access::ALL).map_err(host)?;
+    let recv = eb
+        .engine
+        .register_all(&b_recv, Access::LOCAL_WRITE)
         .map_err(host)?;
-    let size = opts.size;
-    let slots = (BUF / size as usize).clamp(1, 1024) as u64;
+    let slot_of = |k: u64| (k as usize % slots) * size;
 
     human(
         opts.json,
         &format!(
-            "bench {:?}: {} B messages, queue depth {}, {}, MTU {}, {} s; both engines on core {b}, host on core {a}",
+            "bench {:?}: {} B messages, queue depth {}, {}, MTU {}, {} s{}; both engines on core {b}, host on core {a}; buffers: {buffers}",
             opts.op,
             size,
             opts.qd,
@@ -170,16 +249,24 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 .map(|r| format!("{} ops/s intended", report::rate(r, "")))
                 .unwrap_or_else(|| "closed loop".into()),
             opts.mtu.bytes(),
-            opts.duration.as_secs_f64()
+            opts.duration.as_secs_f64(),
+            if opts.verify { ", every byte verified" } else { "" },
         ),
     );
 
+    let mut verifier = opts.verify.then(|| Verifier::new(size));
     let mut hist: [Latency; 3] = Default::default();
     let mut counts = [0u64; 3];
     // Start times of outstanding operations, by wr_id modulo a power of two above the queue
     // depth: at most `qd` are outstanding, so slots never collide (and no hashing per op).
     let slots_len = (opts.qd * 2).next_power_of_two();
     let mut started: Vec<Option<Instant>> = vec![None; slots_len];
+    // Operation ids of SENDs in flight, oldest first: receive k gets the k-th SEND.
+    let mut send_ids: Vec<u64> = vec![0; slots_len];
+    let (mut sends_posted, mut sends_received) = (0u64, 0u64);
+    let mut batch: Vec<WorkRequest> = Vec::with_capacity(opts.qd);
+    let mut recv_batch: Vec<RecvRequest> = Vec::with_capacity(opts.qd * 2);
+    let mut wcs = [WorkCompletion::EMPTY; 64];
     let mut outstanding = 0usize;
     let mut errors = 0u64;
     let t0 = Instant::now();
@@ -189,10 +276,13 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     let mut last_done = 0u64;
     let mut done = 0u64;
     let mut recv_posted = 0u64;
+    let uses_send = matches!(opts.op, BenchOp::Send | BenchOp::Mixed);
     loop {
         let now = Instant::now();
-        // Post while there is room in the window and (with a rate) the next operation is due.
-        while outstanding < opts.qd && now < end {
+        // Post while there is room in the window and (with a rate) the next operation is due:
+        // the whole batch with one doorbell.
+        batch.clear();
+        while outstanding + batch.len() < opts.qd && now < end {
             let intended = match opts.rate {
                 Some(r) => t0 + Duration::from_secs_f64(next_id as f64 / r),
                 None => now,
@@ -206,76 +296,89 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 BenchOp::Send => 2,
                 BenchOp::Mixed => next_id % 3,
             };
-            let slot = (next_id % slots) * size as u64;
-            let (kind, lkey, local) = match kind_ix {
-                0 => (
-                    WrKind::Write {
-                        remote_addr: B_BUF + slot,
-                        rkey: remote.rkey,
-                        imm: None,
-                    },
-                    src.lkey,
-                    A_SRC + slot,
-                ),
-                1 => (
-                    WrKind::Read {
-                        remote_addr: B_BUF + slot,
-                        rkey: remote.rkey,
-                    },
-                    dst.lkey,
-                    A_DST + slot,
-                ),
-                _ => {
-                    // Keep the receive queue ahead of the SENDs.
-                    while recv_posted <= next_id + opts.qd as u64 {
-                        let at = (recv_posted % slots) * size as u64;
-                        hb.post_recv(
-                            QPN_B,
-                            RecvRequest {
-                                wr_id: recv_posted,
-                                lkey: recv.lkey,
-                                addr: B_RECV + at,
-                                len: size,
-                            },
-                        )
-                        .map_err(host)?;
-                        recv_posted += 1;
+            let slot = slot_of(next_id);
+            let wr = match kind_ix {
+                0 => {
+                    if let Some(v) = verifier.as_mut() {
+                        v.fill(next_id, &src, slot);
                     }
-                    (WrKind::Send { imm: None }, src.lkey, A_SRC + slot)
+                    WorkRequest::write(next_id, src.sgl(slot, opts.size), remote.addr() + slot as u64, remote.rkey(), None)
+                }
+                1 => {
+                    if let Some(v) = verifier.as_mut() {
+                        v.fill(next_id, &remote, slot);
+                    }
+                    WorkRequest::read(next_id, dst.sgl(slot, opts.size), remote.addr() + slot as u64, remote.rkey())
+                }
+                _ => {
+                    if let Some(v) = verifier.as_mut() {
+                        v.fill(next_id, &src, slot);
+                    }
+                    send_ids[sends_posted as usize & (slots_len - 1)] = next_id;
+                    sends_posted += 1;
+                    WorkRequest::send(next_id, src.sgl(slot, opts.size), None)
                 }
             };
-            ha.post_send(
-                QPN_A,
-                WorkRequest {
-                    wr_id: next_id,
-                    kind,
-                    lkey,
-                    local_addr: local,
-                    len: size,
-                },
-            )
-            .map_err(host)?;
+            batch.push(wr);
             started[next_id as usize & (slots_len - 1)] = Some(intended);
-            outstanding += 1;
             next_id += 1;
         }
-        // One clock read per batch of completions: the work they did ended by now.
-        let polled_at = Instant::now();
-        while let Some(wc) = ha.poll().map_err(host)? {
-            let Some(t) = started[wc.wr_id as usize & (slots_len - 1)].take() else {
-                continue;
-            };
-            outstanding -= 1;
-            if wc.status != WcStatus::Success {
-                errors += 1;
-                continue;
+        if uses_send {
+            // Keep B's receive queue ahead of the SENDs, one doorbell per batch.
+            recv_batch.clear();
+            while recv_posted < sends_posted + opts.qd as u64 && recv_batch.len() < recv_batch.capacity() {
+                recv_batch.push(RecvRequest::new(recv_posted, recv.sgl(slot_of(recv_posted), opts.size)));
+                recv_posted += 1;
             }
-            let k = op_index(wc.opcode);
-            hist[k].record(polled_at.saturating_duration_since(t).as_nanos() as u64);
-            counts[k] += 1;
-            done += 1;
+            if let Err(full) = eb.qp.post_recv(&recv_batch) {
+                recv_posted -= (recv_batch.len() - full.posted) as u64;
+            }
         }
-        let now = Instant::now();
+        if !batch.is_empty() {
+            ea.qp
+                .post_send(&batch)
+                .map_err(|e| AppError::Failed(format!("posting {} work requests: {e}", batch.len())))?;
+            outstanding += batch.len();
+        }
+        let n = ea.cq.poll(&mut wcs);
+        if n > 0 {
+            // One clock read per batch of completions: the work they did ended by now.
+            let polled_at = Instant::now();
+            for wc in &wcs[..n] {
+                let Some(t) = started[wc.wr_id as usize & (slots_len - 1)].take() else {
+                    continue;
+                };
+                outstanding -= 1;
+                if wc.status != WcStatus::Success {
+                    errors += 1;
+                    continue;
+                }
+                let k = op_index(wc.opcode);
+                hist[k].record(polled_at.saturating_duration_since(t).as_nanos() as u64);
+                counts[k] += 1;
+                done += 1;
+                if let Some(v) = verifier.as_mut() {
+                    let slot = slot_of(wc.wr_id);
+                    match wc.opcode {
+                        WcOpcode::RdmaWrite => v.check(wc.wr_id, &remote, slot),
+                        WcOpcode::RdmaRead => v.check(wc.wr_id, &dst, slot),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if uses_send {
+            let n = eb.cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                let id = send_ids[sends_received as usize & (slots_len - 1)];
+                sends_received += 1;
+                if wc.status != WcStatus::Success {
+                    errors += 1;
+                } else if let Some(v) = verifier.as_mut() {
+                    v.check(id, &recv, slot_of(wc.wr_id));
+                }
+            }
+        }
         if now.duration_since(last_print) >= Duration::from_secs(1) {
             let dt = now.duration_since(last_print).as_secs_f64();
             human(
@@ -291,7 +394,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             last_print = now;
             last_done = done;
         }
-        if now >= end && outstanding == 0 {
+        if now >= end && outstanding == 0 && (!uses_send || sends_received == sends_posted) {
             break;
         }
         if now >= end + Duration::from_secs(5) {
@@ -339,13 +442,15 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     }
     Ok(BenchSummary {
         op: opts.op,
-        size,
+        size: opts.size,
         qd: opts.qd,
         rate: opts.rate,
         seconds,
         memory,
+        buffers,
         results,
         errors,
+        verify: verifier.map(|v| v.summary),
         workers,
         capture: captured,
     })
@@ -402,6 +507,12 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
             w.worker,
             w.core.unwrap_or(0),
             c.join(", ")
+        );
+    }
+    if let Some(v) = &s.verify {
+        println!(
+            "  verify: {} operations, {} bytes compared, {} mismatched",
+            v.checked_ops, v.checked_bytes, v.mismatches
         );
     }
     if let Some(p) = hgrm {

@@ -25,8 +25,8 @@ use portico::transport::Mtu;
         portico fwd --cores 1 -- --vdev net_null0 --vdev net_null1\n\
         Portico adds defaults (-l, --in-memory or --no-shconf, --no-pci, and --no-huge when no\n\
         hugepages are reserved); arguments you pass replace them.\n\n\
-        Exit status: 0 success, 1 run-time failure (EAL, port, worker panic, failed check),\n\
-        2 bad config or arguments."
+        Exit status: 0 success; 1 run-time failure (EAL or a port did not start, a worker\n\
+        failed or panicked, an operation timed out, a check failed); 2 bad config or arguments."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -119,6 +119,10 @@ enum Command {
         /// Path MTU: 256, 512, 1024, 2048 or 4096.
         #[arg(long, default_value_t = 1024)]
         mtu: u32,
+        /// Fill every source buffer with a per-operation pattern and check every byte that
+        /// lands (WRITE target, READ destination, SEND receive buffer); exit 1 on a mismatch.
+        #[arg(long)]
+        verify: bool,
         /// Write the latency distribution (µs) in HdrHistogram's .hgrm format.
         #[arg(long, value_name = "FILE")]
         hgrm: Option<PathBuf>,
@@ -143,6 +147,10 @@ enum Command {
     Target {
         #[arg(long, short)]
         config: PathBuf,
+        /// Map this file as the region (created at rdma.region_len bytes when missing);
+        /// overrides rdma.region_file. Default: anonymous memory.
+        #[arg(long, value_name = "PATH")]
+        region_file: Option<PathBuf>,
         /// Seconds to serve (0: until Ctrl-C or SIGTERM).
         #[arg(long, default_value_t = 0.0)]
         duration: f64,
@@ -156,6 +164,10 @@ enum Command {
     Initiator {
         #[arg(long, short)]
         config: PathBuf,
+        /// Map this file as this side's region; overrides rdma.region_file. Default:
+        /// anonymous memory.
+        #[arg(long, value_name = "PATH")]
+        region_file: Option<PathBuf>,
         /// The target's rkey (from its `ready` line).
         #[arg(long, value_parser = parse_u32)]
         rkey: u32,
@@ -297,6 +309,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             rate,
             duration,
             mtu,
+            verify,
             hgrm,
             pcap,
             json,
@@ -323,6 +336,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 rate,
                 duration: seconds("--duration", duration)?.unwrap_or(Duration::from_secs(5)),
                 mtu,
+                verify,
                 hgrm,
                 pcap,
                 json,
@@ -332,15 +346,27 @@ fn run(cli: Cli) -> Result<(), AppError> {
             };
             let summary = portico::bench::run(&opts)?;
             portico::bench::print(&summary, json, opts.hgrm.as_ref());
-            Ok(())
+            match summary.verify {
+                Some(v) if v.mismatches > 0 => Err(AppError::CheckFailed(format!(
+                    "{} of {} operations landed bytes that differ from what was sent",
+                    v.mismatches, v.checked_ops
+                ))),
+                _ if summary.errors > 0 => Err(AppError::CheckFailed(format!(
+                    "{} operations did not complete successfully",
+                    summary.errors
+                ))),
+                _ => Ok(()),
+            }
         }
         Command::Target {
             config,
+            region_file,
             duration,
             pcap,
             eal,
         } => portico::peer::run_target(
             &config,
+            region_file,
             seconds("--duration", duration)?,
             &eal,
             interrupt_flag(),
@@ -348,6 +374,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
         ),
         Command::Initiator {
             config,
+            region_file,
             rkey,
             remote_addr,
             ops,
@@ -356,6 +383,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             eal,
         } => portico::peer::run_initiator(
             &config,
+            region_file,
             rkey,
             remote_addr,
             ops,

@@ -1,10 +1,11 @@
-//! Two RDMA engines in one process, joined back to back by a `net_ring` link, each on its own
-//! pinned worker: the set-up behind `portico bench`, the example program and the RDMA tests.
+//! Two RDMA engines in one process, joined back to back by a `net_ring` link, on one pinned
+//! worker or two: the set-up behind `portico bench`, the example program and the RDMA tests.
+//! Each end has one queue pair and one completion queue (for its sends and its receives).
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use super::{RdmaHandle, RdmaNode, RdmaStage};
+use super::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair};
 use crate::runtime::{
     CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
@@ -31,8 +32,26 @@ pub struct LoopbackOpts {
     /// Cores of engine A and engine B; the same core twice puts both on one worker.
     pub cores: [usize; 2],
     pub burst: usize,
+    /// Entries of each end's completion queue.
+    pub cq_depth: usize,
     /// Capture both ports into this pcapng file.
     pub pcap: Option<std::path::PathBuf>,
+}
+
+impl LoopbackOpts {
+    /// Both engines on `cores`, no faults, bursts of 32, a completion queue as deep as both of
+    /// the queue pair's queues.
+    pub fn new(qp: QpConfig, cores: [usize; 2]) -> LoopbackOpts {
+        let cq_depth = qp.max_send_wr + qp.max_recv_wr;
+        LoopbackOpts {
+            qp,
+            faults: None,
+            cores,
+            burst: 32,
+            cq_depth,
+            pcap: None,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,17 +60,25 @@ pub enum LoopbackError {
     Dpdk(#[from] DpdkError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    #[error("queue pair configuration: bad {0}")]
-    Qp(&'static str),
+    #[error("queue pair: {0}")]
+    Qp(#[from] super::AddQpError),
     #[error("capture file: {0}")]
     Capture(std::io::Error),
 }
 
-/// The running pair: the workers and a handle on each engine.
+/// What the application holds of one end: the engine's control handle, the queue pair and
+/// the completion queue.
+pub struct LoopbackEnd {
+    pub engine: RdmaHandle,
+    pub qp: Qp,
+    pub cq: Cq,
+}
+
+/// The running pair: the workers and each end.
 pub struct LoopbackPair {
     pub runtime: Runtime,
-    pub a: RdmaHandle,
-    pub b: RdmaHandle,
+    pub a: LoopbackEnd,
+    pub b: LoopbackEnd,
     /// The capture, when asked for: `finish()` it after the runtime has stopped.
     pub capture: Option<Arc<CaptureSink>>,
 }
@@ -80,13 +107,15 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let mut qb = qa.mirrored();
     qb.remote_mac = MAC_A;
     qb.remote_ip = IP_A;
-    let mut node_a = RdmaNode::new(MAC_A, IP_A, 1 << 16);
-    node_a.add_qp(qa).map_err(|e| LoopbackError::Qp(e.field))?;
-    let mut node_b = RdmaNode::new(MAC_B, IP_B, 1 << 16);
-    node_b.add_qp(qb).map_err(|e| LoopbackError::Qp(e.field))?;
+    let mut node_a = RdmaNode::new(MAC_A, IP_A);
+    let cq_a = node_a.create_cq(opts.cq_depth);
+    let qp_a = node_a.add_qp(qa, &cq_a, &cq_a)?;
+    let mut node_b = RdmaNode::new(MAC_B, IP_B);
+    let cq_b = node_b.create_cq(opts.cq_depth);
+    let qp_b = node_b.add_qp(qb, &cq_b, &cq_b)?;
 
-    let (ha, ca, ea) = RdmaHandle::new();
-    let (hb, cb, eb) = RdmaHandle::new();
+    let (ha, ca) = RdmaHandle::new();
+    let (hb, cb) = RdmaHandle::new();
     let faults = |i: u64| {
         opts.faults.map(|f| {
             let f = FaultConfig {
@@ -117,7 +146,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let (rx_b, tx_b) = queues(&ports[1]);
     let specs = if opts.cores[0] == opts.cores[1] {
         // Both engines on one core; on a 2-core machine the other core is the application's.
-        let stage = RdmaStage::new(node_a, pool.clone(), ca, ea, 0).with_engine(node_b, cb, eb, 1);
+        let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
         vec![WorkerSpec {
             name: "rdma".into(),
             core: Some(opts.cores[0]),
@@ -136,7 +165,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 rx: vec![rx_a],
                 tx: vec![tx_a],
                 burst: opts.burst,
-                stage: StageBox::new(RdmaStage::new(node_a, pool.clone(), ca, ea, 0)),
+                stage: StageBox::new(RdmaStage::new(node_a, pool.clone(), ca, 0)),
                 faults: faults(0),
                 capture: tap(),
             },
@@ -146,7 +175,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 rx: vec![rx_b],
                 tx: vec![tx_b],
                 burst: opts.burst,
-                stage: StageBox::new(RdmaStage::new(node_b, pool.clone(), cb, eb, 0)),
+                stage: StageBox::new(RdmaStage::new(node_b, pool.clone(), cb, 0)),
                 faults: faults(1),
                 capture: tap(),
             },
@@ -155,8 +184,16 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let runtime = Runtime::start(specs)?;
     Ok(LoopbackPair {
         runtime,
-        a: ha,
-        b: hb,
+        a: LoopbackEnd {
+            engine: ha,
+            qp: qp_a,
+            cq: cq_a,
+        },
+        b: LoopbackEnd {
+            engine: hb,
+            qp: qp_b,
+            cq: cq_b,
+        },
         capture,
     })
 }

@@ -1,68 +1,30 @@
-//! RDMA on the dataplane: a worker that speaks RoCEv2.
+//! RDMA on the dataplane: a worker that speaks RoCEv2, and the application's side of it.
 //!
-//! - [`RdmaNode`] is one engine's state: its MAC and IPv4 address, its memory regions, its RC
-//!   queue pairs and its completion queue. It is pure (frames in, frames out), so it is tested
-//!   without EAL. It answers ARP for its address, checks every frame (ICRC included), and
-//!   counts what it drops.
-//! - [`RdmaStage`] runs a node on a worker: received mbufs go to the node, and the node's
-//!   packets are emitted straight into fresh mbufs. Host commands arrive over a crossbeam
-//!   queue, and completions leave over another.
-//! - [`RdmaHandle`] is what an application holds. It registers memory, reads and writes it,
-//!   posts SEND/WRITE/READ and receives, and polls completions. Every call is a message to the
-//!   worker, so the worker never shares memory with another thread.
+//! - [`RdmaNode`] is one engine's state: its MAC and IPv4 address, its memory regions (the
+//!   application's own mapped memory), its RC queue pairs in a QPN-indexed table, a ready
+//!   list, a timer heap and its completion queues. It is pure (frames in, frames out), so it
+//!   is tested without EAL. It answers ARP for its address, checks every frame (ICRC
+//!   included), and counts what it drops.
+//! - [`RdmaStage`] runs nodes on a worker: received mbufs go to the node, which places data
+//!   straight into registered memory, and the node's packets are emitted straight from
+//!   registered memory into fresh mbufs.
+//! - The application holds, per engine, an [`RdmaHandle`] (the control path: register and
+//!   deregister memory, [`MemoryRegion`]), and per queue pair a [`Qp`] (post work requests:
+//!   one ring commit and one doorbell per list) and per completion queue a [`Cq`] (poll into a
+//!   slice, or wait: spin, then park). See [`rings`] for the lock-free rings between the two
+//!   and the memory-ordering contract.
 
-mod handle;
+mod host;
 pub mod loopback;
 mod node;
+pub mod rings;
 mod stage;
 
-pub use handle::{HostError, RdmaHandle};
-pub use node::{NodeCounters, RdmaNode, RxOutcome};
+pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, RdmaHandle};
+pub use node::{AddQpError, NodeCounters, RdmaNode, RxOutcome, Tx};
+pub use rings::{Cq, Qp, QueueFull};
 pub use stage::RdmaStage;
-
-use crate::transport::{Access, MrKeys, RecvRequest, WorkCompletion, WorkRequest};
 
 /// Data room of the mbufs an RDMA engine uses: headroom plus a 4096-byte MTU payload plus
 /// every RoCEv2 header, pad and ICRC, so any frame fits one segment.
 pub const FRAME_DATA_ROOM: u16 = (dpdk_sys::RTE_PKTMBUF_HEADROOM + 4096 + 256) as u16;
-
-/// A request from the host to the worker that owns an [`RdmaNode`].
-pub enum Command {
-    Register {
-        addr: u64,
-        len: usize,
-        access: Access,
-        reply: crossbeam::channel::Sender<MrKeys>,
-    },
-    Write {
-        lkey: u32,
-        offset: usize,
-        data: Vec<u8>,
-        reply: crossbeam::channel::Sender<bool>,
-    },
-    Read {
-        lkey: u32,
-        offset: usize,
-        len: usize,
-        reply: crossbeam::channel::Sender<Option<Vec<u8>>>,
-    },
-    PostSend {
-        qpn: u32,
-        wr: WorkRequest,
-    },
-    PostRecv {
-        qpn: u32,
-        wr: RecvRequest,
-    },
-}
-
-/// What the worker sends back without being asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    Completion(WorkCompletion),
-    /// A post was refused (queue full, bad local key): no completion will come for it.
-    PostRefused {
-        qpn: u32,
-        wr_id: u64,
-    },
-}

@@ -1,13 +1,37 @@
 //! One RDMA engine's state, driven with frames: pure, so it runs the same on mbufs and on
 //! plain buffers.
+//!
+//! What a worker does with it, each loop iteration:
+//! 1. [`RdmaNode::receive`] every frame: ARP for our address, or a RoCEv2 packet handed to the
+//!    queue pair its BTH names (one index into a QPN table, no search), which then becomes
+//!    *ready* (it may owe an ACK, or its window opened).
+//! 2. [`RdmaNode::service`]: take the doorbells the host rang (work requests move from the
+//!    host rings into the queue pairs, each with a completion slot reserved for it), retry
+//!    queue pairs whose rings were left non-empty, fire due timers (a heap of deadlines, at
+//!    most a few entries per queue pair), finish deregistrations nothing uses any more.
+//! 3. [`RdmaNode::poll_transmit`] / [`RdmaNode::emit`] until the TX burst is full: only the
+//!    ready list is visited, round robin, each queue pair's responses first and then its
+//!    requests within a per-turn [`Budget`].
+//! 4. [`RdmaNode::flush_completions`]: completions go into the host's completion rings, which
+//!    never overflow because every one of them had its slot reserved.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{Command, Event};
-use crate::transport::{CompletionQueue, MemoryTable, OutPacket, QpConfig, QueuePair};
+use super::host::{Control, ControlReply};
+use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
+use crate::transport::{
+    Budget, CompletionQueue, ConfigError, MemoryTable, MrKeys, OutPacket, QpConfig, QueuePair,
+    RegisterError, WcOpcode,
+};
 use crate::wire::{self, EthernetAddress};
+
+/// Request packets one queue pair may send per turn before the next ready one is served.
+const TURN_PACKETS: u32 = 16;
 
 /// What one received frame did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,58 +57,264 @@ pub struct NodeCounters {
     pub unknown_qp: u64,
     pub arp_replies: u64,
     pub tx_packets: u64,
+    /// Work requests posted by the host and taken by the worker.
+    pub posted: u64,
+    /// Completions handed to the host.
+    pub completions: u64,
+    /// Times work was left in a host ring because its completion queue had no free slot.
+    pub cq_full: u64,
+    /// Completions that found their ring full (0 unless the reservation rule is broken).
+    pub cq_overruns: u64,
 }
 
-/// An RDMA engine: address, memory, queue pairs, completions.
+/// A queue pair with the worker's end of its rings and its scheduling state.
+struct QpEntry {
+    qp: QueuePair,
+    rings: QpRings,
+    send_cq: u32,
+    recv_cq: u32,
+    /// On the ready list.
+    ready: bool,
+    /// On the backlog: its rings held requests it could not take yet.
+    backlog: bool,
+    /// The earliest deadline with an entry in the timer heap.
+    armed: Option<u64>,
+}
+
+/// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
+/// QPNs would share a slot, so a lookup is one index and one compare.
+struct QpTable {
+    entries: Vec<QpEntry>,
+    index: Vec<u32>,
+}
+
+const NO_QP: u32 = u32::MAX;
+
+impl QpTable {
+    fn new() -> QpTable {
+        QpTable {
+            entries: Vec::new(),
+            index: vec![NO_QP; 64],
+        }
+    }
+
+    #[inline]
+    fn lookup(&self, qpn: u32) -> Option<usize> {
+        let i = self.index[qpn as usize & (self.index.len() - 1)];
+        match self.entries.get(i as usize) {
+            Some(e) if e.qp.config().local_qpn == qpn => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// Indexes the entry `at` (already in `entries`), growing the index until no two QPNs
+    /// share a slot. QPNs are 24-bit, so this ends by 2^24 slots.
+    fn insert(&mut self, qpn: u32, at: usize) {
+        let slot = qpn as usize & (self.index.len() - 1);
+        if self.index[slot] == NO_QP {
+            self.index[slot] = at as u32;
+            return;
+        }
+        let mut size = self.index.len() * 2;
+        while !self.rebuild(size) {
+            size *= 2;
+        }
+    }
+
+    /// Indexes every entry in a table of `size` slots; false if two collide.
+    fn rebuild(&mut self, size: usize) -> bool {
+        let mut index = vec![NO_QP; size];
+        for (i, e) in self.entries.iter().enumerate() {
+            let s = e.qp.config().local_qpn as usize & (size - 1);
+            if index[s] != NO_QP {
+                return false;
+            }
+            index[s] = i as u32;
+        }
+        self.index = index;
+        true
+    }
+}
+
+/// Why a queue pair could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddQpError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("queue pair number {0:#x} is already in use")]
+    DuplicateQpn(u32),
+    #[error("completion queue {0} does not belong to this engine")]
+    UnknownCq(u32),
+    #[error("an engine has at most {MAX_QPS} queue pairs")]
+    TooMany,
+}
+
+/// A deregistration waiting for the region's last user.
+struct PendingDereg {
+    slot: u32,
+}
+
+/// A packet handed out by [`RdmaNode::poll_transmit`], to write with [`RdmaNode::emit`] before
+/// the next call that changes the node.
+#[derive(Debug, Clone, Copy)]
+pub struct Tx {
+    qp: u32,
+    pub packet: OutPacket,
+}
+
+impl Tx {
+    pub fn frame_len(&self) -> usize {
+        self.packet.frame_len()
+    }
+}
+
+/// An RDMA engine: address, memory, queue pairs, completion queues.
 pub struct RdmaNode {
     pub mac: EthernetAddress,
     pub ip: Ipv4Addr,
     pub mem: MemoryTable,
-    qps: Vec<QueuePair>,
-    pub cq: CompletionQueue,
+    qps: QpTable,
+    cqs: Vec<CqWriter>,
+    /// Completions the queue pairs produced since the last flush.
+    staged: CompletionQueue,
+    doorbells: Arc<Doorbells>,
+    ready: VecDeque<u32>,
+    backlog: Vec<u32>,
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// What the queue pair at the head of the ready list may still send in its turn.
+    turn: Budget,
+    deregs: Vec<PendingDereg>,
+    finished: Vec<ControlReply>,
     pub counters: NodeCounters,
     arp: [u8; 64],
-    next_qp: usize,
 }
 
 impl RdmaNode {
-    pub fn new(mac: EthernetAddress, ip: Ipv4Addr, cq_depth: usize) -> Self {
+    pub fn new(mac: EthernetAddress, ip: Ipv4Addr) -> Self {
         RdmaNode {
             mac,
             ip,
             mem: MemoryTable::new(),
-            qps: Vec::new(),
-            cq: CompletionQueue::new(cq_depth),
+            qps: QpTable::new(),
+            cqs: Vec::new(),
+            staged: CompletionQueue::new(0),
+            doorbells: Doorbells::new(),
+            ready: VecDeque::new(),
+            backlog: Vec::new(),
+            timers: BinaryHeap::new(),
+            turn: Budget::packets(TURN_PACKETS),
+            deregs: Vec::new(),
+            finished: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
-            next_qp: 0,
         }
     }
 
-    /// Adds a queue pair; its local MAC and IP are this node's.
-    pub fn add_qp(&mut self, mut cfg: QpConfig) -> Result<u32, crate::transport::ConfigError> {
+    /// Creates a completion queue of `depth` entries; the application polls the returned end.
+    pub fn create_cq(&mut self, depth: usize) -> Cq {
+        let id = self.cqs.len() as u32;
+        let (host, worker) = rings::cq_ring(id, depth.max(1));
+        self.cqs.push(worker);
+        // Every completion had a reserved slot in its ring, so this many can be staged at most.
+        let capacity: usize = self.cqs.iter().map(|c| c.unreserved()).sum();
+        self.staged = CompletionQueue::new(capacity);
+        host
+    }
+
+    /// Adds a queue pair; its local MAC and IP are this node's. Completions of its send work
+    /// go to `send_cq`, of its receives to `recv_cq`. Returns the application's end.
+    pub fn add_qp(&mut self, mut cfg: QpConfig, send_cq: &Cq, recv_cq: &Cq) -> Result<Qp, AddQpError> {
         cfg.local_mac = self.mac;
         cfg.local_ip = self.ip;
         let qpn = cfg.local_qpn;
-        self.qps.push(QueuePair::new(cfg)?);
-        Ok(qpn)
+        for id in [send_cq.id(), recv_cq.id()] {
+            if id as usize >= self.cqs.len() {
+                return Err(AddQpError::UnknownCq(id));
+            }
+        }
+        if self.qps.lookup(qpn).is_some() {
+            return Err(AddQpError::DuplicateQpn(qpn));
+        }
+        if self.qps.entries.len() >= MAX_QPS {
+            return Err(AddQpError::TooMany);
+        }
+        let qp = QueuePair::new(cfg.clone())?;
+        let slot = self.qps.entries.len();
+        let (host, rings) = rings::qp_rings(
+            qpn,
+            slot as u32,
+            cfg.max_send_wr,
+            cfg.max_recv_wr,
+            self.doorbells.clone(),
+        );
+        self.qps.entries.push(QpEntry {
+            qp,
+            rings,
+            send_cq: send_cq.id(),
+            recv_cq: recv_cq.id(),
+            ready: false,
+            backlog: false,
+            armed: None,
+        });
+        self.qps.insert(qpn, slot);
+        let n = self.qps.entries.len();
+        self.ready.reserve(n);
+        self.backlog.reserve(n);
+        self.timers.reserve(2 * n + 16);
+        Ok(host)
+    }
+
+    /// Registers memory directly (before the worker runs, or in tests).
+    pub fn register(
+        &mut self,
+        map: Arc<pmem::Mapping>,
+        offset: usize,
+        len: usize,
+        access: crate::transport::Access,
+    ) -> Result<MrKeys, RegisterError> {
+        self.mem.register(map, offset, len, access)
     }
 
     pub fn qp(&self, qpn: u32) -> Option<&QueuePair> {
-        self.qps.iter().find(|q| q.config().local_qpn == qpn)
+        self.qps.lookup(qpn).map(|i| &self.qps.entries[i].qp)
     }
 
-    fn qp_index(&self, qpn: u32) -> Option<usize> {
-        self.qps.iter().position(|q| q.config().local_qpn == qpn)
+    pub fn qps(&self) -> impl Iterator<Item = &QueuePair> {
+        self.qps.entries.iter().map(|e| &e.qp)
     }
 
-    pub fn qps(&self) -> &[QueuePair] {
-        &self.qps
+    /// Request packets sent again, over all queue pairs (read without copying their stats).
+    pub fn retransmissions(&self) -> u64 {
+        self.qps
+            .entries
+            .iter()
+            .map(|e| e.qp.requester().retransmissions())
+            .sum()
     }
 
     /// The ARP reply written by the last [`RxOutcome::ArpReply`].
     pub fn arp_reply(&self, len: usize) -> &[u8] {
         &self.arp[..len]
+    }
+
+    fn make_ready(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        if !e.ready {
+            e.ready = true;
+            self.ready.push_back(slot);
+        }
+    }
+
+    /// Puts the queue pair's next deadline in the timer heap unless an entry at or before it
+    /// is there already.
+    fn arm(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        if let Some(d) = e.qp.next_deadline()
+            && e.armed.is_none_or(|a| d < a)
+        {
+            e.armed = Some(d);
+            self.timers.push(Reverse((d, slot)));
+        }
     }
 
     /// Handles one received frame.
@@ -100,12 +330,15 @@ impl RdmaNode {
                     self.counters.not_for_us += 1;
                     return RxOutcome::Dropped;
                 }
-                let Some(i) = self.qp_index(repr.bth.dest_qp) else {
+                let Some(i) = self.qps.lookup(repr.bth.dest_qp) else {
                     self.counters.unknown_qp += 1;
                     return RxOutcome::Dropped;
                 };
-                self.qps[i].on_packet(now, &repr, payload, &mut self.mem, &mut self.cq);
+                let e = &mut self.qps.entries[i];
+                e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged);
                 self.counters.delivered += 1;
+                self.make_ready(i as u32);
+                self.arm(i as u32);
                 RxOutcome::Delivered
             }
             Err(wire::Error::BadIcrc { .. }) => {
@@ -123,96 +356,218 @@ impl RdmaNode {
         }
     }
 
-    /// Runs expired timers of every QP.
-    pub fn run_timers(&mut self, now: u64) {
-        for qp in &mut self.qps {
-            if qp.next_deadline().is_some_and(|d| d <= now) {
-                qp.on_timer(now, &mut self.cq);
+    /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.
+    pub fn service(&mut self, now: u64) {
+        while let Some(slot) = self.doorbells.pop() {
+            self.qps.entries[slot as usize].rings.take_doorbell();
+            self.take_work(slot);
+        }
+        if !self.backlog.is_empty() {
+            let n = self.backlog.len();
+            for k in 0..n {
+                let slot = self.backlog[k];
+                self.qps.entries[slot as usize].backlog = false;
+                self.take_work(slot);
             }
+            // Queue pairs that are still short of room were pushed again behind the old list.
+            self.backlog.drain(..n);
+        }
+        self.run_timers(now);
+        if !self.deregs.is_empty() {
+            self.finish_deregistrations();
         }
     }
 
-    /// The next packet any QP wants to send, QPs served round robin.
-    pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {
-        let n = self.qps.len();
-        for k in 0..n {
-            let i = (self.next_qp + k) % n;
-            if let Some(p) = self.qps[i].poll_transmit(now) {
-                self.next_qp = (i + 1) % n;
-                self.counters.tx_packets += 1;
-                return Some(p);
+    /// Moves work requests from a queue pair's host rings into it, as far as its queues and
+    /// its completion queues have room.
+    fn take_work(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        let mut short = false;
+        let mut took = 0u64;
+        // Send work requests.
+        let waiting = e.rings.sq.slots();
+        if waiting > 0 {
+            let cq = &mut self.cqs[e.send_cq as usize];
+            let n = waiting.min(cq.unreserved());
+            if n < waiting {
+                cq.note_full();
+                self.counters.cq_full += 1;
+                short = true;
             }
+            if let Ok(chunk) = e.rings.sq.read_chunk(n) {
+                let (a, b) = chunk.as_slices();
+                let mut used = 0;
+                for wr in a.iter().chain(b) {
+                    if !e.qp.send_queue_has_room() {
+                        short = true;
+                        break;
+                    }
+                    cq.reserve();
+                    // Refused only when full, which was checked just now.
+                    let _ = e.qp.post_send(wr, &self.mem, &mut self.staged);
+                    used += 1;
+                }
+                chunk.commit(used);
+                took += used as u64;
+            }
+        }
+        // Receive work requests.
+        let waiting = e.rings.rq.slots();
+        if waiting > 0 {
+            let cq = &mut self.cqs[e.recv_cq as usize];
+            let n = waiting.min(cq.unreserved());
+            if n < waiting {
+                cq.note_full();
+                self.counters.cq_full += 1;
+                short = true;
+            }
+            if let Ok(chunk) = e.rings.rq.read_chunk(n) {
+                let (a, b) = chunk.as_slices();
+                let mut used = 0;
+                for wr in a.iter().chain(b) {
+                    if !e.qp.recv_queue_has_room() {
+                        short = true;
+                        break;
+                    }
+                    cq.reserve();
+                    let _ = e.qp.post_recv(wr, &self.mem, &mut self.staged);
+                    used += 1;
+                }
+                chunk.commit(used);
+                took += used as u64;
+            }
+        }
+        if short && !e.backlog {
+            e.backlog = true;
+            self.backlog.push(slot);
+        }
+        self.counters.posted += took;
+        if took > 0 {
+            self.make_ready(slot);
+        }
+    }
+
+    /// Runs expired timers of every queue pair.
+    pub fn run_timers(&mut self, now: u64) {
+        while let Some(&Reverse((due, slot))) = self.timers.peek() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            let e = &mut self.qps.entries[slot as usize];
+            if e.armed == Some(due) {
+                e.armed = None;
+            }
+            // The entry may be stale (the deadline moved later): then only re-arm.
+            if e.qp.next_deadline().is_some_and(|d| d <= now) {
+                e.qp.on_timer(now, &mut self.staged);
+                self.make_ready(slot);
+            }
+            self.arm(slot);
+        }
+    }
+
+    /// The next packet to send: ready queue pairs in turn, each one's responses first, then
+    /// its requests within its turn's budget.
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Tx> {
+        while let Some(&slot) = self.ready.front() {
+            let e = &mut self.qps.entries[slot as usize];
+            let packet = match e.qp.poll_response() {
+                Some(p) => Some(p),
+                None => e.qp.poll_request(now, &mut self.turn),
+            };
+            if let Some(packet) = packet {
+                self.counters.tx_packets += 1;
+                return Some(Tx { qp: slot, packet });
+            }
+            // The turn is over: either nothing more to send now, or its budget is spent.
+            self.ready.pop_front();
+            if self.turn.packets == 0 {
+                self.ready.push_back(slot);
+            } else {
+                e.ready = false;
+            }
+            self.turn = Budget::packets(TURN_PACKETS);
+            self.arm(slot);
         }
         None
     }
 
-    /// Carries out a host command; refused posts are reported through `events`.
-    pub fn apply(&mut self, cmd: Command, events: &mut impl FnMut(Event)) {
-        match cmd {
-            Command::Register {
-                addr,
+    /// Writes a packet from [`RdmaNode::poll_transmit`] into `buf` (at least
+    /// [`Tx::frame_len`] bytes): headers, payload from the application's memory, ICRC.
+    pub fn emit(&self, tx: &Tx, buf: &mut [u8]) -> wire::Result<usize> {
+        self.qps.entries[tx.qp as usize]
+            .qp
+            .emit(&tx.packet, &self.mem, buf)
+    }
+
+    /// Hands the completions of this iteration to the host's completion rings.
+    pub fn flush_completions(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        while let Some(wc) = self.staged.poll() {
+            let Some(i) = self.qps.lookup(wc.qpn) else {
+                continue;
+            };
+            let e = &self.qps.entries[i];
+            let cq = match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
+                _ => e.send_cq,
+            };
+            self.counters.completions += 1;
+            if !self.cqs[cq as usize].push(wc) {
+                self.counters.cq_overruns += 1;
+            }
+        }
+        for cq in &mut self.cqs {
+            cq.publish();
+        }
+    }
+
+    /// Carries out a control request. A deregistration whose region is still in use is
+    /// answered later, through [`RdmaNode::take_replies`].
+    pub fn control(&mut self, request: Control) -> Option<ControlReply> {
+        match request {
+            Control::Register {
+                map,
+                offset,
                 len,
                 access,
-                reply,
-            } => {
-                let _ = reply.send(self.mem.register(addr, len, access));
-            }
-            Command::Write {
-                lkey,
-                offset,
-                data,
-                reply,
-            } => {
-                let ok = match self.mem.region_mut(lkey) {
-                    Some(r)
-                        if offset
-                            .checked_add(data.len())
-                            .is_some_and(|end| end <= r.len()) =>
-                    {
-                        r[offset..offset + data.len()].copy_from_slice(&data);
-                        true
-                    }
-                    _ => false,
-                };
-                let _ = reply.send(ok);
-            }
-            Command::Read {
-                lkey,
-                offset,
-                len,
-                reply,
-            } => {
-                let data = self
-                    .mem
-                    .region(lkey)
-                    .and_then(|r| r.get(offset..offset.checked_add(len)?))
-                    .map(<[u8]>::to_vec);
-                let _ = reply.send(data);
-            }
-            Command::PostSend { qpn, wr } => {
-                let ok = match self.qp_index(qpn) {
-                    Some(i) => self.qps[i].post_send(wr, &self.mem, &mut self.cq).is_ok(),
-                    None => false,
-                };
-                if !ok {
-                    events(Event::PostRefused {
-                        qpn,
-                        wr_id: wr.wr_id,
-                    });
+                iova,
+            } => Some(ControlReply::Registered(match iova {
+                Some(iova) => self.mem.register_iova(map, offset, len, iova, access),
+                None => self.mem.register(map, offset, len, access),
+            })),
+            Control::Deregister { lkey } => match self.mem.retire(lkey) {
+                None => Some(ControlReply::Deregistered(false)),
+                Some(slot) => {
+                    self.deregs.push(PendingDereg { slot });
+                    self.finish_deregistrations();
+                    None
                 }
+            },
+        }
+    }
+
+    fn finish_deregistrations(&mut self) {
+        let mut k = 0;
+        while k < self.deregs.len() {
+            let slot = self.deregs[k].slot;
+            if self.qps.entries.iter().any(|e| e.qp.uses_region(slot)) {
+                k += 1;
+                continue;
             }
-            Command::PostRecv { qpn, wr } => {
-                let ok = match self.qp_index(qpn) {
-                    Some(i) => self.qps[i].post_recv(wr, &self.mem, &mut self.cq).is_ok(),
-                    None => false,
-                };
-                if !ok {
-                    events(Event::PostRefused {
-                        qpn,
-                        wr_id: wr.wr_id,
-                    });
-                }
-            }
+            self.mem.remove(slot);
+            self.deregs.swap_remove(k);
+            self.finished.push(ControlReply::Deregistered(true));
+        }
+    }
+
+    /// Answers that became ready since the last call (finished deregistrations).
+    pub fn take_replies(&mut self, mut f: impl FnMut(ControlReply)) {
+        for r in self.finished.drain(..) {
+            f(r);
         }
     }
 }
@@ -220,18 +575,27 @@ impl RdmaNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::{Access, RecvRequest, WcOpcode, WcStatus, WorkRequest, WrKind};
+    use crate::transport::{Access, RecvRequest, WcStatus, WorkCompletion, WorkRequest};
+    use pmem::Mapping;
 
-    fn pair() -> (RdmaNode, RdmaNode) {
+    struct End {
+        node: RdmaNode,
+        qp: Qp,
+        cq: Cq,
+    }
+
+    fn pair() -> (End, End) {
+        pair_with_cq(256)
+    }
+
+    fn pair_with_cq(depth_a: usize) -> (End, End) {
         let mut a = RdmaNode::new(
             EthernetAddress([2, 0, 0, 0, 0, 1]),
             Ipv4Addr::new(10, 9, 0, 1),
-            256,
         );
         let mut b = RdmaNode::new(
             EthernetAddress([2, 0, 0, 0, 0, 2]),
             Ipv4Addr::new(10, 9, 0, 2),
-            256,
         );
         let mut cfg = QpConfig::new(0x11, 0x22);
         cfg.remote_mac = b.mac;
@@ -239,9 +603,22 @@ mod tests {
         let mut peer = cfg.mirrored();
         peer.remote_mac = a.mac;
         peer.remote_ip = a.ip;
-        a.add_qp(cfg).unwrap();
-        b.add_qp(peer).unwrap();
-        (a, b)
+        let cq_a = a.create_cq(depth_a);
+        let cq_b = b.create_cq(256);
+        let qp_a = a.add_qp(cfg, &cq_a, &cq_a).unwrap();
+        let qp_b = b.add_qp(peer, &cq_b, &cq_b).unwrap();
+        (
+            End {
+                node: a,
+                qp: qp_a,
+                cq: cq_a,
+            },
+            End {
+                node: b,
+                qp: qp_b,
+                cq: cq_b,
+            },
+        )
     }
 
     /// Sends everything `src` has to `dst`, corrupting every `corrupt_every`-th frame.
@@ -254,8 +631,9 @@ mod tests {
     ) -> bool {
         let mut frame = vec![0u8; 9000];
         let mut any = false;
-        while let Some(p) = src.poll_transmit(now) {
-            let len = p.emit(&src.mem, &mut frame).unwrap();
+        src.service(now);
+        while let Some(tx) = src.poll_transmit(now) {
+            let len = src.emit(&tx, &mut frame).unwrap();
             *moved += 1;
             if corrupt_every > 0 && (*moved).is_multiple_of(corrupt_every) {
                 frame[len - 1] ^= 1;
@@ -263,6 +641,8 @@ mod tests {
             dst.receive(now, &frame[..len]);
             any = true;
         }
+        src.flush_completions();
+        dst.flush_completions();
         any
     }
 
@@ -273,125 +653,143 @@ mod tests {
             let now = round * 1000;
             let ab = carry(a, b, now, corrupt_every, &mut moved);
             let ba = carry(b, a, now, corrupt_every, &mut moved);
-            a.run_timers(now);
-            b.run_timers(now);
-            let idle =
-                a.qps()[0].requester().in_flight() == 0 && b.qps()[0].requester().in_flight() == 0;
-            if !ab && !ba && idle {
+            let idle = a.qp(0x11).unwrap().requester().in_flight() == 0
+                && b.qp(0x22).unwrap().requester().in_flight() == 0;
+            if !ab && !ba && idle && round > 2 {
                 break;
             }
         }
         moved
     }
 
+    fn drain(cq: &mut Cq) -> Vec<WorkCompletion> {
+        std::iter::from_fn(|| cq.poll_one()).collect()
+    }
+
     #[test]
-    fn write_and_send_between_two_nodes_land_byte_for_byte() {
+    fn write_and_send_between_two_nodes_land_in_the_applications_memory() {
         let (mut a, mut b) = pair();
-        let src = a.mem.register(0x1000, 10_000, Access::ALL);
-        let dst = b.mem.register(0x8000, 10_000, Access::ALL);
+        let src_map = Arc::new(Mapping::anonymous(10_000).unwrap());
+        let dst_map = Arc::new(Mapping::anonymous(10_000).unwrap());
+        let src = a.node.register(src_map.clone(), 0, 10_000, Access::ALL).unwrap();
+        let dst = b.node.register(dst_map.clone(), 0, 10_000, Access::ALL).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 256) as u8).collect();
-        a.mem.region_mut(src.lkey).unwrap().copy_from_slice(&data);
-        let mut refused = Vec::new();
-        a.apply(
-            Command::PostSend {
-                qpn: 0x11,
-                wr: WorkRequest {
-                    wr_id: 1,
-                    kind: WrKind::Write {
-                        remote_addr: 0x8000,
-                        rkey: dst.rkey,
-                        imm: None,
-                    },
-                    lkey: src.lkey,
-                    local_addr: 0x1000,
-                    len: 10_000,
-                },
-            },
-            &mut |e| refused.push(e),
-        );
-        b.apply(
-            Command::PostRecv {
-                qpn: 0x22,
-                wr: RecvRequest {
-                    wr_id: 9,
-                    lkey: dst.lkey,
-                    addr: 0x8000,
-                    len: 100,
-                },
-            },
-            &mut |e| refused.push(e),
-        );
-        a.apply(
-            Command::PostSend {
-                qpn: 0x11,
-                wr: WorkRequest {
-                    wr_id: 2,
-                    kind: WrKind::Send { imm: Some(5) },
-                    lkey: src.lkey,
-                    local_addr: 0x1000,
-                    len: 100,
-                },
-            },
-            &mut |e| refused.push(e),
-        );
-        assert!(refused.is_empty());
-        let moved = pump(&mut a, &mut b, 5);
+        src_map.write(0, &data).unwrap();
+        let sgl = crate::transport::SgList::one(src.lkey, src.addr, 10_000);
+        a.qp
+            .post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
+            .unwrap();
+        b.qp
+            .post_recv(&[RecvRequest::new(
+                9,
+                crate::transport::SgList::one(dst.lkey, dst.addr, 100),
+            )])
+            .unwrap();
+        let first100 = crate::transport::SgList::one(src.lkey, src.addr, 100);
+        a.qp
+            .post_send(&[WorkRequest::send(2, first100, Some(5))])
+            .unwrap();
+        let moved = pump(&mut a.node, &mut b.node, 5);
         assert!(moved > 11, "{moved} frames");
+        let mut got = vec![0u8; 10_000];
+        dst_map.read(0, &mut got).unwrap();
         assert_eq!(
-            b.mem.region(dst.lkey).unwrap()[..10_000],
-            data[..],
-            "WRITE landed, then SEND overwrote the first 100 bytes with the same data"
+            got, data,
+            "WRITE landed in B's mapping, then SEND overwrote the first 100 bytes with the same data"
         );
-        let wcs: Vec<_> = std::iter::from_fn(|| a.cq.poll()).collect();
+        let wcs = drain(&mut a.cq);
         assert_eq!(
             wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
             [(1, WcStatus::Success), (2, WcStatus::Success)]
         );
-        let recv = b.cq.poll().unwrap();
+        let recv = b.cq.poll_one().unwrap();
         assert_eq!(
             (recv.wr_id, recv.opcode, recv.byte_len, recv.imm_data),
             (9, WcOpcode::Recv, 100, Some(5))
         );
         assert!(
-            a.counters.icrc_errors + b.counters.icrc_errors > 0,
+            a.node.counters.icrc_errors + b.node.counters.icrc_errors > 0,
             "every 5th frame was corrupted, and recovered from"
         );
+        assert_eq!(a.node.counters.posted, 2);
+        assert_eq!(b.node.counters.posted, 1);
     }
 
     #[test]
     fn multi_packet_reads_need_no_retransmission_on_a_clean_wire() {
         let (mut a, mut b) = pair();
-        let dst = a.mem.register(0x1000, 1 << 20, Access::ALL);
-        let src = b.mem.register(0x8000_0000, 1 << 20, Access::ALL);
-        let mut refused = Vec::new();
-        for i in 0..16u64 {
-            a.apply(
-                Command::PostSend {
-                    qpn: 0x11,
-                    wr: WorkRequest {
-                        wr_id: i,
-                        kind: WrKind::Read {
-                            remote_addr: 0x8000_0000 + i * 16384,
-                            rkey: src.rkey,
-                        },
-                        lkey: dst.lkey,
-                        local_addr: 0x1000 + i * 16384,
-                        len: 16384,
-                    },
-                },
-                &mut |e| refused.push(e),
-            );
-        }
-        pump(&mut a, &mut b, 0);
-        let wcs: Vec<_> = std::iter::from_fn(|| a.cq.poll()).collect();
+        let dst = a
+            .node
+            .register(Arc::new(Mapping::anonymous(1 << 20).unwrap()), 0, 1 << 20, Access::ALL)
+            .unwrap();
+        let src = b
+            .node
+            .register(Arc::new(Mapping::anonymous(1 << 20).unwrap()), 0, 1 << 20, Access::ALL)
+            .unwrap();
+        let wrs: Vec<WorkRequest> = (0..16u64)
+            .map(|i| {
+                WorkRequest::read(
+                    i,
+                    crate::transport::SgList::one(dst.lkey, dst.addr + i * 16384, 16384),
+                    src.addr + i * 16384,
+                    src.rkey,
+                )
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        pump(&mut a.node, &mut b.node, 0);
+        let wcs = drain(&mut a.cq);
         assert_eq!(wcs.len(), 16);
         assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
-        assert_eq!(
-            a.qps()[0].stats().retransmissions,
-            0,
-            "{:?}",
-            a.qps()[0].stats()
-        );
+        assert_eq!(a.node.retransmissions(), 0);
+    }
+
+    #[test]
+    fn a_completion_queue_the_host_does_not_poll_holds_work_back_and_loses_nothing() {
+        let (mut a, mut b) = pair_with_cq(4);
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        let src = a.node.register(map.clone(), 0, 4096, Access::ALL).unwrap();
+        let dst = b.node.register(map, 0, 4096, Access::ALL).unwrap();
+        let wrs: Vec<WorkRequest> = (0..10u64)
+            .map(|i| {
+                WorkRequest::write(
+                    i,
+                    crate::transport::SgList::one(src.lkey, src.addr, 8),
+                    dst.addr,
+                    dst.rkey,
+                    None,
+                )
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        pump(&mut a.node, &mut b.node, 0);
+        assert_eq!(a.node.counters.posted, 4, "only as many as there are CQ slots");
+        assert!(a.node.counters.cq_full > 0 && a.cq.full_stalls() > 0);
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            got.extend(drain(&mut a.cq).iter().map(|w| w.wr_id));
+            pump(&mut a.node, &mut b.node, 0);
+        }
+        assert_eq!(got, (0..10).collect::<Vec<_>>(), "every one completes, in order");
+        assert_eq!(a.node.counters.cq_overruns, 0);
+    }
+
+    #[test]
+    fn qpns_index_directly_even_when_low_bits_collide() {
+        let mut n = RdmaNode::new(EthernetAddress([2, 0, 0, 0, 0, 1]), Ipv4Addr::LOCALHOST);
+        let cq = n.create_cq(16);
+        let qpns = [0x11, 0x51, 0x1011, 0x22, 0xff_ffff, 0x40];
+        for &q in &qpns {
+            n.add_qp(QpConfig::new(q, 1), &cq, &cq).unwrap();
+        }
+        for &q in &qpns {
+            assert_eq!(n.qp(q).unwrap().config().local_qpn, q);
+        }
+        assert!(n.qp(0x12).is_none());
+        assert!(matches!(
+            n.add_qp(QpConfig::new(0x51, 1), &cq, &cq),
+            Err(AddQpError::DuplicateQpn(0x51))
+        ));
     }
 
     #[test]
@@ -403,14 +801,14 @@ mod tests {
             0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 9, 0, 9,
             0, 0, 0, 0, 0, 0, 10, 9, 0, 1,
         ];
-        let RxOutcome::ArpReply(n) = a.receive(0, &request) else {
+        let RxOutcome::ArpReply(n) = a.node.receive(0, &request) else {
             panic!("no ARP reply")
         };
-        assert_eq!(&a.arp_reply(n)[..6], &[2, 0, 0, 0, 0, 9]);
-        assert_eq!(a.receive(0, &[0u8; 3]), RxOutcome::Dropped);
-        assert_eq!(a.receive(0, &request[..30]), RxOutcome::Dropped);
-        assert_eq!(a.counters.arp_replies, 1);
-        assert_eq!(a.counters.rx_frames, 3);
-        assert_eq!(a.counters.malformed + a.counters.not_for_us, 2);
+        assert_eq!(&a.node.arp_reply(n)[..6], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(a.node.receive(0, &[0u8; 3]), RxOutcome::Dropped);
+        assert_eq!(a.node.receive(0, &request[..30]), RxOutcome::Dropped);
+        assert_eq!(a.node.counters.arp_replies, 1);
+        assert_eq!(a.node.counters.rx_frames, 3);
+        assert_eq!(a.node.counters.malformed + a.node.counters.not_for_us, 2);
     }
 }

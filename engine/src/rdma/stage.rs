@@ -1,39 +1,36 @@
 //! [`RdmaNode`]s on a worker: mbufs in, mbufs out.
 //!
-//! On RX every frame goes to the node. The mbuf is freed right after, because the transport
-//! copies payload into registered memory. ARP replies are built into fresh mbufs. On every
-//! poll the stage does four things:
-//! - takes up to 64 host commands;
-//! - runs the QPs' timers (time is the TSC in nanoseconds);
-//! - emits what the QPs want to send, straight into fresh mbufs, until the TX buffer is full;
-//! - hands completions to the host.
+//! On RX every frame goes to the node, which places payload straight into the application's
+//! registered memory; the mbuf is freed right after. ARP replies are built into fresh mbufs.
+//! On every poll the stage, per engine:
+//! - serves the control path (registration, deregistration);
+//! - lets the node take the doorbells the host rang, fire its timers and finish
+//!   deregistrations;
+//! - emits what the ready queue pairs want to send, straight from the application's memory
+//!   into fresh mbufs, until the TX burst is full;
+//! - hands the iteration's completions to the host's completion rings.
 
 use std::sync::Arc;
 
-use crossbeam::channel::{Receiver, Sender};
-
-use super::{Command, Event, RdmaNode, RxOutcome};
-use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
+use super::host::ControlPort;
+use super::{RdmaNode, RxOutcome};
+use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outputs, Stage};
 
-/// Stage counter slots.
-const DELIVERED: usize = 0;
-const ICRC_ERRORS: usize = 1;
-const MALFORMED: usize = 2;
-const NOT_FOR_US: usize = 3;
-const ARP_REPLIES: usize = 4;
-const COMPLETIONS: usize = 5;
-const RETRANSMISSIONS: usize = 6;
-const ALLOC_FAILURES: usize = 7;
+/// Stage counter slot of mbuf allocation failures; the slots before it are the node
+/// counters [`RdmaStage::publish`] gathers, in the order of `counter_names`.
+const ALLOC_FAILURES: usize = 9;
 
-/// Host commands taken per poll: bounds the time one poll spends away from the wire.
-const COMMANDS_PER_POLL: usize = 64;
+/// Control requests taken per poll: bounds the time one poll spends away from the wire.
+const CONTROL_PER_POLL: usize = 8;
 
-/// One engine served by the stage: its node, its host queues and the output it sends on.
+/// Counters are gathered from the nodes every this many polls (and at the end).
+const PUBLISH_EVERY: u64 = 64;
+
+/// One engine served by the stage: its node, its control path and the output it sends on.
 struct Engine {
     node: RdmaNode,
-    commands: Receiver<Command>,
-    events: Sender<Event>,
+    control: ControlPort,
     output: usize,
 }
 
@@ -41,27 +38,27 @@ struct Engine {
 pub struct RdmaStage {
     engines: Vec<Engine>,
     pool: Arc<Mempool>,
+    /// An mbuf allocated but not used last time (nothing was ready to send).
+    spare: Option<Mbuf>,
+    polls: u64,
+    alloc_failures: u64,
     tsc0: u64,
     hz: u64,
 }
 
 impl RdmaStage {
     /// Runs `node`, transmitting on output `output`, with frames from `pool`.
-    pub fn new(
-        node: RdmaNode,
-        pool: Arc<Mempool>,
-        commands: Receiver<Command>,
-        events: Sender<Event>,
-        output: usize,
-    ) -> Self {
+    pub fn new(node: RdmaNode, pool: Arc<Mempool>, control: ControlPort, output: usize) -> Self {
         RdmaStage {
             engines: vec![Engine {
                 node,
-                commands,
-                events,
+                control,
                 output,
             }],
             pool,
+            spare: None,
+            polls: 0,
+            alloc_failures: 0,
             tsc0: rdtsc(),
             hz: tsc_hz().max(1),
         }
@@ -69,17 +66,10 @@ impl RdmaStage {
 
     /// Adds another engine, fed by the next input and sending on `output` (several engines
     /// on one core: on a 2-core machine this leaves the other core to the application).
-    pub fn with_engine(
-        mut self,
-        node: RdmaNode,
-        commands: Receiver<Command>,
-        events: Sender<Event>,
-        output: usize,
-    ) -> Self {
+    pub fn with_engine(mut self, node: RdmaNode, control: ControlPort, output: usize) -> Self {
         self.engines.push(Engine {
             node,
-            commands,
-            events,
+            control,
             output,
         });
         self
@@ -90,28 +80,25 @@ impl RdmaStage {
     }
 
     fn publish(&self, c: &mut Counters) {
-        let mut sum = [0u64; 7];
+        let mut sum = [0u64; 9];
         for e in &self.engines {
             let n = &e.node.counters;
-            let retx: u64 = e.node.qps().iter().map(|q| q.stats().retransmissions).sum();
             for (s, v) in sum.iter_mut().zip([
                 n.delivered,
                 n.icrc_errors,
                 n.malformed,
                 n.not_for_us + n.unknown_qp,
                 n.arp_replies,
-                0,
-                retx,
+                n.completions,
+                e.node.retransmissions(),
+                n.cq_full,
+                n.posted,
             ]) {
                 *s += v;
             }
         }
-        c.stage[DELIVERED] = sum[0];
-        c.stage[ICRC_ERRORS] = sum[1];
-        c.stage[MALFORMED] = sum[2];
-        c.stage[NOT_FOR_US] = sum[3];
-        c.stage[ARP_REPLIES] = sum[4];
-        c.stage[RETRANSMISSIONS] = sum[6];
+        c.stage[..sum.len()].copy_from_slice(&sum);
+        c.stage[ALLOC_FAILURES] = self.alloc_failures;
     }
 }
 
@@ -129,6 +116,8 @@ impl Stage for RdmaStage {
             "arp_replies",
             "completions",
             "retransmissions",
+            "cq_full",
+            "posted",
             "alloc_failures",
         ]
     }
@@ -148,49 +137,57 @@ impl Stage for RdmaStage {
                             let _ = out.buffer(e.output).push(r);
                         }
                     }
-                    None => c.stage[ALLOC_FAILURES] += 1,
+                    None => c.drops += 1,
                 }
             }
         }
-        // Consumed: the transport copied what it needed into registered memory.
+        // Consumed: the transport placed what it needed into registered memory.
         burst.clear();
-        self.publish(c);
     }
 
     fn on_poll(&mut self, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
         for e in &mut self.engines {
-            for cmd in e.commands.try_iter().take(COMMANDS_PER_POLL) {
-                let events = &e.events;
-                e.node.apply(cmd, &mut |ev| {
-                    let _ = events.send(ev);
-                });
+            for request in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
+                if let Some(reply) = e.node.control(request) {
+                    let _ = e.control.replies.send(reply);
+                }
             }
-            e.node.run_timers(now);
+            e.node.service(now);
+            let replies = &e.control.replies;
+            e.node.take_replies(|r| {
+                let _ = replies.send(r);
+            });
             let buf = out.buffer(e.output);
             while buf.spare() > 0 {
-                let Some(pkt) = e.node.poll_transmit(now) else {
+                let Some(mut m) = self.spare.take().or_else(|| self.pool.alloc()) else {
+                    // Nothing is taken from the queue pairs; they send it next time.
+                    self.alloc_failures += 1;
                     break;
                 };
-                let Some(mut m) = self.pool.alloc() else {
-                    // The packet is lost to the wire; the transport's timer resends it.
-                    c.stage[ALLOC_FAILURES] += 1;
+                let Some(tx) = e.node.poll_transmit(now) else {
+                    self.spare = Some(m);
                     break;
                 };
-                let len = pkt.frame_len();
+                let len = tx.frame_len();
                 let Some(data) = u16::try_from(len).ok().and_then(|l| m.append(l)) else {
-                    c.stage[ALLOC_FAILURES] += 1;
-                    break;
+                    // Larger than an mbuf (a bug): the transport's timer resends it.
+                    self.alloc_failures += 1;
+                    continue;
                 };
-                if pkt.emit(&e.node.mem, data).is_ok() {
+                if e.node.emit(&tx, data).is_ok() {
                     let _ = buf.push(m);
                 }
             }
-            while let Some(wc) = e.node.cq.poll() {
-                c.stage[COMPLETIONS] += 1;
-                let _ = e.events.send(Event::Completion(wc));
-            }
+            e.node.flush_completions();
         }
+        self.polls += 1;
+        if self.polls.is_multiple_of(PUBLISH_EVERY) {
+            self.publish(c);
+        }
+    }
+
+    fn on_stop(&mut self, c: &mut Counters) {
         self.publish(c);
     }
 }

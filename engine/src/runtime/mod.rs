@@ -46,6 +46,9 @@ pub trait Stage: Send {
     /// Called once per loop iteration, after RX; may fill TX buffers.
     fn on_poll(&mut self, _out: &mut Outputs, _c: &mut Counters) {}
 
+    /// Called once when the loop ends, before the final counters are published.
+    fn on_stop(&mut self, _c: &mut Counters) {}
+
     /// True once a stage with a finite job (a generator with a count, a checker with an
     /// expected count) has finished it. The engine stops when every finite stage is done.
     fn is_finite(&self) -> bool {
@@ -474,6 +477,7 @@ impl WorkerCtx {
                 self.done.store(true, Ordering::Release);
             }
         }
+        stage.on_stop(&mut c);
         self.counters.publish(&c);
     }
 }

@@ -23,8 +23,12 @@ pub enum WcOpcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcStatus {
     Success,
-    /// An incoming SEND did not fit the posted receive buffer.
+    /// An incoming SEND did not fit the posted receive buffer, or a work request's buffer is
+    /// longer than a message may be.
     LocalLengthError,
+    /// A scatter/gather entry named a bad lkey, lay outside its region, or lacked the access
+    /// the operation needs (LOCAL_WRITE to place data).
+    LocalProtectionError,
     /// The responder refused the rkey, the range or the permission (NAK 0x62).
     RemoteAccessError,
     /// The responder found the request malformed (NAK 0x61).
@@ -51,6 +55,18 @@ pub struct WorkCompletion {
     pub byte_len: u32,
     /// Immediate data of a SEND/WRITE with immediate, as a big-endian `u32`.
     pub imm_data: Option<u32>,
+}
+
+impl WorkCompletion {
+    /// A placeholder for slices that [`poll`](crate::rdma::Cq::poll) fills.
+    pub const EMPTY: WorkCompletion = WorkCompletion {
+        wr_id: 0,
+        qpn: 0,
+        opcode: WcOpcode::Send,
+        status: WcStatus::Success,
+        byte_len: 0,
+        imm_data: None,
+    };
 }
 
 /// A bounded FIFO of completions.

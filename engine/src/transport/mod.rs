@@ -7,14 +7,15 @@
 //! MSN, ACK coalescing, READ response segmentation, receive queue, rkey and
 //! bounds checks). Both are pure: they consume parsed [`RoceRepr`]s plus
 //! payload slices and produce [`OutPacket`]s (a `RoceRepr` plus a reference to
-//! payload bytes in the [`MemoryTable`]); time is the `now` argument in
+//! payload bytes in the application's registered memory, [`MemoryTable`]); time is the `now` argument in
 //! nanoseconds. No I/O, no threads, no clock, no `unsafe`.
 //!
 //! The dataplane drives a QP with three calls:
 //! * per received packet: [`QueuePair::on_packet`];
-//! * per transmit opportunity: [`QueuePair::poll_transmit`] until `None`, then
-//!   [`OutPacket::emit_headers`] / [`OutPacket::payload`] (or
-//!   [`OutPacket::emit`] into a flat buffer);
+//! * per transmit opportunity: [`QueuePair::poll_response`] (ACKs, NAKs, READ
+//!   responses) and [`QueuePair::poll_request`] (requests, within a [`Budget`])
+//!   until `None`, each packet then written with [`QueuePair::emit`] (headers,
+//!   payload copied from the application's memory, pad, ICRC);
 //! * per timer tick: [`QueuePair::on_timer`] once `now` reaches
 //!   [`QueuePair::next_deadline`].
 //!
@@ -26,6 +27,7 @@ pub mod psn;
 pub mod qp;
 pub mod requester;
 pub mod responder;
+pub mod sge;
 
 #[cfg(test)]
 mod tests;
@@ -36,8 +38,9 @@ use crate::wire::bth::DEFAULT_PKEY;
 use crate::wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
 
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
-pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys};
+pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError};
 pub use qp::{QpState, QpStats, QueuePair};
+pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, TooManySges};
 
 /// Path MTU: the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -251,45 +254,107 @@ pub enum WrKind {
     },
 }
 
-/// A send work request: what to do, and the local buffer it reads from
-/// (SEND, WRITE) or places into (READ).
+/// A send work request: what to do, and the local buffer it reads from (SEND, WRITE) or
+/// places into (READ), as a scatter/gather list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WorkRequest {
     pub wr_id: u64,
     pub kind: WrKind,
-    pub lkey: u32,
-    pub local_addr: u64,
-    pub len: u32,
+    pub sgl: SgList,
+}
+
+impl WorkRequest {
+    /// A SEND (with immediate when `imm` is given) of the bytes `sgl` names.
+    pub fn send(wr_id: u64, sgl: SgList, imm: Option<u32>) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::Send { imm },
+            sgl,
+        }
+    }
+
+    /// An RDMA WRITE of the bytes `sgl` names to `remote_addr` under `rkey`.
+    pub fn write(
+        wr_id: u64,
+        sgl: SgList,
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    ) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::Write {
+                remote_addr,
+                rkey,
+                imm,
+            },
+            sgl,
+        }
+    }
+
+    /// An RDMA READ of `sgl.total_len()` bytes at `remote_addr` under `rkey`, landing in `sgl`.
+    pub fn read(wr_id: u64, sgl: SgList, remote_addr: u64, rkey: u32) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::Read { remote_addr, rkey },
+            sgl,
+        }
+    }
+
+    /// The completion opcode this request ends with.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self.kind {
+            WrKind::Send { .. } => WcOpcode::Send,
+            WrKind::Write { .. } => WcOpcode::RdmaWrite,
+            WrKind::Read { .. } => WcOpcode::RdmaRead,
+        }
+    }
 }
 
 /// A receive work request: the local buffer an incoming SEND scatters into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RecvRequest {
     pub wr_id: u64,
-    pub lkey: u32,
-    pub addr: u64,
-    pub len: u32,
+    pub sgl: SgList,
 }
 
-/// Why a post was refused (nothing was queued and no completion will come).
+impl RecvRequest {
+    pub fn new(wr_id: u64, sgl: SgList) -> RecvRequest {
+        RecvRequest { wr_id, sgl }
+    }
+}
+
+/// Why a post was refused (nothing was queued and no completion will come). A bad local buffer
+/// is not refused here: as in verbs, it completes with a local protection error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PostError {
     #[error("send queue full")]
     SendQueueFull,
     #[error("receive queue full")]
     RecvQueueFull,
-    #[error("message longer than 2^31 bytes")]
-    TooLong,
-    #[error("local buffer: {0}")]
-    LocalBuffer(AccessError),
 }
 
-/// Payload bytes of an outgoing packet: a range inside the memory table.
-/// The dataplane copies them straight from the region into the mbuf.
+/// Payload bytes of an outgoing packet, still in the application's memory. The dataplane
+/// copies them straight from there into the mbuf ([`QueuePair::emit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PayloadRef {
-    pub at: Location,
-    pub len: usize,
+pub enum PayloadRef {
+    /// A contiguous range of one region (READ responses).
+    Region { at: Location, len: u32 },
+    /// Message bytes `offset..offset + len` of the send work request at position `wqe` of the
+    /// send queue. Valid until the next call that changes the queue pair.
+    SendQueue { wqe: u32, offset: u32, len: u32 },
+}
+
+impl PayloadRef {
+    pub fn len(&self) -> usize {
+        match *self {
+            PayloadRef::Region { len, .. } | PayloadRef::SendQueue { len, .. } => len as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// One packet to transmit: complete headers plus where its payload lives.
@@ -301,15 +366,7 @@ pub struct OutPacket {
 
 impl OutPacket {
     pub fn payload_len(&self) -> usize {
-        self.payload.map_or(0, |p| p.len)
-    }
-
-    /// The payload bytes, borrowed from the region table.
-    pub fn payload<'m>(&self, mem: &'m MemoryTable) -> &'m [u8] {
-        match self.payload {
-            Some(p) => mem.slice(p.at, p.len),
-            None => &[],
-        }
+        self.payload.map_or(0, |p| p.len())
     }
 
     /// Length of the whole frame.
@@ -321,9 +378,32 @@ impl OutPacket {
     pub fn emit_headers(&self, buf: &mut [u8]) -> crate::wire::Result<usize> {
         self.repr.emit_headers(buf, self.payload_len())
     }
+}
 
-    /// Write the whole frame (headers, payload, pad, ICRC) into `buf`.
-    pub fn emit(&self, mem: &MemoryTable, buf: &mut [u8]) -> crate::wire::Result<usize> {
-        self.repr.emit(buf, self.payload(mem))
+/// Budget of one pull of requests ([`QueuePair::poll_request`]): a packet is handed out only
+/// when both its count and its frame bytes fit, and whatever is handed out is charged here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub packets: u32,
+    pub bytes: u64,
+}
+
+impl Budget {
+    /// As many packets as `packets`, bytes unlimited.
+    pub const fn packets(packets: u32) -> Budget {
+        Budget {
+            packets,
+            bytes: u64::MAX,
+        }
+    }
+
+    /// Whether a packet of `frame_len` bytes fits.
+    pub fn fits(&self, frame_len: usize) -> bool {
+        self.packets > 0 && self.bytes >= frame_len as u64
+    }
+
+    pub fn charge(&mut self, frame_len: usize) {
+        self.packets -= 1;
+        self.bytes -= frame_len as u64;
     }
 }

@@ -12,9 +12,12 @@ use crate::wire::RoceRepr;
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
-use super::requester::{Outcome, Requester};
-use super::responder::{Responder, Verdict};
-use super::{ConfigError, OutPacket, PostError, QpConfig, RecvRequest, WorkRequest, WrKind};
+use super::requester::{Outcome, Refusal, Requester};
+use super::responder::{RecvRefusal, Responder, Verdict};
+use super::sge::LocalError;
+use super::{
+    Budget, ConfigError, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest, WorkRequest,
+};
 
 /// The QP states this transport distinguishes. (Reset/Init/RTR are the
 /// connection manager's business; a QP is created ready to send.)
@@ -145,64 +148,144 @@ impl QueuePair {
         &self.resp
     }
 
+    /// Whether the send queue takes another work request (in the error state it always does:
+    /// the request completes at once with a flush error).
+    pub fn send_queue_has_room(&self) -> bool {
+        self.state == QpState::Error || self.req.has_room(&self.cfg)
+    }
+
+    /// Whether the receive queue takes another receive request.
+    pub fn recv_queue_has_room(&self) -> bool {
+        self.state == QpState::Error || self.resp.has_room(&self.cfg)
+    }
+
     /// Queue a SEND, RDMA WRITE or RDMA READ. The local buffer is checked
-    /// now (bounds; LOCAL_WRITE for a READ). In the error state the request
-    /// is accepted and completes at once with a flush error.
+    /// now (every scatter/gather entry: key, bounds, LOCAL_WRITE for a READ);
+    /// a bad one completes the request with a local protection (or length)
+    /// error and moves the QP to the error state, as in verbs. In the error
+    /// state the request is accepted and completes at once with a flush error.
+    /// Refused only when the send queue is full.
     pub fn post_send(
         &mut self,
-        wr: WorkRequest,
+        wr: &WorkRequest,
         mem: &MemoryTable,
         cq: &mut CompletionQueue,
     ) -> Result<(), PostError> {
+        let opcode = wr.wc_opcode();
         if self.state == QpState::Error {
-            let opcode = match wr.kind {
-                WrKind::Send { .. } => WcOpcode::Send,
-                WrKind::Write { .. } => WcOpcode::RdmaWrite,
-                WrKind::Read { .. } => WcOpcode::RdmaRead,
-            };
-            self.flush(cq, wr.wr_id, opcode);
+            self.complete(cq, wr.wr_id, opcode, WcStatus::WrFlushError);
             return Ok(());
         }
-        self.req.post(&self.cfg, wr, mem)
+        match self.req.post(&self.cfg, wr, mem) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Full) => Err(PostError::SendQueueFull),
+            Err(Refusal::Local(e)) => {
+                self.complete(cq, wr.wr_id, opcode, local_status(e));
+                self.enter_error(None, cq);
+                Ok(())
+            }
+        }
     }
 
-    /// Queue a receive buffer for an incoming SEND or WRITE with immediate.
+    /// Queue a receive buffer for an incoming SEND or WRITE with immediate;
+    /// a bad buffer completes as in [`QueuePair::post_send`].
     pub fn post_recv(
         &mut self,
-        wr: RecvRequest,
+        wr: &RecvRequest,
         mem: &MemoryTable,
         cq: &mut CompletionQueue,
     ) -> Result<(), PostError> {
         if self.state == QpState::Error {
-            self.flush(cq, wr.wr_id, WcOpcode::Recv);
+            self.complete(cq, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushError);
             return Ok(());
         }
-        self.resp.post_recv(&self.cfg, wr, mem)
+        match self.resp.post_recv(&self.cfg, wr, mem) {
+            Ok(()) => Ok(()),
+            Err(RecvRefusal::Full) => Err(PostError::RecvQueueFull),
+            Err(RecvRefusal::Local(e)) => {
+                self.complete(cq, wr.wr_id, WcOpcode::Recv, local_status(e));
+                self.enter_error(None, cq);
+                Ok(())
+            }
+        }
     }
 
-    fn flush(&self, cq: &mut CompletionQueue, wr_id: u64, opcode: WcOpcode) {
+    fn complete(&self, cq: &mut CompletionQueue, wr_id: u64, opcode: WcOpcode, status: WcStatus) {
         cq.push(WorkCompletion {
             wr_id,
             qpn: self.cfg.local_qpn,
             opcode,
-            status: WcStatus::WrFlushError,
+            status,
             byte_len: 0,
             imm_data: None,
         });
     }
 
-    /// The next packet to transmit, or `None` when there is nothing to send
-    /// now (nothing posted, window full, READ limit, RNR wait). Call until
-    /// `None` at every transmit opportunity, and again after `on_packet` and
-    /// `on_timer`.
-    pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {
-        if let Some(p) = self.resp.poll_transmit(&self.cfg) {
-            return Some(p);
-        }
+    /// The next response to transmit: an ACK, a NAK or a READ response. Responses never wait
+    /// behind requests, whatever paces the requests.
+    pub fn poll_response(&mut self) -> Option<OutPacket> {
+        self.resp.poll_transmit(&self.cfg)
+    }
+
+    /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
+    /// the RNR timer and `budget` allow one. Nothing is committed unless a packet is handed
+    /// out; what is handed out is charged to `budget`.
+    pub fn poll_request(&mut self, now: u64, budget: &mut Budget) -> Option<OutPacket> {
         if self.state == QpState::Error {
             return None;
         }
-        self.req.poll_transmit(now, &self.cfg)
+        self.req.poll_request(now, &self.cfg, budget)
+    }
+
+    /// The next packet of either kind, responses first, requests unbudgeted (tests and
+    /// simple drivers).
+    pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {
+        self.poll_response()
+            .or_else(|| self.poll_request(now, &mut Budget::packets(u32::MAX)))
+    }
+
+    /// Copy the payload of `p` (handed out by this QP since its last change) out of the
+    /// application's memory into `dst` (`p.len()` bytes).
+    pub fn copy_payload(&self, p: &PayloadRef, mem: &MemoryTable, dst: &mut [u8]) {
+        match *p {
+            PayloadRef::Region { at, .. } => mem.fetch(at, dst),
+            PayloadRef::SendQueue { wqe, offset, .. } => {
+                self.req.copy_payload(mem, wqe, offset, dst)
+            }
+        }
+    }
+
+    /// Write the whole frame of `pkt` (handed out by this QP since its last change) into
+    /// `buf`: headers, the payload copied from the application's memory, pad and ICRC.
+    /// Returns the frame length; `buf` must hold [`OutPacket::frame_len`] bytes.
+    pub fn emit(
+        &self,
+        pkt: &OutPacket,
+        mem: &MemoryTable,
+        buf: &mut [u8],
+    ) -> crate::wire::Result<usize> {
+        let plen = pkt.payload_len();
+        let total = pkt.frame_len();
+        let have = buf.len();
+        let buf = buf.get_mut(..total).ok_or(crate::wire::Error::Truncated {
+            layer: crate::wire::Layer::Buffer,
+            need: total,
+            have,
+        })?;
+        let hlen = pkt.repr.emit_headers(buf, plen)?;
+        let (headers, rest) = buf.split_at_mut(hlen);
+        let (body, trailer) = rest.split_at_mut(plen);
+        if let Some(p) = &pkt.payload {
+            self.copy_payload(p, mem, body);
+        }
+        crate::wire::roce::emit_trailer(headers, &[body], trailer)?;
+        Ok(total)
+    }
+
+    /// Whether any work request, message in progress or READ being answered uses region
+    /// `slot` (deregistration waits until none does).
+    pub fn uses_region(&self, slot: u32) -> bool {
+        self.req.uses_region(slot) || self.resp.uses_region(slot)
     }
 
     /// Handle one received, already parsed and ICRC-checked packet.
@@ -262,5 +345,13 @@ impl QueuePair {
         self.state = QpState::Error;
         self.req.fail(&self.cfg, blame, cq);
         self.resp.fail(&self.cfg, cq);
+    }
+}
+
+/// The completion status of a local buffer that failed its checks.
+fn local_status(e: LocalError) -> WcStatus {
+    match e {
+        LocalError::Protection { .. } => WcStatus::LocalProtectionError,
+        LocalError::Length => WcStatus::LocalLengthError,
     }
 }

@@ -19,17 +19,19 @@ use crate::wire::aeth::{self, AethRepr, NakCode, Syndrome};
 use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
-use super::mr::{Access, Location, MemoryTable};
+use super::mr::{Access, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
-use super::{OutPacket, PayloadRef, PostError, QpConfig, WorkRequest, WrKind};
+use super::sge::{Gather, LocalError};
+use super::{Budget, OutPacket, PayloadRef, QpConfig, WorkRequest, WrKind};
 
 /// A posted send work request with its PSN range.
 #[derive(Debug, Clone, Copy)]
 struct SendWqe {
     wr_id: u64,
     kind: WrKind,
-    local: Location,
+    /// The local buffer, resolved once when the request was taken.
+    local: Gather,
     len: u32,
     first_psn: u32,
     /// PSNs the WQE occupies (request packets, or READ response packets).
@@ -54,6 +56,15 @@ impl SendWqe {
             WrKind::Read { .. } => WcOpcode::RdmaRead,
         }
     }
+}
+
+/// Why the requester did not take a work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// No room: the caller keeps the request and offers it again later.
+    Full,
+    /// The local buffer failed its checks: the request completes in error.
+    Local(LocalError),
 }
 
 /// What a received response did to the requester, for the QP to act on.
@@ -119,36 +130,47 @@ impl Requester {
         self.snd_una
     }
 
+    /// Request packets sent again so far.
+    pub fn retransmissions(&self) -> u64 {
+        self.stats.retransmissions
+    }
+
     /// Work requests posted and not completed.
     pub fn pending(&self) -> usize {
         self.sq.len()
     }
 
+    /// Whether another work request fits.
+    pub fn has_room(&self, cfg: &QpConfig) -> bool {
+        self.sq.len() < cfg.max_send_wr
+    }
+
+    /// Whether any queued work request has a local buffer in region `slot`.
+    pub(crate) fn uses_region(&self, slot: u32) -> bool {
+        self.sq.iter().any(|w| w.local.uses_region(slot))
+    }
+
     pub(crate) fn post(
         &mut self,
         cfg: &QpConfig,
-        wr: WorkRequest,
+        wr: &WorkRequest,
         mem: &MemoryTable,
-    ) -> Result<(), PostError> {
-        if self.sq.len() >= cfg.max_send_wr {
-            return Err(PostError::SendQueueFull);
-        }
-        if wr.len > 1 << 31 {
-            return Err(PostError::TooLong);
+    ) -> Result<(), Refusal> {
+        if !self.has_room(cfg) {
+            return Err(Refusal::Full);
         }
         let need = match wr.kind {
             WrKind::Read { .. } => Access::LOCAL_WRITE,
             _ => Access::NONE,
         };
-        let local = mem
-            .check_local(wr.lkey, wr.local_addr, u64::from(wr.len), need)
-            .map_err(PostError::LocalBuffer)?;
-        let npsn = cfg.pmtu.packets(wr.len);
+        let local = Gather::resolve(mem, &wr.sgl, need).map_err(Refusal::Local)?;
+        let len = local.len();
+        let npsn = cfg.pmtu.packets(len);
         self.sq.push_back(SendWqe {
             wr_id: wr.wr_id,
             kind: wr.kind,
             local,
-            len: wr.len,
+            len,
             first_psn: self.next_psn,
             npsn,
             read_done: 0,
@@ -168,16 +190,22 @@ impl Requester {
         cfg.timeout_ns << self.retries.min(cfg.max_backoff_shift)
     }
 
-    /// The next packet to send, if the window, the READ limit and the RNR
-    /// timer allow one.
-    pub(crate) fn poll_transmit(&mut self, now: u64, cfg: &QpConfig) -> Option<OutPacket> {
+    /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
+    /// allow one. Nothing changes unless a packet is handed out, and what is handed out is
+    /// charged to `budget`.
+    pub(crate) fn poll_request(
+        &mut self,
+        now: u64,
+        cfg: &QpConfig,
+        budget: &mut Budget,
+    ) -> Option<OutPacket> {
         if let Some(until) = self.rnr_until {
             if now < until {
                 return None;
             }
             self.rnr_until = None;
         }
-        let wqe = *self.sq.get(self.tx_idx)?;
+        let wqe = self.sq.get(self.tx_idx)?;
         let psn = self.tx_psn;
         let outstanding = psn::diff(psn, self.snd_una).max(0) as u32;
         let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
@@ -203,6 +231,11 @@ impl Requester {
                     rkey,
                     dma_len: wqe.len - skip.min(wqe.len),
                 });
+                let frame_len = repr.buffer_len(0);
+                if !budget.fits(frame_len) {
+                    return None;
+                }
+                budget.charge(frame_len);
                 self.since_ack_req = 0;
                 self.tx_psn = psn::add(wqe.first_psn, wqe.npsn);
                 self.tx_idx += 1;
@@ -221,16 +254,13 @@ impl Requester {
                 let (first, last) = (k == 0, k + 1 == wqe.npsn);
                 let write = matches!(wqe.kind, WrKind::Write { .. });
                 let opcode = data_opcode(write, first, last, imm.is_some());
-                self.since_ack_req += 1;
+                let since_ack_req = self.since_ack_req + 1;
                 // AckReq on a message's last packet, every `ack_req_every`
                 // packets, and on the packet that fills the window, so that
                 // the responder never sits on the ACK we are waiting for.
                 let ack_req = last
-                    || self.since_ack_req >= cfg.ack_req_every
+                    || since_ack_req >= cfg.ack_req_every
                     || outstanding + 1 >= cfg.max_in_flight;
-                if ack_req {
-                    self.since_ack_req = 0;
-                }
                 let mut repr = cfg.header(opcode, psn, ack_req);
                 if first
                     && let WrKind::Write {
@@ -248,21 +278,32 @@ impl Requester {
                         data: imm.to_be_bytes(),
                     });
                 }
+                let frame_len = repr.buffer_len(len as usize);
+                if !budget.fits(frame_len) {
+                    return None;
+                }
+                budget.charge(frame_len);
+                let payload = (len > 0).then_some(PayloadRef::SendQueue {
+                    wqe: self.tx_idx as u32,
+                    offset,
+                    len,
+                });
+                self.since_ack_req = if ack_req { 0 } else { since_ack_req };
                 self.tx_psn = psn::add(psn, 1);
                 if last {
                     self.tx_idx += 1;
                 }
                 self.note_sent(now, cfg, psn, 1);
-                OutPacket {
-                    repr,
-                    payload: (len > 0).then_some(PayloadRef {
-                        at: wqe.local.advance(offset as usize),
-                        len: len as usize,
-                    }),
-                }
+                OutPacket { repr, payload }
             }
         };
         Some(out)
+    }
+
+    /// Copy message bytes of the send work request at position `wqe` (from a
+    /// [`PayloadRef::SendQueue`]) out of the application's memory.
+    pub(crate) fn copy_payload(&self, mem: &MemoryTable, wqe: u32, offset: u32, dst: &mut [u8]) {
+        self.sq[wqe as usize].local.copy_out(mem, offset, dst);
     }
 
     fn note_sent(&mut self, now: u64, cfg: &QpConfig, psn: u32, n: u32) {
@@ -427,7 +468,7 @@ impl Requester {
             popped += 1;
         }
         self.tx_idx = self.tx_idx.saturating_sub(popped);
-        let Some(w) = self.sq.front().copied() else {
+        let Some(w) = self.sq.front_mut() else {
             return;
         };
         if !w.is_read() {
@@ -452,13 +493,9 @@ impl Requester {
             self.stats.ignored_responses += 1;
             return;
         }
-        mem.slice_mut(w.local.advance(offset as usize), want)
-            .copy_from_slice(payload);
-        let read_done = w.read_done + 1;
-        if let Some(front) = self.sq.front_mut() {
-            front.read_done = read_done;
-        }
-        if read_done == w.npsn {
+        w.local.copy_in(mem, offset, payload);
+        w.read_done += 1;
+        if w.read_done == w.npsn {
             self.complete_front(cfg, WcStatus::Success, cq);
             self.tx_idx = self.tx_idx.saturating_sub(1);
         }

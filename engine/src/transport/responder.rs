@@ -26,13 +26,29 @@ use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
-use super::{OutPacket, PayloadRef, PostError, QpConfig, RecvRequest};
+use super::sge::{Gather, LocalError};
+use super::{OutPacket, PayloadRef, QpConfig, RecvRequest};
 
 #[derive(Debug, Clone, Copy)]
 struct RecvWqe {
     wr_id: u64,
-    at: Location,
-    len: u32,
+    /// The receive buffer, resolved once when the request was taken.
+    local: Gather,
+}
+
+impl RecvWqe {
+    fn len(&self) -> u32 {
+        self.local.len()
+    }
+}
+
+/// Why the responder did not take a receive request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecvRefusal {
+    /// No room: the caller keeps the request and offers it again later.
+    Full,
+    /// The buffer failed its checks: the request completes in error.
+    Local(LocalError),
 }
 
 /// A READ being answered: the responses still to send.
@@ -109,22 +125,37 @@ impl Responder {
         self.rq.len()
     }
 
+    /// Whether another receive request fits.
+    pub fn has_room(&self, cfg: &QpConfig) -> bool {
+        self.rq.len() < cfg.max_recv_wr
+    }
+
+    /// Whether a receive buffer, a message in progress or a READ being answered lies in
+    /// region `slot`.
+    pub(crate) fn uses_region(&self, slot: u32) -> bool {
+        self.rq.iter().any(|r| r.local.uses_region(slot))
+            || self.reads.iter().any(|j| j.at.region == slot)
+            || match &self.cur {
+                Some(InMsg::Send { recv, .. }) => recv.local.uses_region(slot),
+                Some(InMsg::Write { at, .. }) => at.region == slot,
+                None => false,
+            }
+    }
+
     pub(crate) fn post_recv(
         &mut self,
         cfg: &QpConfig,
-        wr: RecvRequest,
+        wr: &RecvRequest,
         mem: &MemoryTable,
-    ) -> Result<(), PostError> {
-        if self.rq.len() >= cfg.max_recv_wr {
-            return Err(PostError::RecvQueueFull);
+    ) -> Result<(), RecvRefusal> {
+        if !self.has_room(cfg) {
+            return Err(RecvRefusal::Full);
         }
-        let at = mem
-            .check_local(wr.lkey, wr.addr, u64::from(wr.len), Access::LOCAL_WRITE)
-            .map_err(PostError::LocalBuffer)?;
+        let local =
+            Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE).map_err(RecvRefusal::Local)?;
         self.rq.push_back(RecvWqe {
             wr_id: wr.wr_id,
-            at,
-            len: wr.len,
+            local,
         });
         Ok(())
     }
@@ -150,9 +181,9 @@ impl Responder {
                     msn: job.msn,
                 });
             }
-            let payload = (len > 0).then_some(PayloadRef {
-                at: job.at.advance(offset as usize),
-                len: len as usize,
+            let payload = (len > 0).then_some(PayloadRef::Region {
+                at: job.at.advance(u64::from(offset)),
+                len,
             });
             job.sent += 1;
             if job.sent == job.npkts {
@@ -234,17 +265,16 @@ impl Responder {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
                 self.rq.pop_front();
-                if payload.len() > recv.len as usize {
-                    complete_recv(cfg, cq, recv, WcStatus::LocalLengthError, 0, None);
+                if payload.len() > recv.len() as usize {
+                    complete_recv(cfg, cq, &recv, WcStatus::LocalLengthError, 0, None);
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
-                mem.slice_mut(recv.at, payload.len())
-                    .copy_from_slice(payload);
+                recv.local.copy_in(mem, 0, payload);
                 let done = payload.len() as u32;
                 if first {
                     self.cur = Some(InMsg::Send { recv, done });
                 } else {
-                    complete_recv(cfg, cq, recv, WcStatus::Success, done, imm);
+                    complete_recv(cfg, cq, &recv, WcStatus::Success, done, imm);
                     message_done = true;
                 }
             }
@@ -257,16 +287,15 @@ impl Responder {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
                 let total = done as usize + payload.len();
-                if total > recv.len as usize {
+                if total > recv.len() as usize {
                     self.cur = None;
-                    complete_recv(cfg, cq, recv, WcStatus::LocalLengthError, 0, None);
+                    complete_recv(cfg, cq, &recv, WcStatus::LocalLengthError, 0, None);
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
-                mem.slice_mut(recv.at.advance(done as usize), payload.len())
-                    .copy_from_slice(payload);
+                recv.local.copy_in(mem, done, payload);
                 if last {
                     self.cur = None;
-                    complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, imm);
+                    complete_recv(cfg, cq, &recv, WcStatus::Success, total as u32, imm);
                     message_done = true;
                 } else {
                     self.cur = Some(InMsg::Send {
@@ -311,7 +340,7 @@ impl Responder {
                 } else {
                     None
                 };
-                mem.slice_mut(at, payload.len()).copy_from_slice(payload);
+                mem.place(at, payload);
                 if first {
                     self.cur = Some(InMsg::Write {
                         at,
@@ -320,7 +349,7 @@ impl Responder {
                     });
                 } else {
                     if let Some(recv) = recv {
-                        complete_write_imm(cfg, cq, recv, reth.dma_len, imm);
+                        complete_write_imm(cfg, cq, &recv, reth.dma_len, imm);
                     }
                     message_done = true;
                 }
@@ -349,12 +378,11 @@ impl Responder {
                 } else {
                     None
                 };
-                mem.slice_mut(at.advance(done as usize), payload.len())
-                    .copy_from_slice(payload);
+                mem.place(at.advance(u64::from(done)), payload);
                 if last {
                     self.cur = None;
                     if let Some(recv) = recv {
-                        complete_write_imm(cfg, cq, recv, len, imm);
+                        complete_write_imm(cfg, cq, &recv, len, imm);
                     }
                     message_done = true;
                 } else {
@@ -477,10 +505,10 @@ impl Responder {
     /// NAK survives so the peer learns why.
     pub(crate) fn fail(&mut self, cfg: &QpConfig, cq: &mut CompletionQueue) {
         if let Some(InMsg::Send { recv, .. }) = self.cur.take() {
-            complete_recv(cfg, cq, recv, WcStatus::WrFlushError, 0, None);
+            complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None);
         }
         while let Some(recv) = self.rq.pop_front() {
-            complete_recv(cfg, cq, recv, WcStatus::WrFlushError, 0, None);
+            complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None);
         }
         self.reads.clear();
         self.ack_due = false;
@@ -490,7 +518,7 @@ impl Responder {
 fn complete_recv(
     cfg: &QpConfig,
     cq: &mut CompletionQueue,
-    recv: RecvWqe,
+    recv: &RecvWqe,
     status: WcStatus,
     byte_len: u32,
     imm_data: Option<u32>,
@@ -508,7 +536,7 @@ fn complete_recv(
 fn complete_write_imm(
     cfg: &QpConfig,
     cq: &mut CompletionQueue,
-    recv: RecvWqe,
+    recv: &RecvWqe,
     byte_len: u32,
     imm_data: Option<u32>,
 ) {

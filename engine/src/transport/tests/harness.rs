@@ -10,9 +10,11 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use std::sync::Arc;
+
 use crate::transport::{
-    Access, CompletionQueue, MemoryTable, MrKeys, QpConfig, QueuePair, RecvRequest, WorkCompletion,
-    WorkRequest,
+    Access, CompletionQueue, MemoryTable, MrKeys, QpConfig, QueuePair, RecvRequest, SgList,
+    WorkCompletion, WorkRequest,
 };
 use crate::wire::{self, RoceRepr};
 
@@ -128,25 +130,25 @@ impl Endpoint {
         }
     }
 
+    /// Maps `len` bytes of anonymous memory and registers them under the address `addr`
+    /// (an IOVA, so the tests keep readable addresses).
     pub fn register(&mut self, addr: u64, len: usize, access: Access) -> MrKeys {
-        self.mem.register(addr, len, access)
+        let map = Arc::new(pmem::Mapping::anonymous(len).expect("anonymous memory"));
+        self.mem
+            .register_iova(map, 0, len, addr, access)
+            .expect("registration")
     }
 
     pub fn post_send(&mut self, wr: WorkRequest) {
         self.qp
-            .post_send(wr, &self.mem, &mut self.cq)
+            .post_send(&wr, &self.mem, &mut self.cq)
             .expect("post_send");
     }
 
     pub fn post_recv(&mut self, wr_id: u64, lkey: u32, addr: u64, len: u32) {
-        let wr = RecvRequest {
-            wr_id,
-            lkey,
-            addr,
-            len,
-        };
+        let wr = RecvRequest::new(wr_id, SgList::one(lkey, addr, len));
         self.qp
-            .post_recv(wr, &self.mem, &mut self.cq)
+            .post_recv(&wr, &self.mem, &mut self.cq)
             .expect("post_recv");
     }
 
@@ -225,7 +227,7 @@ impl Sim {
                     break;
                 };
                 let in_flight = ep.qp.requester().in_flight();
-                let len = pkt.emit(&ep.mem, &mut self.frame).expect("emit");
+                let len = ep.qp.emit(&pkt, &ep.mem, &mut self.frame).expect("emit");
                 let slot = &mut self.max_in_flight[side as usize];
                 *slot = (*slot).max(in_flight);
                 if self.tracing {

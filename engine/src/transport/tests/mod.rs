@@ -7,7 +7,7 @@ mod prop;
 mod scenarios;
 mod soak;
 
-use super::{Access, MrKeys, QpConfig, WorkRequest, WrKind};
+use super::{Access, MrKeys, QpConfig, SgList, WorkRequest};
 use harness::{Faults, Sim};
 
 /// Virtual address of the test region on endpoint A and on endpoint B.
@@ -23,13 +23,7 @@ fn pair(cfg: QpConfig, faults: Faults, seed: u64, len: usize) -> (Sim, MrKeys, M
 }
 
 fn send(wr_id: u64, lkey: u32, addr: u64, len: u32, imm: Option<u32>) -> WorkRequest {
-    WorkRequest {
-        wr_id,
-        kind: WrKind::Send { imm },
-        lkey,
-        local_addr: addr,
-        len,
-    }
+    WorkRequest::send(wr_id, SgList::one(lkey, addr, len), imm)
 }
 
 fn write(
@@ -41,27 +35,11 @@ fn write(
     rkey: u32,
     imm: Option<u32>,
 ) -> WorkRequest {
-    WorkRequest {
-        wr_id,
-        kind: WrKind::Write {
-            remote_addr,
-            rkey,
-            imm,
-        },
-        lkey,
-        local_addr: addr,
-        len,
-    }
+    WorkRequest::write(wr_id, SgList::one(lkey, addr, len), remote_addr, rkey, imm)
 }
 
 fn read(wr_id: u64, lkey: u32, addr: u64, len: u32, remote_addr: u64, rkey: u32) -> WorkRequest {
-    WorkRequest {
-        wr_id,
-        kind: WrKind::Read { remote_addr, rkey },
-        lkey,
-        local_addr: addr,
-        len,
-    }
+    WorkRequest::read(wr_id, SgList::one(lkey, addr, len), remote_addr, rkey)
 }
 
 /// Deterministic test bytes for operation `id`.

@@ -15,19 +15,23 @@ fn cfg() -> QpConfig {
 }
 
 fn fill_a(sim: &mut Sim, keys: MrKeys, offset: usize, data: &[u8]) {
-    sim.a.mem.region_mut(keys.lkey).unwrap()[offset..offset + data.len()].copy_from_slice(data);
+    assert!(sim.a.mem.write(keys.lkey, offset as u64, data));
 }
 
 fn fill_b(sim: &mut Sim, keys: MrKeys, offset: usize, data: &[u8]) {
-    sim.b.mem.region_mut(keys.lkey).unwrap()[offset..offset + data.len()].copy_from_slice(data);
+    assert!(sim.b.mem.write(keys.lkey, offset as u64, data));
 }
 
 fn a_bytes(sim: &Sim, keys: MrKeys, offset: usize, len: usize) -> Vec<u8> {
-    sim.a.mem.region(keys.lkey).unwrap()[offset..offset + len].to_vec()
+    let mut v = vec![0u8; len];
+    assert!(sim.a.mem.read(keys.lkey, offset as u64, &mut v));
+    v
 }
 
 fn b_bytes(sim: &Sim, keys: MrKeys, offset: usize, len: usize) -> Vec<u8> {
-    sim.b.mem.region(keys.lkey).unwrap()[offset..offset + len].to_vec()
+    let mut v = vec![0u8; len];
+    assert!(sim.b.mem.read(keys.lkey, offset as u64, &mut v));
+    v
 }
 
 fn one(done: &[WorkCompletion], wr_id: u64) -> WorkCompletion {
@@ -876,53 +880,99 @@ fn icrc_corruption_is_counted_and_recovered() {
 }
 
 #[test]
-fn post_errors() {
+fn full_queues_refuse_posts() {
     let mut c = cfg();
     c.max_send_wr = 2;
     c.max_recv_wr = 1;
     let (mut sim, a, b) = pair(c, Faults::NONE, 1, 4096);
-    let ro = sim.a.register(0x9000_0000, 4096, Access::NONE);
     let mem = &sim.a.mem;
     let cq = &mut sim.a.cq;
     let qp = &mut sim.a.qp;
-    // A READ must land in LOCAL_WRITE memory.
-    assert!(matches!(
-        qp.post_send(read(1, ro.lkey, 0x9000_0000, 8, B_BASE, b.rkey), mem, cq),
-        Err(PostError::LocalBuffer(
-            crate::transport::AccessError::Permission
-        ))
-    ));
-    assert!(matches!(
-        qp.post_send(send(1, a.lkey, A_BASE + 4000, 200, None), mem, cq),
-        Err(PostError::LocalBuffer(_))
-    ));
-    assert!(matches!(
-        qp.post_send(send(1, a.rkey, A_BASE, 1, None), mem, cq),
-        Err(PostError::LocalBuffer(_))
-    ));
-    qp.post_send(send(1, ro.lkey, 0x9000_0000, 8, None), mem, cq)
+    qp.post_send(&send(1, a.lkey, A_BASE, 8, None), mem, cq)
         .unwrap();
-    qp.post_send(send(2, a.lkey, A_BASE, 8, None), mem, cq)
+    qp.post_send(&send(2, a.lkey, A_BASE, 8, None), mem, cq)
         .unwrap();
+    assert!(!qp.send_queue_has_room());
     assert_eq!(
-        qp.post_send(send(3, a.lkey, A_BASE, 8, None), mem, cq),
+        qp.post_send(&send(3, a.lkey, A_BASE, 8, None), mem, cq),
         Err(PostError::SendQueueFull)
     );
-    let rr = |wr_id| RecvRequest {
-        wr_id,
-        lkey: b.lkey,
-        addr: B_BASE,
-        len: 8,
-    };
+    let rr = |wr_id| RecvRequest::new(wr_id, SgList::one(b.lkey, B_BASE, 8));
     sim.b
         .qp
-        .post_recv(rr(1), &sim.b.mem, &mut sim.b.cq)
+        .post_recv(&rr(1), &sim.b.mem, &mut sim.b.cq)
         .unwrap();
     assert_eq!(
-        sim.b.qp.post_recv(rr(2), &sim.b.mem, &mut sim.b.cq),
+        sim.b.qp.post_recv(&rr(2), &sim.b.mem, &mut sim.b.cq),
         Err(PostError::RecvQueueFull)
     );
+    assert!(sim.a.cq.is_empty() && sim.b.cq.is_empty());
     assert!(QueuePairCheck::bad_config());
+}
+
+/// Each bad local buffer completes its request with the verbs status and moves the QP to the
+/// error state; what is posted afterwards completes with a flush error. Nothing panics.
+#[test]
+fn bad_local_buffers_complete_with_local_protection_errors() {
+    let cases: [(&str, fn(MrKeys, MrKeys) -> WorkRequest); 4] = [
+        // A READ must land in LOCAL_WRITE memory.
+        ("read into read-only memory", |ro, b| {
+            read(1, ro.lkey, 0x9000_0000, 8, B_BASE, b.rkey)
+        }),
+        ("range past the region", |_, _| {
+            send(1, 0, 0, 0, None) // replaced below
+        }),
+        ("an rkey used as an lkey", |_, _| send(1, 0, 0, 0, None)),
+        ("a second piece with a bad key", |ro, _| {
+            WorkRequest::send(
+                1,
+                SgList::from_slice(&[
+                    crate::transport::Sge::new(ro.lkey, 0x9000_0000, 8),
+                    crate::transport::Sge::new(0xdead_0000, 0, 8),
+                ])
+                .unwrap(),
+                None,
+            )
+        }),
+    ];
+    for (i, (what, make)) in cases.into_iter().enumerate() {
+        let (mut sim, a, b) = pair(cfg(), Faults::NONE, 1, 4096);
+        let ro = sim.a.register(0x9000_0000, 4096, Access::NONE);
+        let wr = match i {
+            1 => send(1, a.lkey, A_BASE + 4000, 200, None),
+            2 => send(1, a.rkey, A_BASE, 1, None),
+            _ => make(ro, b),
+        };
+        let (mem, cq, qp) = (&sim.a.mem, &mut sim.a.cq, &mut sim.a.qp);
+        qp.post_send(&wr, mem, cq).expect("accepted, then failed");
+        assert_eq!(qp.state(), crate::transport::QpState::Error, "{what}");
+        qp.post_send(&send(2, a.lkey, A_BASE, 8, None), mem, cq)
+            .unwrap();
+        let got: Vec<_> = std::iter::from_fn(|| cq.poll())
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, WcStatus::LocalProtectionError),
+                (2, WcStatus::WrFlushError)
+            ],
+            "{what}"
+        );
+    }
+    // A receive buffer without LOCAL_WRITE.
+    let (mut sim, _, _) = pair(cfg(), Faults::NONE, 1, 4096);
+    let ro = sim.b.register(0x9000_0000, 4096, Access::REMOTE_READ);
+    let rr = RecvRequest::new(5, SgList::one(ro.lkey, 0x9000_0000, 64));
+    sim.b
+        .qp
+        .post_recv(&rr, &sim.b.mem, &mut sim.b.cq)
+        .unwrap();
+    let wc = sim.b.cq.poll().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.status),
+        (5, WcOpcode::Recv, WcStatus::LocalProtectionError)
+    );
 }
 
 struct QueuePairCheck;
@@ -946,7 +996,10 @@ fn packets_for_other_qpns_are_ignored() {
     let pkt = sim.a.qp.poll_transmit(sim.now).unwrap();
     let mut repr = pkt.repr;
     repr.bth.dest_qp = 0x999;
-    let payload = pkt.payload(&sim.a.mem).to_vec();
+    let mut payload = vec![0u8; pkt.payload_len()];
+    sim.a
+        .qp
+        .copy_payload(pkt.payload.as_ref().unwrap(), &sim.a.mem, &mut payload);
     sim.b
         .qp
         .on_packet(sim.now, &repr, &payload, &mut sim.b.mem, &mut sim.b.cq);

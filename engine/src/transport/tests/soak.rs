@@ -102,17 +102,17 @@ pub(super) fn run(w: &Workload) -> Report {
             let n = len as u32;
             match kind {
                 Kind::Send => {
-                    sim.a.mem.region_mut(ka.lkey).unwrap()[off..off + len].copy_from_slice(&data);
+                    assert!(sim.a.mem.write(ka.lkey, off as u64, &data));
                     sim.b.post_recv(id, kb.lkey, lb, SLOT_LEN as u32);
                     sim.a.post_send(send(id, ka.lkey, la, n, None));
                 }
                 Kind::Write => {
-                    sim.a.mem.region_mut(ka.lkey).unwrap()[off..off + len].copy_from_slice(&data);
+                    assert!(sim.a.mem.write(ka.lkey, off as u64, &data));
                     sim.a
                         .post_send(write(id, ka.lkey, la, n, lb, kb.rkey, None));
                 }
                 Kind::Read => {
-                    sim.b.mem.region_mut(kb.lkey).unwrap()[off..off + len].copy_from_slice(&data);
+                    assert!(sim.b.mem.write(kb.lkey, off as u64, &data));
                     sim.a.post_send(read(id, ka.lkey, la, n, lb, kb.rkey));
                 }
             }
@@ -152,7 +152,8 @@ pub(super) fn run(w: &Workload) -> Report {
                     Kind::Send => assert_eq!(wc.opcode, WcOpcode::Send),
                     Kind::Write => {
                         assert_eq!(wc.opcode, WcOpcode::RdmaWrite);
-                        let got = &sim.b.mem.region(kb.lkey).unwrap()[off..off + op.len];
+                        let mut got = vec![0u8; op.len];
+                        assert!(sim.b.mem.read(kb.lkey, off as u64, &mut got));
                         assert!(
                             got == expected.as_slice(),
                             "WRITE {} data differs",
@@ -161,7 +162,8 @@ pub(super) fn run(w: &Workload) -> Report {
                     }
                     Kind::Read => {
                         assert_eq!(wc.opcode, WcOpcode::RdmaRead);
-                        let got = &sim.a.mem.region(ka.lkey).unwrap()[off..off + op.len];
+                        let mut got = vec![0u8; op.len];
+                        assert!(sim.a.mem.read(ka.lkey, off as u64, &mut got));
                         assert!(got == expected.as_slice(), "READ {} data differs", wc.wr_id);
                     }
                 }
@@ -183,7 +185,8 @@ pub(super) fn run(w: &Workload) -> Report {
             assert_eq!((wc.opcode, wc.status), (WcOpcode::Recv, WcStatus::Success));
             assert_eq!(wc.byte_len as usize, op.len);
             let off = op.slot * SLOT_LEN;
-            let got = &sim.b.mem.region(kb.lkey).unwrap()[off..off + op.len];
+            let mut got = vec![0u8; op.len];
+                        assert!(sim.b.mem.read(kb.lkey, off as u64, &mut got));
             assert!(
                 got == pattern(wc.wr_id, op.len).as_slice(),
                 "SEND {} data differs",

@@ -1,0 +1,312 @@
+//! Scatter/gather lists: a work request's local buffer as up to [`MAX_SGE`] pieces.
+//!
+//! An application names its buffers with [`Sge`]s (lkey, address, length), as verbs does. When
+//! the worker takes a work request it resolves the whole list once into a [`Gather`] of
+//! [`Location`]s (every key, bound and permission checked before any byte moves); after that,
+//! the packet path copies bytes at a message offset with [`Gather::copy_out`] and
+//! [`Gather::copy_in`] without looking a key up again. Both are fixed-size values: nothing
+//! allocates per work request.
+
+use super::mr::{Access, AccessError, Location, MemoryTable};
+
+/// The most pieces one work request's local buffer may have.
+pub const MAX_SGE: usize = 16;
+
+/// One piece of a local buffer: `len` bytes at `addr` in the region named by `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sge {
+    pub addr: u64,
+    pub len: u32,
+    pub lkey: u32,
+}
+
+impl Sge {
+    pub const fn new(lkey: u32, addr: u64, len: u32) -> Sge {
+        Sge { addr, len, lkey }
+    }
+}
+
+/// A list of at most [`MAX_SGE`] pieces, stored inline.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SgList {
+    n: u8,
+    sges: [Sge; MAX_SGE],
+}
+
+/// More than [`MAX_SGE`] pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a work request takes at most {MAX_SGE} scatter/gather entries")]
+pub struct TooManySges;
+
+impl Default for SgList {
+    fn default() -> Self {
+        SgList::new()
+    }
+}
+
+impl core::fmt::Debug for SgList {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl SgList {
+    /// An empty list (a zero-length message).
+    pub const fn new() -> SgList {
+        SgList {
+            n: 0,
+            sges: [Sge {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; MAX_SGE],
+        }
+    }
+
+    /// A list of one piece.
+    pub const fn one(lkey: u32, addr: u64, len: u32) -> SgList {
+        let mut l = SgList::new();
+        l.sges[0] = Sge::new(lkey, addr, len);
+        l.n = 1;
+        l
+    }
+
+    pub fn from_slice(sges: &[Sge]) -> Result<SgList, TooManySges> {
+        let mut l = SgList::new();
+        for &s in sges {
+            l.push(s)?;
+        }
+        Ok(l)
+    }
+
+    pub fn push(&mut self, sge: Sge) -> Result<(), TooManySges> {
+        let slot = self.sges.get_mut(self.n as usize).ok_or(TooManySges)?;
+        *slot = sge;
+        self.n += 1;
+        Ok(())
+    }
+
+    pub fn as_slice(&self) -> &[Sge] {
+        &self.sges[..self.n as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Bytes the list covers.
+    pub fn total_len(&self) -> u64 {
+        self.as_slice().iter().map(|s| u64::from(s.len)).sum()
+    }
+}
+
+/// One resolved piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Seg {
+    at: Location,
+    len: u32,
+}
+
+/// Why a list did not resolve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LocalError {
+    /// A key, a bound or a permission failed (verbs: local protection error).
+    #[error("scatter/gather entry {index}: {error}")]
+    Protection { index: usize, error: AccessError },
+    /// The pieces add up to more than a message may carry (2^31 bytes).
+    #[error("message longer than 2^31 bytes")]
+    Length,
+}
+
+/// A resolved scatter/gather list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gather {
+    n: u8,
+    total: u32,
+    segs: [Seg; MAX_SGE],
+}
+
+impl Gather {
+    /// No bytes.
+    pub const EMPTY: Gather = Gather {
+        n: 0,
+        total: 0,
+        segs: [Seg {
+            at: Location {
+                offset: 0,
+                region: 0,
+            },
+            len: 0,
+        }; MAX_SGE],
+    };
+
+    /// One contiguous resolved range.
+    pub fn contiguous(at: Location, len: u32) -> Gather {
+        let mut g = Gather::EMPTY;
+        g.segs[0] = Seg { at, len };
+        g.n = 1;
+        g.total = len;
+        g
+    }
+
+    /// Check every piece of `list` against `mem` for `need` and resolve it.
+    pub fn resolve(mem: &MemoryTable, list: &SgList, need: Access) -> Result<Gather, LocalError> {
+        let mut g = Gather::EMPTY;
+        let mut total = 0u64;
+        for (index, s) in list.as_slice().iter().enumerate() {
+            let at = mem
+                .check_local(s.lkey, s.addr, u64::from(s.len), need)
+                .map_err(|error| LocalError::Protection { index, error })?;
+            total += u64::from(s.len);
+            if s.len > 0 {
+                g.segs[g.n as usize] = Seg { at, len: s.len };
+                g.n += 1;
+            }
+        }
+        if total > 1 << 31 {
+            return Err(LocalError::Length);
+        }
+        g.total = total as u32;
+        Ok(g)
+    }
+
+    /// Bytes in the list.
+    pub fn len(&self) -> u32 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Whether any piece lies in region `slot`.
+    pub fn uses_region(&self, slot: u32) -> bool {
+        self.segs[..self.n as usize]
+            .iter()
+            .any(|s| s.at.region == slot)
+    }
+
+    /// Calls `f(location, len)` for the pieces that cover message bytes
+    /// `offset..offset + len`, in order.
+    #[inline]
+    fn walk(&self, mut offset: u32, mut len: usize, mut f: impl FnMut(Location, usize)) {
+        for s in &self.segs[..self.n as usize] {
+            if len == 0 {
+                return;
+            }
+            if offset >= s.len {
+                offset -= s.len;
+                continue;
+            }
+            let n = ((s.len - offset) as usize).min(len);
+            f(s.at.advance(u64::from(offset)), n);
+            len -= n;
+            offset = 0;
+        }
+        debug_assert_eq!(len, 0, "copy past the end of a gather list");
+    }
+
+    /// Copy message bytes `offset..offset + dst.len()` out of the application's memory.
+    #[inline]
+    pub fn copy_out(&self, mem: &MemoryTable, offset: u32, dst: &mut [u8]) {
+        if self.n == 1 {
+            return mem.fetch(self.segs[0].at.advance(u64::from(offset)), dst);
+        }
+        let mut done = 0;
+        self.walk(offset, dst.len(), |at, n| {
+            mem.fetch(at, &mut dst[done..done + n]);
+            done += n;
+        });
+    }
+
+    /// Place `src` at message offset `offset` into the application's memory.
+    #[inline]
+    pub fn copy_in(&self, mem: &MemoryTable, offset: u32, src: &[u8]) {
+        if self.n == 1 {
+            return mem.place(self.segs[0].at.advance(u64::from(offset)), src);
+        }
+        let mut done = 0;
+        self.walk(offset, src.len(), |at, n| {
+            mem.place(at, &src[done..done + n]);
+            done += n;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn lists_hold_sixteen_pieces_and_no_more() {
+        let mut l = SgList::new();
+        for i in 0..MAX_SGE {
+            l.push(Sge::new(1, i as u64, 1)).unwrap();
+        }
+        assert_eq!(l.push(Sge::new(1, 0, 1)), Err(TooManySges));
+        assert_eq!(l.total_len(), 16);
+        assert_eq!(SgList::one(3, 4, 5).as_slice(), [Sge::new(3, 4, 5)]);
+    }
+
+    #[test]
+    fn gather_and_scatter_cross_piece_boundaries() {
+        let map = Arc::new(pmem::Mapping::anonymous(4096).unwrap());
+        let mut mem = MemoryTable::new();
+        let k = mem
+            .register_iova(map.clone(), 0, 4096, 0x1000, Access::ALL)
+            .unwrap();
+        // Three pieces out of order in the region, one empty.
+        let list = SgList::from_slice(&[
+            Sge::new(k.lkey, 0x1000 + 100, 3),
+            Sge::new(k.lkey, 0x1000 + 10, 0),
+            Sge::new(k.lkey, 0x1000, 4),
+            Sge::new(k.lkey, 0x1000 + 50, 5),
+        ])
+        .unwrap();
+        let g = Gather::resolve(&mem, &list, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(g.len(), 12);
+        g.copy_in(&mem, 0, b"abcdefghijkl");
+        let mut back = [0u8; 12];
+        g.copy_out(&mem, 0, &mut back);
+        assert_eq!(&back, b"abcdefghijkl");
+        let mut mid = [0u8; 6];
+        g.copy_out(&mem, 2, &mut mid);
+        assert_eq!(&mid, b"cdefgh");
+        let mut at = [0u8; 4];
+        map.read(0, &mut at).unwrap();
+        assert_eq!(&at, b"defg", "the second piece starts at message byte 3");
+        map.read(100, &mut at[..3]).unwrap();
+        assert_eq!(&at[..3], b"abc");
+    }
+
+    #[test]
+    fn a_bad_piece_is_a_local_protection_error_naming_it() {
+        let map = Arc::new(pmem::Mapping::anonymous(64).unwrap());
+        let mut mem = MemoryTable::new();
+        let k = mem
+            .register_iova(map, 0, 64, 0, Access::REMOTE_READ)
+            .unwrap();
+        let list = SgList::from_slice(&[Sge::new(k.lkey, 0, 8), Sge::new(k.lkey, 60, 8)]).unwrap();
+        assert_eq!(
+            Gather::resolve(&mem, &list, Access::NONE),
+            Err(LocalError::Protection {
+                index: 1,
+                error: AccessError::OutOfBounds { addr: 60, len: 8 }
+            })
+        );
+        let one = SgList::one(k.lkey, 0, 8);
+        assert!(matches!(
+            Gather::resolve(&mem, &one, Access::LOCAL_WRITE),
+            Err(LocalError::Protection {
+                index: 0,
+                error: AccessError::Permission
+            })
+        ));
+    }
+}
