@@ -22,7 +22,9 @@ use crate::latency::{Latency, LatencySummary};
 use crate::rdma::MemoryRegion;
 use crate::rdma::loopback::{self, LoopbackOpts};
 use crate::report;
-use crate::transport::{Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest};
+use crate::transport::{
+    Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
+};
 
 /// Which operations to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -142,13 +144,15 @@ impl Verifier {
     /// Writes operation `id`'s pattern into `mr` at `offset`.
     fn fill(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
         fill_pattern(id, &mut self.want);
-        mr.write(offset, &self.want).expect("slot inside the buffer");
+        mr.write(offset, &self.want)
+            .expect("slot inside the buffer");
     }
 
     /// Compares what landed in `mr` at `offset` with operation `id`'s pattern.
     fn check(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
         fill_pattern(id, &mut self.want);
-        mr.read(offset, &mut self.got).expect("slot inside the buffer");
+        mr.read(offset, &mut self.got)
+            .expect("slot inside the buffer");
         self.summary.checked_ops += 1;
         self.summary.checked_bytes += self.got.len() as u64;
         if self.want != self.got {
@@ -213,7 +217,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     // 2-core machine a third busy thread would leave the host waiting for CPU time slices.
     let mut lo = LoopbackOpts::new(qp, [b, b]);
     lo.pcap = opts.pcap.clone();
-    let pair = loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
+    let pair =
+        loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
     let loopback::LoopbackPair {
         runtime,
         a: mut ea,
@@ -227,7 +232,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             .map(Arc::new)
             .map_err(|e| AppError::Failed(format!("mapping {len} bytes of buffer memory: {e}")))
     };
-    let (a_src, a_dst, b_buf, b_recv) = (map(buf_len)?, map(buf_len)?, map(buf_len)?, map(buf_len)?);
+    let (a_src, a_dst, b_buf, b_recv) =
+        (map(buf_len)?, map(buf_len)?, map(buf_len)?, map(buf_len)?);
     let buffers = a_src.kind().to_string();
     let src = ea.engine.register_all(&a_src, Access::ALL).map_err(host)?;
     let dst = ea.engine.register_all(&a_dst, Access::ALL).map_err(host)?;
@@ -250,7 +256,11 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 .unwrap_or_else(|| "closed loop".into()),
             opts.mtu.bytes(),
             opts.duration.as_secs_f64(),
-            if opts.verify { ", every byte verified" } else { "" },
+            if opts.verify {
+                ", every byte verified"
+            } else {
+                ""
+            },
         ),
     );
 
@@ -302,13 +312,24 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                     if let Some(v) = verifier.as_mut() {
                         v.fill(next_id, &src, slot);
                     }
-                    WorkRequest::write(next_id, src.sgl(slot, opts.size), remote.addr() + slot as u64, remote.rkey(), None)
+                    WorkRequest::write(
+                        next_id,
+                        src.sgl(slot, opts.size),
+                        remote.addr() + slot as u64,
+                        remote.rkey(),
+                        None,
+                    )
                 }
                 1 => {
                     if let Some(v) = verifier.as_mut() {
                         v.fill(next_id, &remote, slot);
                     }
-                    WorkRequest::read(next_id, dst.sgl(slot, opts.size), remote.addr() + slot as u64, remote.rkey())
+                    WorkRequest::read(
+                        next_id,
+                        dst.sgl(slot, opts.size),
+                        remote.addr() + slot as u64,
+                        remote.rkey(),
+                    )
                 }
                 _ => {
                     if let Some(v) = verifier.as_mut() {
@@ -326,8 +347,13 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         if uses_send {
             // Keep B's receive queue ahead of the SENDs, one doorbell per batch.
             recv_batch.clear();
-            while recv_posted < sends_posted + opts.qd as u64 && recv_batch.len() < recv_batch.capacity() {
-                recv_batch.push(RecvRequest::new(recv_posted, recv.sgl(slot_of(recv_posted), opts.size)));
+            while recv_posted < sends_posted + opts.qd as u64
+                && recv_batch.len() < recv_batch.capacity()
+            {
+                recv_batch.push(RecvRequest::new(
+                    recv_posted,
+                    recv.sgl(slot_of(recv_posted), opts.size),
+                ));
                 recv_posted += 1;
             }
             if let Err(full) = eb.qp.post_recv(&recv_batch) {
@@ -335,9 +361,9 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             }
         }
         if !batch.is_empty() {
-            ea.qp
-                .post_send(&batch)
-                .map_err(|e| AppError::Failed(format!("posting {} work requests: {e}", batch.len())))?;
+            ea.qp.post_send(&batch).map_err(|e| {
+                AppError::Failed(format!("posting {} work requests: {e}", batch.len()))
+            })?;
             outstanding += batch.len();
         }
         let n = ea.cq.poll(&mut wcs);

@@ -75,13 +75,16 @@ fn bad(path: &Path, field: &str, message: String) -> AppError {
 
 /// Maps this side's region: the file (opened when it exists and is large enough, created
 /// otherwise), or anonymous memory.
-fn map_region(cfg_path: &Path, cfg: &PeerConfig, file: Option<&Path>) -> Result<Arc<Mapping>, AppError> {
+fn map_region(
+    cfg_path: &Path,
+    cfg: &PeerConfig,
+    file: Option<&Path>,
+) -> Result<Arc<Mapping>, AppError> {
     let len = cfg.rdma.region_len;
     let map = match file {
         Some(f) if f.exists() => {
-            let m = Mapping::open_file(f).map_err(|e| {
-                AppError::Failed(format!("region file {}: {e}", f.display()))
-            })?;
+            let m = Mapping::open_file(f)
+                .map_err(|e| AppError::Failed(format!("region file {}: {e}", f.display())))?;
             if m.len() < len {
                 return Err(bad(
                     cfg_path,
@@ -250,7 +253,9 @@ pub fn run_target(
         return Err(bad(
             path,
             "rdma.receives",
-            format!("{receives} buffers of 4 KiB do not fit the upper half of the region ({half} bytes)"),
+            format!(
+                "{receives} buffers of 4 KiB do not fit the upper half of the region ({half} bytes)"
+            ),
         ));
     }
     let map = map_region(path, &cfg, file.as_deref())?;
@@ -293,7 +298,9 @@ pub fn run_target(
     let link = peer.port.link();
     collect(&mut peer.cq, &mut completions);
     // The first bytes of the region and of the first receive buffer, for checks from outside.
-    let head = mr.to_vec(0, 64.min(mr.len())).map_err(|e| AppError::Failed(e.to_string()))?;
+    let head = mr
+        .to_vec(0, 64.min(mr.len()))
+        .map_err(|e| AppError::Failed(e.to_string()))?;
     let recv_head = mr
         .to_vec(half, 64.min(mr.len() - half))
         .map_err(|e| AppError::Failed(e.to_string()))?;
@@ -362,11 +369,23 @@ pub fn run_initiator(
         for (k, b) in data.iter_mut().enumerate() {
             *b = (i as usize * 31 + k * 7) as u8;
         }
-        mr.write(off, &data).map_err(|e| AppError::Failed(e.to_string()))?;
+        mr.write(off, &data)
+            .map_err(|e| AppError::Failed(e.to_string()))?;
         let started = Instant::now();
         let len = size as u32;
-        let write = WorkRequest::write(2 * i, mr.sgl(off, len), remote_addr + off as u64, rkey, None);
-        let read = WorkRequest::read(2 * i + 1, mr.sgl(half + off, len), remote_addr + off as u64, rkey);
+        let write = WorkRequest::write(
+            2 * i,
+            mr.sgl(off, len),
+            remote_addr + off as u64,
+            rkey,
+            None,
+        );
+        let read = WorkRequest::read(
+            2 * i + 1,
+            mr.sgl(half + off, len),
+            remote_addr + off as u64,
+            rkey,
+        );
         peer.qp
             .post_send(&[write, read])
             .map_err(|e| AppError::Failed(format!("posting: {e}")))?;
@@ -378,7 +397,8 @@ pub fn run_initiator(
         }
         latency.record(started.elapsed().as_nanos() as u64);
         // The READ's completion made the bytes visible in this process's own mapping.
-        mr.read(half + off, &mut back).map_err(|e| AppError::Failed(e.to_string()))?;
+        mr.read(half + off, &mut back)
+            .map_err(|e| AppError::Failed(e.to_string()))?;
         if back != data {
             mismatched += 1;
         }

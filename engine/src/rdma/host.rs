@@ -14,7 +14,7 @@ use std::time::Duration;
 use crossbeam::channel::{self, Receiver, Sender};
 use pmem::Mapping;
 
-use crate::transport::{Access, MrKeys, RegisterError, Sge, SgList};
+use crate::transport::{Access, MrKeys, RegisterError, SgList, Sge};
 
 /// A request on the control path.
 pub enum Control {

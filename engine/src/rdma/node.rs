@@ -223,7 +223,12 @@ impl RdmaNode {
 
     /// Adds a queue pair; its local MAC and IP are this node's. Completions of its send work
     /// go to `send_cq`, of its receives to `recv_cq`. Returns the application's end.
-    pub fn add_qp(&mut self, mut cfg: QpConfig, send_cq: &Cq, recv_cq: &Cq) -> Result<Qp, AddQpError> {
+    pub fn add_qp(
+        &mut self,
+        mut cfg: QpConfig,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+    ) -> Result<Qp, AddQpError> {
         cfg.local_mac = self.mac;
         cfg.local_ip = self.ip;
         let qpn = cfg.local_qpn;
@@ -671,23 +676,26 @@ mod tests {
         let (mut a, mut b) = pair();
         let src_map = Arc::new(Mapping::anonymous(10_000).unwrap());
         let dst_map = Arc::new(Mapping::anonymous(10_000).unwrap());
-        let src = a.node.register(src_map.clone(), 0, 10_000, Access::ALL).unwrap();
-        let dst = b.node.register(dst_map.clone(), 0, 10_000, Access::ALL).unwrap();
+        let src = a
+            .node
+            .register(src_map.clone(), 0, 10_000, Access::ALL)
+            .unwrap();
+        let dst = b
+            .node
+            .register(dst_map.clone(), 0, 10_000, Access::ALL)
+            .unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 256) as u8).collect();
         src_map.write(0, &data).unwrap();
         let sgl = crate::transport::SgList::one(src.lkey, src.addr, 10_000);
-        a.qp
-            .post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
+        a.qp.post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
             .unwrap();
-        b.qp
-            .post_recv(&[RecvRequest::new(
-                9,
-                crate::transport::SgList::one(dst.lkey, dst.addr, 100),
-            )])
-            .unwrap();
+        b.qp.post_recv(&[RecvRequest::new(
+            9,
+            crate::transport::SgList::one(dst.lkey, dst.addr, 100),
+        )])
+        .unwrap();
         let first100 = crate::transport::SgList::one(src.lkey, src.addr, 100);
-        a.qp
-            .post_send(&[WorkRequest::send(2, first100, Some(5))])
+        a.qp.post_send(&[WorkRequest::send(2, first100, Some(5))])
             .unwrap();
         let moved = pump(&mut a.node, &mut b.node, 5);
         assert!(moved > 11, "{moved} frames");
@@ -720,11 +728,21 @@ mod tests {
         let (mut a, mut b) = pair();
         let dst = a
             .node
-            .register(Arc::new(Mapping::anonymous(1 << 20).unwrap()), 0, 1 << 20, Access::ALL)
+            .register(
+                Arc::new(Mapping::anonymous(1 << 20).unwrap()),
+                0,
+                1 << 20,
+                Access::ALL,
+            )
             .unwrap();
         let src = b
             .node
-            .register(Arc::new(Mapping::anonymous(1 << 20).unwrap()), 0, 1 << 20, Access::ALL)
+            .register(
+                Arc::new(Mapping::anonymous(1 << 20).unwrap()),
+                0,
+                1 << 20,
+                Access::ALL,
+            )
             .unwrap();
         let wrs: Vec<WorkRequest> = (0..16u64)
             .map(|i| {
@@ -763,14 +781,21 @@ mod tests {
             .collect();
         a.qp.post_send(&wrs).unwrap();
         pump(&mut a.node, &mut b.node, 0);
-        assert_eq!(a.node.counters.posted, 4, "only as many as there are CQ slots");
+        assert_eq!(
+            a.node.counters.posted, 4,
+            "only as many as there are CQ slots"
+        );
         assert!(a.node.counters.cq_full > 0 && a.cq.full_stalls() > 0);
         let mut got = Vec::new();
         for _ in 0..10 {
             got.extend(drain(&mut a.cq).iter().map(|w| w.wr_id));
             pump(&mut a.node, &mut b.node, 0);
         }
-        assert_eq!(got, (0..10).collect::<Vec<_>>(), "every one completes, in order");
+        assert_eq!(
+            got,
+            (0..10).collect::<Vec<_>>(),
+            "every one completes, in order"
+        );
         assert_eq!(a.node.counters.cq_overruns, 0);
     }
 

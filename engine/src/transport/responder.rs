@@ -62,8 +62,10 @@ struct ReadJob {
     msn: u32,
 }
 
-/// A multi-packet message between its FIRST and LAST packet.
+/// A multi-packet message between its FIRST and LAST packet. (The SEND variant carries its
+/// resolved receive buffer inline; boxing it would allocate per message.)
 #[derive(Debug, Clone, Copy)]
+#[allow(clippy::large_enum_variant)]
 enum InMsg {
     Send { recv: RecvWqe, done: u32 },
     Write { at: Location, len: u32, done: u32 },

@@ -914,34 +914,32 @@ fn full_queues_refuse_posts() {
 /// error state; what is posted afterwards completes with a flush error. Nothing panics.
 #[test]
 fn bad_local_buffers_complete_with_local_protection_errors() {
-    let cases: [(&str, fn(MrKeys, MrKeys) -> WorkRequest); 4] = [
-        // A READ must land in LOCAL_WRITE memory.
-        ("read into read-only memory", |ro, b| {
-            read(1, ro.lkey, 0x9000_0000, 8, B_BASE, b.rkey)
-        }),
-        ("range past the region", |_, _| {
-            send(1, 0, 0, 0, None) // replaced below
-        }),
-        ("an rkey used as an lkey", |_, _| send(1, 0, 0, 0, None)),
-        ("a second piece with a bad key", |ro, _| {
-            WorkRequest::send(
-                1,
-                SgList::from_slice(&[
-                    crate::transport::Sge::new(ro.lkey, 0x9000_0000, 8),
-                    crate::transport::Sge::new(0xdead_0000, 0, 8),
-                ])
-                .unwrap(),
-                None,
-            )
-        }),
-    ];
-    for (i, (what, make)) in cases.into_iter().enumerate() {
+    for case in 0..4 {
         let (mut sim, a, b) = pair(cfg(), Faults::NONE, 1, 4096);
         let ro = sim.a.register(0x9000_0000, 4096, Access::NONE);
-        let wr = match i {
-            1 => send(1, a.lkey, A_BASE + 4000, 200, None),
-            2 => send(1, a.rkey, A_BASE, 1, None),
-            _ => make(ro, b),
+        let (what, wr) = match case {
+            // A READ must land in LOCAL_WRITE memory.
+            0 => (
+                "read into read-only memory",
+                read(1, ro.lkey, 0x9000_0000, 8, B_BASE, b.rkey),
+            ),
+            1 => (
+                "range past the region",
+                send(1, a.lkey, A_BASE + 4000, 200, None),
+            ),
+            2 => ("an rkey used as an lkey", send(1, a.rkey, A_BASE, 1, None)),
+            _ => (
+                "a second piece with a bad key",
+                WorkRequest::send(
+                    1,
+                    SgList::from_slice(&[
+                        crate::transport::Sge::new(ro.lkey, 0x9000_0000, 8),
+                        crate::transport::Sge::new(0xdead_0000, 0, 8),
+                    ])
+                    .unwrap(),
+                    None,
+                ),
+            ),
         };
         let (mem, cq, qp) = (&sim.a.mem, &mut sim.a.cq, &mut sim.a.qp);
         qp.post_send(&wr, mem, cq).expect("accepted, then failed");
@@ -964,10 +962,7 @@ fn bad_local_buffers_complete_with_local_protection_errors() {
     let (mut sim, _, _) = pair(cfg(), Faults::NONE, 1, 4096);
     let ro = sim.b.register(0x9000_0000, 4096, Access::REMOTE_READ);
     let rr = RecvRequest::new(5, SgList::one(ro.lkey, 0x9000_0000, 64));
-    sim.b
-        .qp
-        .post_recv(&rr, &sim.b.mem, &mut sim.b.cq)
-        .unwrap();
+    sim.b.qp.post_recv(&rr, &sim.b.mem, &mut sim.b.cq).unwrap();
     let wc = sim.b.cq.poll().unwrap();
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.status),

@@ -186,7 +186,7 @@ pub(super) fn run(w: &Workload) -> Report {
             assert_eq!(wc.byte_len as usize, op.len);
             let off = op.slot * SLOT_LEN;
             let mut got = vec![0u8; op.len];
-                        assert!(sim.b.mem.read(kb.lkey, off as u64, &mut got));
+            assert!(sim.b.mem.read(kb.lkey, off as u64, &mut got));
             assert!(
                 got == pattern(wc.wr_id, op.len).as_slice(),
                 "SEND {} data differs",
