@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use pmem::Mapping;
 use portico::dataplane::Eal;
 use portico::rdma::loopback::{self, LoopbackOpts};
-use portico::transport::{
-    Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest,
-};
+use portico::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -60,7 +58,8 @@ fn mixed_operations_allocate_nothing_after_warm_up() {
     let mut batch: Vec<WorkRequest> = Vec::with_capacity(QD);
     let mut recvs: Vec<RecvRequest> = Vec::with_capacity(QD * 2);
     let mut run = |ops: u64| -> (u64, u64) {
-        let (mut next, mut done, mut received, mut recv_posted, mut sends) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut next, mut done, mut received, mut recv_posted, mut sends) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut outstanding = 0usize;
         let deadline = Instant::now() + Duration::from_secs(120);
         while done < ops || received < sends {
@@ -120,6 +119,9 @@ fn mixed_operations_allocate_nothing_after_warm_up() {
         "heap allocations during 100 000 operations: {change:?}"
     );
     let reports = pair.runtime.join().unwrap();
-    let retx: u64 = reports.iter().filter_map(|r| r.counter("retransmissions")).sum();
+    let retx: u64 = reports
+        .iter()
+        .filter_map(|r| r.counter("retransmissions"))
+        .sum();
     eprintln!("allocations {change:?}, retransmissions {retx}");
 }

@@ -453,8 +453,16 @@ impl RdmaNode {
     }
 
     /// Runs expired timers of every queue pair.
+    ///
+    /// One pass looks at no more entries than the heap held when it started: a deadline that
+    /// is still due after its queue pair was served (the end of an RNR wait stays due until
+    /// the queue pair next transmits) is armed again and seen in the next pass, not in a
+    /// loop inside this one.
     pub fn run_timers(&mut self, now: u64) {
-        while let Some(&Reverse((due, slot))) = self.timers.peek() {
+        for _ in 0..self.timers.len() {
+            let Some(&Reverse((due, slot))) = self.timers.peek() else {
+                break;
+            };
             if due > now {
                 break;
             }
@@ -797,6 +805,41 @@ mod tests {
             "every one completes, in order"
         );
         assert_eq!(a.node.counters.cq_overruns, 0);
+    }
+
+    #[test]
+    fn a_send_refused_for_want_of_a_receive_goes_through_once_one_is_posted() {
+        let (mut a, mut b) = pair();
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        let src = a.node.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        let dst = b.node.register(map, 64, 64, Access::ALL).unwrap();
+        let sgl = crate::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::send(1, sgl, None)]).unwrap();
+        // No receive on B: an RNR NAK, and A waits out the RNR timer (its deadline stays due
+        // until A transmits again, which once made the timer pass spin forever).
+        let mut moved = 0;
+        for round in 0..3u64 {
+            // 20 µs apart: past each RNR wait (timer code 1: 10 µs).
+            let now = round * 20_000;
+            carry(&mut a.node, &mut b.node, now, 0, &mut moved);
+            carry(&mut b.node, &mut a.node, now, 0, &mut moved);
+        }
+        let rnr = a.node.qp(0x11).unwrap().stats().rnr_naks_received;
+        assert!((2..=3).contains(&rnr), "{rnr} RNR NAKs");
+        assert!(a.cq.poll_one().is_none(), "still waiting, not failed");
+        b.qp
+            .post_recv(&[RecvRequest::new(
+                7,
+                crate::transport::SgList::one(dst.lkey, dst.addr, 64),
+            )])
+            .unwrap();
+        for _ in 0..20 {
+            pump(&mut a.node, &mut b.node, 0);
+        }
+        let wc = a.cq.poll_one().expect("the SEND completes");
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
+        let wc = b.cq.poll_one().expect("the receive completes");
+        assert_eq!((wc.wr_id, wc.byte_len), (7, 64));
     }
 
     #[test]
