@@ -1,6 +1,7 @@
 //! The `portico` binary as a user runs it: bad configs end with one line naming the field and
 //! exit status 2 (before EAL starts); `ports` lists what EAL probed; the default scenario runs
-//! and its checker passes. Each case is its own process.
+//! and its checker passes; `bench` reports JSON and, with `--verify`, compares every byte that
+//! lands. Each case is its own process.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -344,4 +345,42 @@ fn bench_reports_throughput_and_latency_as_json() {
     std::fs::remove_file(&hgrm).unwrap();
     assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));
     assert!(text.contains("#[Max     ="));
+}
+
+#[test]
+fn bench_verify_checks_every_byte_that_lands() {
+    let out = portico(&[
+        "bench",
+        "write",
+        "--size",
+        "4096",
+        "--qd",
+        "16",
+        "--duration",
+        "1",
+        "--verify",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "512",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["type"], "bench");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert_eq!(v["results"][0]["op"], "write", "{v}");
+    assert!(v["results"][0]["ops"].as_u64().unwrap() > 0, "{v}");
+    let verify = &v["verify"];
+    assert!(verify["checked_ops"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(verify["mismatches"], 0, "{v}");
+    assert_eq!(
+        verify["checked_bytes"].as_u64().unwrap(),
+        4096 * verify["checked_ops"].as_u64().unwrap(),
+        "every byte of each checked operation was compared: {v}"
+    );
 }

@@ -1,23 +1,40 @@
-//! Two processes, one RoCEv2 engine each, joined by `net_memif`: `portico target` serves a
-//! region and prints its rkey; `portico initiator` WRITEs 200 messages of 4 KiB into it,
-//! READs each back and compares every byte. Then the target is stopped with SIGTERM and
-//! reports what it received. Real processes, real EAL (no hugepages), bounded in time.
+//! Two processes, one RoCEv2 engine each, joined by `net_memif`: `portico target` registers
+//! its region and prints the region's real address and rkey on its `ready` line; `portico
+//! initiator` WRITEs 200 messages of 4 KiB into it from its own mapping, READs each back and
+//! compares every byte. Then the target is stopped with SIGTERM and reports what it received.
+//! A second run maps the target's region from a file (`--region-file`): after SIGTERM the
+//! target says the region was persisted, and the file holds, at each message's offset, the
+//! last message the initiator wrote there. Real processes, real EAL (no hugepages); every wait
+//! has a deadline and the processes are killed if the test fails.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const OPS: u64 = 200;
+const SIZE: usize = 4096;
+const REGION_LEN: usize = 1 << 20;
+
+/// The two runs share the cores and would slow each other down: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn config(
     role: &str,
-    sock: &str,
+    tag: &str,
+    sock: &Path,
     core: usize,
     me: (&str, &str, u32),
     peer: (&str, &str, u32),
-    addr: u64,
+    region_addr: Option<u64>,
 ) -> String {
+    let region_addr = region_addr.map_or(String::new(), |a| format!("region_addr = {a}"));
     format!(
         r#"
 [eal]
-args = ["--file-prefix=portico-test-{role}-{pid}"]
+args = ["--file-prefix=portico-test-{tag}-{role}-{pid}"]
 hugepages = "off"
 memory_mb = 512
 [rdma]
@@ -30,8 +47,8 @@ peer_mac = "{}"
 peer_ip = "{}"
 peer_qpn = {}
 mtu = 4096
-region_addr = {addr}
-region_len = 1048576
+{region_addr}
+region_len = {REGION_LEN}
 "#,
         me.0,
         me.1,
@@ -39,91 +56,238 @@ region_len = 1048576
         peer.0,
         peer.1,
         peer.2,
+        sock = sock.display(),
         pid = std::process::id(),
     )
 }
 
-#[test]
-fn initiator_and_target_processes_over_memif() {
-    let dir = std::env::temp_dir().join(format!("portico-2p-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A child process killed (and reaped) when the test lets go of it without waiting for it.
+struct Guard(Option<Child>);
+
+impl Guard {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    /// Waits until `deadline` for the process to exit; kills it and panics otherwise.
+    fn wait_until(&mut self, what: &str, deadline: Instant) -> ExitStatus {
+        let child = self.0.as_mut().unwrap();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.0 = None;
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!("{what} still running at its deadline; killed");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Lines of a child's output, read on a thread so that every wait can have a deadline.
+fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// What one run printed: the target's `ready` line and summary, the initiator's summary.
+struct Run {
+    ready: serde_json::Value,
+    target: serde_json::Value,
+    initiator: serde_json::Value,
+}
+
+/// Runs a target (with `target_args`) and an initiator against it over memif, then stops the
+/// target with SIGTERM.
+fn run(tag: &str, dir: &Path, target_args: &[&str]) -> Run {
     let sock = dir.join("memif.sock");
-    let sock = sock.to_str().unwrap();
     let cores = portico::app::available_cores();
     let (c_init, c_target) = (cores[0], *cores.last().unwrap());
     let a = ("02:00:00:00:00:0a", "10.9.0.1", 0x11);
     let b = ("02:00:00:00:00:0b", "10.9.0.2", 0x22);
     let target_cfg = dir.join("target.toml");
     let init_cfg = dir.join("initiator.toml");
+    // The target's region goes by its real address; the initiator names its own by an iova.
     std::fs::write(
         &target_cfg,
-        config("server", sock, c_target, b, a, 0x4000_0000),
+        config("server", tag, &sock, c_target, b, a, None),
     )
     .unwrap();
-    std::fs::write(&init_cfg, config("client", sock, c_init, a, b, 0x1000_0000)).unwrap();
+    std::fs::write(
+        &init_cfg,
+        config("client", tag, &sock, c_init, a, b, Some(0x1000_0000)),
+    )
+    .unwrap();
 
     let exe = env!("CARGO_BIN_EXE_portico");
-    // Bounded: the target stops by itself after 120 s if the test never signals it.
+    // Bounded: the target also stops by itself after 120 s.
     let mut target = Command::new(exe)
-        .args([
-            "target",
-            "--config",
-            target_cfg.to_str().unwrap(),
-            "--duration",
-            "120",
-        ])
+        .args(["target", "--config", target_cfg.to_str().unwrap()])
+        .args(["--duration", "120"])
+        .args(target_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(target.stdout.take().unwrap());
-    let mut ready = String::new();
-    out.read_line(&mut ready).unwrap();
+    let out = lines(target.stdout.take().unwrap());
+    let err = lines(target.stderr.take().unwrap());
+    let mut target = Guard(Some(target));
+    let ready = out
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|e| {
+            let stderr: Vec<String> = err.try_iter().collect();
+            panic!("no ready line from the target ({e}): {stderr:?}")
+        });
     let ready: serde_json::Value =
         serde_json::from_str(&ready).unwrap_or_else(|e| panic!("no ready line ({e}): {ready:?}"));
     assert_eq!(ready["type"], "ready");
-    let rkey = ready["rkey"].as_u64().unwrap().to_string();
+    let rkey = ready["rkey"].as_u64().expect("an rkey").to_string();
+    let addr = ready["addr"].as_u64().expect("the region's address");
+    assert_eq!(ready["len"], REGION_LEN);
 
-    let init = Command::new(exe)
-        .args([
-            "initiator",
-            "--config",
-            init_cfg.to_str().unwrap(),
-            "--rkey",
-            &rkey,
-            "--remote-addr",
-            "0x40000000",
-        ])
-        .args(["--ops", "200", "--size", "4096"])
-        .output()
+    let mut init = Command::new(exe)
+        .args(["initiator", "--config", init_cfg.to_str().unwrap()])
+        .args(["--rkey", &rkey, "--remote-addr", &format!("{addr:#x}")])
+        .args(["--ops", &OPS.to_string(), "--size", &SIZE.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let init_out = lines(init.stdout.take().unwrap());
+    let init_err = lines(init.stderr.take().unwrap());
+    let mut init = Guard(Some(init));
+    let init_status = init.wait_until("the initiator", Instant::now() + Duration::from_secs(90));
+
     let killed = Command::new("kill")
         .args(["-TERM", &target.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
-    let rest: Vec<String> = out.lines().map(Result::unwrap).collect();
-    let status = target.wait().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let status = target.wait_until("the target", Instant::now() + Duration::from_secs(30));
+    let rest: Vec<String> = out.iter().collect();
 
+    let init_stdout: Vec<String> = init_out.iter().collect();
     assert!(
-        init.status.success(),
-        "initiator failed: {}",
-        String::from_utf8_lossy(&init.stderr)
+        init_status.success(),
+        "initiator failed: {init_stdout:?} {:?}",
+        init_err.iter().collect::<Vec<_>>()
     );
-    let stdout = String::from_utf8_lossy(&init.stdout);
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    assert_eq!(summary["type"], "initiator_summary");
-    assert_eq!(summary["ops"], 200);
-    assert_eq!(summary["failed"], 0);
-    assert_eq!(summary["mismatched"], 0);
-    assert_eq!(summary["counters"]["icrc_errors"], 0);
+    assert!(
+        status.success(),
+        "target exit {status:?}: {:?}",
+        err.iter().collect::<Vec<_>>()
+    );
+    Run {
+        ready,
+        target: serde_json::from_str(rest.last().expect("a target summary")).unwrap(),
+        initiator: serde_json::from_str(init_stdout.last().expect("an initiator summary")).unwrap(),
+    }
+}
 
-    assert!(status.success(), "target exit {status:?}");
-    let t: serde_json::Value =
-        serde_json::from_str(rest.last().expect("a target summary")).unwrap();
+/// Checks what both sides reported of a clean run of `OPS` messages.
+fn check_summaries(r: &Run) {
+    let s = &r.initiator;
+    assert_eq!(s["type"], "initiator_summary");
+    assert_eq!(s["ops"], OPS);
+    assert_eq!(s["failed"], 0, "{s}");
+    assert_eq!(s["mismatched"], 0, "{s}");
+    assert_eq!(s["counters"]["icrc_errors"], 0);
+
+    let t = &r.target;
     assert_eq!(t["type"], "target_summary");
     // 200 WRITEs of one 4 KiB packet and 200 READ requests at least.
-    assert!(t["counters"]["delivered"].as_u64().unwrap() >= 400, "{t}");
+    assert!(
+        t["counters"]["delivered"].as_u64().unwrap() >= 2 * OPS,
+        "{t}"
+    );
     assert_eq!(t["counters"]["icrc_errors"], 0);
+}
+
+/// The bytes of message `i` (as `portico initiator` writes them).
+fn message(i: u64) -> Vec<u8> {
+    (0..SIZE).map(|k| (i as usize * 31 + k * 7) as u8).collect()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("portico-2p-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn initiator_and_target_processes_over_memif() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir("anon");
+    let r = run("anon", &dir, &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    check_summaries(&r);
+    assert!(r.ready["file"].is_null(), "{}", r.ready);
+    assert_eq!(r.ready["dax"], false);
+    assert!(r.ready["region"].is_string(), "{}", r.ready);
+    assert_eq!(
+        r.target["persisted"], false,
+        "anonymous memory is not persisted"
+    );
+    // The first message of the region, as the target sees it in its own memory (slot 0 last
+    // held message 128).
+    let head: String = message(128)[..64]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(r.target["region_head"], head.as_str());
+}
+
+#[test]
+fn a_file_region_is_persisted_and_holds_the_last_messages() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir("file");
+    let file = dir.join("region.bin");
+    let r = run("file", &dir, &["--region-file", file.to_str().unwrap()]);
+    let bytes = std::fs::read(&file).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    check_summaries(&r);
+    assert_eq!(r.ready["file"], file.to_str().unwrap(), "{}", r.ready);
+    assert_eq!(r.target["persisted"], true, "{}", r.target);
+
+    // Message i went to slot i % slots of the lower half; each slot holds the last message
+    // written there, and the upper half (no receive buffers posted) is untouched.
+    assert_eq!(bytes.len(), REGION_LEN);
+    let slots = (REGION_LEN / 2 / SIZE) as u64;
+    let last = OPS - 1;
+    let at = |i: u64| ((i % slots) as usize) * SIZE;
+    assert!(
+        bytes[at(last)..at(last) + SIZE] == message(last),
+        "the last message is in the file at offset {}",
+        at(last)
+    );
+    for slot in 0..slots {
+        let i = (0..OPS).rev().find(|i| i % slots == slot).unwrap();
+        assert!(
+            bytes[at(i)..at(i) + SIZE] == message(i),
+            "slot {slot} holds message {i}"
+        );
+    }
+    assert!(
+        bytes[REGION_LEN / 2..].iter().all(|&b| b == 0),
+        "nothing written in the upper half"
+    );
 }

@@ -1,19 +1,25 @@
 //! Fault injection on the dataplane: two RDMA engines over `net_ring` with 1 % each of drop,
 //! duplicate, reorder and corrupt on both receive paths. Mixed SEND/WRITE/READ of 1 B to
-//! 64 KiB all complete exactly once and successfully; the memory of both sides is compared
-//! byte for byte with a sequential model of the operations; and every corrupted frame shows up
-//! as exactly one ICRC error.
+//! 64 KiB all complete exactly once and successfully, and so does the receive each SEND
+//! consumes; the application's memory on both sides (its own mappings) is compared byte for
+//! byte with a sequential model of the operations; and every corrupted frame shows up as
+//! exactly one ICRC error.
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{QPN_A, QPN_B, pattern, start};
+use pmem::Mapping;
+use portico::rdma::Cq;
 use portico::runtime::FaultConfig;
-use portico::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkRequest, WrKind};
+use portico::transport::{
+    Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
+};
 
-/// The 100 000 operations by default (about 95 s in a debug build, 10 s in release);
+/// The 100 000 operations by default (about 70 s in a debug build on 2 cores);
 /// `PORTICO_FAULT_OPS=2000` gives a quick run.
 fn ops() -> u64 {
     std::env::var("PORTICO_FAULT_OPS")
@@ -43,26 +49,34 @@ fn mixed_operations_survive_faults_exactly_once() {
     cfg.timeout_ns = 1_000_000;
     let mut p = start(cfg, Some(faults));
     let region = SLOT * SLOTS;
+    let mapping = || Arc::new(Mapping::anonymous(region).expect("anonymous memory"));
     // A: the source of WRITEs and SENDs, and where READs land.
-    let src = p.a.register(0x100_0000, region, Access::ALL).unwrap();
-    let back = p.a.register(0x800_0000, region, Access::ALL).unwrap();
+    let (src_map, back_map) = (mapping(), mapping());
+    let src = p.a.engine.register_all(&src_map, Access::ALL).unwrap();
+    let back = p.a.engine.register_all(&back_map, Access::ALL).unwrap();
     // B: the target of WRITEs, the source of READs, and the receive buffers.
-    let wdst = p.b.register(0x400_0000, region, Access::ALL).unwrap();
-    let rsrc = p.b.register(0xc00_0000, region, Access::ALL).unwrap();
+    let (wdst_map, rsrc_map, rbuf_map) = (mapping(), mapping(), mapping());
+    let wdst = p.b.engine.register_all(&wdst_map, Access::ALL).unwrap();
+    let rsrc = p.b.engine.register_all(&rsrc_map, Access::ALL).unwrap();
     let rbuf =
-        p.b.register(0x1000_0000, region, Access::LOCAL_WRITE)
+        p.b.engine
+            .register_all(&rbuf_map, Access::LOCAL_WRITE)
             .unwrap();
     let a_data = pattern(region, 11);
     let b_data = pattern(region, 22);
-    p.a.write(src.lkey, 0, &a_data).unwrap();
-    p.b.write(rsrc.lkey, 0, &b_data).unwrap();
+    src_map.write(0, &a_data).unwrap();
+    rsrc_map.write(0, &b_data).unwrap();
 
-    // What each region must hold at the end: operations applied in posting order.
+    // What each region must hold at the end: operations applied in posting order. (A slot is
+    // reused by the same kind of operation only every 96 operations, twice the window, so two
+    // operations on the same bytes are never outstanding together.)
     let mut want_wdst = vec![0u8; region];
     let mut want_back = vec![0u8; region];
     let mut want_rbuf = vec![0u8; region];
-    let mut outstanding = HashSet::new();
-    let mut done = 0u64;
+    // A's requests outstanding, and B's receives posted and not completed: wr_id → length.
+    let mut outstanding = HashMap::new();
+    let mut posted = HashMap::new();
+    let (mut done, mut sends, mut received) = (0u64, 0u64, 0u64);
     let mut rng = 0x1234_5678_9abc_def1u64;
     let mut next = || {
         rng ^= rng << 13;
@@ -70,103 +84,90 @@ fn mixed_operations_survive_faults_exactly_once() {
         rng ^= rng << 17;
         rng
     };
-    let complete_one = |p: &mut common::Pair, outstanding: &mut HashSet<u64>| {
-        let wc = p.a.wait(WAIT).unwrap().expect("a completion within 30 s");
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        assert!(
-            outstanding.remove(&wc.wr_id),
-            "completed twice or never posted: {wc:?}"
-        );
-    };
     let total = ops();
     for op in 0..total {
         while outstanding.len() as u64 >= WINDOW {
-            complete_one(&mut p, &mut outstanding);
+            complete_one(&mut p.a.cq, &mut outstanding);
             done += 1;
+            received += reap_receives(&mut p.b.cq, &mut posted);
         }
         let len = 1 + (next() % SLOT as u64) as usize;
         let slot = (op as usize % SLOTS) * SLOT;
         let from = (next() % (region - len) as u64) as usize;
-        let kind = match op % 3 {
+        let wr = match op % 3 {
             0 => {
                 want_wdst[slot..slot + len].copy_from_slice(&a_data[from..from + len]);
-                (
-                    WrKind::Write {
-                        remote_addr: 0x400_0000 + slot as u64,
-                        rkey: wdst.rkey,
-                        imm: None,
-                    },
-                    src.lkey,
-                    0x100_0000 + from as u64,
+                WorkRequest::write(
+                    op,
+                    src.sgl(from, len as u32),
+                    wdst.addr() + slot as u64,
+                    wdst.rkey(),
+                    None,
                 )
             }
             1 => {
                 want_back[slot..slot + len].copy_from_slice(&b_data[from..from + len]);
-                (
-                    WrKind::Read {
-                        remote_addr: 0xc00_0000 + from as u64,
-                        rkey: rsrc.rkey,
-                    },
-                    back.lkey,
-                    0x800_0000 + slot as u64,
+                WorkRequest::read(
+                    op,
+                    back.sgl(slot, len as u32),
+                    rsrc.addr() + from as u64,
+                    rsrc.rkey(),
                 )
             }
             _ => {
                 want_rbuf[slot..slot + len].copy_from_slice(&a_data[from..from + len]);
-                p.b.post_recv(
-                    QPN_B,
-                    RecvRequest {
-                        wr_id: op,
-                        lkey: rbuf.lkey,
-                        addr: 0x1000_0000 + slot as u64,
-                        len: SLOT as u32,
-                    },
-                )
-                .unwrap();
-                // A round trip to B's worker: the receive is posted before the SEND can arrive.
-                p.b.read(rbuf.lkey, 0, 1).unwrap();
-                (
-                    WrKind::Send { imm: None },
-                    src.lkey,
-                    0x100_0000 + from as u64,
-                )
+                // The receive is posted on B's queue pair before the SEND on A's. B's worker
+                // takes it the next time it serves its rings; should the SEND still arrive
+                // first, B answers RNR and A sends it again.
+                p.b.qp
+                    .post_recv(&[RecvRequest::new(op, rbuf.sgl(slot, SLOT as u32))])
+                    .unwrap();
+                posted.insert(op, len as u32);
+                sends += 1;
+                WorkRequest::send(op, src.sgl(from, len as u32), None)
             }
         };
-        let (kind, lkey, local_addr) = kind;
-        p.a.post_send(
-            QPN_A,
-            WorkRequest {
-                wr_id: op,
-                kind,
-                lkey,
-                local_addr,
-                len: len as u32,
-            },
-        )
-        .unwrap();
-        outstanding.insert(op);
+        p.a.qp.post_send(&[wr]).unwrap();
+        outstanding.insert(op, (wr.wc_opcode(), len as u32));
     }
     while !outstanding.is_empty() {
-        complete_one(&mut p, &mut outstanding);
+        complete_one(&mut p.a.cq, &mut outstanding);
         done += 1;
+        received += reap_receives(&mut p.b.cq, &mut posted);
+    }
+    // Every SEND has completed, so its receive has (or is about to).
+    while !posted.is_empty() {
+        let wc = p.b.cq.wait_one(WAIT).unwrap_or_else(|| {
+            panic!("{} receives never completed", posted.len());
+        });
+        check_receive(&wc, &mut posted);
+        received += 1;
     }
     assert_eq!(done, total);
-    assert!(
-        p.a.poll().unwrap().is_none(),
+    assert_eq!(received, sends, "one receive completion per SEND");
+    assert_eq!(
+        p.a.cq.poll_one(),
+        None,
         "no completion beyond one per operation"
     );
+    assert_eq!(
+        p.b.cq.poll_one(),
+        None,
+        "no completion beyond one per receive"
+    );
 
+    // The bytes, in each side's own mappings.
+    let whole = |m: &Mapping| {
+        let mut v = vec![0u8; region];
+        m.read(0, &mut v).unwrap();
+        v
+    };
+    assert!(whole(&wdst_map) == want_wdst, "WRITE targets differ");
+    assert!(whole(&back_map) == want_back, "READ results differ");
+    assert!(whole(&rbuf_map) == want_rbuf, "SEND receive buffers differ");
     assert!(
-        p.b.read(wdst.lkey, 0, region).unwrap() == want_wdst,
-        "WRITE targets differ"
-    );
-    assert!(
-        p.a.read(back.lkey, 0, region).unwrap() == want_back,
-        "READ results differ"
-    );
-    assert!(
-        p.b.read(rbuf.lkey, 0, region).unwrap() == want_rbuf,
-        "SEND receive buffers differ"
+        whole(&src_map) == a_data && whole(&rsrc_map) == b_data,
+        "sources unchanged"
     );
 
     let reports = p.runtime.join().expect("workers ran without failure");
@@ -188,4 +189,39 @@ fn mixed_operations_survive_faults_exactly_once() {
         "every corrupted frame is exactly one ICRC error"
     );
     assert!(retx > 0, "losses were repaired by retransmission");
+}
+
+/// Waits for one of A's completions: successful, of an outstanding request, with its opcode
+/// and length.
+fn complete_one(cq: &mut Cq, outstanding: &mut HashMap<u64, (WcOpcode, u32)>) {
+    let wc = cq.wait_one(WAIT).expect("a completion within 30 s");
+    assert_eq!((wc.status, wc.qpn), (WcStatus::Success, QPN_A), "{wc:?}");
+    let Some((opcode, len)) = outstanding.remove(&wc.wr_id) else {
+        panic!("completed twice or never posted: {wc:?}");
+    };
+    assert_eq!((wc.opcode, wc.byte_len), (opcode, len), "{wc:?}");
+}
+
+/// Takes B's receive completions that are there (B's completion queue never fills); returns
+/// how many.
+fn reap_receives(cq: &mut Cq, posted: &mut HashMap<u64, u32>) -> u64 {
+    let mut wcs = [WorkCompletion::EMPTY; 64];
+    let n = cq.poll(&mut wcs);
+    for wc in &wcs[..n] {
+        check_receive(wc, posted);
+    }
+    n as u64
+}
+
+/// A receive completed once, successfully, with the length of the SEND that consumed it.
+fn check_receive(wc: &WorkCompletion, posted: &mut HashMap<u64, u32>) {
+    assert_eq!(
+        (wc.status, wc.opcode, wc.qpn),
+        (WcStatus::Success, WcOpcode::Recv, QPN_B),
+        "{wc:?}"
+    );
+    let Some(len) = posted.remove(&wc.wr_id) else {
+        panic!("receive completed twice or never posted: {wc:?}");
+    };
+    assert_eq!(wc.byte_len, len, "{wc:?}");
 }

@@ -7,6 +7,10 @@ Run inside the test's network namespace, on the kernel side of the engine's tap:
   3. checks that each is acknowledged: opcode ACKNOWLEDGE, AETH syndrome ACK, the right PSN
      and QPN, and an ICRC equal to the one scapy computes for the same packet.
 Prints one JSON object and exits 0 when every check holds, 1 otherwise.
+
+Usage: scapy_peer.py IFACE MY_MAC MY_IP DUT_IP RKEY ADDR DUT_QPN MY_QPN
+RKEY and ADDR come from the target's `ready` line: ADDR is the real address of the target's
+region (its own memory), decimal or 0x-hex; the WRITE lands at ADDR.
 """
 import json
 import struct

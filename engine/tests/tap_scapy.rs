@@ -2,8 +2,9 @@
 //! `net_tap` inside a network namespace this test creates (and removes), and scapy's RoCE
 //! layer (`tests/scapy_peer.py`, Debian's python3-scapy) on the kernel side of the tap
 //! resolves the engine with ARP, sends an RDMA WRITE and a SEND, and checks the engine's ACKs,
-//! ICRC included. The target's summary then shows the WRITE's bytes in its region and the
-//! SEND's in its receive buffer. Needs root (network namespaces).
+//! ICRC included. The WRITE goes to the address and rkey of the target's `ready` line (the real
+//! address of the target's own memory). The target's summary then shows the WRITE's bytes in
+//! its region and the SEND's in its receive buffer. Needs root (network namespaces).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -28,7 +29,11 @@ const PAYLOAD_HEX: &str =
 fn scapy_writes_and_sends_into_portico_over_a_tap() {
     let ns = Netns(format!("ptc{}", std::process::id()));
     let ifc = format!("ptc{}", std::process::id() % 1_000_000);
-    let _ = Command::new("ip").args(["netns", "del", &ns.0]).status();
+    // A namespace left over from an earlier run of this pid, if any (usually none).
+    let _ = Command::new("ip")
+        .args(["netns", "del", &ns.0])
+        .stderr(Stdio::null())
+        .status();
     ip(&["netns", "add", &ns.0]);
     ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
 
@@ -51,7 +56,6 @@ qpn = 0x22
 peer_mac = "02:00:00:00:00:0a"
 peer_ip = "10.77.0.1"
 peer_qpn = 0x11
-region_addr = 0x40000000
 region_len = 65536
 receives = 4
 "#,
@@ -82,7 +86,13 @@ receives = 4
     out.read_line(&mut ready).unwrap();
     let ready: serde_json::Value =
         serde_json::from_str(&ready).unwrap_or_else(|e| panic!("no ready line ({e}): {ready:?}"));
+    assert_eq!(ready["type"], "ready");
+    // The region is the target's own memory: its rkey names it by its real address.
     let rkey = ready["rkey"].as_u64().unwrap().to_string();
+    let addr = format!(
+        "{:#x}",
+        ready["addr"].as_u64().expect("the region's address")
+    );
 
     // The kernel side of the tap: a fixed MAC and an address next to the engine's.
     ip(&["-n", &ns.0, "link", "set", &ifc, "down"]);
@@ -111,7 +121,7 @@ receives = 4
             "10.77.0.1",
             "10.77.0.2",
         ])
-        .args([&rkey, "0x40000000", "0x22", "0x11"])
+        .args([rkey.as_str(), addr.as_str(), "0x22", "0x11"])
         .output()
         .unwrap();
     let killed = Command::new("kill")

@@ -827,12 +827,11 @@ mod tests {
         let rnr = a.node.qp(0x11).unwrap().stats().rnr_naks_received;
         assert!((2..=3).contains(&rnr), "{rnr} RNR NAKs");
         assert!(a.cq.poll_one().is_none(), "still waiting, not failed");
-        b.qp
-            .post_recv(&[RecvRequest::new(
-                7,
-                crate::transport::SgList::one(dst.lkey, dst.addr, 64),
-            )])
-            .unwrap();
+        b.qp.post_recv(&[RecvRequest::new(
+            7,
+            crate::transport::SgList::one(dst.lkey, dst.addr, 64),
+        )])
+        .unwrap();
         for _ in 0..20 {
             pump(&mut a.node, &mut b.node, 0);
         }

@@ -104,11 +104,29 @@ impl SgList {
     }
 }
 
-/// One resolved piece.
+/// One resolved piece, 16 bytes (a whole list is copied with its work request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Seg {
-    at: Location,
+    offset: u64,
+    region: u32,
     len: u32,
+}
+
+impl Seg {
+    const fn new(at: Location, len: u32) -> Seg {
+        Seg {
+            offset: at.offset,
+            region: at.region,
+            len,
+        }
+    }
+
+    const fn at(&self) -> Location {
+        Location {
+            offset: self.offset,
+            region: self.region,
+        }
+    }
 }
 
 /// Why a list did not resolve.
@@ -136,10 +154,8 @@ impl Gather {
         n: 0,
         total: 0,
         segs: [Seg {
-            at: Location {
-                offset: 0,
-                region: 0,
-            },
+            offset: 0,
+            region: 0,
             len: 0,
         }; MAX_SGE],
     };
@@ -147,7 +163,7 @@ impl Gather {
     /// One contiguous resolved range.
     pub fn contiguous(at: Location, len: u32) -> Gather {
         let mut g = Gather::EMPTY;
-        g.segs[0] = Seg { at, len };
+        g.segs[0] = Seg::new(at, len);
         g.n = 1;
         g.total = len;
         g
@@ -163,7 +179,7 @@ impl Gather {
                 .map_err(|error| LocalError::Protection { index, error })?;
             total += u64::from(s.len);
             if s.len > 0 {
-                g.segs[g.n as usize] = Seg { at, len: s.len };
+                g.segs[g.n as usize] = Seg::new(at, s.len);
                 g.n += 1;
             }
         }
@@ -187,7 +203,7 @@ impl Gather {
     pub fn uses_region(&self, slot: u32) -> bool {
         self.segs[..self.n as usize]
             .iter()
-            .any(|s| s.at.region == slot)
+            .any(|s| s.region == slot)
     }
 
     /// Calls `f(location, len)` for the pieces that cover message bytes
@@ -203,7 +219,7 @@ impl Gather {
                 continue;
             }
             let n = ((s.len - offset) as usize).min(len);
-            f(s.at.advance(u64::from(offset)), n);
+            f(s.at().advance(u64::from(offset)), n);
             len -= n;
             offset = 0;
         }
@@ -214,7 +230,7 @@ impl Gather {
     #[inline]
     pub fn copy_out(&self, mem: &MemoryTable, offset: u32, dst: &mut [u8]) {
         if self.n == 1 {
-            return mem.fetch(self.segs[0].at.advance(u64::from(offset)), dst);
+            return mem.fetch(self.segs[0].at().advance(u64::from(offset)), dst);
         }
         let mut done = 0;
         self.walk(offset, dst.len(), |at, n| {
@@ -227,7 +243,7 @@ impl Gather {
     #[inline]
     pub fn copy_in(&self, mem: &MemoryTable, offset: u32, src: &[u8]) {
         if self.n == 1 {
-            return mem.place(self.segs[0].at.advance(u64::from(offset)), src);
+            return mem.place(self.segs[0].at().advance(u64::from(offset)), src);
         }
         let mut done = 0;
         self.walk(offset, src.len(), |at, n| {
@@ -236,6 +252,8 @@ impl Gather {
         });
     }
 }
+
+const _: () = assert!(core::mem::size_of::<Seg>() == 16);
 
 #[cfg(test)]
 mod tests {
