@@ -273,12 +273,11 @@ impl QueuePair {
             have,
         })?;
         let hlen = pkt.repr.emit_headers(buf, plen)?;
-        let (headers, rest) = buf.split_at_mut(hlen);
-        let (body, trailer) = rest.split_at_mut(plen);
+        let (frame, trailer) = buf.split_at_mut(hlen + plen);
         if let Some(p) = &pkt.payload {
-            self.copy_payload(p, mem, body);
+            self.copy_payload(p, mem, &mut frame[hlen..]);
         }
-        crate::wire::roce::emit_trailer(headers, &[body], trailer)?;
+        crate::wire::roce::emit_trailer_after(frame, plen, trailer)?;
         Ok(total)
     }
 

@@ -396,19 +396,22 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RocePacket<T> {
 /// ICRC over `headers` (a frame prefix starting at the Ethernet header, at least
 /// through the BTH), then `segments`, then `zeros` zero pad bytes.
 fn icrc_over(headers: &[u8], segments: &[&[u8]], zeros: usize) -> u32 {
-    // The common case: the covered headers (IPv4 through the extension headers) are copied
-    // once into a stack buffer, their variant fields set to all-ones there, and fed to the
-    // CRC in one pass instead of a dozen short pieces around the masked bytes.
-    const COVERED_MAX: usize = MAX_HEADER_LEN - IP_OFFSET;
-    if headers.len() >= EXT_OFFSET && headers.len() <= MAX_HEADER_LEN {
-        let n = headers.len() - IP_OFFSET;
-        let mut buf = [0u8; COVERED_MAX];
-        buf[..n].copy_from_slice(&headers[IP_OFFSET..]);
+    // The common case: the first covered bytes (IPv4 header onwards, up to 256 of them, so
+    // the whole of a small frame) are copied into a stack buffer, their variant fields set to
+    // all-ones there, and fed to the CRC in one pass instead of a dozen short pieces around
+    // the masked bytes; the rest follows as it is.
+    const STACK: usize = 256;
+    if headers.len() >= EXT_OFFSET {
+        let covered = &headers[IP_OFFSET..];
+        let n = covered.len().min(STACK);
+        let mut buf = [0u8; STACK];
+        buf[..n].copy_from_slice(&covered[..n]);
         for i in ICRC_MASKED {
             buf[i] = 0xff;
         }
         let mut crc = Icrc::new();
         crc.update(&buf[..n]);
+        crc.update(&covered[n..]);
         for segment in segments {
             crc.update(segment);
         }
@@ -710,6 +713,19 @@ pub fn emit_trailer(headers: &[u8], segments: &[&[u8]], trailer: &mut [u8]) -> R
     let pad = usize::from(pad_for(payload_len));
     ensure_len(Layer::Buffer, pad + ICRC_LEN, trailer.len())?;
     let crc = icrc_over(headers, segments, pad);
+    trailer[..pad].fill(0);
+    trailer[pad..pad + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
+    Ok(pad + ICRC_LEN)
+}
+
+/// Write the pad bytes and the ICRC after a frame whose headers and `payload_len` payload
+/// bytes are contiguous in `frame` (headers from the frame start): the ICRC is computed over
+/// the frame in one pass. `trailer` must hold `pad + 4` bytes; the count written is returned.
+pub fn emit_trailer_after(frame: &[u8], payload_len: usize, trailer: &mut [u8]) -> Result<usize> {
+    ensure_len(Layer::Buffer, BASE_HEADER_LEN + payload_len, frame.len())?;
+    let pad = usize::from(pad_for(payload_len));
+    ensure_len(Layer::Buffer, pad + ICRC_LEN, trailer.len())?;
+    let crc = icrc_over(frame, &[], pad);
     trailer[..pad].fill(0);
     trailer[pad..pad + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
     Ok(pad + ICRC_LEN)
@@ -1335,6 +1351,31 @@ mod tests {
         joined.extend_from_slice(payload);
         joined.extend_from_slice(&tailroom[..tl]);
         assert_eq!(joined, frame);
+    }
+
+    #[test]
+    fn test_one_pass_icrc_matches_the_layer_by_layer_recipe() {
+        // The one-pass path (masked copy of the first 256 covered bytes, then the rest) against
+        // the recipe fed layer by layer, for payloads on both sides of that split.
+        let (r, _) = parse_frame(&hex(WRITE_ONLY)).unwrap();
+        for len in [0usize, 1, 3, 64, 150, 215, 216, 217, 256, 600, 4096] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let mut frame = vec![0u8; r.buffer_len(len)];
+            let n = r.emit(&mut frame, &payload).unwrap();
+            let hl = r.header_len();
+            let mut reference = Icrc::new();
+            reference.ipv4_header(&frame[IP_OFFSET..UDP_OFFSET]);
+            reference.udp_header(&frame[UDP_OFFSET..BTH_OFFSET]);
+            reference.bth(&frame[BTH_OFFSET..EXT_OFFSET]);
+            reference.update(&frame[EXT_OFFSET..n - ICRC_LEN]);
+            let want = reference.finish();
+            assert_eq!(icrc_over(&frame[..n - ICRC_LEN], &[], 0), want, "len {len}");
+            let mut trailer = [0u8; 8];
+            let pad = usize::from(pad_for(len));
+            let t = emit_trailer_after(&frame[..hl + len], len, &mut trailer).unwrap();
+            assert_eq!(t, pad + ICRC_LEN);
+            assert_eq!(trailer[..t], frame[hl + len..n], "len {len}");
+        }
     }
 
     #[test]
