@@ -26,7 +26,7 @@ use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use crate::transport::{
     Budget, CompletionQueue, ConfigError, MemoryTable, MrKeys, OutPacket, QpConfig, QueuePair,
-    RegisterError, WcOpcode,
+    RegisterError, WcOpcode, WorkCompletion,
 };
 use crate::wire::{self, EthernetAddress};
 
@@ -514,11 +514,16 @@ impl RdmaNode {
             .emit(&tx.packet, &self.mem, buf)
     }
 
-    /// Hands the completions of this iteration to the host's completion rings.
+    /// Hands the completions of this iteration to the host's completion rings: consecutive
+    /// completions for the same ring go in with one ring commit.
     pub fn flush_completions(&mut self) {
         if self.staged.is_empty() {
             return;
         }
+        const RUN: usize = 32;
+        let mut run = [WorkCompletion::EMPTY; RUN];
+        let mut len = 0;
+        let mut run_cq = 0u32;
         while let Some(wc) = self.staged.poll() {
             let Some(i) = self.qps.lookup(wc.qpn) else {
                 continue;
@@ -528,11 +533,16 @@ impl RdmaNode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
-            self.counters.completions += 1;
-            if !self.cqs[cq as usize].push(wc) {
-                self.counters.cq_overruns += 1;
+            if len == RUN || (len > 0 && cq != run_cq) {
+                self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
+                len = 0;
             }
+            run_cq = cq;
+            run[len] = wc;
+            len += 1;
+            self.counters.completions += 1;
         }
+        self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
         for cq in &mut self.cqs {
             cq.publish();
         }
@@ -588,7 +598,7 @@ impl RdmaNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::{Access, RecvRequest, WcStatus, WorkCompletion, WorkRequest};
+    use crate::transport::{Access, RecvRequest, WcStatus, WorkRequest};
     use pmem::Mapping;
 
     struct End {

@@ -247,12 +247,25 @@ impl CqWriter {
         self.shared.full.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Push a completion into a slot reserved for it. Returns false (and keeps nothing) only
-    /// if no slot was free, which the reservations rule out.
+    /// Push one completion into a slot reserved for it (tests); false if it did not fit.
+    #[cfg(test)]
     pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
-        self.reserved = self.reserved.saturating_sub(1);
+        self.push_all(&[wc]) == 0
+    }
+
+    /// Push completions into slots reserved for them, with one ring commit. Returns how many
+    /// did not fit (0 unless the reservation rule is broken; those are not kept).
+    pub(crate) fn push_all(&mut self, wcs: &[WorkCompletion]) -> usize {
+        if wcs.is_empty() {
+            return 0;
+        }
+        self.reserved = self.reserved.saturating_sub(wcs.len());
         self.pushed = true;
-        self.ring.push(wc).is_ok()
+        let n = wcs.len().min(self.ring.slots());
+        if let Ok(chunk) = self.ring.write_chunk_uninit(n) {
+            chunk.fill_from_iter(wcs[..n].iter().copied());
+        }
+        wcs.len() - n
     }
 
     /// After a batch of pushes: wake the host if it parked waiting.
