@@ -4,12 +4,13 @@
 //! allocations in the whole process. A counting global allocator (`stats_alloc`, whose
 //! counters are shared by every thread) sees the worker's allocations as well as the host's.
 
+mod common;
+
 use std::alloc::System;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pmem::Mapping;
-use portico::dataplane::Eal;
 use portico::rdma::loopback::{self, LoopbackOpts};
 use portico::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -23,21 +24,7 @@ const QD: usize = 32;
 
 #[test]
 fn mixed_operations_allocate_nothing_after_warm_up() {
-    let args: Vec<String> = [
-        "--no-huge",
-        "-m",
-        "512",
-        "--no-shconf",
-        "--no-pci",
-        "-l",
-        "0",
-        "--log-level=lib.eal:error",
-    ]
-    .map(String::from)
-    .to_vec();
-    let cores = portico::app::available_cores();
-    let last = *cores.last().unwrap();
-    Eal::init(&args).expect("EAL starts");
+    let last = *common::start_eal().last().unwrap();
     let mut qp = QpConfig::new(0, 0);
     qp.timeout_ns = 5_000_000;
     let mut pair = loopback::start(&LoopbackOpts::new(qp, [last, last])).expect("engines start");

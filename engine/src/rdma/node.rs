@@ -136,6 +136,42 @@ impl QpTable {
     }
 }
 
+/// Offers the requests waiting in `ring` to `take` (which posts one and says whether it
+/// did), each with a slot reserved in `cq`. Returns how many were taken, and whether some were
+/// left behind (the queue pair's queue or the completion queue was full).
+fn take_from<T>(
+    ring: &mut rtrb::Consumer<T>,
+    cq: &mut CqWriter,
+    counters: &mut NodeCounters,
+    mut take: impl FnMut(&T) -> bool,
+) -> (usize, bool) {
+    let waiting = ring.slots();
+    if waiting == 0 {
+        return (0, false);
+    }
+    let n = waiting.min(cq.unreserved());
+    let mut short = n < waiting;
+    if short {
+        cq.note_full();
+        counters.cq_full += 1;
+    }
+    let Ok(chunk) = ring.read_chunk(n) else {
+        return (0, short);
+    };
+    let (a, b) = chunk.as_slices();
+    let mut used = 0;
+    for item in a.iter().chain(b) {
+        if !take(item) {
+            short = true;
+            break;
+        }
+        cq.reserve();
+        used += 1;
+    }
+    chunk.commit(used);
+    (used, short)
+}
+
 /// Why a queue pair could not be added.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddQpError {
@@ -387,61 +423,24 @@ impl RdmaNode {
     /// its completion queues have room.
     fn take_work(&mut self, slot: u32) {
         let e = &mut self.qps.entries[slot as usize];
-        let mut short = false;
-        let mut took = 0u64;
-        // Send work requests.
-        let waiting = e.rings.sq.slots();
-        if waiting > 0 {
-            let cq = &mut self.cqs[e.send_cq as usize];
-            let n = waiting.min(cq.unreserved());
-            if n < waiting {
-                cq.note_full();
-                self.counters.cq_full += 1;
-                short = true;
-            }
-            if let Ok(chunk) = e.rings.sq.read_chunk(n) {
-                let (a, b) = chunk.as_slices();
-                let mut used = 0;
-                for wr in a.iter().chain(b) {
-                    if !e.qp.send_queue_has_room() {
-                        short = true;
-                        break;
-                    }
-                    cq.reserve();
-                    // Refused only when full, which was checked just now.
-                    let _ = e.qp.post_send(wr, &self.mem, &mut self.staged);
-                    used += 1;
-                }
-                chunk.commit(used);
-                took += used as u64;
-            }
-        }
-        // Receive work requests.
-        let waiting = e.rings.rq.slots();
-        if waiting > 0 {
-            let cq = &mut self.cqs[e.recv_cq as usize];
-            let n = waiting.min(cq.unreserved());
-            if n < waiting {
-                cq.note_full();
-                self.counters.cq_full += 1;
-                short = true;
-            }
-            if let Ok(chunk) = e.rings.rq.read_chunk(n) {
-                let (a, b) = chunk.as_slices();
-                let mut used = 0;
-                for wr in a.iter().chain(b) {
-                    if !e.qp.recv_queue_has_room() {
-                        short = true;
-                        break;
-                    }
-                    cq.reserve();
-                    let _ = e.qp.post_recv(wr, &self.mem, &mut self.staged);
-                    used += 1;
-                }
-                chunk.commit(used);
-                took += used as u64;
-            }
-        }
+        let (mem, staged) = (&self.mem, &mut self.staged);
+        let qp = &mut e.qp;
+        // A request is offered only while its queue has room; a post is then refused only
+        // when full, so its result carries nothing more.
+        let (sends, short_s) = take_from(
+            &mut e.rings.sq,
+            &mut self.cqs[e.send_cq as usize],
+            &mut self.counters,
+            |wr| qp.send_queue_has_room() && qp.post_send(wr, mem, staged).is_ok(),
+        );
+        let (recvs, short_r) = take_from(
+            &mut e.rings.rq,
+            &mut self.cqs[e.recv_cq as usize],
+            &mut self.counters,
+            |wr| qp.recv_queue_has_room() && qp.post_recv(wr, mem, staged).is_ok(),
+        );
+        let short = short_s || short_r;
+        let took = (sends + recvs) as u64;
         if short && !e.backlog {
             e.backlog = true;
             self.backlog.push(slot);

@@ -146,23 +146,22 @@ impl Qp {
     /// request's completion.
     pub fn post_send(&mut self, wrs: &[WorkRequest]) -> Result<(), QueueFull> {
         let n = post(&mut self.sq, wrs);
-        if n > 0 {
-            self.ring();
-        }
-        if n < wrs.len() {
-            return Err(QueueFull { posted: n });
-        }
-        Ok(())
+        self.rang(n, wrs.len())
     }
 
     /// Posts a list of receive buffers with one doorbell.
     pub fn post_recv(&mut self, wrs: &[RecvRequest]) -> Result<(), QueueFull> {
         let n = post(&mut self.rq, wrs);
-        if n > 0 {
+        self.rang(n, wrs.len())
+    }
+
+    /// Rings for the `posted` of `asked` requests just committed.
+    fn rang(&self, posted: usize, asked: usize) -> Result<(), QueueFull> {
+        if posted > 0 {
             self.ring();
         }
-        if n < wrs.len() {
-            return Err(QueueFull { posted: n });
+        if posted < asked {
+            return Err(QueueFull { posted });
         }
         Ok(())
     }
@@ -364,16 +363,12 @@ impl Cq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::{SgList, WcOpcode, WcStatus};
+    use crate::transport::SgList;
 
     fn wc(wr_id: u64) -> WorkCompletion {
         WorkCompletion {
             wr_id,
-            qpn: 1,
-            opcode: WcOpcode::Send,
-            status: WcStatus::Success,
-            byte_len: 0,
-            imm_data: None,
+            ..WorkCompletion::EMPTY
         }
     }
 

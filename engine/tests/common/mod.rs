@@ -8,7 +8,7 @@
 //!   local buffer ends one) each get a connection of their own there.
 //!
 //! One EAL per process: every test binary that uses these holds a single test function.
-#![allow(dead_code)] // Each test binary uses part of this module.
+#![allow(dead_code, unused_imports)] // Each test binary uses part of this module.
 
 use std::sync::{Arc, OnceLock};
 
@@ -28,9 +28,8 @@ pub fn cores() -> &'static [usize] {
     CORES.get_or_init(portico::app::available_cores)
 }
 
-/// Starts EAL and the two engines of `portico::rdma::loopback`, A on the first core and B on
-/// the last; `faults` applies to both receive paths.
-pub fn start(qp: QpConfig, faults: Option<FaultConfig>) -> Pair {
+/// Starts EAL without hugepages on core 0; returns the cores the process may use.
+pub fn start_eal() -> &'static [usize] {
     let args: Vec<String> = [
         "--no-huge",
         "-m",
@@ -46,6 +45,13 @@ pub fn start(qp: QpConfig, faults: Option<FaultConfig>) -> Pair {
     // Before EAL starts: EAL pins the calling thread to its main lcore.
     let cores = cores();
     Eal::init(&args).expect("EAL starts");
+    cores
+}
+
+/// Starts EAL and the two engines of `portico::rdma::loopback`, A on the first core and B on
+/// the last; `faults` applies to both receive paths.
+pub fn start(qp: QpConfig, faults: Option<FaultConfig>) -> Pair {
+    let cores = start_eal();
     let mut opts = LoopbackOpts::new(qp, [cores[0], *cores.last().unwrap()]);
     opts.faults = faults;
     loopback::start(&opts).expect("two engines start")
