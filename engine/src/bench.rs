@@ -112,53 +112,112 @@ fn op_index(op: WcOpcode) -> usize {
     }
 }
 
-/// The pattern operation `id` carries: 8-byte words that differ per operation and per word.
+/// The pattern operation `id` carries: 8-byte little-endian words that differ per operation
+/// and per word; a short tail takes the first bytes of one more word.
+fn pattern_word(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)
+}
+
+fn pattern_seed(id: u64) -> u64 {
+    (id + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 fn fill_pattern(id: u64, buf: &mut [u8]) {
-    let seed = (id + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let seed = pattern_seed(id);
     let mut words = buf.chunks_exact_mut(8);
+    let mut n = 0;
     for (i, w) in (&mut words).enumerate() {
-        w.copy_from_slice(&(seed ^ (i as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)).to_le_bytes());
+        w.copy_from_slice(&pattern_word(seed, i).to_le_bytes());
+        n = i + 1;
     }
     let rest = words.into_remainder();
-    let tail = (seed ^ 0x5555).to_le_bytes();
-    let n = rest.len();
-    rest.copy_from_slice(&tail[..n]);
+    let tail = pattern_word(seed, n).to_le_bytes();
+    let k = rest.len();
+    rest.copy_from_slice(&tail[..k]);
+}
+
+/// Whether `buf` holds operation `id`'s pattern: one pass, comparing word by word as the
+/// pattern is computed.
+fn has_pattern(id: u64, buf: &[u8]) -> bool {
+    let seed = pattern_seed(id);
+    let mut words = buf.chunks_exact(8);
+    let mut n = 0;
+    let mut diff = 0u64;
+    for (i, w) in (&mut words).enumerate() {
+        diff |= u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ pattern_word(seed, i);
+        n = i + 1;
+    }
+    let rest = words.remainder();
+    diff == 0 && rest == &pattern_word(seed, n).to_le_bytes()[..rest.len()]
 }
 
 /// The host's view of `--verify`: scratch space, no allocation per operation.
 struct Verifier {
-    want: Vec<u8>,
-    got: Vec<u8>,
+    buf: Vec<u8>,
     summary: VerifySummary,
 }
 
 impl Verifier {
     fn new(size: usize) -> Verifier {
         Verifier {
-            want: vec![0; size],
-            got: vec![0; size],
+            buf: vec![0; size],
             summary: VerifySummary::default(),
         }
     }
 
     /// Writes operation `id`'s pattern into `mr` at `offset`.
     fn fill(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
-        fill_pattern(id, &mut self.want);
-        mr.write(offset, &self.want)
-            .expect("slot inside the buffer");
+        fill_pattern(id, &mut self.buf);
+        mr.write(offset, &self.buf).expect("slot inside the buffer");
     }
 
     /// Compares what landed in `mr` at `offset` with operation `id`'s pattern.
     fn check(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
-        fill_pattern(id, &mut self.want);
-        mr.read(offset, &mut self.got)
+        mr.read(offset, &mut self.buf)
             .expect("slot inside the buffer");
         self.summary.checked_ops += 1;
-        self.summary.checked_bytes += self.got.len() as u64;
-        if self.want != self.got {
+        self.summary.checked_bytes += self.buf.len() as u64;
+        if !has_pattern(id, &self.buf) {
             self.summary.mismatches += 1;
         }
     }
+}
+
+/// Where an operation's bytes landed, for `--verify`.
+#[derive(Debug, Clone, Copy)]
+enum Landed {
+    /// B's buffer (a WRITE's target).
+    Remote,
+    /// A's READ destination.
+    Back,
+    /// B's receive buffer (a SEND).
+    Received,
+}
+
+impl Landed {
+    fn region<'a>(
+        self,
+        remote: &'a MemoryRegion,
+        back: &'a MemoryRegion,
+        received: &'a MemoryRegion,
+    ) -> &'a MemoryRegion {
+        match self {
+            Landed::Remote => remote,
+            Landed::Back => back,
+            Landed::Received => received,
+        }
+    }
+}
+
+/// Completions taken per poll.
+const WCS_LEN: usize = 64;
+
+/// Under `--verify`, a doorbell for every this many filled requests.
+const VERIFY_RING_EVERY: usize = 8;
+
+fn post_batch(qp: &mut crate::rdma::Qp, batch: &[WorkRequest]) -> Result<(), AppError> {
+    qp.post_send(batch)
+        .map_err(|e| AppError::Failed(format!("posting {} work requests: {e}", batch.len())))
 }
 
 fn usage(msg: String) -> AppError {
@@ -275,8 +334,19 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     let mut send_ids: Vec<u64> = vec![0; slots_len];
     let (mut sends_posted, mut sends_received) = (0u64, 0u64);
     let mut batch: Vec<WorkRequest> = Vec::with_capacity(opts.qd);
+    // With --verify: landed bytes to check, as (operation id, which buffer, offset). They are
+    // checked after the next batch is posted, so the engine has work while the host compares.
+    let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN);
+    // 0 WRITE, 1 READ, 2 SEND; and the buffer an operation's data comes from.
+    let kind_of = |id: u64| match opts.op {
+        BenchOp::Write => 0,
+        BenchOp::Read => 1,
+        BenchOp::Send => 2,
+        BenchOp::Mixed => id % 3,
+    };
+    let source = |id: u64| if kind_of(id) == 1 { &remote } else { &src };
     let mut recv_batch: Vec<RecvRequest> = Vec::with_capacity(opts.qd * 2);
-    let mut wcs = [WorkCompletion::EMPTY; 64];
+    let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
     let mut outstanding = 0usize;
     let mut errors = 0u64;
     let t0 = Instant::now();
@@ -300,41 +370,25 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             if intended > now {
                 break;
             }
-            let kind_ix = match opts.op {
-                BenchOp::Write => 0,
-                BenchOp::Read => 1,
-                BenchOp::Send => 2,
-                BenchOp::Mixed => next_id % 3,
-            };
             let slot = slot_of(next_id);
-            let wr = match kind_ix {
-                0 => {
-                    if let Some(v) = verifier.as_mut() {
-                        v.fill(next_id, &src, slot);
-                    }
-                    WorkRequest::write(
-                        next_id,
-                        src.sgl(slot, opts.size),
-                        remote.addr() + slot as u64,
-                        remote.rkey(),
-                        None,
-                    )
-                }
-                1 => {
-                    if let Some(v) = verifier.as_mut() {
-                        v.fill(next_id, &remote, slot);
-                    }
-                    WorkRequest::read(
-                        next_id,
-                        dst.sgl(slot, opts.size),
-                        remote.addr() + slot as u64,
-                        remote.rkey(),
-                    )
-                }
+            if let Some(v) = verifier.as_mut() {
+                v.fill(next_id, source(next_id), slot);
+            }
+            let wr = match kind_of(next_id) {
+                0 => WorkRequest::write(
+                    next_id,
+                    src.sgl(slot, opts.size),
+                    remote.addr() + slot as u64,
+                    remote.rkey(),
+                    None,
+                ),
+                1 => WorkRequest::read(
+                    next_id,
+                    dst.sgl(slot, opts.size),
+                    remote.addr() + slot as u64,
+                    remote.rkey(),
+                ),
                 _ => {
-                    if let Some(v) = verifier.as_mut() {
-                        v.fill(next_id, &src, slot);
-                    }
                     send_ids[sends_posted as usize & (slots_len - 1)] = next_id;
                     sends_posted += 1;
                     WorkRequest::send(next_id, src.sgl(slot, opts.size), None)
@@ -343,6 +397,12 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             batch.push(wr);
             started[next_id as usize & (slots_len - 1)] = Some(intended);
             next_id += 1;
+            if verifier.is_some() && batch.len() == VERIFY_RING_EVERY {
+                // Filling takes time: ring for what is ready rather than for the whole batch.
+                post_batch(&mut ea.qp, &batch)?;
+                outstanding += batch.len();
+                batch.clear();
+            }
         }
         if uses_send {
             // Keep B's receive queue ahead of the SENDs, one doorbell per batch.
@@ -361,10 +421,14 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             }
         }
         if !batch.is_empty() {
-            ea.qp.post_send(&batch).map_err(|e| {
-                AppError::Failed(format!("posting {} work requests: {e}", batch.len()))
-            })?;
+            post_batch(&mut ea.qp, &batch)?;
             outstanding += batch.len();
+        }
+        if let Some(v) = verifier.as_mut() {
+            for &(id, landed, slot) in &to_check {
+                v.check(id, landed.region(&remote, &dst, &recv), slot);
+            }
+            to_check.clear();
         }
         let n = ea.cq.poll(&mut wcs);
         if n > 0 {
@@ -383,11 +447,11 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 hist[k].record(polled_at.saturating_duration_since(t).as_nanos() as u64);
                 counts[k] += 1;
                 done += 1;
-                if let Some(v) = verifier.as_mut() {
+                if verifier.is_some() {
                     let slot = slot_of(wc.wr_id);
                     match wc.opcode {
-                        WcOpcode::RdmaWrite => v.check(wc.wr_id, &remote, slot),
-                        WcOpcode::RdmaRead => v.check(wc.wr_id, &dst, slot),
+                        WcOpcode::RdmaWrite => to_check.push((wc.wr_id, Landed::Remote, slot)),
+                        WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
                         _ => {}
                     }
                 }
@@ -400,8 +464,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 sends_received += 1;
                 if wc.status != WcStatus::Success {
                     errors += 1;
-                } else if let Some(v) = verifier.as_mut() {
-                    v.check(id, &recv, slot_of(wc.wr_id));
+                } else if verifier.is_some() {
+                    to_check.push((id, Landed::Received, slot_of(wc.wr_id)));
                 }
             }
         }
@@ -429,6 +493,11 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         }
     }
     let seconds = t0.elapsed().as_secs_f64();
+    if let Some(v) = verifier.as_mut() {
+        for &(id, landed, slot) in &to_check {
+            v.check(id, landed.region(&remote, &dst, &recv), slot);
+        }
+    }
     let workers = runtime.join()?;
     let captured = match (capture, &opts.pcap) {
         (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
@@ -546,5 +615,28 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
     if let Some(c) = &s.capture {
         println!("  capture: {} packets written to {}", c.packets, c.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_check_finds_any_byte_that_differs_from_the_pattern() {
+        for len in [1usize, 7, 8, 9, 64, 4096, 4099] {
+            let mut buf = vec![0u8; len];
+            fill_pattern(42, &mut buf);
+            assert!(has_pattern(42, &buf), "len {len}");
+            assert!(
+                !has_pattern(43, &buf),
+                "another operation's pattern, len {len}"
+            );
+            for at in [0, len / 2, len - 1] {
+                buf[at] ^= 0x10;
+                assert!(!has_pattern(42, &buf), "len {len}, byte {at} changed");
+                buf[at] ^= 0x10;
+            }
+        }
     }
 }
