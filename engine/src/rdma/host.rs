@@ -39,10 +39,11 @@ pub enum ControlReply {
     Deregistered(bool),
 }
 
-/// The worker's end of the control path.
+/// The worker's end of the control path. Requests and replies carry the request's number,
+/// so that a reply that comes after its caller gave up is never taken for a later one's.
 pub struct ControlPort {
-    pub(crate) requests: Receiver<Control>,
-    pub(crate) replies: Sender<ControlReply>,
+    pub(crate) requests: Receiver<(u64, Control)>,
+    pub(crate) replies: Sender<(u64, ControlReply)>,
 }
 
 /// Why a host call failed.
@@ -64,8 +65,15 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An application's control handle on one RDMA engine.
 pub struct RdmaHandle {
-    path: Mutex<(Sender<Control>, Receiver<ControlReply>)>,
+    path: Mutex<ControlPath>,
     timeout: Duration,
+}
+
+/// The application's end of the control path, and the number of the last request.
+struct ControlPath {
+    requests: Sender<(u64, Control)>,
+    replies: Receiver<(u64, ControlReply)>,
+    last: u64,
 }
 
 impl RdmaHandle {
@@ -75,7 +83,11 @@ impl RdmaHandle {
         let (rep_tx, rep_rx) = channel::bounded(64);
         (
             RdmaHandle {
-                path: Mutex::new((req_tx, rep_rx)),
+                path: Mutex::new(ControlPath {
+                    requests: req_tx,
+                    replies: rep_rx,
+                    last: 0,
+                }),
                 timeout: ANSWER_TIMEOUT,
             },
             ControlPort {
@@ -86,12 +98,25 @@ impl RdmaHandle {
     }
 
     fn ask(&self, request: Control) -> Result<ControlReply, HostError> {
-        let path = self.path.lock().map_err(|_| HostError::WorkerGone)?;
-        path.0.send(request).map_err(|_| HostError::WorkerGone)?;
-        path.1.recv_timeout(self.timeout).map_err(|e| match e {
-            channel::RecvTimeoutError::Timeout => HostError::Timeout(self.timeout),
-            channel::RecvTimeoutError::Disconnected => HostError::WorkerGone,
-        })
+        let mut path = self.path.lock().map_err(|_| HostError::WorkerGone)?;
+        path.last += 1;
+        let id = path.last;
+        path.requests
+            .send((id, request))
+            .map_err(|_| HostError::WorkerGone)?;
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match path.replies.recv_timeout(left) {
+                Ok((n, reply)) if n == id => return Ok(reply),
+                // The late answer to a request whose caller timed out: not ours.
+                Ok(_) => continue,
+                Err(channel::RecvTimeoutError::Timeout) => {
+                    return Err(HostError::Timeout(self.timeout));
+                }
+                Err(channel::RecvTimeoutError::Disconnected) => return Err(HostError::WorkerGone),
+            }
+        }
     }
 
     /// Registers `len` bytes of `map` from `offset` with `access`. The keys name the bytes by
@@ -243,5 +268,46 @@ impl MemoryRegion {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_reply_is_not_taken_for_the_next_request() {
+        let (mut handle, port) = RdmaHandle::new();
+        handle.timeout = Duration::from_millis(50);
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        let worker = std::thread::spawn(move || {
+            // The first request is answered after its caller has given up.
+            let (first, _) = port.requests.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            port.replies
+                .send((first, ControlReply::Deregistered(true)))
+                .unwrap();
+            let (second, _) = port.requests.recv().unwrap();
+            let keys = MrKeys {
+                lkey: 7,
+                rkey: 8,
+                addr: 0x1000,
+                len: 4096,
+            };
+            port.replies
+                .send((second, ControlReply::Registered(Ok(keys))))
+                .unwrap();
+        });
+        assert_eq!(
+            handle.register(&map, 0, 4096, Access::ALL).unwrap_err(),
+            HostError::Timeout(Duration::from_millis(50))
+        );
+        // The late answer is queued now, ahead of the next one.
+        std::thread::sleep(Duration::from_millis(100));
+        let mr = handle
+            .register(&map, 0, 4096, Access::ALL)
+            .expect("the second request gets its own answer");
+        assert_eq!((mr.lkey(), mr.rkey()), (7, 8));
+        worker.join().unwrap();
     }
 }

@@ -185,9 +185,10 @@ pub enum AddQpError {
     TooMany,
 }
 
-/// A deregistration waiting for the region's last user.
+/// A deregistration waiting for the region's last user, and the number of its request.
 struct PendingDereg {
     slot: u32,
+    id: u64,
 }
 
 /// A packet handed out by [`RdmaNode::poll_transmit`], to write with [`RdmaNode::emit`] before
@@ -220,7 +221,7 @@ pub struct RdmaNode {
     /// What the queue pair at the head of the ready list may still send in its turn.
     turn: Budget,
     deregs: Vec<PendingDereg>,
-    finished: Vec<ControlReply>,
+    finished: Vec<(u64, ControlReply)>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -268,9 +269,13 @@ impl RdmaNode {
         cfg.local_mac = self.mac;
         cfg.local_ip = self.ip;
         let qpn = cfg.local_qpn;
-        for id in [send_cq.id(), recv_cq.id()] {
-            if id as usize >= self.cqs.len() {
-                return Err(AddQpError::UnknownCq(id));
+        for cq in [send_cq, recv_cq] {
+            if !self
+                .cqs
+                .get(cq.id() as usize)
+                .is_some_and(|w| cq.feeds_from(w))
+            {
+                return Err(AddQpError::UnknownCq(cq.id()));
             }
         }
         if self.qps.lookup(qpn).is_some() {
@@ -490,6 +495,9 @@ impl RdmaNode {
             };
             if let Some(packet) = packet {
                 self.counters.tx_packets += 1;
+                // A request just sent may have started the retransmission timer; the turn
+                // may end with the TX burst, before the QP is visited again.
+                self.arm(slot);
                 return Some(Tx { qp: slot, packet });
             }
             // The turn is over: either nothing more to send now, or its budget is spent.
@@ -549,27 +557,28 @@ impl RdmaNode {
 
     /// Carries out a control request. A deregistration whose region is still in use is
     /// answered later, through [`RdmaNode::take_replies`].
-    pub fn control(&mut self, request: Control) -> Option<ControlReply> {
-        match request {
+    pub fn control(&mut self, id: u64, request: Control) -> Option<(u64, ControlReply)> {
+        let reply = match request {
             Control::Register {
                 map,
                 offset,
                 len,
                 access,
                 iova,
-            } => Some(ControlReply::Registered(match iova {
+            } => ControlReply::Registered(match iova {
                 Some(iova) => self.mem.register_iova(map, offset, len, iova, access),
                 None => self.mem.register(map, offset, len, access),
-            })),
+            }),
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
-                None => Some(ControlReply::Deregistered(false)),
+                None => ControlReply::Deregistered(false),
                 Some(slot) => {
-                    self.deregs.push(PendingDereg { slot });
+                    self.deregs.push(PendingDereg { slot, id });
                     self.finish_deregistrations();
-                    None
+                    return None;
                 }
             },
-        }
+        };
+        Some((id, reply))
     }
 
     fn finish_deregistrations(&mut self) {
@@ -581,13 +590,14 @@ impl RdmaNode {
                 continue;
             }
             self.mem.remove(slot);
-            self.deregs.swap_remove(k);
-            self.finished.push(ControlReply::Deregistered(true));
+            let done = self.deregs.swap_remove(k);
+            self.finished
+                .push((done.id, ControlReply::Deregistered(true)));
         }
     }
 
     /// Answers that became ready since the last call (finished deregistrations).
-    pub fn take_replies(&mut self, mut f: impl FnMut(ControlReply)) {
+    pub fn take_replies(&mut self, mut f: impl FnMut((u64, ControlReply))) {
         for r in self.finished.drain(..) {
             f(r);
         }
@@ -865,6 +875,14 @@ mod tests {
         assert!(matches!(
             n.add_qp(QpConfig::new(0x51, 1), &cq, &cq),
             Err(AddQpError::DuplicateQpn(0x51))
+        ));
+        // A completion queue of another engine, even one with a valid index here, is refused.
+        let mut other = RdmaNode::new(EthernetAddress([2, 0, 0, 0, 0, 2]), Ipv4Addr::LOCALHOST);
+        let foreign = other.create_cq(16);
+        assert_eq!(foreign.id(), cq.id());
+        assert!(matches!(
+            n.add_qp(QpConfig::new(0x99, 1), &foreign, &cq),
+            Err(AddQpError::UnknownCq(0))
         ));
     }
 

@@ -288,6 +288,11 @@ impl Cq {
         self.id
     }
 
+    /// Whether `writer` is the worker's end of this queue.
+    pub(crate) fn feeds_from(&self, writer: &CqWriter) -> bool {
+        Arc::ptr_eq(&self.shared, &writer.shared)
+    }
+
     /// Takes up to `out.len()` completions, oldest first; returns how many.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let n = out.len().min(self.ring.slots());

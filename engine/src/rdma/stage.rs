@@ -155,8 +155,8 @@ impl Stage for RdmaStage {
     fn on_poll(&mut self, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
         for e in &mut self.engines {
-            for request in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
-                if let Some(reply) = e.node.control(request) {
+            for (id, request) in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
+                if let Some(reply) = e.node.control(id, request) {
                     let _ = e.control.replies.send(reply);
                 }
             }
