@@ -212,6 +212,9 @@ impl Landed {
 /// Completions taken per poll.
 const WCS_LEN: usize = 64;
 
+/// Under `--verify`, buffer slots needed per operation outstanding.
+const VERIFY_SLOTS_PER_QD: usize = 4;
+
 /// Under `--verify`, a doorbell for every this many filled requests.
 const VERIFY_RING_EVERY: usize = 8;
 
@@ -241,11 +244,14 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     }
     let size = opts.size as usize;
     // Buffer slots: operation k uses slot k mod slots. With --verify a slot must not be
-    // reused while an operation on it may still be outstanding or unchecked.
+    // reused while an operation on it may still be outstanding or unchecked. At most `qd` are
+    // outstanding, a completion is checked one loop round after it is polled, and a receive
+    // completion may be polled a round after its SEND's; four times the queue depth leaves a
+    // margin over all of that.
     let slots = (BUF_CAP / size).clamp(1, 1024);
-    if opts.verify && slots < 2 * opts.qd {
+    if opts.verify && slots < VERIFY_SLOTS_PER_QD * opts.qd {
         return Err(usage(format!(
-            "--verify: {} slots of {size} B fit the {} MiB buffers, fewer than twice --qd {}; lower --qd or --size",
+            "--verify: {} slots of {size} B fit the {} MiB buffers, fewer than four times --qd {}; lower --qd or --size",
             slots,
             BUF_CAP >> 20,
             opts.qd
@@ -359,6 +365,23 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     let uses_send = matches!(opts.op, BenchOp::Send | BenchOp::Mixed);
     loop {
         let now = Instant::now();
+        if uses_send {
+            // Keep B's receive queue a window ahead of the SENDs, before any of this round's
+            // SENDs is posted (filling sources can take longer than the RNR retries last).
+            recv_batch.clear();
+            while recv_posted < sends_posted + opts.qd as u64
+                && recv_batch.len() < recv_batch.capacity()
+            {
+                recv_batch.push(RecvRequest::new(
+                    recv_posted,
+                    recv.sgl(slot_of(recv_posted), opts.size),
+                ));
+                recv_posted += 1;
+            }
+            if let Err(full) = eb.qp.post_recv(&recv_batch) {
+                recv_posted -= (recv_batch.len() - full.posted) as u64;
+            }
+        }
         // Post while there is room in the window and (with a rate) the next operation is due:
         // the whole batch with one doorbell.
         batch.clear();
@@ -402,22 +425,6 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 post_batch(&mut ea.qp, &batch)?;
                 outstanding += batch.len();
                 batch.clear();
-            }
-        }
-        if uses_send {
-            // Keep B's receive queue ahead of the SENDs, one doorbell per batch.
-            recv_batch.clear();
-            while recv_posted < sends_posted + opts.qd as u64
-                && recv_batch.len() < recv_batch.capacity()
-            {
-                recv_batch.push(RecvRequest::new(
-                    recv_posted,
-                    recv.sgl(slot_of(recv_posted), opts.size),
-                ));
-                recv_posted += 1;
-            }
-            if let Err(full) = eb.qp.post_recv(&recv_batch) {
-                recv_posted -= (recv_batch.len() - full.posted) as u64;
             }
         }
         if !batch.is_empty() {

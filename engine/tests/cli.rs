@@ -384,3 +384,41 @@ fn bench_verify_checks_every_byte_that_lands() {
         "every byte of each checked operation was compared: {v}"
     );
 }
+
+/// SEND, WRITE and READ of 16 packets each under --verify: every completed operation of every
+/// type had its landed bytes compared (a SEND's in B's receive buffer), and none failed.
+#[test]
+fn bench_verify_checks_multi_packet_sends_reads_and_writes() {
+    let out = portico(&[
+        "bench",
+        "mixed",
+        "--size",
+        "65536",
+        "--mtu",
+        "4096",
+        "--qd",
+        "16",
+        "--duration",
+        "1",
+        "--verify",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "512",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    let ops: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();
+    let mut kinds: Vec<&str> = results.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["read", "send", "write"], "{v}");
+    assert_eq!(v["verify"]["checked_ops"].as_u64().unwrap(), ops, "{v}");
+    assert_eq!(v["verify"]["mismatches"], 0, "{v}");
+}
