@@ -347,13 +347,11 @@ fn bench_reports_throughput_and_latency_as_json() {
     assert!(text.contains("#[Max     ="));
 }
 
-#[test]
-fn bench_verify_checks_every_byte_that_lands() {
-    let out = portico(&[
-        "bench",
-        "write",
-        "--size",
-        "4096",
+/// `portico bench ARGS --qd 16 --duration 1 --verify --json` without hugepages; its JSON.
+fn bench_verify(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&[
         "--qd",
         "16",
         "--duration",
@@ -365,12 +363,18 @@ fn bench_verify_checks_every_byte_that_lands() {
         "--memory-mb",
         "512",
     ]);
+    let out = portico(&all);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn bench_verify_checks_every_byte_that_lands() {
+    let v = bench_verify(&["write", "--size", "4096"]);
     assert_eq!(v["type"], "bench");
     assert_eq!(v["errors"], 0, "{v}");
     assert_eq!(v["results"][0]["op"], "write", "{v}");
@@ -389,30 +393,7 @@ fn bench_verify_checks_every_byte_that_lands() {
 /// type had its landed bytes compared (a SEND's in B's receive buffer), and none failed.
 #[test]
 fn bench_verify_checks_multi_packet_sends_reads_and_writes() {
-    let out = portico(&[
-        "bench",
-        "mixed",
-        "--size",
-        "65536",
-        "--mtu",
-        "4096",
-        "--qd",
-        "16",
-        "--duration",
-        "1",
-        "--verify",
-        "--json",
-        "--hugepages",
-        "off",
-        "--memory-mb",
-        "512",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = bench_verify(&["mixed", "--size", "65536", "--mtu", "4096"]);
     assert_eq!(v["errors"], 0, "{v}");
     let results = v["results"].as_array().unwrap();
     let ops: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();

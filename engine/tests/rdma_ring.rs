@@ -461,18 +461,9 @@ fn write_read_send_between_two_engines() {
         statuses(&completions(&mut c.b.cq, 1, WAIT)),
         [(10, WcStatus::WrFlushError)]
     );
-    c.a.qp
-        .post_send(&[WorkRequest::write(
-            2,
-            ea.sgl(0, 100),
-            eb.addr(),
-            eb.rkey(),
-            None,
-        )])
-        .unwrap();
-    assert_eq!(
-        statuses(&completions(&mut c.a.cq, 1, WAIT)),
-        [(2, WcStatus::WrFlushError)]
+    flushed(
+        &mut c.a,
+        WorkRequest::write(2, ea.sgl(0, 100), eb.addr(), eb.rkey(), None),
     );
     assert!(
         bytes(&eb_map, 0, eb_map.len()) == b_bytes,
@@ -492,18 +483,9 @@ fn write_read_send_between_two_engines() {
         (wc.wr_id, wc.opcode, wc.status),
         (1, WcOpcode::RdmaWrite, WcStatus::LocalProtectionError)
     );
-    c.a.qp
-        .post_send(&[WorkRequest::write(
-            2,
-            ea.sgl(0, 100),
-            eb.addr(),
-            eb.rkey(),
-            None,
-        )])
-        .unwrap();
-    assert_eq!(
-        statuses(&completions(&mut c.a.cq, 1, WAIT)),
-        [(2, WcStatus::WrFlushError)]
+    flushed(
+        &mut c.a,
+        WorkRequest::write(2, ea.sgl(0, 100), eb.addr(), eb.rkey(), None),
     );
     let past_end = SgList::from_slice(&[eb.sge(0, 512), eb.sge(eb.len() - 100, 200)]).unwrap();
     c.b.qp
@@ -514,12 +496,9 @@ fn write_read_send_between_two_engines() {
         (wc.wr_id, wc.opcode, wc.status),
         (3, WcOpcode::RdmaWrite, WcStatus::LocalProtectionError)
     );
-    c.b.qp
-        .post_send(&[WorkRequest::read(4, eb.sgl(0, 512), ea.addr(), ea.rkey())])
-        .unwrap();
-    assert_eq!(
-        statuses(&completions(&mut c.b.cq, 1, WAIT)),
-        [(4, WcStatus::WrFlushError)]
+    flushed(
+        &mut c.b,
+        WorkRequest::read(4, eb.sgl(0, 512), ea.addr(), ea.rkey()),
     );
 
     // Connection 2: the lkey of a deregistered region is a bad lkey too.
@@ -572,6 +551,16 @@ fn write_read_send_between_two_engines() {
 type Piece<'a> = ((&'a MemoryRegion, &'a [u8]), usize, usize);
 
 /// The scatter/gather list of `pieces`.
+/// Posts `wr` on a queue pair in the error state; it completes with a flush error.
+fn flushed(end: &mut common::End, wr: WorkRequest) {
+    let id = wr.wr_id;
+    end.qp.post_send(&[wr]).unwrap();
+    assert_eq!(
+        statuses(&completions(&mut end.cq, 1, WAIT)),
+        [(id, WcStatus::WrFlushError)]
+    );
+}
+
 fn sg_list(pieces: &[Piece]) -> SgList {
     let sges: Vec<Sge> = pieces
         .iter()
