@@ -694,6 +694,12 @@ mod tests {
         moved
     }
 
+    /// `len` bytes of fresh anonymous memory, registered on `node` with all access.
+    fn register_anonymous(node: &mut RdmaNode, len: usize) -> MrKeys {
+        let map = Arc::new(Mapping::anonymous(len).unwrap());
+        node.register(map, 0, len, Access::ALL).unwrap()
+    }
+
     fn drain(cq: &mut Cq) -> Vec<WorkCompletion> {
         std::iter::from_fn(|| cq.poll_one()).collect()
     }
@@ -753,24 +759,8 @@ mod tests {
     #[test]
     fn multi_packet_reads_need_no_retransmission_on_a_clean_wire() {
         let (mut a, mut b) = pair();
-        let dst = a
-            .node
-            .register(
-                Arc::new(Mapping::anonymous(1 << 20).unwrap()),
-                0,
-                1 << 20,
-                Access::ALL,
-            )
-            .unwrap();
-        let src = b
-            .node
-            .register(
-                Arc::new(Mapping::anonymous(1 << 20).unwrap()),
-                0,
-                1 << 20,
-                Access::ALL,
-            )
-            .unwrap();
+        let dst = register_anonymous(&mut a.node, 1 << 20);
+        let src = register_anonymous(&mut b.node, 1 << 20);
         let wrs: Vec<WorkRequest> = (0..16u64)
             .map(|i| {
                 WorkRequest::read(
