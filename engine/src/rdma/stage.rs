@@ -19,7 +19,7 @@ use crate::runtime::{Counters, Outputs, Stage};
 
 /// Stage counter slot of mbuf allocation failures; the slots before it are the node
 /// counters [`RdmaStage::publish`] gathers, in the order of `counter_names`.
-const ALLOC_FAILURES: usize = 9;
+const ALLOC_FAILURES: usize = 10;
 
 /// Mbufs allocated at once for transmission.
 const TX_ALLOC: usize = 32;
@@ -87,7 +87,7 @@ impl RdmaStage {
     }
 
     fn publish(&self, c: &mut Counters) {
-        let mut sum = [0u64; 9];
+        let mut sum = [0u64; 10];
         for e in &self.engines {
             let n = &e.node.counters;
             for (s, v) in sum.iter_mut().zip([
@@ -100,6 +100,7 @@ impl RdmaStage {
                 e.node.retransmissions(),
                 n.cq_full,
                 n.posted,
+                n.cq_overruns,
             ]) {
                 *s += v;
             }
@@ -125,6 +126,7 @@ impl Stage for RdmaStage {
             "retransmissions",
             "cq_full",
             "posted",
+            "cq_overruns",
             "alloc_failures",
         ]
     }

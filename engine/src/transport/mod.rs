@@ -254,6 +254,26 @@ pub enum WrKind {
     },
 }
 
+impl WrKind {
+    /// The completion opcode of a request of this kind.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            WrKind::Send { .. } => WcOpcode::Send,
+            WrKind::Write { .. } => WcOpcode::RdmaWrite,
+            WrKind::Read { .. } => WcOpcode::RdmaRead,
+        }
+    }
+}
+
+/// Why the requester or the responder did not take a work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// No room: the caller keeps the request and offers it again later.
+    Full,
+    /// The local buffer failed its checks: the request completes in error.
+    Local(LocalError),
+}
+
 /// A send work request: what to do, and the local buffer it reads from (SEND, WRITE) or
 /// places into (READ), as a scatter/gather list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -303,11 +323,7 @@ impl WorkRequest {
 
     /// The completion opcode this request ends with.
     pub fn wc_opcode(&self) -> WcOpcode {
-        match self.kind {
-            WrKind::Send { .. } => WcOpcode::Send,
-            WrKind::Write { .. } => WcOpcode::RdmaWrite,
-            WrKind::Read { .. } => WcOpcode::RdmaRead,
-        }
+        self.kind.wc_opcode()
     }
 }
 

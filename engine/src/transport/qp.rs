@@ -12,11 +12,12 @@ use crate::wire::RoceRepr;
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
-use super::requester::{Outcome, Refusal, Requester};
-use super::responder::{RecvRefusal, Responder, Verdict};
+use super::requester::{Outcome, Requester};
+use super::responder::{Responder, Verdict};
 use super::sge::LocalError;
 use super::{
-    Budget, ConfigError, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest, WorkRequest,
+    Budget, ConfigError, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest, Refusal,
+    WorkRequest,
 };
 
 /// The QP states this transport distinguishes. (Reset/Init/RTR are the
@@ -201,8 +202,8 @@ impl QueuePair {
         }
         match self.resp.post_recv(&self.cfg, wr, mem) {
             Ok(()) => Ok(()),
-            Err(RecvRefusal::Full) => Err(PostError::RecvQueueFull),
-            Err(RecvRefusal::Local(e)) => {
+            Err(Refusal::Full) => Err(PostError::RecvQueueFull),
+            Err(Refusal::Local(e)) => {
                 self.complete(cq, wr.wr_id, WcOpcode::Recv, local_status(e));
                 self.enter_error(None, cq);
                 Ok(())

@@ -18,12 +18,12 @@ use std::collections::VecDeque;
 use crate::wire::aeth::{self, AethRepr, NakCode, Syndrome};
 use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr};
 
-use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::cq::{CompletionQueue, WcStatus, WorkCompletion};
 use super::mr::{Access, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
-use super::sge::{Gather, LocalError};
-use super::{Budget, OutPacket, PayloadRef, QpConfig, WorkRequest, WrKind};
+use super::sge::Gather;
+use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind};
 
 /// A posted send work request with its PSN range.
 #[derive(Debug, Clone, Copy)]
@@ -48,23 +48,6 @@ impl SendWqe {
     fn is_read(&self) -> bool {
         matches!(self.kind, WrKind::Read { .. })
     }
-
-    fn wc_opcode(&self) -> WcOpcode {
-        match self.kind {
-            WrKind::Send { .. } => WcOpcode::Send,
-            WrKind::Write { .. } => WcOpcode::RdmaWrite,
-            WrKind::Read { .. } => WcOpcode::RdmaRead,
-        }
-    }
-}
-
-/// Why the requester did not take a work request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// No room: the caller keeps the request and offers it again later.
-    Full,
-    /// The local buffer failed its checks: the request completes in error.
-    Local(LocalError),
 }
 
 /// What a received response did to the requester, for the QP to act on.
@@ -572,7 +555,7 @@ impl Requester {
             cq.push(WorkCompletion {
                 wr_id: w.wr_id,
                 qpn: cfg.local_qpn,
-                opcode: w.wc_opcode(),
+                opcode: w.kind.wc_opcode(),
                 status,
                 byte_len: w.len,
                 imm_data: None,

@@ -26,8 +26,8 @@ use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
-use super::sge::{Gather, LocalError};
-use super::{OutPacket, PayloadRef, QpConfig, RecvRequest};
+use super::sge::Gather;
+use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal};
 
 #[derive(Debug, Clone, Copy)]
 struct RecvWqe {
@@ -40,15 +40,6 @@ impl RecvWqe {
     fn len(&self) -> u32 {
         self.local.len()
     }
-}
-
-/// Why the responder did not take a receive request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RecvRefusal {
-    /// No room: the caller keeps the request and offers it again later.
-    Full,
-    /// The buffer failed its checks: the request completes in error.
-    Local(LocalError),
 }
 
 /// A READ being answered: the responses still to send.
@@ -149,12 +140,11 @@ impl Responder {
         cfg: &QpConfig,
         wr: &RecvRequest,
         mem: &MemoryTable,
-    ) -> Result<(), RecvRefusal> {
+    ) -> Result<(), Refusal> {
         if !self.has_room(cfg) {
-            return Err(RecvRefusal::Full);
+            return Err(Refusal::Full);
         }
-        let local =
-            Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE).map_err(RecvRefusal::Local)?;
+        let local = Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE).map_err(Refusal::Local)?;
         self.rq.push_back(RecvWqe {
             wr_id: wr.wr_id,
             local,
@@ -281,29 +271,28 @@ impl Responder {
                 }
             }
             Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastWithImmediate => {
-                let Some(InMsg::Send { recv, done }) = self.cur else {
+                // By reference: the receive request (with its resolved buffer) stays where it
+                // is, and only the count moves on, packet by packet.
+                let Some(InMsg::Send { recv, done }) = &mut self.cur else {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 };
                 let last = opcode != Opcode::SendMiddle;
                 if (!last && payload.len() != mtu) || payload.is_empty() || payload.len() > mtu {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
-                let total = done as usize + payload.len();
+                let total = *done as usize + payload.len();
                 if total > recv.len() as usize {
+                    complete_recv(cfg, cq, recv, WcStatus::LocalLengthError, 0, None);
                     self.cur = None;
-                    complete_recv(cfg, cq, &recv, WcStatus::LocalLengthError, 0, None);
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
-                recv.local.copy_in(mem, done, payload);
+                recv.local.copy_in(mem, *done, payload);
                 if last {
+                    complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, imm);
                     self.cur = None;
-                    complete_recv(cfg, cq, &recv, WcStatus::Success, total as u32, imm);
                     message_done = true;
                 } else {
-                    self.cur = Some(InMsg::Send {
-                        recv,
-                        done: total as u32,
-                    });
+                    *done = total as u32;
                 }
             }
             Opcode::RdmaWriteFirst | Opcode::RdmaWriteOnly | Opcode::RdmaWriteOnlyWithImmediate => {

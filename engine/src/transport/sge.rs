@@ -160,15 +160,6 @@ impl Gather {
         }; MAX_SGE],
     };
 
-    /// One contiguous resolved range.
-    pub fn contiguous(at: Location, len: u32) -> Gather {
-        let mut g = Gather::EMPTY;
-        g.segs[0] = Seg::new(at, len);
-        g.n = 1;
-        g.total = len;
-        g
-    }
-
     /// Check every piece of `list` against `mem` for `need` and resolve it.
     pub fn resolve(mem: &MemoryTable, list: &SgList, need: Access) -> Result<Gather, LocalError> {
         let mut g = Gather::EMPTY;
