@@ -289,6 +289,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         a: mut ea,
         b: mut eb,
         capture,
+        ..
     } = pair;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     // The application's memory: four buffers it maps itself, then registers.

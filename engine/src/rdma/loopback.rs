@@ -1,6 +1,8 @@
 //! Two RDMA engines in one process, joined back to back by a `net_ring` link, on one pinned
 //! worker or two: the set-up behind `portico bench`, the example program and the RDMA tests.
-//! Each end has one queue pair and one completion queue (for its sends and its receives).
+//! The first connection's ends have one queue pair and one completion queue each (for their
+//! sends and their receives); further connections, when asked for, each have their own. A
+//! process can start several pairs under different names.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -14,9 +16,15 @@ use crate::runtime::{
 use crate::transport::QpConfig;
 use crate::wire::EthernetAddress;
 
-/// QP numbers of the two ends.
+/// QP numbers of the two ends of the first connection.
 pub const QPN_A: u32 = 0x11;
 pub const QPN_B: u32 = 0x22;
+
+/// QP numbers of connection `i` on A and on B (connection 0: [`QPN_A`], [`QPN_B`]).
+pub const fn qpns(i: usize) -> (u32, u32) {
+    let step = (i as u32) << 8;
+    (QPN_A + step, QPN_B + step)
+}
 pub const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
 pub const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);
 pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
@@ -36,6 +44,10 @@ pub struct LoopbackOpts {
     pub cq_depth: usize,
     /// Capture both ports into this pcapng file.
     pub pcap: Option<std::path::PathBuf>,
+    /// Names the mempool, the link and the workers (`rdma`: one pair per name in a process).
+    pub name: String,
+    /// Queue pairs joining the two engines (at least one).
+    pub connections: usize,
 }
 
 impl LoopbackOpts {
@@ -50,6 +62,8 @@ impl LoopbackOpts {
             burst: 32,
             cq_depth,
             pcap: None,
+            name: "rdma".into(),
+            connections: 1,
         }
     }
 }
@@ -74,45 +88,76 @@ pub struct LoopbackEnd {
     pub cq: Cq,
 }
 
-/// The running pair: the workers and each end.
+/// One end of a further connection: its queue pair and its own completion queue.
+pub struct End {
+    pub qp: Qp,
+    pub cq: Cq,
+}
+
+/// A queue pair on engine A connected to one on engine B.
+pub struct Connection {
+    pub a: End,
+    pub b: End,
+}
+
+/// The running pair: the workers, each end (with the first connection), and the further
+/// connections.
 pub struct LoopbackPair {
     pub runtime: Runtime,
     pub a: LoopbackEnd,
     pub b: LoopbackEnd,
+    /// Connections 1.. ([`qpns`]), when `connections` asked for more than one.
+    pub more: Vec<Connection>,
     /// The capture, when asked for: `finish()` it after the runtime has stopped.
     pub capture: Option<Arc<CaptureSink>>,
 }
 
 /// Starts the pair. EAL must be running.
 pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
+    let name = &opts.name;
     let pool = Arc::new(Mempool::new(
-        "rdma_loopback",
+        &format!("{name}_loopback"),
         16383,
         256,
         crate::rdma::FRAME_DATA_ROOM,
         -1,
     )?);
-    let (ia, ib) = ring_pair("rdma_a", "rdma_b", 4096)?;
+    let (ia, ib) = ring_pair(&format!("{name}_a"), &format!("{name}_b"), 4096)?;
     let port_cfg = PortConfig::default();
     let ports = [
         Port::start(ia, &port_cfg, pool.clone())?.named("a"),
         Port::start(ib, &port_cfg, pool.clone())?.named("b"),
     ];
 
-    let mut qa = opts.qp.clone();
-    qa.local_qpn = QPN_A;
-    qa.remote_qpn = QPN_B;
-    qa.remote_mac = MAC_B;
-    qa.remote_ip = IP_B;
-    let mut qb = qa.mirrored();
-    qb.remote_mac = MAC_A;
-    qb.remote_ip = IP_A;
     let mut node_a = RdmaNode::new(MAC_A, IP_A);
-    let cq_a = node_a.create_cq(opts.cq_depth);
-    let qp_a = node_a.add_qp(qa, &cq_a, &cq_a)?;
     let mut node_b = RdmaNode::new(MAC_B, IP_B);
-    let cq_b = node_b.create_cq(opts.cq_depth);
-    let qp_b = node_b.add_qp(qb, &cq_b, &cq_b)?;
+    let mut connect = |i: usize| -> Result<Connection, LoopbackError> {
+        let (qpn_a, qpn_b) = qpns(i);
+        let mut qa = opts.qp.clone();
+        qa.local_qpn = qpn_a;
+        qa.remote_qpn = qpn_b;
+        qa.remote_mac = MAC_B;
+        qa.remote_ip = IP_B;
+        let mut qb = qa.mirrored();
+        qb.remote_mac = MAC_A;
+        qb.remote_ip = IP_A;
+        let cq_a = node_a.create_cq(opts.cq_depth);
+        let cq_b = node_b.create_cq(opts.cq_depth);
+        Ok(Connection {
+            a: End {
+                qp: node_a.add_qp(qa, &cq_a, &cq_a)?,
+                cq: cq_a,
+            },
+            b: End {
+                qp: node_b.add_qp(qb, &cq_b, &cq_b)?,
+                cq: cq_b,
+            },
+        })
+    };
+    let first = connect(0)?;
+    let more = (1..opts.connections.max(1))
+        .map(&mut connect)
+        .collect::<Result<Vec<_>, _>>()?;
 
     let (ha, ca) = RdmaHandle::new();
     let (hb, cb) = RdmaHandle::new();
@@ -148,7 +193,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         // Both engines on one core; on a 2-core machine the other core is the application's.
         let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
         vec![WorkerSpec {
-            name: "rdma".into(),
+            name: name.clone(),
             core: Some(opts.cores[0]),
             rx: vec![rx_a, rx_b],
             tx: vec![tx_a, tx_b],
@@ -160,7 +205,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     } else {
         vec![
             WorkerSpec {
-                name: "rdma_a".into(),
+                name: format!("{name}_a"),
                 core: Some(opts.cores[0]),
                 rx: vec![rx_a],
                 tx: vec![tx_a],
@@ -170,7 +215,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 capture: tap(),
             },
             WorkerSpec {
-                name: "rdma_b".into(),
+                name: format!("{name}_b"),
                 core: Some(opts.cores[1]),
                 rx: vec![rx_b],
                 tx: vec![tx_b],
@@ -186,14 +231,15 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         runtime,
         a: LoopbackEnd {
             engine: ha,
-            qp: qp_a,
-            cq: cq_a,
+            qp: first.a.qp,
+            cq: first.a.cq,
         },
         b: LoopbackEnd {
             engine: hb,
-            qp: qp_b,
-            cq: cq_b,
+            qp: first.b.qp,
+            cq: first.b.cq,
         },
+        more,
         capture,
     })
 }

@@ -10,15 +10,15 @@
 //! One EAL per process: every test binary that uses these holds a single test function.
 #![allow(dead_code, unused_imports)] // Each test binary uses part of this module.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use portico::dataplane::{Eal, Mempool, Port, PortConfig, ring_pair};
-use portico::rdma::loopback::{self, IP_A, IP_B, LoopbackOpts, MAC_A, MAC_B};
-use portico::rdma::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage};
-use portico::runtime::{FaultConfig, Runtime, StageBox, TxPolicy, WorkerSpec};
+use portico::dataplane::Eal;
+use portico::rdma::loopback::{self, LoopbackOpts};
+use portico::rdma::{Cq, RdmaHandle};
+use portico::runtime::{FaultConfig, Runtime};
 use portico::transport::{QpConfig, WcStatus, WorkCompletion};
 
-pub use portico::rdma::loopback::{LoopbackPair as Pair, QPN_A, QPN_B};
+pub use portico::rdma::loopback::{Connection, End, LoopbackPair as Pair, QPN_A, QPN_B};
 
 static CORES: OnceLock<Vec<usize>> = OnceLock::new();
 
@@ -57,18 +57,6 @@ pub fn start(qp: QpConfig, faults: Option<FaultConfig>) -> Pair {
     loopback::start(&opts).expect("two engines start")
 }
 
-/// One end of one connection: its queue pair and its own completion queue.
-pub struct End {
-    pub qp: Qp,
-    pub cq: Cq,
-}
-
-/// A queue pair on engine A connected to one on engine B.
-pub struct Connection {
-    pub a: End,
-    pub b: End,
-}
-
 /// Two engines on one worker, joined by several connections.
 pub struct Engines {
     pub runtime: Runtime,
@@ -77,78 +65,29 @@ pub struct Engines {
     pub conns: Vec<Connection>,
 }
 
-/// QP numbers of connection `i` on A and on B.
-pub fn conn_qpns(i: usize) -> (u32, u32) {
-    (0x100 + i as u32, 0x200 + i as u32)
-}
-
-/// Starts two more engines (EAL must be running) on their own `net_ring` link named after
-/// `name`, both on one worker pinned to `core`, joined by `connections` queue pairs set up
-/// from `qp` (QPNs from [`conn_qpns`]).
+/// Starts two more engines (EAL must be running) with `portico::rdma::loopback` under `name`
+/// (their own link, pool and worker), both on `core`, joined by `connections` queue pairs set
+/// up from `qp`, each end of each with its own completion queue.
 pub fn start_connections(name: &str, qp: QpConfig, connections: usize, core: usize) -> Engines {
-    let pool = Arc::new(
-        Mempool::new(
-            &format!("{name}_pool"),
-            4095,
-            256,
-            portico::rdma::FRAME_DATA_ROOM,
-            -1,
-        )
-        .expect("a pool for the second pair"),
-    );
-    let (ia, ib) = ring_pair(&format!("{name}_a"), &format!("{name}_b"), 1024).expect("a link");
-    let port_a = Port::start(ia, &PortConfig::default(), pool.clone()).expect("port A starts");
-    let port_b = Port::start(ib, &PortConfig::default(), pool.clone()).expect("port B starts");
-    let mut node_a = RdmaNode::new(MAC_A, IP_A);
-    let mut node_b = RdmaNode::new(MAC_B, IP_B);
-    let depth = qp.max_send_wr + qp.max_recv_wr;
-    let conns = (0..connections)
-        .map(|i| {
-            let (qpn_a, qpn_b) = conn_qpns(i);
-            let mut qa = qp.clone();
-            qa.local_qpn = qpn_a;
-            qa.remote_qpn = qpn_b;
-            qa.remote_mac = MAC_B;
-            qa.remote_ip = IP_B;
-            let mut qb = qa.mirrored();
-            qb.remote_mac = MAC_A;
-            qb.remote_ip = IP_A;
-            let cq_a = node_a.create_cq(depth);
-            let cq_b = node_b.create_cq(depth);
-            Connection {
-                a: End {
-                    qp: node_a.add_qp(qa, &cq_a, &cq_a).expect("a queue pair on A"),
-                    cq: cq_a,
-                },
-                b: End {
-                    qp: node_b.add_qp(qb, &cq_b, &cq_b).expect("a queue pair on B"),
-                    cq: cq_b,
-                },
-            }
-        })
-        .collect();
-    let (ha, ca) = RdmaHandle::new();
-    let (hb, cb) = RdmaHandle::new();
-    let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
-    let runtime = Runtime::start(vec![WorkerSpec {
-        name: name.into(),
-        core: Some(core),
-        rx: vec![port_a.rx_queue(0).unwrap(), port_b.rx_queue(0).unwrap()],
-        tx: vec![
-            (port_a.tx_queue(0).unwrap(), TxPolicy::KeepUnsent),
-            (port_b.tx_queue(0).unwrap(), TxPolicy::KeepUnsent),
-        ],
-        burst: 32,
-        stage: StageBox::new(stage),
-        faults: None,
-        capture: None,
-    }])
-    .expect("the second pair's worker starts");
+    let mut opts = LoopbackOpts::new(qp, [core, core]);
+    opts.name = name.into();
+    opts.connections = connections;
+    let pair = loopback::start(&opts).expect("the second pair starts");
+    let first = Connection {
+        a: End {
+            qp: pair.a.qp,
+            cq: pair.a.cq,
+        },
+        b: End {
+            qp: pair.b.qp,
+            cq: pair.b.cq,
+        },
+    };
     Engines {
-        runtime,
-        a: ha,
-        b: hb,
-        conns,
+        runtime: pair.runtime,
+        a: pair.a.engine,
+        b: pair.b.engine,
+        conns: std::iter::once(first).chain(pair.more).collect(),
     }
 }
 
