@@ -214,6 +214,8 @@ pub struct RdmaNode {
     cqs: Vec<CqWriter>,
     /// Completions the queue pairs produced since the last flush.
     staged: CompletionQueue,
+    /// Completions for one ring, gathered to enter it with one commit.
+    run: [WorkCompletion; 32],
     doorbells: Arc<Doorbells>,
     ready: VecDeque<u32>,
     backlog: Vec<u32>,
@@ -235,6 +237,7 @@ impl RdmaNode {
             qps: QpTable::new(),
             cqs: Vec::new(),
             staged: CompletionQueue::new(0),
+            run: [WorkCompletion::EMPTY; 32],
             doorbells: Doorbells::new(),
             ready: VecDeque::new(),
             backlog: Vec::new(),
@@ -527,12 +530,13 @@ impl RdmaNode {
         if self.staged.is_empty() {
             return;
         }
-        const RUN: usize = 32;
-        let mut run = [WorkCompletion::EMPTY; RUN];
+        let run = &mut self.run;
         let mut len = 0;
         let mut run_cq = 0u32;
         while let Some(wc) = self.staged.poll() {
             let Some(i) = self.qps.lookup(wc.qpn) else {
+                // Completions come only from this node's queue pairs; were one lost, it counts.
+                self.counters.cq_overruns += 1;
                 continue;
             };
             let e = &self.qps.entries[i];
@@ -540,7 +544,7 @@ impl RdmaNode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
-            if len == RUN || (len > 0 && cq != run_cq) {
+            if len == run.len() || (len > 0 && cq != run_cq) {
                 self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
                 len = 0;
             }
