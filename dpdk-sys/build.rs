@@ -96,7 +96,7 @@ fn main() {
         .allowlist_function("rte_mempool_(free|avail_count|in_use_count|lookup)")
         .allowlist_function("rte_ring_(create|free)")
         .allowlist_function("rte_eth_from_rings")
-        .allowlist_function("rte_eth_dev_(configure|start|stop|close|info_get|socket_id|count_avail|get_port_by_name|get_name_by_port|is_valid_port|set_mtu)")
+        .allowlist_function("rte_eth_dev_(configure|start|stop|close|info_get|socket_id|count_avail|get_port_by_name|get_name_by_port|is_valid_port|set_mtu|default_mac_addr_set)")
         .allowlist_function("rte_eth_(rx_queue_setup|tx_queue_setup|macaddr_get|link_get_nowait|stats_get|stats_reset|xstats_get|xstats_get_names|xstats_reset|promiscuous_enable|find_next_owned_by|link_speed_to_str)")
         .allowlist_type("rte_mbuf")
         .allowlist_var("RTE_MAX_ETHPORTS|RTE_MBUF_DEFAULT_BUF_SIZE|RTE_PKTMBUF_HEADROOM|RTE_ETH_LINK_.*|RTE_MAX_LCORE|SOCKET_ID_ANY|RING_F_.*|RTE_ETH_NAME_MAX_LEN|RTE_ETH_DEV_NO_OWNER")

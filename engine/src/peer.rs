@@ -156,14 +156,22 @@ fn start(
         crate::rdma::FRAME_DATA_ROOM,
         -1,
     )?);
-    let port = Port::start(id, &PortConfig::default(), pool.clone())?;
+    let mac = parse_mac("rdma.mac", &r.mac).map_err(config_error)?;
+    // Not promiscuous: the port takes the engine's address and frames for other hosts are
+    // not the engine's business (it also drops them itself, counted as `wrong_mac`).
+    let port_cfg = PortConfig {
+        promiscuous: false,
+        mac: Some(mac.0),
+        ..PortConfig::default()
+    };
+    let port = Port::start(id, &port_cfg, pool.clone())?;
 
     let mut qp = QpConfig::new(r.qpn, r.peer_qpn);
     qp.remote_mac = parse_mac("rdma.peer_mac", &r.peer_mac).map_err(config_error)?;
     qp.remote_ip = r.peer_ip;
     qp.pmtu = parse_mtu(r.mtu).map_err(config_error)?;
     qp.timeout_ns = r.timeout_us * 1000;
-    let mut node = RdmaNode::new(parse_mac("rdma.mac", &r.mac).map_err(config_error)?, r.ip);
+    let mut node = RdmaNode::new(mac, r.ip);
     let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);
     let qp = node
         .add_qp(qp, &cq, &cq)

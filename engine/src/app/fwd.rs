@@ -79,6 +79,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
         rx_desc: opts.rxd,
         tx_desc: opts.txd,
         promiscuous: true,
+        mac: None,
     };
     let cfgs = vec![cfg.clone(); ids.len()];
     let pool = Arc::new(Mempool::new(

@@ -91,6 +91,7 @@ pub fn run_scenario(
             rx_desc: p.rx_desc,
             tx_desc: p.tx_desc,
             promiscuous: true,
+            mac: None,
         })
         .collect();
     let pool = Arc::new(Mempool::new(

@@ -21,7 +21,13 @@ pub struct PortConfig {
     pub tx_queues: u16,
     pub rx_desc: u16,
     pub tx_desc: u16,
+    /// Take every frame on the wire, whatever its destination MAC (generators and
+    /// forwarders); off for an engine with an address of its own.
     pub promiscuous: bool,
+    /// The port's own MAC address to set before starting it (an engine's address), so that
+    /// a port that filters by MAC passes the engine's frames. A PMD that cannot change its
+    /// address is put in promiscuous mode instead, and the engine filters in software.
+    pub mac: Option<[u8; 6]>,
 }
 
 impl Default for PortConfig {
@@ -32,6 +38,7 @@ impl Default for PortConfig {
             rx_desc: 1024,
             tx_desc: 1024,
             promiscuous: true,
+            mac: None,
         }
     }
 }
@@ -157,10 +164,18 @@ impl Port {
             };
             check(|| format!("setting up TX queue {q} of port {name}"), rc)?;
         }
+        let mut promiscuous = cfg.promiscuous;
+        if let Some(mac) = cfg.mac {
+            let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
+            // SAFETY: configured port, pointer to a valid address for the call's duration.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(id, &mut addr) };
+            // Ring and null PMDs keep whatever they have (and do not filter anyway).
+            promiscuous |= rc != 0;
+        }
         // SAFETY: queues are set up.
         let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
         check(|| format!("starting port {name}"), rc)?;
-        if cfg.promiscuous {
+        if promiscuous {
             // Not every PMD supports it (net_null does not care); failure is harmless.
             // SAFETY: started port.
             unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
@@ -480,5 +495,13 @@ impl PortInfo {
     /// Driver, MAC, queues and link of port `id`.
     pub fn read(id: u16) -> Result<PortInfo, DpdkError> {
         port_info(id)
+    }
+}
+
+impl PortStats {
+    /// The basic counters of port `id`, for a port this code holds no [`Port`] of (the
+    /// `net_ring` ports inside `rdma::loopback`).
+    pub fn read(id: u16) -> Result<PortStats, DpdkError> {
+        port_stats(id)
     }
 }

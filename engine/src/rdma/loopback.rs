@@ -13,7 +13,7 @@ use crate::runtime::{
     CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
     WorkerSpec,
 };
-use crate::transport::QpConfig;
+use crate::transport::{QpConfig, random_psn};
 use crate::wire::EthernetAddress;
 
 /// QP numbers of the two ends of the first connection.
@@ -48,6 +48,9 @@ pub struct LoopbackOpts {
     pub name: String,
     /// Queue pairs joining the two engines (at least one).
     pub connections: usize,
+    /// Keep the PSNs of `qp` (tests that look at them); otherwise every connection starts
+    /// both directions at PSNs drawn at random, as verbs applications do.
+    pub pin_psn: bool,
 }
 
 impl LoopbackOpts {
@@ -64,6 +67,7 @@ impl LoopbackOpts {
             pcap: None,
             name: "rdma".into(),
             connections: 1,
+            pin_psn: false,
         }
     }
 }
@@ -123,10 +127,14 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         -1,
     )?);
     let (ia, ib) = ring_pair(&format!("{name}_a"), &format!("{name}_b"), 4096)?;
-    let port_cfg = PortConfig::default();
+    let port_cfg = |mac: EthernetAddress| PortConfig {
+        promiscuous: false,
+        mac: Some(mac.0),
+        ..PortConfig::default()
+    };
     let ports = [
-        Port::start(ia, &port_cfg, pool.clone())?.named("a"),
-        Port::start(ib, &port_cfg, pool.clone())?.named("b"),
+        Port::start(ia, &port_cfg(MAC_A), pool.clone())?.named("a"),
+        Port::start(ib, &port_cfg(MAC_B), pool.clone())?.named("b"),
     ];
 
     let mut node_a = RdmaNode::new(MAC_A, IP_A);
@@ -138,6 +146,10 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         qa.remote_qpn = qpn_b;
         qa.remote_mac = MAC_B;
         qa.remote_ip = IP_B;
+        if !opts.pin_psn {
+            qa.send_psn = random_psn();
+            qa.recv_psn = random_psn();
+        }
         let mut qb = qa.mirrored();
         qb.remote_mac = MAC_A;
         qb.remote_ip = IP_A;

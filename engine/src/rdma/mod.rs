@@ -14,6 +14,8 @@
 //!   slice, or wait: spin, then park). See [`rings`] for the lock-free rings between the two
 //!   and the memory-ordering contract.
 
+#[cfg(test)]
+mod acceptance_tests;
 mod host;
 pub mod loopback;
 mod node;

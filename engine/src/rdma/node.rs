@@ -25,8 +25,8 @@ use serde::Serialize;
 use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use crate::transport::{
-    Budget, CompletionQueue, ConfigError, MemoryTable, MrKeys, OutPacket, QpConfig, QueuePair,
-    RegisterError, WcOpcode, WorkCompletion,
+    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig,
+    QueuePair, RegisterError, WcOpcode, WorkCompletion,
 };
 use crate::wire::{self, EthernetAddress};
 
@@ -52,9 +52,26 @@ pub struct NodeCounters {
     pub icrc_errors: u64,
     /// RoCEv2 frames that failed another check (length, checksum, opcode, ...).
     pub malformed: u64,
-    /// Frames that are not RoCEv2 or ARP for us (other protocols, other addresses).
+    /// Frames that are not RoCEv2 or ARP for us (other protocols, other IP addresses,
+    /// multicast and broadcast other than ARP).
     pub not_for_us: u64,
+    /// Unicast frames to another host's MAC address (seen only when the port floods or is
+    /// promiscuous), whatever they carry.
+    pub wrong_mac: u64,
+    /// Frames with an 802.1Q/802.1ad VLAN tag.
+    pub vlan_tagged: u64,
+    /// IPv4 packets with options (a header longer than 20 bytes).
+    pub ip_options: u64,
+    /// IPv4 fragments.
+    pub ip_fragments: u64,
+    /// Packets of another transport service (UC, RD, UD, XRC): never taken by an RC QP.
+    pub wrong_transport: u64,
+    /// RoCEv2 packets to a QPN no queue pair of this engine has.
     pub unknown_qp: u64,
+    /// Packets whose P_Key does not match their queue pair's (or is the invalid key).
+    pub bad_pkey: u64,
+    /// Packets to a connected queue pair from an address that is not its peer's.
+    pub wrong_source: u64,
     pub arp_replies: u64,
     pub tx_packets: u64,
     /// Work requests posted by the host and taken by the worker.
@@ -367,42 +384,76 @@ impl RdmaNode {
     }
 
     /// Handles one received frame.
+    ///
+    /// The checks come in the order a NIC makes them, each refusal counted under its own
+    /// reason with no NAK and no state change: the destination MAC (ours; broadcast only for
+    /// ARP), the frame's structure, checksums and ICRC ([`wire::parse_frame`]), the
+    /// destination IP, the destination QP, then the queue pair's own acceptance (P_Key,
+    /// source address). Only then does the transport see the packet.
     pub fn receive(&mut self, now: u64, frame: &[u8]) -> RxOutcome {
         self.counters.rx_frames += 1;
+        let Some(dst) = frame.get(..6) else {
+            self.counters.malformed += 1;
+            return RxOutcome::Dropped;
+        };
+        if dst != self.mac.0 {
+            if dst[0] & 1 == 0 {
+                self.counters.wrong_mac += 1;
+                return RxOutcome::Dropped;
+            }
+            // Broadcast or multicast: only an ARP request for our address is ours.
+            if dst == [0xff; 6]
+                && let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp)
+            {
+                self.counters.arp_replies += 1;
+                return RxOutcome::ArpReply(len);
+            }
+            self.counters.not_for_us += 1;
+            return RxOutcome::Dropped;
+        }
         if let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp) {
             self.counters.arp_replies += 1;
             return RxOutcome::ArpReply(len);
         }
-        match wire::parse_frame(frame) {
-            Ok((repr, payload)) => {
-                if repr.ip.dst_addr != self.ip {
-                    self.counters.not_for_us += 1;
-                    return RxOutcome::Dropped;
-                }
-                let Some(i) = self.qps.lookup(repr.bth.dest_qp) else {
-                    self.counters.unknown_qp += 1;
-                    return RxOutcome::Dropped;
-                };
-                let e = &mut self.qps.entries[i];
-                e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged);
-                self.counters.delivered += 1;
-                self.make_ready(i as u32);
-                self.arm(i as u32);
-                RxOutcome::Delivered
+        let c = &mut self.counters;
+        let (repr, payload) = match wire::parse_frame(frame) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                *match e {
+                    wire::Error::BadIcrc { .. } => &mut c.icrc_errors,
+                    wire::Error::NotRoce { .. } => &mut c.not_for_us,
+                    wire::Error::OtherTransport(_) => &mut c.wrong_transport,
+                    wire::Error::Unsupported(u) => match u {
+                        wire::Unsupported::VlanTag(_) => &mut c.vlan_tagged,
+                        wire::Unsupported::IpOptions(_) => &mut c.ip_options,
+                        wire::Unsupported::IpFragment { .. } => &mut c.ip_fragments,
+                    },
+                    _ => &mut c.malformed,
+                } += 1;
+                return RxOutcome::Dropped;
             }
-            Err(wire::Error::BadIcrc { .. }) => {
-                self.counters.icrc_errors += 1;
-                RxOutcome::Dropped
-            }
-            Err(wire::Error::NotRoce { .. }) => {
-                self.counters.not_for_us += 1;
-                RxOutcome::Dropped
-            }
-            Err(_) => {
-                self.counters.malformed += 1;
-                RxOutcome::Dropped
-            }
+        };
+        if repr.ip.dst_addr != self.ip {
+            c.not_for_us += 1;
+            return RxOutcome::Dropped;
         }
+        let Some(i) = self.qps.lookup(repr.bth.dest_qp) else {
+            c.unknown_qp += 1;
+            return RxOutcome::Dropped;
+        };
+        let e = &mut self.qps.entries[i];
+        if let Err(why) = e.qp.admit(&repr) {
+            *match why {
+                Inadmissible::PKey => &mut c.bad_pkey,
+                Inadmissible::Source => &mut c.wrong_source,
+            } += 1;
+            return RxOutcome::Dropped;
+        }
+        e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged);
+        c.delivered += 1;
+        self.make_ready(i as u32);
+        self.arm(i as u32);
+        RxOutcome::Delivered
     }
 
     /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.

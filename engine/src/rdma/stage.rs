@@ -17,9 +17,32 @@ use super::{RdmaNode, RxOutcome};
 use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outputs, Stage};
 
-/// Stage counter slot of mbuf allocation failures; the slots before it are the node
-/// counters [`RdmaStage::publish`] gathers, in the order of `counter_names`.
-const ALLOC_FAILURES: usize = 10;
+/// The stage's counters, in slot order: the nodes' (summed over the engines, see
+/// [`RdmaStage::publish`]), then the stage's own.
+const COUNTER_NAMES: [&str; 19] = [
+    "delivered",
+    "icrc_errors",
+    "malformed",
+    "not_for_us",
+    "unknown_qp",
+    "wrong_mac",
+    "vlan_tagged",
+    "ip_options",
+    "ip_fragments",
+    "wrong_transport",
+    "bad_pkey",
+    "wrong_source",
+    "arp_replies",
+    "completions",
+    "retransmissions",
+    "cq_full",
+    "posted",
+    "cq_overruns",
+    "alloc_failures",
+];
+
+/// Slot of mbuf allocation failures: the last one.
+const ALLOC_FAILURES: usize = COUNTER_NAMES.len() - 1;
 
 /// Mbufs allocated at once for transmission.
 const TX_ALLOC: usize = 32;
@@ -87,14 +110,22 @@ impl RdmaStage {
     }
 
     fn publish(&self, c: &mut Counters) {
-        let mut sum = [0u64; 10];
+        let mut sum = [0u64; ALLOC_FAILURES];
         for e in &self.engines {
             let n = &e.node.counters;
             for (s, v) in sum.iter_mut().zip([
                 n.delivered,
                 n.icrc_errors,
                 n.malformed,
-                n.not_for_us + n.unknown_qp,
+                n.not_for_us,
+                n.unknown_qp,
+                n.wrong_mac,
+                n.vlan_tagged,
+                n.ip_options,
+                n.ip_fragments,
+                n.wrong_transport,
+                n.bad_pkey,
+                n.wrong_source,
                 n.arp_replies,
                 n.completions,
                 e.node.retransmissions(),
@@ -116,19 +147,7 @@ impl Stage for RdmaStage {
     }
 
     fn counter_names(&self) -> &'static [&'static str] {
-        &[
-            "delivered",
-            "icrc_errors",
-            "malformed",
-            "not_for_us",
-            "arp_replies",
-            "completions",
-            "retransmissions",
-            "cq_full",
-            "posted",
-            "cq_overruns",
-            "alloc_failures",
-        ]
+        &COUNTER_NAMES
     }
 
     fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, c: &mut Counters) {

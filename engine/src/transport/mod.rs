@@ -82,6 +82,9 @@ pub struct QpConfig {
     pub remote_ip: Ipv4Addr,
     /// UDP source port (ECMP entropy), conventionally 0xC000..=0xFFFF.
     pub udp_src_port: u16,
+    /// The partition key both ends use: sent in every BTH, and a received packet whose P_Key
+    /// does not match it (see [`pkey_matches`]) is dropped.
+    pub pkey: u16,
     pub dscp: u8,
     pub ecn: Ecn,
     pub ttl: u8,
@@ -127,6 +130,7 @@ impl QpConfig {
             local_ip: Ipv4Addr::new(10, 0, 0, 1),
             remote_ip: Ipv4Addr::new(10, 0, 0, 2),
             udp_src_port: 0xc000,
+            pkey: DEFAULT_PKEY,
             dscp: 26,
             ecn: Ecn::Ect0,
             ttl: 64,
@@ -191,6 +195,9 @@ impl QpConfig {
         if self.rnr_timer_code > 31 || self.dscp > 0x3f {
             return bad("rnr_timer_code/dscp");
         }
+        if self.pkey & 0x7fff == 0 {
+            return bad("pkey");
+        }
         Ok(())
     }
 
@@ -215,7 +222,7 @@ impl QpConfig {
                 solicited: false,
                 migreq: false,
                 pad_count: 0,
-                pkey: DEFAULT_PKEY,
+                pkey: self.pkey,
                 fecn: false,
                 becn: false,
                 dest_qp: self.remote_qpn,
@@ -228,6 +235,30 @@ impl QpConfig {
             immdt: None,
         }
     }
+}
+
+/// Whether a packet's P_Key `received` is accepted by a queue pair whose P_Key is `own`
+/// (IBTA 10.9.3): the 15-bit keys must be equal and not the invalid key 0, and at least one
+/// of the two must be a full member (bit 15 set); two limited members do not talk.
+pub const fn pkey_matches(received: u16, own: u16) -> bool {
+    let key = received & 0x7fff;
+    key != 0 && key == own & 0x7fff && (received | own) & 0x8000 != 0
+}
+
+/// A first PSN drawn from the operating system's random generator (24 bits), as verbs
+/// applications choose `sq_psn`: a packet that arrives out of the blue does not land on the
+/// expected PSN by knowing the convention of starting at 0.
+pub fn random_psn() -> u32 {
+    mr::random_u32() & psn::PSN_MASK
+}
+
+/// Why a queue pair refused a packet before its state machines saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inadmissible {
+    /// The P_Key does not match the queue pair's, or is the invalid key.
+    PKey,
+    /// The source IP address is not the connected peer's.
+    Source,
 }
 
 /// A configuration field out of range.

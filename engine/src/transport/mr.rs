@@ -7,7 +7,10 @@
 //! (`mapping.as_ptr() + offset`), as `ibv_reg_mr` gives; [`MemoryTable::register_iova`] names
 //! the range by another address, as `ibv_reg_mr_iova` does (the pure transport tests use it
 //! to keep their addresses readable). Both keys carry the region's slot index in their upper
-//! 24 bits so a lookup is one index and one compare, with no search per packet. Access flags
+//! [`SLOT_BITS`] bits, so a lookup is one index and one compare with no search per packet, and
+//! a [`KEY_BITS`]-bit key drawn at random per registration in the rest: a peer cannot guess
+//! an rkey it was not given, and a slot registered again never gets the keys it had before,
+//! so a stale key never names the new region. Access flags
 //! decide what remote peers (REMOTE_READ, REMOTE_WRITE) and incoming data placement
 //! (LOCAL_WRITE) may do. Every check happens before a byte is touched, which is what lets the
 //! responder NAK a bad request with memory left intact.
@@ -86,7 +89,7 @@ pub enum RegisterError {
     },
     #[error("region of {0} bytes: a region holds at most 2^48 bytes")]
     TooLarge(usize),
-    #[error("no free region slot (at most 2^24 regions)")]
+    #[error("no free region slot (at most {MAX_REGIONS} regions)")]
     TableFull,
 }
 
@@ -100,6 +103,13 @@ pub struct Location {
 }
 
 impl Location {
+    /// Where a zero-length remote access points: no region (IBTA C9-88: a READ or WRITE of
+    /// DMA length 0 is not checked against its rkey and address, and touches nothing).
+    pub const NOWHERE: Location = Location {
+        offset: 0,
+        region: u32::MAX,
+    };
+
     /// The location `n` bytes further on.
     pub const fn advance(self, n: u64) -> Location {
         Location {
@@ -123,21 +133,100 @@ struct Region {
     retired: bool,
 }
 
+/// Bits of a key that name its region's slot.
+pub const SLOT_BITS: u32 = 12;
+/// Bits of a key drawn at random per registration.
+pub const KEY_BITS: u32 = 32 - SLOT_BITS;
+/// Regions one table holds at once.
+pub const MAX_REGIONS: usize = 1 << SLOT_BITS;
+const KEY_MASK: u32 = (1 << KEY_BITS) - 1;
+
+/// Where the random part of keys comes from.
+#[derive(Debug)]
+enum KeySource {
+    /// The operating system's generator, one draw per key.
+    Os,
+    /// A fixed sequence (SplitMix64 from a seed), for reproducible tests and fuzzing.
+    Seeded(u64),
+    /// Exactly these values, in turn (tests of what happens when the generator repeats).
+    #[cfg(test)]
+    Script(Vec<u32>),
+}
+
+impl KeySource {
+    fn next(&mut self) -> u32 {
+        match self {
+            KeySource::Os => random_u32(),
+            KeySource::Seeded(state) => {
+                *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = *state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z ^ (z >> 31)) as u32
+            }
+            #[cfg(test)]
+            KeySource::Script(values) => values.remove(0),
+        }
+    }
+}
+
+/// 32 bits from the operating system's random generator.
+///
+/// # Panics
+/// When the system has no random source at all (getrandom(2) fails), which no supported
+/// Linux does; an engine must not hand out predictable keys instead.
+pub fn random_u32() -> u32 {
+    getrandom::u32().expect("the operating system's random generator (getrandom) works")
+}
+
 /// All regions of one engine (or one test endpoint).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryTable {
     regions: Vec<Option<Region>>,
-    generation: u8,
+    /// The random parts of the keys each slot had last (lkey, rkey), kept after the region
+    /// is removed so that the slot's next registration draws different ones.
+    last_keys: Vec<(u32, u32)>,
+    keys: KeySource,
+}
+
+impl Default for MemoryTable {
+    fn default() -> Self {
+        MemoryTable::new()
+    }
 }
 
 /// Slot index of a key.
 pub const fn key_slot(key: u32) -> u32 {
-    key >> 8
+    key >> KEY_BITS
 }
 
 impl MemoryTable {
+    /// A table whose keys come from the operating system's random generator.
     pub fn new() -> MemoryTable {
-        MemoryTable::default()
+        MemoryTable {
+            regions: Vec::new(),
+            last_keys: Vec::new(),
+            keys: KeySource::Os,
+        }
+    }
+
+    /// A table whose keys are a fixed function of `seed` (tests and fuzzing only: keys a peer
+    /// can predict are keys a peer can forge).
+    pub fn seeded(seed: u64) -> MemoryTable {
+        MemoryTable {
+            keys: KeySource::Seeded(seed),
+            ..MemoryTable::new()
+        }
+    }
+
+    /// A random key part for `slot` that differs from `previous`.
+    fn draw(&mut self, previous: u32) -> u32 {
+        loop {
+            let k = self.keys.next() & KEY_MASK;
+            if k != previous {
+                return k;
+            }
+        }
     }
 
     /// Register `len` bytes of `map` from `offset`; the keys name the bytes by their real
@@ -156,8 +245,9 @@ impl MemoryTable {
     /// Register `len` bytes of `map` from `offset`, named by the address `iova` instead of
     /// their real address (as `ibv_reg_mr_iova`).
     ///
-    /// Keys are `slot << 8 | tag`; the tag changes with every registration so that a stale key
-    /// of a re-used slot does not match.
+    /// Keys are `slot << KEY_BITS | random`; the random part is drawn again for every
+    /// registration and never repeats the slot's previous one, so a stale key of a re-used
+    /// slot does not match.
     pub fn register_iova(
         &mut self,
         map: Arc<Mapping>,
@@ -181,13 +271,19 @@ impl MemoryTable {
             .iter()
             .position(Option::is_none)
             .unwrap_or(self.regions.len());
-        if slot >= 1 << 24 {
+        if slot >= MAX_REGIONS {
             return Err(RegisterError::TableFull);
         }
-        self.generation = self.generation.wrapping_add(1);
-        let tag = self.generation;
-        let lkey = ((slot as u32) << 8) | u32::from(tag);
-        let rkey = ((slot as u32) << 8) | u32::from(tag ^ 0x80);
+        if slot == self.last_keys.len() {
+            // A fresh slot: no key of it was ever handed out. A draw of 0 would still be a
+            // valid key; the sentinel only has to differ from what `draw` avoids next time.
+            self.last_keys.push((u32::MAX, u32::MAX));
+        }
+        let (last_l, last_r) = self.last_keys[slot];
+        let (l, r) = (self.draw(last_l), self.draw(last_r));
+        self.last_keys[slot] = (l, r);
+        let lkey = ((slot as u32) << KEY_BITS) | l;
+        let rkey = ((slot as u32) << KEY_BITS) | r;
         let region = Region {
             map,
             base: offset,
@@ -293,6 +389,22 @@ impl MemoryTable {
         self.check(rkey, true, addr, len, need)
     }
 
+    /// [`MemoryTable::check_remote`] as a responder applies it to a READ or WRITE: a DMA
+    /// length of 0 is not checked at all (IBTA C9-88, as rxe does) and resolves to
+    /// [`Location::NOWHERE`].
+    pub fn check_remote_dma(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Location, AccessError> {
+        if len == 0 {
+            return Ok(Location::NOWHERE);
+        }
+        self.check(rkey, true, addr, len, need)
+    }
+
     fn resolved(&self, at: Location, len: usize) -> (&Mapping, usize) {
         let region = self.regions[at.region as usize]
             .as_ref()
@@ -304,6 +416,9 @@ impl MemoryTable {
     /// Copy `src` into a region at a resolved location (data placement). Panics only if the
     /// location did not come from a check of at least that length (a transport bug).
     pub fn place(&self, at: Location, src: &[u8]) {
+        if src.is_empty() {
+            return;
+        }
         let (map, offset) = self.resolved(at, src.len());
         map.write(offset, src)
             .expect("placement inside a checked location");
@@ -311,6 +426,9 @@ impl MemoryTable {
 
     /// Copy bytes out of a region at a resolved location (payload of an outgoing packet).
     pub fn fetch(&self, at: Location, dst: &mut [u8]) {
+        if dst.is_empty() {
+            return;
+        }
         let (map, offset) = self.resolved(at, dst.len());
         map.read(offset, dst)
             .expect("fetch inside a checked location");
@@ -372,6 +490,70 @@ mod tests {
 
     fn anon(len: usize) -> Arc<Mapping> {
         Arc::new(Mapping::anonymous(len).expect("anonymous mapping"))
+    }
+
+    #[test]
+    fn keys_are_random_per_table_and_reproducible_only_when_seeded() {
+        // Two engines (two runs) registering the same thing: the OS draws their keys.
+        let keys = |mut mem: MemoryTable| {
+            let k = mem
+                .register_iova(anon(64), 0, 64, 0x1000, Access::ALL)
+                .unwrap();
+            (k.lkey, k.rkey)
+        };
+        let (l1, r1) = keys(MemoryTable::new());
+        let (l2, r2) = keys(MemoryTable::new());
+        assert_ne!(r1, r2, "a second run's rkey differs");
+        assert_ne!(l1, l2);
+        assert_ne!(l1, r1, "the lkey does not give the rkey away");
+        assert_eq!(key_slot(r1), 0);
+        assert_eq!(key_slot(r2), 0);
+        assert_eq!(
+            keys(MemoryTable::seeded(7)),
+            keys(MemoryTable::seeded(7)),
+            "a seeded table is reproducible"
+        );
+        assert_ne!(keys(MemoryTable::seeded(7)), keys(MemoryTable::seeded(8)));
+    }
+
+    #[test]
+    fn a_slot_registered_again_never_gets_its_previous_keys() {
+        // The generator repeats itself on purpose: 5 and 6 again for the re-registration.
+        let mut mem = MemoryTable {
+            keys: KeySource::Script(vec![5, 6, 5, 9, 6, 10]),
+            ..MemoryTable::new()
+        };
+        let first = mem
+            .register_iova(anon(64), 0, 64, 0x1000, Access::ALL)
+            .unwrap();
+        assert_eq!((first.lkey, first.rkey), (5, 6));
+        assert!(mem.deregister(first.lkey));
+        let again = mem
+            .register_iova(anon(64), 0, 64, 0x1000, Access::ALL)
+            .unwrap();
+        assert_eq!(key_slot(again.lkey), 0, "the same slot");
+        assert_eq!(
+            (again.lkey, again.rkey),
+            (9, 10),
+            "the repeats were skipped"
+        );
+        assert!(
+            mem.check_remote(first.rkey, 0x1000, 8, Access::NONE)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_table_holds_at_most_max_regions() {
+        let mut mem = MemoryTable::seeded(1);
+        let map = anon(4096);
+        for _ in 0..MAX_REGIONS {
+            mem.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        }
+        assert_eq!(
+            mem.register(map, 0, 64, Access::ALL),
+            Err(RegisterError::TableFull)
+        );
     }
 
     #[test]

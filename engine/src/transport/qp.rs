@@ -16,8 +16,8 @@ use super::requester::{Outcome, Requester};
 use super::responder::{Responder, Verdict};
 use super::sge::LocalError;
 use super::{
-    Budget, ConfigError, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest, Refusal,
-    WorkRequest,
+    Budget, ConfigError, Inadmissible, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest,
+    Refusal, WorkRequest, pkey_matches,
 };
 
 /// The QP states this transport distinguishes. (Reset/Init/RTR are the
@@ -290,6 +290,20 @@ impl QueuePair {
 
     /// Handle one received, already parsed and ICRC-checked packet.
     /// `payload` is the packet's payload without pad and ICRC.
+    /// Whether a packet addressed to this queue pair may reach its state machines at all:
+    /// its P_Key matches ([`pkey_matches`]), and it comes from the connected peer's address.
+    /// A refused packet changes nothing (no NAK: the sender is not a party to this
+    /// connection, or not in its partition).
+    pub fn admit(&self, repr: &RoceRepr) -> Result<(), Inadmissible> {
+        if !pkey_matches(repr.bth.pkey, self.cfg.pkey) {
+            return Err(Inadmissible::PKey);
+        }
+        if repr.ip.src_addr != self.cfg.remote_ip {
+            return Err(Inadmissible::Source);
+        }
+        Ok(())
+    }
+
     pub fn on_packet(
         &mut self,
         now: u64,

@@ -14,7 +14,10 @@
 //! acknowledge implicitly, so they go out before any ACK. rkey, bounds and
 //! permission are checked before the first byte is written; a failure NAKs
 //! "remote access error" and moves the QP to the error state with memory
-//! untouched. A SEND (or WRITE with immediate) that finds no posted receive
+//! untouched. A READ or WRITE of DMA length 0 is not checked at all (C9-88)
+//! and is answered as any other: an ACK, an empty READ RESPONSE ONLY.
+//! Defined RC opcodes this responder does not execute (the atomics) NAK
+//! "invalid request" and end the connection, as an unsupported opcode must. A SEND (or WRITE with immediate) that finds no posted receive
 //! gets an RNR NAK and is not consumed.
 
 use std::collections::VecDeque;
@@ -312,7 +315,7 @@ impl Responder {
                 if !shape_ok {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
-                let at = match mem.check_remote(
+                let at = match mem.check_remote_dma(
                     reth.rkey,
                     reth.virtual_addr,
                     u64::from(reth.dma_len),
@@ -391,7 +394,7 @@ impl Responder {
                 if self.cur.is_some() {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
-                let at = match mem.check_remote(
+                let at = match mem.check_remote_dma(
                     reth.rkey,
                     reth.virtual_addr,
                     u64::from(reth.dma_len),
@@ -448,7 +451,7 @@ impl Responder {
         let Some(reth) = repr.reth else { return };
         // The first execution passed these checks; if the region changed
         // since, the retry is silently dropped.
-        let Ok(at) = mem.check_remote(
+        let Ok(at) = mem.check_remote_dma(
             reth.rkey,
             reth.virtual_addr,
             u64::from(reth.dma_len),

@@ -47,6 +47,15 @@ pub enum Opcode {
     RdmaReadResponseLast = 0x0f,
     RdmaReadResponseOnly = 0x10,
     Acknowledge = 0x11,
+    /// The answer to an atomic: AETH and the 8-byte AtomicAckETH (the original value),
+    /// carried here as an 8-byte payload until atomics are implemented.
+    AtomicAcknowledge = 0x12,
+    /// Atomic compare-and-swap: the 28-byte AtomicETH (virtual address, rkey, swap value,
+    /// compare value) carried as the payload. Portico does not execute atomics yet; an RC
+    /// responder answers it with NAK Invalid Request.
+    CompareSwap = 0x13,
+    /// Atomic fetch-and-add: as [`Opcode::CompareSwap`] (the compare field unused).
+    FetchAdd = 0x14,
     /// IBTA 1.5 memory placement extension: make earlier WRITEs visible or
     /// persistent. Answered with a zero-length [`Opcode::RdmaReadResponseOnly`].
     Flush = 0x1c,
@@ -119,6 +128,11 @@ impl ExtHeaders {
     }
 }
 
+/// Length of the AtomicETH of CmpSwap and FetchAdd (carried as their payload).
+pub const ATOMIC_ETH_LEN: usize = 28;
+/// Length of the AtomicAckETH of an ATOMIC ACKNOWLEDGE (carried as its payload).
+pub const ATOMIC_ACK_ETH_LEN: usize = 8;
+
 /// Length of the reserved block that follows the BTH of a CNP.
 pub const CNP_RESERVED_LEN: usize = 16;
 
@@ -144,10 +158,16 @@ impl Opcode {
             0x0f => Opcode::RdmaReadResponseLast,
             0x10 => Opcode::RdmaReadResponseOnly,
             0x11 => Opcode::Acknowledge,
+            0x12 => Opcode::AtomicAcknowledge,
+            0x13 => Opcode::CompareSwap,
+            0x14 => Opcode::FetchAdd,
             0x1c => Opcode::Flush,
             0x1d => Opcode::AtomicWrite,
             0x81 => Opcode::Cnp,
             0xe0..=0xff => return Err(Error::VendorOpcode(raw)),
+            // UC, RD, UD and XRC (transport bits 001b, 010b, 011b, 101b): well-formed
+            // packets of a service this engine's reliable-connection queue pairs never take.
+            0x20..=0x7f | 0xa0..=0xbf => return Err(Error::OtherTransport(raw)),
             _ => return Err(Error::UnknownOpcode(raw)),
         })
     }
@@ -157,7 +177,7 @@ impl Opcode {
     }
 
     /// Every opcode this module implements, in numeric order.
-    pub const ALL: [Opcode; 21] = [
+    pub const ALL: [Opcode; 24] = [
         Opcode::SendFirst,
         Opcode::SendMiddle,
         Opcode::SendLast,
@@ -176,6 +196,9 @@ impl Opcode {
         Opcode::RdmaReadResponseLast,
         Opcode::RdmaReadResponseOnly,
         Opcode::Acknowledge,
+        Opcode::AtomicAcknowledge,
+        Opcode::CompareSwap,
+        Opcode::FetchAdd,
         Opcode::Flush,
         Opcode::AtomicWrite,
         Opcode::Cnp,
@@ -217,6 +240,15 @@ impl Opcode {
                 payload: Payload::None,
                 ..none
             },
+            Opcode::AtomicAcknowledge => ExtHeaders {
+                aeth: true,
+                payload: Payload::Exact(ATOMIC_ACK_ETH_LEN),
+                ..none
+            },
+            Opcode::CompareSwap | Opcode::FetchAdd => ExtHeaders {
+                payload: Payload::Exact(ATOMIC_ETH_LEN),
+                ..none
+            },
             Opcode::Flush => ExtHeaders {
                 feth: true,
                 reth: true,
@@ -253,6 +285,8 @@ impl Opcode {
                 | Opcode::RdmaWriteOnly
                 | Opcode::RdmaWriteOnlyWithImmediate
                 | Opcode::RdmaReadRequest
+                | Opcode::CompareSwap
+                | Opcode::FetchAdd
                 | Opcode::Flush
                 | Opcode::AtomicWrite
         )
@@ -267,6 +301,7 @@ impl Opcode {
                 | Opcode::RdmaReadResponseLast
                 | Opcode::RdmaReadResponseOnly
                 | Opcode::Acknowledge
+                | Opcode::AtomicAcknowledge
         )
     }
 }
@@ -647,10 +682,20 @@ pub(crate) mod tests {
             }
         );
         let mut unknown = CNP_BTH;
-        unknown[0] = 0x64; // UD SEND ONLY: valid IBTA, not implemented here
+        unknown[0] = 0x64; // UD SEND ONLY: valid IBTA, another transport service
         assert_eq!(
             BthRepr::parse(&Packet::new_unchecked(&unknown[..])).unwrap_err(),
-            Error::UnknownOpcode(0x64)
+            Error::OtherTransport(0x64)
+        );
+        unknown[0] = 0x15; // reserved in the RC range
+        assert_eq!(
+            BthRepr::parse(&Packet::new_unchecked(&unknown[..])).unwrap_err(),
+            Error::UnknownOpcode(0x15)
+        );
+        unknown[0] = 0xc3; // transport bits 110b: reserved
+        assert_eq!(
+            BthRepr::parse(&Packet::new_unchecked(&unknown[..])).unwrap_err(),
+            Error::UnknownOpcode(0xc3)
         );
         unknown[0] = 0xe5;
         assert_eq!(

@@ -168,6 +168,16 @@ pub enum Error {
     #[error("unknown or unsupported BTH opcode {0:#04x}")]
     UnknownOpcode(u8),
 
+    /// A well-formed opcode of another transport service (UC, RD, UD, XRC): nothing this
+    /// engine's reliable-connection queue pairs take.
+    #[error("BTH opcode {0:#04x} belongs to another transport service than RC")]
+    OtherTransport(u8),
+
+    /// A frame that may be meant for this host but uses a feature the RoCEv2 path does not
+    /// take (a VLAN tag, IPv4 options, a fragment).
+    #[error("{0}")]
+    Unsupported(Unsupported),
+
     /// A manufacturer-specific opcode (0xE0-0xFF), reserved for Portico's own
     /// extensions but not implemented by this module yet.
     #[error("manufacturer-specific BTH opcode {0:#04x} is not implemented")]
@@ -207,6 +217,21 @@ pub enum Error {
     /// BTH pad count and payload length do not add up to a multiple of 4 bytes.
     #[error("pad count {pad_count} with {payload_len} payload bytes is not 4-byte aligned")]
     BadPadding { pad_count: u8, payload_len: usize },
+}
+
+/// Features of Ethernet and IPv4 the RoCEv2 path refuses, each counted on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Unsupported {
+    /// An 802.1Q or 802.1ad tag (EtherType 0x8100, 0x88a8 or 0x9100).
+    #[error("Ethernet: VLAN tag (EtherType {0:#06x}) not supported")]
+    VlanTag(u16),
+    /// An IPv4 header longer than 20 bytes: rxe and hardware compute the ICRC over a
+    /// 20-byte header, so RoCEv2 never carries options.
+    #[error("IPv4: header of {0} bytes (options) not supported")]
+    IpOptions(usize),
+    /// A fragment (MF set or a non-zero offset): RoCEv2 packets are never fragmented.
+    #[error("IPv4: fragment (offset {offset}, more fragments {more}) not supported")]
+    IpFragment { offset: u16, more: bool },
 }
 
 /// The result type of every fallible function in `wire`.

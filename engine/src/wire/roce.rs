@@ -42,7 +42,7 @@ use super::immdt::{self, ImmDtRepr};
 use super::ipv4::{self, Ecn, PROTOCOL_UDP};
 use super::reth::{self, RethRepr};
 use super::udp::{self, ROCEV2_PORT};
-use super::{Error, Layer, Result, ensure_len};
+use super::{Error, Layer, Result, Unsupported, ensure_len};
 
 const IP_OFFSET: usize = ethernet::HEADER_LEN;
 const UDP_OFFSET: usize = IP_OFFSET + ipv4::HEADER_LEN;
@@ -153,11 +153,11 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     fn locate(frame: &[u8]) -> Result<Layout> {
         let eth = ethernet::Packet::new_checked(frame)?;
         if eth.ethertype() != EtherType::Ipv4 {
-            return Err(not_roce(
-                Layer::Ethernet,
-                "ethertype",
-                u64::from(u16::from(eth.ethertype())),
-            ));
+            let raw = u16::from(eth.ethertype());
+            if matches!(raw, 0x8100 | 0x88a8 | 0x9100) {
+                return Err(Error::Unsupported(Unsupported::VlanTag(raw)));
+            }
+            return Err(not_roce(Layer::Ethernet, "ethertype", u64::from(raw)));
         }
 
         let ip = ipv4::Packet::new_checked(eth.payload())?;
@@ -169,18 +169,13 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         }
         // rxe and hardware assume a 20-byte IPv4 header when computing the ICRC.
         if ip.header_len() != ipv4::HEADER_LEN {
-            return Err(not_roce(
-                Layer::Ipv4,
-                "header length (options)",
-                ip.header_len() as u64,
-            ));
+            return Err(Error::Unsupported(Unsupported::IpOptions(ip.header_len())));
         }
         if ip.more_frags() || ip.frag_offset() != 0 {
-            return Err(not_roce(
-                Layer::Ipv4,
-                "fragment offset",
-                u64::from(ip.frag_offset()),
-            ));
+            return Err(Error::Unsupported(Unsupported::IpFragment {
+                offset: ip.frag_offset(),
+                more: ip.more_frags(),
+            }));
         }
         if ip.protocol() != PROTOCOL_UDP {
             return Err(not_roce(Layer::Ipv4, "protocol", u64::from(ip.protocol())));
@@ -1146,7 +1141,11 @@ mod tests {
 
         let mut f = send.clone();
         f[BTH_OFFSET] = 0x64; // UD SEND ONLY
-        assert_eq!(err(&f), Error::UnknownOpcode(0x64));
+        assert_eq!(err(&f), Error::OtherTransport(0x64));
+        f[BTH_OFFSET] = 0x24; // UC SEND ONLY
+        assert_eq!(err(&f), Error::OtherTransport(0x24));
+        f[BTH_OFFSET] = 0x17; // SEND ONLY WITH INVALIDATE: defined, not implemented
+        assert_eq!(err(&f), Error::UnknownOpcode(0x17));
         f[BTH_OFFSET] = 0xe0;
         assert_eq!(err(&f), Error::VendorOpcode(0xe0));
 

@@ -1,0 +1,365 @@
+//! Hostile input at the node: every frame a trusted RDMA implementation refuses is dropped
+//! under its own counter, with no NAK, no state change and no byte of registered memory
+//! touched; and the frame it was made from is accepted, so each test can fail.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use pmem::Mapping;
+
+use super::{Cq, Qp, RdmaNode, RxOutcome};
+use crate::transport::{
+    Access, MrKeys, QpConfig, QpState, SgList, WcStatus, WorkCompletion, WorkRequest,
+};
+use crate::wire::icrc::{self, Icrc};
+use crate::wire::{self, EthernetAddress, NakCode, Opcode, Syndrome};
+
+const PATTERN: u8 = 0x5a;
+
+/// A is the sender, B the node under attack: B's region is 4096 zero bytes.
+struct Setup {
+    a: RdmaNode,
+    b: RdmaNode,
+    qp_a: Qp,
+    cq_a: Cq,
+    _cq_b: Cq,
+    src: MrKeys,
+    dst: MrKeys,
+    dst_map: Arc<Mapping>,
+}
+
+fn setup() -> Setup {
+    let mut a = RdmaNode::new(
+        EthernetAddress([2, 0, 0, 0, 0, 1]),
+        Ipv4Addr::new(10, 9, 0, 1),
+    );
+    let mut b = RdmaNode::new(
+        EthernetAddress([2, 0, 0, 0, 0, 2]),
+        Ipv4Addr::new(10, 9, 0, 2),
+    );
+    let mut cfg = QpConfig::new(0x11, 0x22);
+    cfg.remote_mac = b.mac;
+    cfg.remote_ip = b.ip;
+    cfg.send_psn = 0x00ff_fff0;
+    let mut peer = cfg.mirrored();
+    peer.remote_mac = a.mac;
+    peer.remote_ip = a.ip;
+    let cq_a = a.create_cq(64);
+    let cq_b = b.create_cq(64);
+    let qp_a = a.add_qp(cfg, &cq_a, &cq_a).unwrap();
+    b.add_qp(peer, &cq_b, &cq_b).unwrap();
+    let src_map = Arc::new(Mapping::anonymous(4096).unwrap());
+    src_map.fill(0, 4096, PATTERN).unwrap();
+    let src = a.register(src_map, 0, 4096, Access::ALL).unwrap();
+    let dst_map = Arc::new(Mapping::anonymous(4096).unwrap());
+    let dst = b.register(dst_map.clone(), 0, 4096, Access::ALL).unwrap();
+    Setup {
+        a,
+        b,
+        qp_a,
+        cq_a,
+        _cq_b: cq_b,
+        src,
+        dst,
+        dst_map,
+    }
+}
+
+impl Setup {
+    /// The one frame of a `len`-byte WRITE from A to B's region (not delivered).
+    fn write_frame(&mut self, len: u32) -> Vec<u8> {
+        let wr = WorkRequest::write(
+            1,
+            SgList::one(self.src.lkey, self.src.addr, len),
+            self.dst.addr,
+            self.dst.rkey,
+            None,
+        );
+        self.qp_a.post_send(&[wr]).unwrap();
+        self.a.service(0);
+        let tx = self.a.poll_transmit(0).expect("the WRITE");
+        let mut frame = vec![0u8; tx.frame_len()];
+        self.a.emit(&tx, &mut frame).unwrap();
+        frame
+    }
+
+    fn b_memory(&self) -> Vec<u8> {
+        let mut m = vec![0u8; 4096];
+        self.dst_map.read(0, &mut m).unwrap();
+        m
+    }
+
+    /// B dropped `frame` under exactly one counter, which `counter` reads, and nothing
+    /// else changed: no memory written, no packet owed, PSN where it was.
+    fn assert_refused(&mut self, frame: &[u8], counter: fn(&super::NodeCounters) -> u64) {
+        let before = self.b.counters;
+        let epsn = self.b.qp(0x22).unwrap().responder().expected_psn();
+        assert_eq!(self.b.receive(0, frame), RxOutcome::Dropped);
+        assert_eq!(counter(&self.b.counters), counter(&before) + 1);
+        assert_eq!(self.b.counters.rx_frames, before.rx_frames + 1);
+        assert_eq!(self.b.counters.delivered, before.delivered);
+        assert!(self.b_memory().iter().all(|&x| x == 0), "memory untouched");
+        let qp = self.b.qp(0x22).unwrap();
+        assert_eq!(qp.responder().expected_psn(), epsn);
+        assert_eq!(qp.state(), QpState::Ready);
+        assert!(self.b.poll_transmit(0).is_none(), "no NAK, no ACK");
+    }
+
+    /// B takes `frame`: the WRITE lands, and B acknowledges it.
+    fn assert_accepted(&mut self, frame: &[u8]) {
+        assert_eq!(self.b.receive(0, frame), RxOutcome::Delivered);
+        let len = wire::parse_frame(frame).unwrap().1.len();
+        let m = self.b_memory();
+        assert!(m[..len].iter().all(|&x| x == PATTERN));
+        assert!(m[len..].iter().all(|&x| x == 0));
+    }
+}
+
+/// Re-encodes a frame after changing its headers (checksums and ICRC made valid again).
+fn rewrite(frame: &[u8], change: impl FnOnce(&mut wire::RoceRepr)) -> Vec<u8> {
+    let (mut repr, payload) = wire::parse_frame(frame).unwrap();
+    change(&mut repr);
+    let mut out = vec![0u8; repr.buffer_len(payload.len())];
+    let n = repr.emit(&mut out, payload).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// Recomputes the IPv4 checksum and the ICRC of a frame edited byte by byte (20-byte IPv4
+/// header at 14, UDP at 34, BTH at 42).
+fn reseal(frame: &mut [u8]) {
+    frame[24..26].fill(0);
+    let sum = wire::checksum::of(&frame[14..34]);
+    frame[24..26].copy_from_slice(&sum.to_be_bytes());
+    let end = frame.len() - icrc::ICRC_LEN;
+    let mut covered = frame[14..end].to_vec();
+    for i in [1, 8, 10, 11, 26, 27, 32] {
+        covered[i] = 0xff;
+    }
+    let mut crc = Icrc::new();
+    crc.update(&covered);
+    frame[end..].copy_from_slice(&icrc::to_wire(crc.finish()));
+}
+
+#[test]
+fn a_foreign_p_key_or_the_invalid_one_is_dropped_and_counted() {
+    let mut s = setup();
+    let frame = s.write_frame(64);
+    for pkey in [0x1234, 0x0000, 0x8000] {
+        let bad = rewrite(&frame, |r| r.bth.pkey = pkey);
+        s.assert_refused(&bad, |c| c.bad_pkey);
+    }
+    // A limited member of the default partition talks to the full member B is.
+    let limited = rewrite(&frame, |r| r.bth.pkey = 0x7fff);
+    s.assert_accepted(&limited);
+}
+
+#[test]
+fn a_packet_from_another_address_than_the_peers_is_dropped_and_counted() {
+    let mut s = setup();
+    let frame = s.write_frame(64);
+    let bad = rewrite(&frame, |r| r.ip.src_addr = Ipv4Addr::new(10, 9, 0, 77));
+    s.assert_refused(&bad, |c| c.wrong_source);
+    s.assert_accepted(&frame);
+}
+
+#[test]
+fn a_frame_to_another_hosts_mac_is_dropped_even_with_our_ip() {
+    let mut s = setup();
+    let frame = s.write_frame(64);
+    let other = rewrite(&frame, |r| {
+        r.dst_mac = EthernetAddress([2, 0, 0, 0, 0, 0x77])
+    });
+    s.assert_refused(&other, |c| c.wrong_mac);
+    let broadcast = rewrite(&frame, |r| r.dst_mac = EthernetAddress([0xff; 6]));
+    s.assert_refused(&broadcast, |c| c.not_for_us);
+    let multicast = rewrite(&frame, |r| {
+        r.dst_mac = EthernetAddress([0x01, 0, 0x5e, 0, 0, 1])
+    });
+    s.assert_refused(&multicast, |c| c.not_for_us);
+    s.assert_accepted(&frame);
+}
+
+#[test]
+fn vlan_tags_ip_options_and_fragments_have_their_own_counters() {
+    let mut s = setup();
+    let frame = s.write_frame(64);
+
+    // An 802.1Q tag between the addresses and the EtherType (the ICRC does not cover it).
+    let mut tagged = frame[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    tagged.extend_from_slice(&frame[12..]);
+    s.assert_refused(&tagged, |c| c.vlan_tagged);
+
+    // Four bytes of options (NOPs): IHL 6, total length + 4.
+    let mut options = frame[..34].to_vec();
+    options.extend_from_slice(&[1, 1, 1, 1]);
+    options.extend_from_slice(&frame[34..]);
+    options[14] = 0x46;
+    let total = u16::from_be_bytes([options[16], options[17]]) + 4;
+    options[16..18].copy_from_slice(&total.to_be_bytes());
+    options[24..26].fill(0);
+    let sum = wire::checksum::of(&options[14..38]);
+    options[24..26].copy_from_slice(&sum.to_be_bytes());
+    s.assert_refused(&options, |c| c.ip_options);
+
+    // More fragments set (and DF cleared), checksum and ICRC valid.
+    let mut fragment = frame.clone();
+    fragment[20] = 0x20;
+    reseal(&mut fragment);
+    s.assert_refused(&fragment, |c| c.ip_fragments);
+    // A later fragment: offset 8 bytes.
+    let mut later = frame.clone();
+    later[20..22].copy_from_slice(&1u16.to_be_bytes());
+    reseal(&mut later);
+    s.assert_refused(&later, |c| c.ip_fragments);
+
+    s.assert_accepted(&frame);
+}
+
+#[test]
+fn uc_and_ud_packets_to_an_rc_queue_pair_are_dropped_silently() {
+    let mut s = setup();
+    let frame = s.write_frame(64);
+    // UC RDMA WRITE ONLY: the same headers (RETH, payload) under a UC opcode.
+    let mut uc = frame.clone();
+    uc[42] = 0x2a;
+    reseal(&mut uc);
+    s.assert_refused(&uc, |c| c.wrong_transport);
+    // UD SEND ONLY: the 8 bytes after the BTH read as a DETH.
+    let mut ud = frame.clone();
+    ud[42] = 0x64;
+    reseal(&mut ud);
+    s.assert_refused(&ud, |c| c.wrong_transport);
+    s.assert_accepted(&frame);
+}
+
+#[test]
+fn a_reseal_that_changed_nothing_is_accepted() {
+    // The byte-level helper itself: resealing an untouched frame keeps it valid, so the
+    // refusals above are the edits' doing and not a broken checksum.
+    let mut s = setup();
+    let mut frame = s.write_frame(64);
+    reseal(&mut frame);
+    s.assert_accepted(&frame);
+}
+
+#[test]
+fn atomics_are_answered_with_nak_invalid_request_and_touch_nothing() {
+    for opcode in [Opcode::CompareSwap, Opcode::FetchAdd] {
+        let mut s = setup();
+        let frame = s.write_frame(64);
+        let (mut repr, _) = wire::parse_frame(&frame).unwrap();
+        repr.bth.opcode = opcode;
+        repr.reth = None;
+        let mut atomic_eth = Vec::new();
+        atomic_eth.extend_from_slice(&s.dst.addr.to_be_bytes());
+        atomic_eth.extend_from_slice(&s.dst.rkey.to_be_bytes());
+        atomic_eth.extend_from_slice(&7u64.to_be_bytes());
+        atomic_eth.extend_from_slice(&0u64.to_be_bytes());
+        let mut atomic = vec![0u8; repr.buffer_len(atomic_eth.len())];
+        let n = repr.emit(&mut atomic, &atomic_eth).unwrap();
+        assert_eq!(s.b.receive(0, &atomic[..n]), RxOutcome::Delivered);
+        let tx = s.b.poll_transmit(0).expect("a NAK");
+        let mut nak = vec![0u8; tx.frame_len()];
+        s.b.emit(&tx, &mut nak).unwrap();
+        let (nak, _) = wire::parse_frame(&nak).unwrap();
+        assert_eq!(nak.bth.opcode, Opcode::Acknowledge);
+        assert_eq!(nak.bth.psn, repr.bth.psn);
+        assert_eq!(
+            nak.aeth.unwrap().syndrome,
+            Syndrome::Nak(NakCode::InvalidRequest)
+        );
+        assert!(s.b_memory().iter().all(|&x| x == 0));
+        assert_eq!(s.b.qp(0x22).unwrap().state(), QpState::Error);
+    }
+}
+
+/// Sends everything `src` has to `dst`; whether anything moved.
+fn carry(src: &mut RdmaNode, dst: &mut RdmaNode, now: u64, buf: &mut [u8]) -> bool {
+    let mut moved = false;
+    src.service(now);
+    while let Some(tx) = src.poll_transmit(now) {
+        let n = src.emit(&tx, buf).unwrap();
+        dst.receive(now, &buf[..n]);
+        moved = true;
+    }
+    src.flush_completions();
+    moved
+}
+
+/// Runs A and B until neither has anything to send.
+fn pump(s: &mut Setup) {
+    let mut buf = vec![0u8; 9000];
+    for round in 0..1000u64 {
+        let now = round * 1000;
+        let ab = carry(&mut s.a, &mut s.b, now, &mut buf);
+        let ba = carry(&mut s.b, &mut s.a, now, &mut buf);
+        if !ab && !ba {
+            return;
+        }
+    }
+}
+
+#[test]
+fn zero_length_reads_and_writes_are_not_checked_against_rkey_or_address() {
+    let mut s = setup();
+    // Neither key nor address names anything at B: with DMA length 0 they are not looked at.
+    let nowhere = u64::MAX - 3;
+    let wrs = [
+        WorkRequest::write(1, SgList::new(), nowhere, 0xdead_beef, None),
+        WorkRequest::read(2, SgList::new(), nowhere, 0xdead_beef),
+        // And a real WRITE afterwards: the connection is still up.
+        WorkRequest::write(
+            3,
+            SgList::one(s.src.lkey, s.src.addr, 8),
+            s.dst.addr,
+            s.dst.rkey,
+            None,
+        ),
+    ];
+    s.qp_a.post_send(&wrs).unwrap();
+    pump(&mut s);
+    let mut wcs = [WorkCompletion::EMPTY; 8];
+    let n = s.cq_a.poll(&mut wcs);
+    assert_eq!(
+        wcs[..n]
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.byte_len))
+            .collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success, 0),
+            (2, WcStatus::Success, 0),
+            (3, WcStatus::Success, 8)
+        ]
+    );
+    let m = s.b_memory();
+    assert!(m[..8].iter().all(|&x| x == PATTERN));
+    assert!(m[8..].iter().all(|&x| x == 0));
+    assert_eq!(s.b.qp(0x22).unwrap().state(), QpState::Ready);
+}
+
+#[test]
+fn a_zero_length_write_request_on_the_wire_is_acknowledged() {
+    let mut s = setup();
+    let frame = s.write_frame(64);
+    let zero = rewrite(&frame, |r| {
+        let reth = r.reth.as_mut().unwrap();
+        reth.dma_len = 0;
+        reth.rkey = 0x0bad_0bad;
+        reth.virtual_addr = 0;
+        r.bth.ack_req = true;
+    });
+    // The payload must match the DMA length: rebuild without one.
+    let (repr, _) = wire::parse_frame(&zero).unwrap();
+    let mut empty = vec![0u8; repr.buffer_len(0)];
+    let n = repr.emit(&mut empty, &[]).unwrap();
+    assert_eq!(s.b.receive(0, &empty[..n]), RxOutcome::Delivered);
+    let tx = s.b.poll_transmit(0).expect("an ACK");
+    let mut ack = vec![0u8; tx.frame_len()];
+    s.b.emit(&tx, &mut ack).unwrap();
+    let (ack, _) = wire::parse_frame(&ack).unwrap();
+    assert_eq!(ack.bth.opcode, Opcode::Acknowledge);
+    assert_eq!(ack.aeth.unwrap().syndrome, Syndrome::ACK_UNLIMITED);
+    assert!(s.b_memory().iter().all(|&x| x == 0));
+}
