@@ -31,11 +31,16 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Every test: formatting and lints, unit tests, integration tests on real EAL with vdevs.
-# Ends with one line that adds up every test binary's result.
+# Every test: formatting and lints, unit tests, integration tests on real EAL with vdevs,
+# then each fuzz target for FUZZ_SECONDS (30 s) from its seed corpus (scripts/fuzz.sh,
+# docs/fuzzing.md). Ends with the fuzz summary and one line that adds up every test
+# binary's result.
+FUZZ_SECONDS ?= 30
 test: lint
 	@mkdir -p target
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log
+	set -o pipefail; CARGO="$(CARGO)" scripts/fuzz.sh $(FUZZ_SECONDS) 2>&1 | tee target/fuzz.log
+	@grep -E '^fuzz: [a-z_]+: [0-9]+s,|^fuzz: [0-9]+ targets' target/fuzz.log
 	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' target/test.log
 
 # portico fwd vs dpdk-testpmd io forwarding on the same net_null ports (prints the ratio).
