@@ -48,6 +48,7 @@ mod flush;
 mod hugepages;
 mod kind;
 mod mapping;
+mod room;
 mod sys;
 
 pub use error::Error;
@@ -55,6 +56,7 @@ pub use flush::flush_instruction;
 pub use hugepages::free_2mib_hugepages;
 pub use kind::{Durability, FlushInstr, Kind};
 pub use mapping::{MapOptions, Mapping};
+pub use room::{address_space_limit, fs_free_bytes};
 
 /// The unit of persistence: a store becomes durable one whole cache line at a time.
 pub const CACHE_LINE: usize = 64;
