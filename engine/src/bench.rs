@@ -6,16 +6,20 @@
 //! not from when it was actually posted, so a stall of the engine shows up in the percentiles
 //! instead of quietly delaying the operations behind it (no coordinated omission). Without a
 //! rate the loop is closed, and latency runs from posting to completion.
+//!
+//! A run lasts `--duration` seconds, or until Ctrl-C or SIGTERM when it is 0; either way it
+//! then waits for what is outstanding and prints its summary.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pmem::Mapping;
 use serde::Serialize;
 
-use crate::app::{AppError, MemoryChoice, available_cores, plan_eal_args};
-use crate::config::HugepageMode;
+use crate::app::{AppError, MemoryChoice, available_cores, check_pool_fits, plan_eal_args};
+use crate::config::{HugepageMode, MemoryLimit, limits};
 use crate::dataplane::Eal;
 use crate::hugepages::HugepageStatus;
 use crate::latency::{Latency, LatencySummary};
@@ -46,7 +50,8 @@ pub struct BenchOpts {
     pub qd: usize,
     /// Operations per second (None: as fast as completions come back).
     pub rate: Option<f64>,
-    pub duration: Duration,
+    /// None: until Ctrl-C or SIGTERM.
+    pub duration: Option<Duration>,
     pub mtu: Mtu,
     /// Fill every source buffer with a per-operation pattern and check every byte that lands.
     pub verify: bool,
@@ -101,6 +106,10 @@ pub struct BenchSummary {
 
 /// Bytes of each of the four application buffers at most.
 const BUF_CAP: usize = 64 << 20;
+
+/// Mbufs in the engines' pool, as `rdma::loopback` creates it (checked against EAL's memory
+/// before EAL starts).
+const LOOPBACK_MBUFS: u32 = 16383;
 
 const OP_NAMES: [&str; 3] = ["read", "send", "write"];
 
@@ -227,8 +236,9 @@ fn usage(msg: String) -> AppError {
     AppError::Usage(msg)
 }
 
-/// Runs the benchmark and returns its summary (printed by the caller).
-pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
+/// Runs the benchmark until its duration is over or `stop` is set, and returns its summary
+/// (printed by the caller).
+pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
     if opts.size == 0 || opts.size as usize > BUF_CAP / 4 {
         return Err(usage(format!("--size: must be 1..={} bytes", BUF_CAP / 4)));
     }
@@ -258,6 +268,13 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         )));
     }
     let buf_len = slots * size;
+    limits::check_memory(
+        "--size",
+        &format!("four buffers of {slots} slots of {size} bytes"),
+        4 * buf_len as u64,
+        MemoryLimit::read().as_ref(),
+    )
+    .map_err(|e| usage(e.to_string()))?;
     let cores = available_cores();
     let (a, b) = (cores[0], *cores.last().unwrap_or(&cores[0]));
     let (args, memory) = plan_eal_args(
@@ -267,6 +284,13 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         a,
         &[],
         &HugepageStatus::read(),
+    )?;
+    check_pool_fits(
+        &memory,
+        LOOPBACK_MBUFS,
+        crate::rdma::FRAME_DATA_ROOM,
+        ("--memory-mb", "--hugepages"),
+        "",
     )?;
     let info = Eal::init(&args)?;
     report::banner(info, &memory, opts.json);
@@ -313,7 +337,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     human(
         opts.json,
         &format!(
-            "bench {:?}: {} B messages, queue depth {}, {}, MTU {}, {} s{}; both engines on core {b}, host on core {a}; buffers: {buffers}",
+            "bench {:?}: {} B messages, queue depth {}, {}, MTU {}, {}{}; both engines on core {b}, host on core {a}; buffers: {buffers}",
             opts.op,
             size,
             opts.qd,
@@ -321,7 +345,9 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
                 .map(|r| format!("{} ops/s intended", report::rate(r, "")))
                 .unwrap_or_else(|| "closed loop".into()),
             opts.mtu.bytes(),
-            opts.duration.as_secs_f64(),
+            opts.duration
+                .map(|d| format!("{} s", d.as_secs_f64()))
+                .unwrap_or_else(|| "until Ctrl-C".into()),
             if opts.verify {
                 ", every byte verified"
             } else {
@@ -357,7 +383,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     let mut outstanding = 0usize;
     let mut errors = 0u64;
     let t0 = Instant::now();
-    let end = t0 + opts.duration;
+    // When posting ends: the duration's end, or the moment `stop` is seen.
+    let mut end = opts.duration.and_then(|d| t0.checked_add(d));
     let mut next_id = 0u64;
     let mut last_print = t0;
     let mut last_done = 0u64;
@@ -366,6 +393,10 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
     let uses_send = matches!(opts.op, BenchOp::Send | BenchOp::Mixed);
     loop {
         let now = Instant::now();
+        if stop.load(Ordering::Relaxed) && end.is_none_or(|e| e > now) {
+            end = Some(now);
+        }
+        let ended = end.is_some_and(|e| now >= e);
         if uses_send {
             // Keep B's receive queue a window ahead of the SENDs, before any of this round's
             // SENDs is posted (filling sources can take longer than the RNR retries last).
@@ -386,9 +417,16 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
         // Post while there is room in the window and (with a rate) the next operation is due:
         // the whole batch with one doorbell.
         batch.clear();
-        while outstanding + batch.len() < opts.qd && now < end {
+        while outstanding + batch.len() < opts.qd && !ended {
             let intended = match opts.rate {
-                Some(r) => t0 + Duration::from_secs_f64(next_id as f64 / r),
+                // An operation due beyond any clock reading (a tiny rate) is never due.
+                Some(r) => match Duration::try_from_secs_f64(next_id as f64 / r)
+                    .ok()
+                    .and_then(|d| t0.checked_add(d))
+                {
+                    Some(t) => t,
+                    None => break,
+                },
                 None => now,
             };
             if intended > now {
@@ -492,10 +530,10 @@ pub fn run(opts: &BenchOpts) -> Result<BenchSummary, AppError> {
             last_print = now;
             last_done = done;
         }
-        if now >= end && outstanding == 0 && (!uses_send || sends_received == sends_posted) {
+        if ended && outstanding == 0 && (!uses_send || sends_received == sends_posted) {
             break;
         }
-        if now >= end + Duration::from_secs(5) {
+        if end.is_some_and(|e| now.saturating_duration_since(e) >= Duration::from_secs(5)) {
             errors += outstanding as u64;
             break;
         }

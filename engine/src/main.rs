@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use portico::app::{self, AppError, FwdOpts, RunOpts};
-use portico::config::{HugepageMode, Scenario, installed_vdev_drivers};
+use portico::config::{HugepageMode, MemoryLimit, Scenario, installed_vdev_drivers, limits};
 use portico::dataplane::PMD_DIR;
 use portico::report;
 use portico::traffic::FwdMode;
@@ -41,10 +41,10 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
         /// Seconds to run; overrides run.duration_s (0: until done or Ctrl-C).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         duration: Option<f64>,
         /// Seconds between live stats lines; overrides run.stats_period_s (0: none).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         stats_period: Option<f64>,
         /// Machine-readable output: JSON lines on stdout, human text on stderr.
         #[arg(long)]
@@ -77,10 +77,10 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         txd: u16,
         /// Seconds to run (0: until Ctrl-C).
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 10.0)]
         duration: f64,
         /// Seconds between live stats lines (0: none).
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
         stats_period: f64,
         /// auto: hugepages when reserved, --no-huge otherwise.
         #[arg(long, value_enum, default_value_t = HugepageMode::Auto)]
@@ -111,10 +111,10 @@ enum Command {
         #[arg(long, default_value_t = 64)]
         qd: usize,
         /// Operations per second (default: closed loop, as fast as completions return).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         rate: Option<f64>,
-        /// Seconds to run.
-        #[arg(long, default_value_t = 5.0)]
+        /// Seconds to run (0: until Ctrl-C or SIGTERM).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 5.0)]
         duration: f64,
         /// Path MTU: 256, 512, 1024, 2048 or 4096.
         #[arg(long, default_value_t = 1024)]
@@ -152,7 +152,7 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         region_file: Option<PathBuf>,
         /// Seconds to serve (0: until Ctrl-C or SIGTERM).
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
         duration: f64,
         /// Capture the port into this pcapng file (Wireshark).
         #[arg(long, value_name = "FILE")]
@@ -174,8 +174,11 @@ enum Command {
         /// The target region's address (from its `ready` line).
         #[arg(long, value_parser = parse_u64)]
         remote_addr: u64,
+        /// Messages to WRITE and READ back (at least 1).
         #[arg(long, default_value_t = 1000)]
         ops: u64,
+        /// Message size in bytes: 1 up to half of rdma.region_len (the other half receives
+        /// what is read back).
         #[arg(long, default_value_t = 4096)]
         size: usize,
         /// Capture the port into this pcapng file (Wireshark).
@@ -213,13 +216,21 @@ fn parse_u32(s: &str) -> Result<u32, String> {
     u32::try_from(parse_number(s)?).map_err(|_| format!("{s} does not fit in 32 bits"))
 }
 
+/// A duration or period in seconds, 0 meaning "until stopped" (`None`); an error names
+/// `field`.
 fn seconds(field: &str, v: f64) -> Result<Option<Duration>, AppError> {
-    if !(v.is_finite() && v >= 0.0) {
-        return Err(AppError::Usage(format!(
-            "{field}: must be a number of seconds >= 0"
-        )));
+    limits::seconds(field, v).map_err(|e| AppError::Usage(e.to_string()))
+}
+
+/// A CLI value of seconds when given, else the config's (named by its own field).
+fn seconds_or(
+    (cli_field, cli): (&str, Option<f64>),
+    (config_field, config): (&str, f64),
+) -> Result<Option<Duration>, AppError> {
+    match cli {
+        Some(v) => seconds(cli_field, v),
+        None => seconds(config_field, config),
     }
-    Ok((v > 0.0).then(|| Duration::from_secs_f64(v)))
 }
 
 fn interrupt_flag() -> Arc<AtomicBool> {
@@ -254,10 +265,13 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 source,
             })?;
             let opts = RunOpts {
-                duration: seconds("--duration", duration.unwrap_or(scenario.run.duration_s))?,
-                stats_period: seconds(
-                    "--stats-period",
-                    stats_period.unwrap_or(scenario.run.stats_period_s),
+                duration: seconds_or(
+                    ("--duration", duration),
+                    ("run.duration_s", scenario.run.duration_s),
+                )?,
+                stats_period: seconds_or(
+                    ("--stats-period", stats_period),
+                    ("run.stats_period_s", scenario.run.stats_period_s),
                 )?,
                 json,
                 pcap,
@@ -329,12 +343,14 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     )));
                 }
             };
+            limits::check_memory_mb("--memory-mb", memory_mb, MemoryLimit::read().as_ref())
+                .map_err(|e| AppError::Usage(e.to_string()))?;
             let opts = portico::bench::BenchOpts {
                 op,
                 size,
                 qd,
                 rate,
-                duration: seconds("--duration", duration)?.unwrap_or(Duration::from_secs(5)),
+                duration: seconds("--duration", duration)?,
                 mtu,
                 verify,
                 hgrm,
@@ -344,7 +360,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 memory_mb,
                 eal,
             };
-            let summary = portico::bench::run(&opts)?;
+            let summary = portico::bench::run(&opts, interrupt_flag())?;
             portico::bench::print(&summary, json, opts.hgrm.as_ref());
             match summary.verify {
                 Some(v) if v.mismatches > 0 => Err(AppError::CheckFailed(format!(

@@ -11,6 +11,10 @@
 //! for its link, writes `ops` messages from its own mapping into the target's region, READs
 //! each back into the other half of its mapping and compares the bytes there. It exits with
 //! status 1 if any operation failed or any byte differs.
+//!
+//! Every size is checked before EAL starts (an anonymous region against the memory this
+//! process can map, a file to create against its file system's free space, EAL's memory
+//! against the mbuf pool), so a bad one ends with one line naming its field and exit status 2.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,9 +25,11 @@ use pmem::Mapping;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::app::{AppError, DeviceArg, available_cores, plan_eal_args};
-use crate::config::peer::{PeerConfig, load_peer, parse_mac, parse_mtu};
-use crate::config::{ConfigError, vdev_driver};
+use crate::app::{
+    AppError, DeviceArg, MemoryChoice, available_cores, check_pool_fits, plan_eal_args,
+};
+use crate::config::peer::{PeerConfig, RECEIVE_LEN, load_peer, parse_mac, parse_mtu};
+use crate::config::{ConfigError, MemoryLimit, limits, vdev_driver};
 use crate::dataplane::{self, Eal, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::latency::Latency;
@@ -31,6 +37,9 @@ use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, WorkerSpec};
 use crate::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest};
+
+/// Mbufs in the engine's pool.
+const POOL_MBUFS: u32 = 8191;
 
 /// A running engine on one port, and the application's ends of it.
 struct Peer {
@@ -73,6 +82,46 @@ fn bad(path: &Path, field: &str, message: String) -> AppError {
     }
 }
 
+/// This side's region file, if any, and the field that names it: `--region-file` over
+/// `rdma.region_file`.
+fn choose_region_file(cli: Option<PathBuf>, cfg: &PeerConfig) -> Option<(PathBuf, &'static str)> {
+    cli.map(|f| (f, "--region-file"))
+        .or_else(|| Some((cfg.rdma.region_file.clone()?, "rdma.region_file")))
+}
+
+/// A config error from the config file, a usage error from the command line.
+fn field_error(cfg_path: &Path, e: ConfigError) -> AppError {
+    if e.field.starts_with("--") {
+        AppError::Usage(e.to_string())
+    } else {
+        AppError::Config {
+            path: cfg_path.display().to_string(),
+            source: e,
+        }
+    }
+}
+
+/// Before anything is mapped: anonymous memory must fit what this process can map, and a file
+/// to create must fit its file system (an existing one is checked for its length when opened).
+fn check_region(
+    cfg_path: &Path,
+    cfg: &PeerConfig,
+    file: Option<(&Path, &str)>,
+) -> Result<(), AppError> {
+    let len = cfg.rdma.region_len as u64;
+    match file {
+        None => limits::check_memory(
+            "rdma.region_len",
+            "an anonymous region",
+            len,
+            MemoryLimit::read().as_ref(),
+        ),
+        Some((f, field)) if !f.exists() => limits::check_file_room(field, f, len),
+        Some(_) => Ok(()),
+    }
+    .map_err(|e| field_error(cfg_path, e))
+}
+
 /// Maps this side's region: the file (opened when it exists and is large enough, created
 /// otherwise), or anonymous memory.
 fn map_region(
@@ -106,20 +155,16 @@ fn map_region(
     Ok(Arc::new(map))
 }
 
-fn start(
-    cfg_path: &Path,
-    cfg: &PeerConfig,
-    extra_eal: &[String],
-    json: bool,
-    pcap: Option<&Path>,
-) -> Result<Peer, AppError> {
+/// Whether `rdma.port` names a PCI device rather than a vdev.
+fn is_pci(port: &str) -> bool {
+    port.contains(':') && !port.starts_with("net_")
+}
+
+/// EAL's command line and memory for this config, and whether that memory holds the engine's
+/// mbuf pool: all known before EAL starts.
+fn plan(cfg: &PeerConfig, extra_eal: &[String]) -> Result<(Vec<String>, MemoryChoice), AppError> {
     let r = &cfg.rdma;
-    let config_error = |source| AppError::Config {
-        path: cfg_path.display().to_string(),
-        source,
-    };
-    let is_pci = r.port.contains(':') && !r.port.starts_with("net_");
-    let device = if is_pci {
+    let device = if is_pci(&r.port) {
         DeviceArg::Pci(r.port.clone())
     } else {
         DeviceArg::Vdev(r.port.clone())
@@ -140,9 +185,31 @@ fn start(
         &[device],
         &HugepageStatus::read(),
     )?;
+    check_pool_fits(
+        &memory,
+        POOL_MBUFS,
+        crate::rdma::FRAME_DATA_ROOM,
+        ("eal.memory_mb", "eal.hugepages"),
+        "",
+    )?;
+    Ok((args, memory))
+}
+
+fn start(
+    cfg_path: &Path,
+    cfg: &PeerConfig,
+    (args, memory): (Vec<String>, MemoryChoice),
+    json: bool,
+    pcap: Option<&Path>,
+) -> Result<Peer, AppError> {
+    let r = &cfg.rdma;
+    let config_error = |source| AppError::Config {
+        path: cfg_path.display().to_string(),
+        source,
+    };
     let info = Eal::init(&args)?;
     report::banner(info, &memory, json);
-    let name = if is_pci {
+    let name = if is_pci(&r.port) {
         r.port.as_str()
     } else {
         vdev_driver(&r.port).0
@@ -151,7 +218,7 @@ fn start(
         .ok_or_else(|| AppError::Failed(format!("rdma.port: EAL probed no port named {name}")))?;
     let pool = Arc::new(Mempool::new(
         "peer_pool",
-        8191,
+        POOL_MBUFS,
         256,
         crate::rdma::FRAME_DATA_ROOM,
         -1,
@@ -253,24 +320,19 @@ pub fn run_target(
     stop: Arc<AtomicBool>,
     pcap: Option<&Path>,
 ) -> Result<(), AppError> {
+    // rdma.receives and the region's least length were checked with the config.
     let cfg = load(path)?;
-    let file = region_file.or_else(|| cfg.rdma.region_file.clone());
+    let file = choose_region_file(region_file, &cfg);
+    check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
+    let planned = plan(&cfg, extra_eal)?;
+    let file = file.map(|(f, _)| f);
     let half = cfg.rdma.region_len / 2;
     let receives = cfg.rdma.receives as usize;
-    if receives * 4096 > half {
-        return Err(bad(
-            path,
-            "rdma.receives",
-            format!(
-                "{receives} buffers of 4 KiB do not fit the upper half of the region ({half} bytes)"
-            ),
-        ));
-    }
     let map = map_region(path, &cfg, file.as_deref())?;
-    let mut peer = start(path, &cfg, extra_eal, true, pcap)?;
+    let mut peer = start(path, &cfg, planned, true, pcap)?;
     let mr = register(&peer, &cfg, &map)?;
     let recvs: Vec<RecvRequest> = (0..receives)
-        .map(|i| RecvRequest::new(i as u64, mr.sgl(half + i * 4096, 4096)))
+        .map(|i| RecvRequest::new(i as u64, mr.sgl(half + i * RECEIVE_LEN, RECEIVE_LEN as u32)))
         .collect();
     for chunk in recvs.chunks(64) {
         peer.qp
@@ -280,8 +342,8 @@ pub fn run_target(
     let kind = map.kind();
     println!(
         "{}",
-        json!({"type": "ready", "qpn": peer.qp.qpn(), "addr": mr.addr(), "len": mr.len(), "rkey": mr.rkey(),
-               "region": kind.to_string(), "dax": map.is_dax(),
+        json!({"type": "ready", "qpn": peer.qp.qpn(), "addr": mr.addr(), "len": mr.len(),
+               "rkey": mr.rkey(), "region": kind.to_string(), "dax": map.is_dax(),
                "file": file.as_ref().map(|f| f.display().to_string())})
     );
     let t0 = Instant::now();
@@ -347,14 +409,35 @@ pub fn run_initiator(
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
     let half = cfg.rdma.region_len / 2;
-    if size == 0 || size > half || size > u32::MAX as usize {
+    // A message goes out of the lower half and is read back into the upper one; the host
+    // keeps two copies of it, and a work request's length is 32 bits.
+    let max_size = half.min(u32::MAX as usize);
+    if size == 0 || size > max_size {
         return Err(AppError::Usage(format!(
-            "--size: must be 1..={half} (half of rdma.region_len)"
+            "--size: must be 1..={max_size} (half of rdma.region_len, at most 2^32-1)"
         )));
     }
-    let file = region_file.or_else(|| cfg.rdma.region_file.clone());
+    limits::check_memory(
+        "--size",
+        "two copies of a message",
+        2 * size as u64,
+        MemoryLimit::read().as_ref(),
+    )
+    .map_err(|e| AppError::Usage(e.to_string()))?;
+    if ops == 0 {
+        return Err(AppError::Usage("--ops: must be at least 1".into()));
+    }
+    if remote_addr.checked_add(half as u64).is_none() {
+        return Err(AppError::Usage(format!(
+            "--remote-addr: {remote_addr:#x} + {half} bytes (half of rdma.region_len, where the messages go) runs past the end of the 64-bit address space"
+        )));
+    }
+    let file = choose_region_file(region_file, &cfg);
+    check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
+    let planned = plan(&cfg, extra_eal)?;
+    let file = file.map(|(f, _)| f);
     let map = map_region(path, &cfg, file.as_deref())?;
-    let mut peer = start(path, &cfg, extra_eal, true, pcap)?;
+    let mut peer = start(path, &cfg, planned, true, pcap)?;
     let t_link = Instant::now();
     while !peer.port.link().up {
         if t_link.elapsed() > Duration::from_secs(30) {
@@ -416,9 +499,10 @@ pub fn run_initiator(
     let captured = finish_capture(&peer.capture, pcap)?;
     println!(
         "{}",
-        json!({"type": "initiator_summary", "ops": ops, "size": size, "failed": failed, "mismatched": mismatched,
-               "seconds": seconds, "write_read_latency_ns": latency.summary(), "counters": counts(&reports),
-               "region": map.kind().to_string(), "captured": captured})
+        json!({"type": "initiator_summary", "ops": ops, "size": size, "failed": failed,
+               "mismatched": mismatched, "seconds": seconds, "write_read_latency_ns": latency.summary(),
+               "counters": counts(&reports), "region": map.kind().to_string(),
+               "captured": captured})
     );
     if failed > 0 || mismatched > 0 {
         return Err(AppError::CheckFailed(format!(

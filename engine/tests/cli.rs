@@ -1,6 +1,7 @@
-//! The `portico` binary as a user runs it: bad configs end with one line naming the field and
-//! exit status 2 (before EAL starts); `ports` lists what EAL probed; the default scenario runs
-//! and its checker passes; `bench` reports JSON and, with `--verify`, compares every byte that
+//! The `portico` binary as a user runs it: bad configs and out-of-bounds sizes, durations and
+//! numbers end with one line naming the field and exit status 2 (before EAL starts); `ports`
+//! lists what EAL probed; the default scenario runs and its checker passes; `bench` reports
+//! JSON, runs until SIGTERM with `--duration 0` and, with `--verify`, compares every byte that
 //! lands. Each case is its own process.
 
 use std::path::PathBuf;
@@ -91,8 +92,8 @@ fn unreadable_config_is_a_usage_error() {
 
 #[test]
 fn run_time_failure_exits_1() {
-    // The arguments are valid, but 16 MiB cannot hold the mbuf pool for two ports: EAL or the
-    // pool fails at run time, which is not the user's config or arguments.
+    // Portico's own arguments are valid, but EAL knows no driver for the second device: EAL
+    // fails at run time, which is not a config or argument Portico checks.
     let out = portico(&[
         "fwd",
         "--duration",
@@ -100,12 +101,12 @@ fn run_time_failure_exits_1() {
         "--hugepages",
         "off",
         "--memory-mb",
-        "16",
+        "128",
         "--",
         "--vdev",
         "net_null0",
         "--vdev",
-        "net_null1",
+        "net_bogus1",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -402,4 +403,342 @@ fn bench_verify_checks_multi_packet_sends_reads_and_writes() {
     assert_eq!(kinds, ["read", "send", "write"], "{v}");
     assert_eq!(v["verify"]["checked_ops"].as_u64().unwrap(), ops, "{v}");
     assert_eq!(v["verify"]["mismatches"], 0, "{v}");
+}
+
+/// Runs portico with `args`: it must exit with status 2 and its last line of stderr must be
+/// `portico: error: ` and a message that names `field`. When `before_eal`, that line is all
+/// it printed on stderr (EAL never started, so it printed nothing).
+fn assert_bad(args: &[&str], field: &str, before_eal: bool) {
+    let out = portico(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let last = lines.last().copied().unwrap_or_default();
+    assert!(
+        last.starts_with("portico: error: ") && last.contains(&format!("{field}: ")),
+        "{args:?}: {field} is not named: {stderr}"
+    );
+    if before_eal {
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: EAL did not start");
+    }
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("memory allocation"),
+        "{args:?}: {stderr}"
+    );
+}
+
+#[test]
+fn bench_bounds_name_their_argument_with_exit_2() {
+    let bench = |extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["bench", "write", "--hugepages", "off"];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect()
+    };
+    for (extra, field) in [
+        (&["--size", "0"][..], "--size"),
+        (&["--size", "16777217"], "--size"),
+        (&["--qd", "0"], "--qd"),
+        (&["--qd", "121"], "--qd"),
+        (&["--rate", "0"], "--rate"),
+        (&["--mtu", "1500"], "--mtu"),
+        (&["--duration", "-1"], "--duration"),
+        (&["--duration", "1e300"], "--duration"),
+        (&["--memory-mb", "16"], "--memory-mb"),
+        (&["--memory-mb", "4000000000"], "--memory-mb"),
+        // Enough for EAL, not for the engines' 16383 mbufs of 4 KiB frames.
+        (&["--memory-mb", "70"], "--memory-mb"),
+        (&["--verify", "--size", "1048576", "--qd", "64"], "--verify"),
+    ] {
+        let args = bench(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_bad(&args, field, true);
+    }
+}
+
+#[test]
+fn fwd_and_run_bounds_name_their_field_with_exit_2() {
+    let fwd = ["fwd", "--hugepages", "off"];
+    for (extra, field) in [
+        (&["--queues", "0"][..], "--queues"),
+        (&["--queues", "1025"], "--queues"),
+        (&["--rxd", "8"], "--rxd"),
+        (&["--txd", "20000"], "--txd"),
+        (&["--burst", "0"], "--burst"),
+        (&["--memory-mb", "8"], "--memory-mb"),
+        (&["--memory-mb", "4000000000"], "--memory-mb"),
+        (&["--duration", "-3"], "--duration"),
+        (&["--stats-period", "nan"], "--stats-period"),
+    ] {
+        let args: Vec<&str> = fwd.iter().chain(extra).copied().collect();
+        assert_bad(&args, field, true);
+    }
+    // The pool's size depends on the ports EAL probed: checked after EAL, before the pool.
+    assert_bad(
+        &[
+            "fwd",
+            "--hugepages",
+            "off",
+            "--memory-mb",
+            "64",
+            "--rxd",
+            "16384",
+            "--",
+            "--vdev",
+            "net_null0",
+            "--vdev",
+            "net_null1",
+        ],
+        "--memory-mb",
+        false,
+    );
+
+    let cfg = config_file("good.toml", GOOD);
+    let cfg = cfg.to_str().unwrap();
+    assert_bad(
+        &["run", "--config", cfg, "--duration", "-1"],
+        "--duration",
+        true,
+    );
+    let with = |name: &str, from: &str, to: &str| {
+        assert!(GOOD.contains(from), "{from}");
+        config_file(name, &GOOD.replacen(from, to, 1))
+    };
+    for (p, field) in [
+        (
+            with("d.toml", "[[ports]]", "[run]\nduration_s = -1\n[[ports]]"),
+            "run.duration_s",
+        ),
+        (
+            with(
+                "p.toml",
+                "[[ports]]",
+                "[run]\nstats_period_s = 1e30\n[[ports]]",
+            ),
+            "run.stats_period_s",
+        ),
+        (
+            with(
+                "q.toml",
+                "vdev = \"net_null1\"",
+                "vdev = \"net_null1\"\nrx_queues = 4096",
+            ),
+            "ports[1].rx_queues",
+        ),
+        (
+            with(
+                "r.toml",
+                "vdev = \"net_null0\"",
+                "vdev = \"net_null0\"\nrx_desc = 8",
+            ),
+            "ports[0].rx_desc",
+        ),
+        (
+            with(
+                "m.toml",
+                "[[ports]]",
+                "[eal]\nmemory_mb = 4000000000\n[[ports]]",
+            ),
+            "eal.memory_mb",
+        ),
+        (
+            // 64 MiB do not hold the mbufs for 16384 RX descriptors and the rest.
+            config_file(
+                "pool.toml",
+                &format!(
+                    "[eal]\nhugepages = \"off\"\nmemory_mb = 64\n{}",
+                    GOOD.replace(
+                        "vdev = \"net_null0\"",
+                        "vdev = \"net_null0\"\nrx_desc = 16384"
+                    )
+                ),
+            ),
+            "eal.memory_mb",
+        ),
+    ] {
+        assert_bad(&["run", "--config", p.to_str().unwrap()], field, true);
+    }
+}
+
+/// A target's config over memif (it never starts: every case here fails before EAL).
+const PEER: &str = r#"
+[eal]
+hugepages = "off"
+[rdma]
+port = "net_memif0,role=server,id=0,socket=/tmp/portico-cli-never.sock"
+core = 0
+mac = "02:00:00:00:00:0b"
+ip = "10.9.0.2"
+qpn = 0x22
+peer_mac = "02:00:00:00:00:0a"
+peer_ip = "10.9.0.1"
+peer_qpn = 0x11
+region_len = 1048576
+"#;
+
+#[test]
+fn target_and_initiator_bounds_name_their_field_with_exit_2() {
+    let with = |name: &str, from: &str, to: &str| {
+        assert!(PEER.contains(from), "{from}");
+        config_file(name, &PEER.replacen(from, to, 1))
+    };
+    // Bounded: were a case to pass its checks, the target would stop by itself after 5 s
+    // (and the test fail on its exit status).
+    let target = |p: &std::path::Path, extra: &[&str]| {
+        let mut a = vec![
+            "target".to_string(),
+            "--config".into(),
+            p.display().to_string(),
+            "--duration".into(),
+            "5".into(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let region_len = "region_len = 1048576";
+    for (p, field) in [
+        (
+            with("t1.toml", region_len, "region_len = 64"),
+            "rdma.region_len",
+        ),
+        (
+            // An anonymous region larger than this machine's memory.
+            with("t2.toml", region_len, "region_len = 1000000000000000"),
+            "rdma.region_len",
+        ),
+        (
+            with(
+                "t3.toml",
+                region_len,
+                "region_len = 1048576\nregion_file = \"/nonexistent/dir/region.bin\"",
+            ),
+            "rdma.region_file",
+        ),
+        (
+            with(
+                "t4.toml",
+                region_len,
+                "region_len = 1048576\nreceives = 129",
+            ),
+            "rdma.receives",
+        ),
+        (
+            with("t5.toml", region_len, "region_len = 65536\nreceives = 9"),
+            "rdma.receives",
+        ),
+        (with("t6.toml", "qpn = 0x22", "qpn = 0x1000000"), "rdma.qpn"),
+        (
+            with(
+                "t9.toml",
+                region_len,
+                "region_len = 1048576\ntimeout_us = 0",
+            ),
+            "rdma.timeout_us",
+        ),
+        (
+            with(
+                "t10.toml",
+                "hugepages = \"off\"",
+                "hugepages = \"off\"\nmemory_mb = 32",
+            ),
+            "eal.memory_mb",
+        ),
+    ] {
+        let args = target(&p, &[]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_bad(&args, field, true);
+    }
+    let good = config_file("peer.toml", PEER);
+    let args = target(&good, &["--region-file", "/nonexistent/dir/region.bin"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_bad(&args, "--region-file", true);
+    let good_path = good.to_str().unwrap();
+    assert_bad(
+        &["target", "--config", good_path, "--duration", "-5"],
+        "--duration",
+        true,
+    );
+    // A file to create larger than its file system's free space.
+    let big = with("t12.toml", region_len, "region_len = 1000000000000000");
+    let file = std::env::temp_dir().join(format!("portico-cli-{}-big.bin", std::process::id()));
+    let args = target(&big, &["--region-file", file.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_bad(&args, "--region-file", true);
+    assert!(!file.exists(), "nothing was created");
+
+    let good = good.to_str().unwrap();
+    let initiator = [
+        "initiator",
+        "--config",
+        good,
+        "--rkey",
+        "1",
+        "--remote-addr",
+        "0x1000",
+    ];
+    for (extra, field) in [
+        (&["--size", "0"][..], "--size"),
+        (&["--size", "524289"], "--size"),
+        (&["--ops", "0"], "--ops"),
+    ] {
+        let args: Vec<&str> = initiator.iter().chain(extra).copied().collect();
+        assert_bad(&args, field, true);
+    }
+    assert_bad(
+        &[
+            "initiator",
+            "--config",
+            good,
+            "--rkey",
+            "1",
+            "--remote-addr",
+            "0xffffffffffffff00",
+        ],
+        "--remote-addr",
+        true,
+    );
+}
+
+/// `bench --duration 0` runs until it is stopped (SIGTERM here), then waits for what is
+/// outstanding and prints its summary.
+#[test]
+fn bench_with_duration_0_runs_until_sigterm() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .args(["bench", "write", "--duration", "0", "--json"])
+        .args(["--hugepages", "off", "--memory-mb", "512"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The human text goes to stderr: the header, then a live line per second.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut live = 0;
+    let mut header = String::new();
+    while live < 2 {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "bench ended early: {header}"
+        );
+        if line.starts_with("bench ") {
+            header = line.clone();
+        }
+        if line.starts_with('[') {
+            live += 1;
+        }
+    }
+    assert!(header.contains("until Ctrl-C"), "{header}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["type"], "bench");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert!(v["seconds"].as_f64().unwrap() >= 2.0, "{v}");
+    assert!(v["results"][0]["ops"].as_u64().unwrap() > 0, "{v}");
 }

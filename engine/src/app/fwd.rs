@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::config::HugepageMode;
+use crate::config::{DESC_RANGE, HugepageMode, MAX_QUEUES, MemoryLimit, limits};
 use crate::dataplane::{self, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::runtime::{CaptureTap, StageBox, TxPolicy, WorkerSpec};
@@ -14,7 +14,7 @@ use crate::traffic::{Forward, FwdMode};
 use super::AppError;
 use super::eal::{available_cores, main_core_for, plan_eal_args, start_eal};
 use super::monitor::{RunOpts, close_capture, execute, open_capture};
-use super::ports::{POOL_CACHE, pool_size};
+use super::ports::{POOL_CACHE, check_pool_fits, pool_size};
 
 /// Options of `portico fwd`.
 #[derive(Debug, Clone)]
@@ -54,9 +54,27 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
             dataplane::MAX_BURST
         )));
     }
-    if opts.queues == 0 {
-        return Err(AppError::Usage("--queues: must be at least 1".into()));
+    if !(1..=MAX_QUEUES).contains(&opts.queues) {
+        return Err(AppError::Usage(format!(
+            "--queues: must be 1..={MAX_QUEUES}"
+        )));
     }
+    if opts.cores.len() > MAX_QUEUES as usize {
+        return Err(AppError::Usage(format!(
+            "--cores: at most {MAX_QUEUES} (each core has a TX queue on every port)"
+        )));
+    }
+    for (field, v) in [("--rxd", opts.rxd), ("--txd", opts.txd)] {
+        if !DESC_RANGE.contains(&v) {
+            return Err(AppError::Usage(format!(
+                "{field}: must be {}..={} descriptors",
+                DESC_RANGE.start(),
+                DESC_RANGE.end()
+            )));
+        }
+    }
+    limits::check_memory_mb("--memory-mb", opts.memory_mb, MemoryLimit::read().as_ref())
+        .map_err(|e| AppError::Usage(e.to_string()))?;
     let (args, memory) = plan_eal_args(
         &opts.eal,
         opts.hugepages,
@@ -82,9 +100,18 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
         mac: None,
     };
     let cfgs = vec![cfg.clone(); ids.len()];
+    // The ports are known only now that EAL has probed them; the pool is not allocated yet.
+    let mbufs = pool_size(&cfgs, opts.cores.len());
+    check_pool_fits(
+        &started.memory,
+        mbufs,
+        dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+        ("--memory-mb", "--hugepages"),
+        "--queues/--rxd/--txd",
+    )?;
     let pool = Arc::new(Mempool::new(
         "portico_fwd_pool",
-        pool_size(&cfgs, opts.cores.len()),
+        mbufs,
         POOL_CACHE,
         dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
         -1,

@@ -24,7 +24,7 @@ mod scenario;
 pub use eal::{DeviceArg, available_cores, plan_eal_args};
 pub use fwd::{FwdOpts, run_fwd};
 pub use monitor::RunOpts;
-pub use ports::{list_ports, pool_size};
+pub use ports::{check_pool_fits, list_ports, pool_bytes, pool_size};
 pub use scenario::run_scenario;
 
 pub use crate::summary::{

@@ -19,7 +19,7 @@ use crate::traffic::{Checker, Forward, Generator};
 use super::AppError;
 use super::eal::{DeviceArg, available_cores, main_core_for, plan_eal_args, start_eal};
 use super::monitor::{RunOpts, close_capture, execute, open_capture};
-use super::ports::{POOL_CACHE, pool_size};
+use super::ports::{POOL_CACHE, check_pool_fits, pool_size};
 
 /// Runs a scenario from a config file.
 pub fn run_scenario(
@@ -48,6 +48,26 @@ pub fn run_scenario(
         main_core_for(&worker_cores, &cores),
         &devices,
         &HugepageStatus::read(),
+    )?;
+    let port_cfgs: Vec<PortConfig> = scenario
+        .ports
+        .iter()
+        .map(|p| PortConfig {
+            rx_queues: p.rx_queues,
+            tx_queues: p.tx_queues,
+            rx_desc: p.rx_desc,
+            tx_desc: p.tx_desc,
+            promiscuous: true,
+            mac: None,
+        })
+        .collect();
+    let mbufs = pool_size(&port_cfgs, scenario.workers.len());
+    check_pool_fits(
+        &memory,
+        mbufs,
+        dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+        ("eal.memory_mb", "eal.hugepages"),
+        "ports[].rx_queues/tx_queues/rx_desc/tx_desc",
     )?;
     let started = start_eal(args, memory, opts.json)?;
 
@@ -82,21 +102,9 @@ pub fn run_scenario(
         ids[b] = Some(pb);
     }
 
-    let port_cfgs: Vec<PortConfig> = scenario
-        .ports
-        .iter()
-        .map(|p| PortConfig {
-            rx_queues: p.rx_queues,
-            tx_queues: p.tx_queues,
-            rx_desc: p.rx_desc,
-            tx_desc: p.tx_desc,
-            promiscuous: true,
-            mac: None,
-        })
-        .collect();
     let pool = Arc::new(Mempool::new(
         "portico_pool",
-        pool_size(&port_cfgs, scenario.workers.len()),
+        mbufs,
         POOL_CACHE,
         dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
         -1,

@@ -16,9 +16,17 @@ use crate::runtime::FaultConfig;
 use crate::traffic::FwdMode;
 use crate::traffic::frame::{MAX_FRAME, MIN_FRAME};
 
+pub mod limits;
 pub mod peer;
 
+pub use limits::MemoryLimit;
 pub use peer::{PeerConfig, RdmaSection, load_peer, parse_mac, parse_mtu, parse_peer};
+
+/// Queues per port at most: DPDK's `RTE_MAX_QUEUES_PER_PORT` in the default build.
+pub const MAX_QUEUES: u16 = 1024;
+
+/// Descriptors per queue: the range `rx_desc`, `tx_desc`, `--rxd` and `--txd` accept.
+pub const DESC_RANGE: std::ops::RangeInclusive<u16> = 32..=16384;
 
 /// A config problem, located by its field path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +82,14 @@ impl Default for EalSection {
 
 fn default_memory_mb() -> u32 {
     512
+}
+
+impl EalSection {
+    /// `memory_mb` is at least 64 MiB and, when `limit` is known, no more than this process
+    /// can map.
+    pub fn check(&self, limit: Option<&MemoryLimit>) -> Result<(), ConfigError> {
+        limits::check_memory_mb("eal.memory_mb", self.memory_mb, limit)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -246,7 +262,9 @@ impl Scenario {
     pub fn load(path: &Path, cores: &[usize], drivers: &[String]) -> Result<Scenario, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err(path.display().to_string(), format!("cannot read: {e}")))?;
-        Self::parse(&text, cores, drivers)
+        let scenario = Self::parse(&text, cores, drivers)?;
+        scenario.eal.check(MemoryLimit::read().as_ref())?;
+        Ok(scenario)
     }
 
     pub fn parse(text: &str, cores: &[usize], drivers: &[String]) -> Result<Scenario, ConfigError> {
@@ -337,24 +355,15 @@ fn cores_text(cores: &[usize]) -> String {
 
 impl Config {
     fn check(self, cores: &[usize], drivers: &[String]) -> Result<Scenario, ConfigError> {
-        if !(self.run.duration_s >= 0.0 && self.run.duration_s.is_finite()) {
-            return Err(err("run.duration_s", "must be a number of seconds >= 0"));
-        }
-        if !(self.run.stats_period_s >= 0.0 && self.run.stats_period_s.is_finite()) {
-            return Err(err(
-                "run.stats_period_s",
-                "must be a number of seconds >= 0",
-            ));
-        }
+        limits::seconds("run.duration_s", self.run.duration_s)?;
+        limits::seconds("run.stats_period_s", self.run.stats_period_s)?;
         if self.run.burst == 0 || self.run.burst > crate::dataplane::MAX_BURST {
             return Err(err(
                 "run.burst",
                 format!("must be 1..={}", crate::dataplane::MAX_BURST),
             ));
         }
-        if self.eal.memory_mb < 64 {
-            return Err(err("eal.memory_mb", "must be at least 64"));
-        }
+        self.eal.check(None)?;
         if self.ports.is_empty() {
             return Err(err("ports", "at least one [[ports]] entry is needed"));
         }
@@ -433,9 +442,21 @@ impl Config {
                     "a port needs at least one RX or TX queue",
                 ));
             }
+            for (k, v) in [("rx_queues", p.rx_queues), ("tx_queues", p.tx_queues)] {
+                if v > MAX_QUEUES {
+                    return Err(err(f(k), format!("must be 0..={MAX_QUEUES} queues")));
+                }
+            }
             for (k, v) in [("rx_desc", p.rx_desc), ("tx_desc", p.tx_desc)] {
-                if !(32..=16384).contains(&v) {
-                    return Err(err(f(k), "must be 32..=16384 descriptors"));
+                if !DESC_RANGE.contains(&v) {
+                    return Err(err(
+                        f(k),
+                        format!(
+                            "must be {}..={} descriptors",
+                            DESC_RANGE.start(),
+                            DESC_RANGE.end()
+                        ),
+                    ));
                 }
             }
             sources.push(source);
@@ -819,6 +840,36 @@ mod tests {
             error_of(&LOOPBACK.replace("task = \"check\"", "task = \"check\"\nrate_pps = 5")),
             "workers[1].rate_pps: does not apply to task Check"
         );
+    }
+
+    #[test]
+    fn sizes_and_durations_are_bounded() {
+        let port_b = "name = \"b\"";
+        assert_eq!(
+            error_of(&LOOPBACK.replace(port_b, &format!("{port_b}\nrx_queues = 1025"))),
+            "ports[1].rx_queues: must be 0..=1024 queues"
+        );
+        assert_eq!(
+            error_of(&LOOPBACK.replace(port_b, &format!("{port_b}\ntx_desc = 16"))),
+            "ports[1].tx_desc: must be 32..=16384 descriptors"
+        );
+        for d in ["-1", "1e300", "nan", "inf"] {
+            assert_eq!(
+                error_of(&LOOPBACK.replace("duration_s = 2", &format!("duration_s = {d}"))),
+                "run.duration_s: must be a number of seconds, 0..=1e9",
+                "{d}"
+            );
+        }
+        assert_eq!(
+            error_of(&LOOPBACK.replace("duration_s = 2", "duration_s = 0\nstats_period_s = -1")),
+            "run.stats_period_s: must be a number of seconds, 0..=1e9"
+        );
+        assert_eq!(
+            error_of(&format!("[eal]\nmemory_mb = 32\n{LOOPBACK}")),
+            "eal.memory_mb: must be at least 64"
+        );
+        let s = parse(&LOOPBACK.replace("duration_s = 2", "duration_s = 0")).unwrap();
+        assert_eq!(s.run.duration_s, 0.0, "0: until done or stopped");
     }
 
     #[test]

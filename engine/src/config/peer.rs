@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{ConfigError, EalSection, cores_text, err, from_toml};
-use crate::transport::Mtu;
+use super::{ConfigError, EalSection, MemoryLimit, cores_text, err, from_toml};
+use crate::transport::{Mtu, QpConfig};
 use crate::wire::EthernetAddress;
 
 /// A peer's config file: `[eal]` as in scenarios, and `[rdma]`.
@@ -34,7 +34,7 @@ pub struct RdmaSection {
     /// This side's MAC address, `aa:bb:cc:dd:ee:ff` (checked by [`parse_mac`]).
     pub mac: String,
     pub ip: Ipv4Addr,
-    /// This side's queue pair number.
+    /// This side's queue pair number (24 bits).
     pub qpn: u32,
     pub peer_mac: String,
     pub peer_ip: Ipv4Addr,
@@ -53,12 +53,30 @@ pub struct RdmaSection {
     /// working directory. Absent: anonymous memory.
     #[serde(default)]
     pub region_file: Option<PathBuf>,
-    /// Retransmission timeout in microseconds.
+    /// Retransmission timeout in microseconds (1..=[`MAX_TIMEOUT_US`]).
     #[serde(default = "default_timeout_us")]
     pub timeout_us: u64,
-    /// target: receive buffers of 4 KiB to post in the upper half of the region, for SENDs.
+    /// target: receive buffers of 4 KiB to post in the upper half of the region, for SENDs
+    /// (at most [`max_receives`], the depth of the receive queue).
     #[serde(default)]
     pub receives: u32,
+}
+
+/// Queue pair numbers and PSNs are 24-bit fields of the BTH.
+pub const MAX_24_BITS: u32 = 0xff_ffff;
+
+/// The smallest region: the target reads back 64 bytes at offset 0 and 64 at `region_len / 2`.
+pub const MIN_REGION_LEN: usize = 128;
+
+/// The size of each receive buffer a target posts (`rdma.receives`).
+pub const RECEIVE_LEN: usize = 4096;
+
+/// The longest retransmission timeout, in microseconds (one minute).
+pub const MAX_TIMEOUT_US: u64 = 60_000_000;
+
+/// Receive buffers a target may post at once: the depth of its queue pair's receive queue.
+pub fn max_receives() -> usize {
+    QpConfig::new(0, 0).max_recv_wr
 }
 
 fn default_mtu() -> u32 {
@@ -69,18 +87,69 @@ fn default_timeout_us() -> u64 {
     1000
 }
 
-/// Reads and checks a peer config. `cores` are the cores this process may use.
+/// Reads and checks a peer config. `cores` are the cores this process may use; EAL's memory
+/// must also fit what this process can map.
 pub fn load_peer(path: &Path, cores: &[usize]) -> Result<PeerConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| err(path.display().to_string(), format!("cannot read: {e}")))?;
-    parse_peer(&text, cores)
+    let cfg = parse_peer(&text, cores)?;
+    cfg.eal.check(MemoryLimit::read().as_ref())?;
+    Ok(cfg)
 }
 
 /// Parses and checks a peer config: unknown keys are errors, the core must exist, both MAC
-/// addresses and the MTU must be valid.
+/// addresses and the MTU must be valid, and every number must be in its range (QPNs of 24
+/// bits, a region large enough for what the target reads back and for its receive
+/// buffers, a timeout that is neither 0 nor beyond a minute).
 pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError> {
     let cfg: PeerConfig = from_toml(text)?;
+    cfg.eal.check(None)?;
     let r = &cfg.rdma;
+    for (field, v) in [
+        ("rdma.qpn", Some(r.qpn)),
+        ("rdma.peer_qpn", Some(r.peer_qpn)),
+    ] {
+        if let Some(v) = v.filter(|&v| v > MAX_24_BITS) {
+            return Err(err(
+                field,
+                format!("{v:#x} does not fit in 24 bits (0..=0xffffff)"),
+            ));
+        }
+    }
+    if r.region_len < MIN_REGION_LEN {
+        return Err(err(
+            "rdma.region_len",
+            format!(
+                "{} bytes is too small: at least {MIN_REGION_LEN} (the target reads back 64 bytes at 0 and at region_len/2)",
+                r.region_len
+            ),
+        ));
+    }
+    let half = r.region_len / 2;
+    let receives = r.receives as usize;
+    if receives > max_receives() {
+        return Err(err(
+            "rdma.receives",
+            format!(
+                "{receives} is more than the receive queue holds ({})",
+                max_receives()
+            ),
+        ));
+    }
+    if receives * RECEIVE_LEN > half {
+        return Err(err(
+            "rdma.receives",
+            format!(
+                "{receives} buffers of 4 KiB do not fit the upper half of the region ({half} bytes)"
+            ),
+        ));
+    }
+    if !(1..=MAX_TIMEOUT_US).contains(&r.timeout_us) {
+        return Err(err(
+            "rdma.timeout_us",
+            format!("must be 1..={MAX_TIMEOUT_US} microseconds"),
+        ));
+    }
     if !cores.contains(&r.core) {
         return Err(err(
             "rdma.core",
@@ -237,6 +306,62 @@ mod tests {
             error_field("ip = \"10.0.0.1\"", "ip = \"10.0.0\""),
             "rdma.ip"
         );
+    }
+
+    #[test]
+    fn qpns_are_24_bits() {
+        assert_eq!(error_field("qpn = 17", "qpn = 0x1000000"), "rdma.qpn");
+        assert_eq!(
+            error_field("peer_qpn = 18", "peer_qpn = 0x1000000"),
+            "rdma.peer_qpn"
+        );
+    }
+
+    #[test]
+    fn sizes_are_bounded() {
+        let e = parse_peer(
+            &TARGET.replace("region_len = 65536", "region_len = 64"),
+            CORES,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rdma.region_len: 64 bytes is too small: at least 128 (the target reads back 64 bytes at 0 and at region_len/2)"
+        );
+        let receives = |n: u32| {
+            TARGET.replace(
+                "region_len = 65536",
+                &format!("region_len = 65536\nreceives = {n}"),
+            )
+        };
+        assert!(
+            parse_peer(&receives(8), CORES).is_ok(),
+            "8 of 4 KiB fill the upper 32 KiB"
+        );
+        let e = parse_peer(&receives(9), CORES).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rdma.receives: 9 buffers of 4 KiB do not fit the upper half of the region (32768 bytes)"
+        );
+        let big = receives(129).replace("region_len = 65536", "region_len = 16777216");
+        let e = parse_peer(&big, CORES).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rdma.receives: 129 is more than the receive queue holds (128)"
+        );
+        for t in ["timeout_us = 0", "timeout_us = 60000001"] {
+            let e = parse_peer(
+                &TARGET.replace("region_addr", &format!("{t}\nregion_addr")),
+                CORES,
+            )
+            .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "rdma.timeout_us: must be 1..=60000000 microseconds"
+            );
+        }
+        let e = parse_peer(&TARGET.replace("[rdma]", "memory_mb = 16\n[rdma]"), CORES).unwrap_err();
+        assert_eq!(e.to_string(), "eal.memory_mb: must be at least 64");
     }
 
     #[test]
