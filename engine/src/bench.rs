@@ -8,7 +8,8 @@
 //! rate the loop is closed, and latency runs from posting to completion.
 //!
 //! A run lasts `--duration` seconds, or until Ctrl-C or SIGTERM when it is 0; either way it
-//! then waits for what is outstanding and prints its summary.
+//! then waits for what is outstanding and prints its summary, with the two `net_ring` ports'
+//! own counters (misses, errors, mbuf allocation failures, drop xstats) beside the engines'.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,9 +19,12 @@ use std::time::{Duration, Instant};
 use pmem::Mapping;
 use serde::Serialize;
 
-use crate::app::{AppError, MemoryChoice, available_cores, check_pool_fits, plan_eal_args};
+use crate::app::{
+    AppError, MemoryChoice, PortSummary, available_cores, check_pool_fits, plan_eal_args,
+    port_summary,
+};
 use crate::config::{HugepageMode, MemoryLimit, limits};
-use crate::dataplane::Eal;
+use crate::dataplane::{self, Eal, PortInfo};
 use crate::hugepages::HugepageStatus;
 use crate::latency::{Latency, LatencySummary};
 use crate::rdma::MemoryRegion;
@@ -101,6 +105,8 @@ pub struct BenchSummary {
     pub verify: Option<VerifySummary>,
     /// The engines' worker counters (retransmissions, ICRC errors, ...).
     pub workers: Vec<crate::runtime::WorkerReport>,
+    /// The two `net_ring` ports' own counters, `a` (engine A's) then `b`.
+    pub ports: Vec<PortSummary>,
     pub capture: Option<crate::app::CaptureSummary>,
 }
 
@@ -308,6 +314,15 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     lo.pcap = opts.pcap.clone();
     let pair =
         loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
+    // The ports `loopback` created, for their counters at the end: DPDK names a ring port
+    // `net_ring_<name>`, `<name>` being what `loopback` asked for (`rdma_a`, `rdma_b`).
+    let port_ids = ["a", "b"].map(|end| {
+        let suffix = format!("{}_{end}", lo.name);
+        let id = dataplane::port_ids()
+            .into_iter()
+            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
+        (end, id)
+    });
     let loopback::LoopbackPair {
         runtime,
         a: mut ea,
@@ -544,6 +559,12 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             v.check(id, landed.region(&remote, &dst, &recv), slot);
         }
     }
+    // The ports' counters while the workers still hold them started; every operation has
+    // completed, so nothing more is on the way.
+    let ports = port_ids
+        .iter()
+        .filter_map(|&(name, id)| Some(port_summary(id?, name)))
+        .collect::<Result<Vec<_>, _>>()?;
     let workers = runtime.join()?;
     let captured = match (capture, &opts.pcap) {
         (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
@@ -593,6 +614,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         errors,
         verify: verifier.map(|v| v.summary),
         workers,
+        ports,
         capture: captured,
     })
 }
@@ -650,6 +672,7 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
             c.join(", ")
         );
     }
+    report::port_table(&s.ports);
     if let Some(v) = &s.verify {
         println!(
             "  verify: {} operations, {} bytes compared, {} mismatched",

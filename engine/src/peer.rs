@@ -15,18 +15,22 @@
 //! Every size is checked before EAL starts (an anonymous region against the memory this
 //! process can map, a file to create against its file system's free space, EAL's memory
 //! against the mbuf pool), so a bad one ends with one line naming its field and exit status 2.
+//! Both summaries carry every counter the engine's worker keeps, by name, and the port's own
+//! counters (misses, errors, mbuf allocation failures, drop xstats), so that a frame dropped
+//! before the engine saw it is accounted for too.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pmem::Mapping;
-use serde::Serialize;
 use serde_json::json;
 
 use crate::app::{
-    AppError, DeviceArg, MemoryChoice, available_cores, check_pool_fits, plan_eal_args,
+    AppError, DeviceArg, MemoryChoice, PortSummary, available_cores, check_pool_fits,
+    plan_eal_args, port_summary,
 };
 use crate::config::peer::{PeerConfig, RECEIVE_LEN, load_peer, parse_mac, parse_mtu};
 use crate::config::{ConfigError, MemoryLimit, limits, vdev_driver};
@@ -290,24 +294,89 @@ fn register(peer: &Peer, cfg: &PeerConfig, map: &Arc<Mapping>) -> Result<MemoryR
     .map_err(host)
 }
 
-/// The counters both roles print at the end.
-#[derive(Debug, Serialize)]
-struct Counts {
-    delivered: u64,
-    icrc_errors: u64,
-    malformed: u64,
-    not_for_us: u64,
-    arp_replies: u64,
+/// Counters every summary has, even when the stage does not report them.
+const ALWAYS_COUNTED: [&str; 5] = [
+    "delivered",
+    "icrc_errors",
+    "malformed",
+    "not_for_us",
+    "arp_replies",
+];
+
+/// The counters both roles print at the end: every stage counter the workers report, summed
+/// by name (so a drop reason the engine adds appears without a change here), and those of
+/// [`ALWAYS_COUNTED`] at 0 when no worker reports them.
+fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
+    let mut counts: BTreeMap<String, u64> =
+        ALWAYS_COUNTED.iter().map(|k| (k.to_string(), 0)).collect();
+    for (k, v) in reports.iter().flat_map(|r| &r.counters) {
+        *counts.entry(k.clone()).or_default() += v;
+    }
+    counts
 }
 
-fn counts(reports: &[crate::runtime::WorkerReport]) -> Counts {
-    let c = |k: &str| reports.iter().filter_map(|r| r.counter(k)).sum();
-    Counts {
-        delivered: c("delivered"),
-        icrc_errors: c("icrc_errors"),
-        malformed: c("malformed"),
-        not_for_us: c("not_for_us"),
-        arp_replies: c("arp_replies"),
+/// The port's own counters, as the `ports` array of a summary (the port is still started:
+/// the `Peer` holds it).
+fn ports(port: &Port) -> Result<Vec<PortSummary>, AppError> {
+    Ok(vec![port_summary(port.id(), "rdma")?])
+}
+
+/// A port's counters summed across the PMD's own resets. `net_memif` counts only the current
+/// connection (its counters read 0 once the peer has gone), so the target samples them while
+/// it serves: a counter that went down has started again from 0, and what it had counted is
+/// kept. What arrives between the last sample and a disconnection (20 ms at most) is missed.
+#[derive(Default)]
+struct PortTally {
+    /// What earlier connections counted.
+    before: Counters,
+    /// The last sample, and its counters.
+    last: Option<(PortSummary, Counters)>,
+}
+
+/// A port's counters by section (`stats`, `drop_xstats`) and name.
+type Counters = BTreeMap<(String, String), u64>;
+
+impl PortTally {
+    fn counters(p: &PortSummary) -> Counters {
+        let v = serde_json::to_value(p).expect("port summary serialises");
+        ["stats", "drop_xstats"]
+            .iter()
+            .flat_map(|section| {
+                v[*section]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(move |(k, x)| Some(((section.to_string(), k.clone()), x.as_u64()?)))
+            })
+            .collect()
+    }
+
+    fn sample(&mut self, now: PortSummary) {
+        let counters = Self::counters(&now);
+        if let Some((_, last)) = &self.last {
+            for (k, &v) in last {
+                if counters.get(k).copied().unwrap_or(0) < v {
+                    *self.before.entry(k.clone()).or_default() += v;
+                }
+            }
+        }
+        self.last = Some((now, counters));
+    }
+
+    /// The last sample with each counter's earlier connections added: a `ports` entry.
+    fn total(&self) -> serde_json::Value {
+        let Some((last, counters)) = &self.last else {
+            return serde_json::Value::Null;
+        };
+        let mut v = serde_json::to_value(last).expect("port summary serialises");
+        for ((section, name), before) in &self.before {
+            let now = counters
+                .get(&(section.clone(), name.clone()))
+                .copied()
+                .unwrap_or(0);
+            v[section.as_str()][name.as_str()] = json!(before + now);
+        }
+        v
     }
 }
 
@@ -358,11 +427,15 @@ pub fn run_target(
             );
         }
     };
+    let mut tally = PortTally::default();
     while !stop.load(Ordering::Relaxed)
         && duration.is_none_or(|d| t0.elapsed() < d)
         && !peer.runtime.has_failed()
     {
         collect(&mut peer.cq, &mut completions);
+        if let Ok(p) = port_summary(peer.port.id(), "rdma") {
+            tally.sample(p);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let link = peer.port.link();
@@ -384,11 +457,13 @@ pub fn run_target(
     } else {
         false
     };
+    tally.sample(port_summary(peer.port.id(), "rdma")?);
+    let ports = [tally.total()];
     let captured = finish_capture(&peer.capture, pcap)?;
     println!(
         "{}",
         json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(),
-               "counters": counts(&reports), "completions": completions,
+               "counters": counts(&reports), "ports": ports, "completions": completions,
                "region_head": hex(&head), "receive_head": hex(&recv_head), "persisted": persisted,
                "captured": captured})
     );
@@ -496,12 +571,13 @@ pub fn run_initiator(
     }
     let seconds = t0.elapsed().as_secs_f64();
     let reports = peer.runtime.join()?;
+    let ports = ports(&peer.port)?;
     let captured = finish_capture(&peer.capture, pcap)?;
     println!(
         "{}",
         json!({"type": "initiator_summary", "ops": ops, "size": size, "failed": failed,
                "mismatched": mismatched, "seconds": seconds, "write_read_latency_ns": latency.summary(),
-               "counters": counts(&reports), "region": map.kind().to_string(),
+               "counters": counts(&reports), "ports": ports, "region": map.kind().to_string(),
                "captured": captured})
     );
     if failed > 0 || mismatched > 0 {
@@ -510,4 +586,41 @@ pub fn run_initiator(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::PortStats;
+
+    fn port(rx_packets: u64, rx_q0_errors: u64) -> PortSummary {
+        PortSummary {
+            name: "rdma".into(),
+            id: 0,
+            driver: "net_memif".into(),
+            link: "up".into(),
+            stats: PortStats {
+                rx_packets,
+                ..PortStats::default()
+            },
+            drop_xstats: [("rx_q0_errors".to_string(), rx_q0_errors)].into(),
+        }
+    }
+
+    #[test]
+    fn a_tally_keeps_what_a_reset_counter_had_counted() {
+        let mut t = PortTally::default();
+        assert!(t.total().is_null());
+        t.sample(port(10, 1));
+        t.sample(port(25, 2));
+        assert_eq!(t.total()["stats"]["rx_packets"], 25);
+        // The peer went away: the PMD starts again from 0.
+        t.sample(port(0, 0));
+        t.sample(port(4, 0));
+        let v = t.total();
+        assert_eq!(v["stats"]["rx_packets"], 29);
+        assert_eq!(v["drop_xstats"]["rx_q0_errors"], 2);
+        assert_eq!(v["stats"]["rx_missed"], 0);
+        assert_eq!(v["name"], "rdma");
+    }
 }

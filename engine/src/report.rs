@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::config::{Task, Worker};
 use crate::dataplane::{EalInfo, PortInfo};
 use crate::runtime::WorkerReport;
-use crate::summary::{MemoryChoice, Summary};
+use crate::summary::{MemoryChoice, PortSummary, Summary};
 
 macro_rules! human {
     ($json:expr, $($arg:tt)*) => {
@@ -175,24 +175,7 @@ pub fn summary(s: &Summary, json: bool) {
             );
         }
     }
-    println!(
-        "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}",
-        "port", "id", "driver", "rx packets", "tx packets", "missed", "errors", "nombuf"
-    );
-    for p in &s.ports {
-        println!(
-            "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}   link {}",
-            p.name,
-            p.id,
-            p.driver,
-            p.stats.rx_packets,
-            p.stats.tx_packets,
-            p.stats.rx_missed,
-            p.stats.rx_errors + p.stats.tx_errors,
-            p.stats.rx_nombuf,
-            p.link
-        );
-    }
+    port_table(&s.ports);
     for c in &s.checks {
         println!(
             "  check {}: {} — sent {}, valid {} (expected {}), invalid {}, sequence gaps {}, late {}",
@@ -216,6 +199,37 @@ pub fn summary(s: &Summary, json: bool) {
         s.total_tx_packets(),
         s.tx_pps() / 1e6
     );
+}
+
+/// The ports' lines of a summary: what each PMD counted, its misses (frames dropped for want
+/// of an RX descriptor), errors and mbuf allocation failures, then every drop xstat that is
+/// not zero.
+pub fn port_table(ports: &[PortSummary]) {
+    println!(
+        "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}",
+        "port", "id", "driver", "rx packets", "tx packets", "missed", "errors", "nombuf"
+    );
+    for p in ports {
+        println!(
+            "  {:<8} {:>3} {:<12} {:>14} {:>14} {:>10} {:>10} {:>8}   link {}",
+            p.name,
+            p.id,
+            p.driver,
+            p.stats.rx_packets,
+            p.stats.tx_packets,
+            p.stats.rx_missed,
+            p.stats.rx_errors + p.stats.tx_errors,
+            p.stats.rx_nombuf,
+            p.link
+        );
+        let drops: Vec<String> = p
+            .nonzero_drop_xstats()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        if !drops.is_empty() {
+            println!("  {:<8} drops: {}", "", drops.join(", "));
+        }
+    }
 }
 
 /// The port table; `xstats[i]` (when given) are port i's extended statistics.

@@ -5,6 +5,8 @@
 //! both, so that `report` does not depend on `app`: dependencies go `app` → `report` →
 //! `summary`.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::dataplane::PortStats;
@@ -43,14 +45,38 @@ pub enum StopReason {
     WorkerFailed,
 }
 
-/// One port's line in the summary.
+/// One port's line in the summary: what the PMD itself counted, including the frames it
+/// dropped before any worker saw them.
 #[derive(Debug, Clone, Serialize)]
 pub struct PortSummary {
     pub name: String,
     pub id: u16,
     pub driver: String,
     pub link: String,
+    /// `rx_missed` (imissed), `rx_errors` (ierrors), `tx_errors` and `rx_nombuf` among them.
     pub stats: PortStats,
+    /// The port's extended statistics about drops, misses and errors, per queue where the
+    /// PMD counts per queue (see [`is_drop_xstat`]), by name, zeros included.
+    pub drop_xstats: BTreeMap<String, u64>,
+}
+
+impl PortSummary {
+    /// The drop xstats that are not zero.
+    pub fn nonzero_drop_xstats(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.drop_xstats
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| (k.as_str(), *v))
+    }
+}
+
+/// Whether an extended statistic counts frames lost or refused: its name says drop, miss,
+/// error, discard or nombuf (`rx_missed_errors`, `rx_q0_errors`, `rx_mbuf_allocation_errors`,
+/// a NIC's `rx_discards_phy`, ...).
+pub fn is_drop_xstat(name: &str) -> bool {
+    const WORDS: [&str; 5] = ["drop", "miss", "error", "discard", "nombuf"];
+    let name = name.to_ascii_lowercase();
+    WORDS.iter().any(|w| name.contains(w))
 }
 
 /// The verdict of one checker.
@@ -104,6 +130,31 @@ impl Summary {
             self.total_tx_packets() as f64 / self.seconds
         } else {
             0.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_xstats_are_told_by_name() {
+        for name in [
+            "rx_missed_errors",
+            "rx_errors",
+            "tx_errors",
+            "rx_mbuf_allocation_errors",
+            "rx_q0_errors",
+            "rx_q3_drop_packets",
+            "rx_discards_phy",
+            "rx_nombuf",
+            "RX_Q0_DROPS",
+        ] {
+            assert!(is_drop_xstat(name), "{name}");
+        }
+        for name in ["rx_good_packets", "rx_q0_bytes", "tx_q0_packets"] {
+            assert!(!is_drop_xstat(name), "{name}");
         }
     }
 }

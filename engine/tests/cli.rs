@@ -1,8 +1,8 @@
 //! The `portico` binary as a user runs it: bad configs and out-of-bounds sizes, durations and
 //! numbers end with one line naming the field and exit status 2 (before EAL starts); `ports`
 //! lists what EAL probed; the default scenario runs and its checker passes; `bench` reports
-//! JSON, runs until SIGTERM with `--duration 0` and, with `--verify`, compares every byte that
-//! lands. Each case is its own process.
+//! JSON with the ports' own drop counters, runs until SIGTERM with `--duration 0` and, with
+//! `--verify`, compares every byte that lands. Each case is its own process.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -225,6 +225,10 @@ fn default_scenario_runs_and_passes_its_check() {
         .expect("a summary line");
     let check = &summary["checks"][0];
     assert_eq!(check["passed"], true, "{summary}");
+    for p in summary["ports"].as_array().unwrap() {
+        assert_eq!(p["stats"]["rx_missed"], 0, "{p}");
+        assert_eq!(p["drop_xstats"]["rx_q0_errors"], 0, "{p}");
+    }
     assert!(check["valid"].as_u64().unwrap() > 0, "{summary}");
     assert_eq!(check["valid"], check["sent"]);
     assert!(
@@ -340,6 +344,26 @@ fn bench_reports_throughput_and_latency_as_json() {
         assert!(
             l["p50"].as_u64() <= l["p99"].as_u64() && l["p99"].as_u64() <= l["max"].as_u64(),
             "{r}"
+        );
+    }
+    // The ports' own counters, beside the engines': nothing missed, dropped or failed.
+    let ports = v["ports"].as_array().unwrap();
+    let names: Vec<&str> = ports.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"], "{v}");
+    for p in ports {
+        assert_eq!(p["driver"], "net_ring", "{p}");
+        assert!(p["stats"]["rx_packets"].as_u64().unwrap() > 0, "{p}");
+        for k in ["rx_missed", "rx_errors", "tx_errors", "rx_nombuf"] {
+            assert_eq!(p["stats"][k], 0, "{k}: {p}");
+        }
+        let drops = p["drop_xstats"].as_object().unwrap();
+        assert_eq!(drops["rx_missed_errors"], 0, "{p}");
+        assert_eq!(drops["rx_q0_errors"], 0, "per queue: {p}");
+        assert!(
+            drops
+                .keys()
+                .all(|k| !k.ends_with("_bytes") && !k.contains("good")),
+            "only drops, misses and errors: {p}"
         );
     }
     let text = std::fs::read_to_string(&hgrm).unwrap();

@@ -219,6 +219,31 @@ fn check_summaries(r: &Run) {
         "{t}"
     );
     assert_eq!(t["counters"]["icrc_errors"], 0);
+
+    // memif counts only the current connection; the target's summary still shows what its
+    // port received while the initiator was there.
+    assert!(
+        t["ports"][0]["stats"]["rx_packets"].as_u64().unwrap() > 0,
+        "{t}"
+    );
+    // Both sides' ports: nothing missed or failed, and the drop xstats are there.
+    for (side, v) in [("initiator", s), ("target", t)] {
+        let port = &v["ports"][0];
+        assert_eq!(port["driver"], "net_memif", "{side}: {v}");
+        for k in ["rx_missed", "rx_errors", "rx_nombuf"] {
+            assert_eq!(port["stats"][k], 0, "{side} {k}: {v}");
+        }
+        assert!(port["drop_xstats"].is_object(), "{side}: {v}");
+        for k in [
+            "delivered",
+            "icrc_errors",
+            "malformed",
+            "not_for_us",
+            "arp_replies",
+        ] {
+            assert!(v["counters"][k].is_u64(), "{side} {k}: {v}");
+        }
+    }
 }
 
 /// The bytes of message `i` (as `portico initiator` writes them).

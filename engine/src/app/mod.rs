@@ -23,7 +23,7 @@ mod scenario;
 
 pub use eal::{DeviceArg, available_cores, plan_eal_args};
 pub use fwd::{FwdOpts, run_fwd};
-pub use monitor::RunOpts;
+pub use monitor::{RunOpts, port_summary};
 pub use ports::{check_pool_fits, list_ports, pool_bytes, pool_size};
 pub use scenario::run_scenario;
 

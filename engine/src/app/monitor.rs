@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::dataplane::{DpdkError, Port};
+use crate::dataplane::{DpdkError, Port, PortInfo, PortStats, port_xstats};
 use crate::report;
 use crate::runtime::{CaptureSink, Runtime, WorkerSpec};
-use crate::summary::{CaptureSummary, PortSummary, StopReason, Summary};
+use crate::summary::{CaptureSummary, PortSummary, StopReason, Summary, is_drop_xstat};
 
 use super::AppError;
 use super::eal::Started;
@@ -100,16 +100,7 @@ pub(super) fn execute(
     let seconds = t0.elapsed().as_secs_f64();
     let ports = ports
         .iter()
-        .map(|p| {
-            let info = p.info()?;
-            Ok(PortSummary {
-                name: p.name().to_string(),
-                id: p.id(),
-                driver: info.driver,
-                link: info.link.to_string(),
-                stats: p.stats()?,
-            })
-        })
+        .map(|p| port_summary(p.id(), p.name()))
         .collect::<Result<Vec<_>, DpdkError>>()?;
     Ok(Summary {
         command: command.to_string(),
@@ -121,6 +112,24 @@ pub(super) fn execute(
         ports,
         checks: Vec::new(),
         capture: None,
+    })
+}
+
+/// What port `id` (shown as `name`) counted: its basic stats, link, and the extended stats
+/// that count drops, misses and errors. Read it while the port is still started.
+pub fn port_summary(id: u16, name: &str) -> Result<PortSummary, DpdkError> {
+    let info = PortInfo::read(id)?;
+    let drop_xstats = port_xstats(id)?
+        .into_iter()
+        .filter(|(k, _)| is_drop_xstat(k))
+        .collect();
+    Ok(PortSummary {
+        name: name.to_string(),
+        id,
+        driver: info.driver,
+        link: info.link.to_string(),
+        stats: PortStats::read(id)?,
+        drop_xstats,
     })
 }
 
