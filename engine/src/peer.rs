@@ -40,7 +40,9 @@ use crate::latency::Latency;
 use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, WorkerSpec};
-use crate::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest};
+use crate::transport::{
+    Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest, random_psn,
+};
 
 /// Mbufs in the engine's pool.
 const POOL_MBUFS: u32 = 8191;
@@ -53,6 +55,8 @@ struct Peer {
     cq: Cq,
     port: Port,
     capture: Option<Arc<CaptureSink>>,
+    /// The first PSN this side sends.
+    psn: u32,
 }
 
 /// Flushes the capture, if any: how many packets it holds.
@@ -242,6 +246,9 @@ fn start(
     qp.remote_ip = r.peer_ip;
     qp.pmtu = parse_mtu(r.mtu).map_err(config_error)?;
     qp.timeout_ns = r.timeout_us * 1000;
+    qp.send_psn = r.psn.unwrap_or_else(random_psn);
+    qp.recv_psn = r.peer_psn;
+    let psn = qp.send_psn;
     let mut node = RdmaNode::new(mac, r.ip);
     let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);
     let qp = node
@@ -277,6 +284,7 @@ fn start(
         qp,
         cq,
         port,
+        psn,
     })
 }
 
@@ -411,7 +419,7 @@ pub fn run_target(
     let kind = map.kind();
     println!(
         "{}",
-        json!({"type": "ready", "qpn": peer.qp.qpn(), "addr": mr.addr(), "len": mr.len(),
+        json!({"type": "ready", "qpn": peer.qp.qpn(), "psn": peer.psn, "addr": mr.addr(), "len": mr.len(),
                "rkey": mr.rkey(), "region": kind.to_string(), "dax": map.is_dax(),
                "file": file.as_ref().map(|f| f.display().to_string())})
     );
@@ -575,7 +583,7 @@ pub fn run_initiator(
     let captured = finish_capture(&peer.capture, pcap)?;
     println!(
         "{}",
-        json!({"type": "initiator_summary", "ops": ops, "size": size, "failed": failed,
+        json!({"type": "initiator_summary", "ops": ops, "size": size, "psn": peer.psn, "failed": failed,
                "mismatched": mismatched, "seconds": seconds, "write_read_latency_ns": latency.summary(),
                "counters": counts(&reports), "ports": ports, "region": map.kind().to_string(),
                "captured": captured})

@@ -653,6 +653,22 @@ fn target_and_initiator_bounds_name_their_field_with_exit_2() {
         (with("t6.toml", "qpn = 0x22", "qpn = 0x1000000"), "rdma.qpn"),
         (
             with(
+                "t7.toml",
+                region_len,
+                "region_len = 1048576\npsn = 0x1000000",
+            ),
+            "rdma.psn",
+        ),
+        (
+            with(
+                "t8.toml",
+                region_len,
+                "region_len = 1048576\npeer_psn = 16777216",
+            ),
+            "rdma.peer_psn",
+        ),
+        (
+            with(
                 "t9.toml",
                 region_len,
                 "region_len = 1048576\ntimeout_us = 0",

@@ -6,6 +6,10 @@
 //! target says the region was persisted, and the file holds, at each message's offset, the
 //! last message the initiator wrote there. Real processes, real EAL (no hugepages); every wait
 //! has a deadline and the processes are killed if the test fails.
+//!
+//! The initiator's first PSN is pinned (`psn`) to what the target expects (`peer_psn`); the
+//! target's own is drawn at random and only printed, since it only answers and its answers
+//! carry the initiator's PSNs.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,10 +21,13 @@ use std::time::{Duration, Instant};
 const OPS: u64 = 200;
 const SIZE: usize = 4096;
 const REGION_LEN: usize = 1 << 20;
+/// The initiator's first PSN: its `psn`, the target's `peer_psn`.
+const INITIATOR_PSN: u32 = 0x12_3456;
 
 /// The two runs share the cores and would slow each other down: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+#[allow(clippy::too_many_arguments)]
 fn config(
     role: &str,
     tag: &str,
@@ -29,6 +36,7 @@ fn config(
     me: (&str, &str, u32),
     peer: (&str, &str, u32),
     region_addr: Option<u64>,
+    psn: &str,
 ) -> String {
     let region_addr = region_addr.map_or(String::new(), |a| format!("region_addr = {a}"));
     format!(
@@ -47,6 +55,7 @@ peer_mac = "{}"
 peer_ip = "{}"
 peer_qpn = {}
 mtu = 4096
+{psn}
 {region_addr}
 region_len = {REGION_LEN}
 "#,
@@ -126,14 +135,16 @@ fn run(tag: &str, dir: &Path, target_args: &[&str]) -> Run {
     let target_cfg = dir.join("target.toml");
     let init_cfg = dir.join("initiator.toml");
     // The target's region goes by its real address; the initiator names its own by an iova.
+    let peer_psn = format!("peer_psn = {INITIATOR_PSN:#x}");
+    let psn = format!("psn = {INITIATOR_PSN:#x}");
     std::fs::write(
         &target_cfg,
-        config("server", tag, &sock, c_target, b, a, None),
+        config("server", tag, &sock, c_target, b, a, None, &peer_psn),
     )
     .unwrap();
     std::fs::write(
         &init_cfg,
-        config("client", tag, &sock, c_init, a, b, Some(0x1000_0000)),
+        config("client", tag, &sock, c_init, a, b, Some(0x1000_0000), &psn),
     )
     .unwrap();
 
@@ -159,6 +170,10 @@ fn run(tag: &str, dir: &Path, target_args: &[&str]) -> Run {
     let ready: serde_json::Value =
         serde_json::from_str(&ready).unwrap_or_else(|e| panic!("no ready line ({e}): {ready:?}"));
     assert_eq!(ready["type"], "ready");
+    assert!(
+        ready["psn"].as_u64().expect("the target's first PSN") <= 0xff_ffff,
+        "{ready}"
+    );
     let rkey = ready["rkey"].as_u64().expect("an rkey").to_string();
     let addr = ready["addr"].as_u64().expect("the region's address");
     assert_eq!(ready["len"], REGION_LEN);
@@ -210,6 +225,7 @@ fn check_summaries(r: &Run) {
     assert_eq!(s["failed"], 0, "{s}");
     assert_eq!(s["mismatched"], 0, "{s}");
     assert_eq!(s["counters"]["icrc_errors"], 0);
+    assert_eq!(s["psn"], INITIATOR_PSN, "pinned by the config");
 
     let t = &r.target;
     assert_eq!(t["type"], "target_summary");

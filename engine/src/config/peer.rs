@@ -39,6 +39,15 @@ pub struct RdmaSection {
     pub peer_mac: String,
     pub peer_ip: Ipv4Addr,
     pub peer_qpn: u32,
+    /// The first PSN this side sends (24 bits). Absent: drawn at random
+    /// ([`crate::transport::random_psn`]), as verbs applications choose `sq_psn`.
+    #[serde(default)]
+    pub psn: Option<u32>,
+    /// The first PSN the peer sends (24 bits): it must equal the peer's `psn`. A target only
+    /// answers, and its answers carry the PSNs of the requests, so an initiator's `peer_psn`
+    /// is never used; a target's must equal its initiator's `psn`.
+    #[serde(default)]
+    pub peer_psn: u32,
     /// Path MTU in bytes: 256, 512, 1024 (the default), 2048 or 4096 (see [`parse_mtu`]).
     #[serde(default = "default_mtu")]
     pub mtu: u32,
@@ -98,8 +107,8 @@ pub fn load_peer(path: &Path, cores: &[usize]) -> Result<PeerConfig, ConfigError
 }
 
 /// Parses and checks a peer config: unknown keys are errors, the core must exist, both MAC
-/// addresses and the MTU must be valid, and every number must be in its range (QPNs of 24
-/// bits, a region large enough for what the target reads back and for its receive
+/// addresses and the MTU must be valid, and every number must be in its range (QPNs and PSNs
+/// of 24 bits, a region large enough for what the target reads back and for its receive
 /// buffers, a timeout that is neither 0 nor beyond a minute).
 pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError> {
     let cfg: PeerConfig = from_toml(text)?;
@@ -108,6 +117,8 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
     for (field, v) in [
         ("rdma.qpn", Some(r.qpn)),
         ("rdma.peer_qpn", Some(r.peer_qpn)),
+        ("rdma.psn", r.psn),
+        ("rdma.peer_psn", Some(r.peer_psn)),
     ] {
         if let Some(v) = v.filter(|&v| v > MAX_24_BITS) {
             return Err(err(
@@ -309,7 +320,32 @@ mod tests {
     }
 
     #[test]
-    fn qpns_are_24_bits() {
+    fn psns_are_read_and_default_to_random_and_zero() {
+        let c = parse_peer(TARGET, CORES).unwrap();
+        assert_eq!((c.rdma.psn, c.rdma.peer_psn), (None, 0));
+        let text = TARGET.replace(
+            "peer_qpn = 18",
+            "peer_qpn = 18\npsn = 0x123456\npeer_psn = 7",
+        );
+        let c = parse_peer(&text, CORES).unwrap();
+        assert_eq!((c.rdma.psn, c.rdma.peer_psn), (Some(0x12_3456), 7));
+    }
+
+    #[test]
+    fn qpns_and_psns_are_24_bits() {
+        let with = |line: &str| TARGET.replace("peer_qpn = 18", &format!("peer_qpn = 18\n{line}"));
+        for (line, field) in [
+            ("psn = 0x1000000", "rdma.psn"),
+            ("peer_psn = 16777216", "rdma.peer_psn"),
+        ] {
+            let e = parse_peer(&with(line), CORES).unwrap_err();
+            assert_eq!(e.field, field);
+            assert_eq!(
+                e.message,
+                "0x1000000 does not fit in 24 bits (0..=0xffffff)"
+            );
+        }
+        assert!(parse_peer(&with("psn = 0xffffff\npeer_psn = 0xffffff"), CORES).is_ok());
         assert_eq!(error_field("qpn = 17", "qpn = 0x1000000"), "rdma.qpn");
         assert_eq!(
             error_field("peer_qpn = 18", "peer_qpn = 0x1000000"),
