@@ -48,3 +48,18 @@ fn every_refused_frame_is_counted_under_its_reason_and_touches_no_memory() {
     let stray = bytes[PAYLOAD.len()..].iter().filter(|&&b| b != 0).count();
     assert_eq!(stray, 0, "bytes written outside the one real WRITE");
 }
+
+#[test]
+fn two_runs_hand_out_different_rkeys() {
+    // Two processes registering the same region the same way: the keys are drawn from the
+    // operating system, not counted from a convention a stranger could follow.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy_peer.py");
+    let first = tap::run("pk1", script, None, None);
+    let second = tap::run("pk2", script, None, None);
+    let rkey = |r: &tap::Run| r.ready["rkey"].as_u64().unwrap();
+    assert_ne!(rkey(&first), rkey(&second));
+    assert!(
+        first.peer_ok && second.peer_ok,
+        "both runs worked with their keys"
+    );
+}
