@@ -14,7 +14,7 @@ fn every_refused_frame_is_counted_under_its_reason_and_touches_no_memory() {
         std::env::temp_dir().join(format!("portico-hostile-{}.region", std::process::id()));
     let _ = std::fs::remove_file(&region);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile_peer.py");
-    let run = tap::run("pth", script, Some(&region), None);
+    let run = tap::run("pth", Some(script), Some(&region), None);
     let bytes = std::fs::read(&region).unwrap();
     std::fs::remove_file(&region).unwrap();
 
@@ -53,13 +53,8 @@ fn every_refused_frame_is_counted_under_its_reason_and_touches_no_memory() {
 fn two_runs_hand_out_different_rkeys() {
     // Two processes registering the same region the same way: the keys are drawn from the
     // operating system, not counted from a convention a stranger could follow.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy_peer.py");
-    let first = tap::run("pk1", script, None, None);
-    let second = tap::run("pk2", script, None, None);
+    let first = tap::run("pk1", None, None, None);
+    let second = tap::run("pk2", None, None, None);
     let rkey = |r: &tap::Run| r.ready["rkey"].as_u64().unwrap();
     assert_ne!(rkey(&first), rkey(&second));
-    assert!(
-        first.peer_ok && second.peer_ok,
-        "both runs worked with their keys"
-    );
 }

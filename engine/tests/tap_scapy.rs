@@ -15,7 +15,7 @@ const PAYLOAD_HEX: &str =
 fn scapy_writes_and_sends_into_portico_over_a_tap() {
     let pcap = std::env::temp_dir().join(format!("portico-tap-{}.pcapng", std::process::id()));
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy_peer.py");
-    let run = tap::run("ptc", script, None, Some(&pcap));
+    let run = tap::run("ptc", Some(script), None, Some(&pcap));
     assert!(run.peer_ok, "scapy peer: {} {}", run.peer, run.peer_stderr);
     let p = &run.peer;
     let t = &run.summary;
