@@ -22,14 +22,7 @@ impl HugepageStatus {
     }
 
     pub fn parse(meminfo: &str, mounts: &str) -> HugepageStatus {
-        let field = |name: &str| -> u64 {
-            meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|rest| rest.trim_start_matches(':').split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
+        let field = |name: &str| pmem::meminfo_field(meminfo, name).unwrap_or(0);
         HugepageStatus {
             page_kb: field("Hugepagesize"),
             total: field("HugePages_Total"),

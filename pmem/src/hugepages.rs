@@ -20,16 +20,24 @@ pub fn free_2mib_hugepages() -> Option<u64> {
     Some(read("free_hugepages")?.saturating_sub(read("resv_hugepages")?))
 }
 
+/// The number a line of `/proc/meminfo` text gives `name` (`MemTotal`, `HugePages_Free`, ...),
+/// as written: kB for sizes, a count for pages. `None` when the line is missing or unreadable.
+pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Free minus reserved default-size pages, if the default size is 2 MiB.
 fn parse_meminfo(text: &str) -> Option<u64> {
-    let field = |name: &str| -> Option<u64> {
-        let line = text.lines().find(|l| l.starts_with(name))?;
-        line[name.len()..].split_whitespace().next()?.parse().ok()
-    };
-    if field("Hugepagesize:")? != 2048 {
+    let field = |name: &str| meminfo_field(text, name);
+    if field("Hugepagesize")? != 2048 {
         return None;
     }
-    Some(field("HugePages_Free:")?.saturating_sub(field("HugePages_Rsvd:")?))
+    Some(field("HugePages_Free")?.saturating_sub(field("HugePages_Rsvd")?))
 }
 
 #[cfg(test)]

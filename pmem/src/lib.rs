@@ -53,7 +53,7 @@ mod sys;
 
 pub use error::Error;
 pub use flush::flush_instruction;
-pub use hugepages::free_2mib_hugepages;
+pub use hugepages::{free_2mib_hugepages, meminfo_field};
 pub use kind::{Durability, FlushInstr, Kind};
 pub use mapping::{MapOptions, Mapping};
 pub use room::{address_space_limit, fs_free_bytes};

@@ -64,13 +64,7 @@ impl MemoryLimit {
 
 /// `MemTotal` from the text of `/proc/meminfo`, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line["MemTotal:".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    kb.checked_mul(1024)
+    pmem::meminfo_field(meminfo, "MemTotal")?.checked_mul(1024)
 }
 
 /// The memory limit of this process's cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`),
