@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::{ConfigError, EalSection, MemoryLimit, cores_text, err, from_toml};
 use crate::transport::{Mtu, QpConfig};
 use crate::wire::EthernetAddress;
+use crate::wire::bth::PSN_MASK;
 
 /// A peer's config file: `[eal]` as in scenarios, and `[rdma]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -71,9 +72,6 @@ pub struct RdmaSection {
     pub receives: u32,
 }
 
-/// Queue pair numbers and PSNs are 24-bit fields of the BTH.
-pub const MAX_24_BITS: u32 = 0xff_ffff;
-
 /// The smallest region: the target reads back 64 bytes at offset 0 and 64 at `region_len / 2`.
 pub const MIN_REGION_LEN: usize = 128;
 
@@ -120,7 +118,8 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
         ("rdma.psn", r.psn),
         ("rdma.peer_psn", Some(r.peer_psn)),
     ] {
-        if let Some(v) = v.filter(|&v| v > MAX_24_BITS) {
+        // QPNs and PSNs are 24-bit fields of the BTH.
+        if let Some(v) = v.filter(|&v| v > PSN_MASK) {
             return Err(err(
                 field,
                 format!("{v:#x} does not fit in 24 bits (0..=0xffffff)"),
