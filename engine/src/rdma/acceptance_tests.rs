@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use pmem::Mapping;
 
-use super::{Cq, Qp, RdmaNode, RxOutcome};
-use crate::transport::{
-    Access, MrKeys, QpConfig, QpState, SgList, WcStatus, WorkCompletion, WorkRequest,
-};
+use super::RxOutcome;
+use super::node::tests::{End, pair_with, pump};
+use crate::transport::{Access, MrKeys, QpState, SgList, WcStatus, WorkCompletion, WorkRequest};
 use crate::wire::icrc::{self, Icrc};
 use crate::wire::{self, EthernetAddress, NakCode, Opcode, Syndrome};
 
@@ -18,47 +17,27 @@ const PATTERN: u8 = 0x5a;
 
 /// A is the sender, B the node under attack: B's region is 4096 zero bytes.
 struct Setup {
-    a: RdmaNode,
-    b: RdmaNode,
-    qp_a: Qp,
-    cq_a: Cq,
-    _cq_b: Cq,
+    a: End,
+    b: End,
     src: MrKeys,
     dst: MrKeys,
     dst_map: Arc<Mapping>,
 }
 
 fn setup() -> Setup {
-    let mut a = RdmaNode::new(
-        EthernetAddress([2, 0, 0, 0, 0, 1]),
-        Ipv4Addr::new(10, 9, 0, 1),
-    );
-    let mut b = RdmaNode::new(
-        EthernetAddress([2, 0, 0, 0, 0, 2]),
-        Ipv4Addr::new(10, 9, 0, 2),
-    );
-    let mut cfg = QpConfig::new(0x11, 0x22);
-    cfg.remote_mac = b.mac;
-    cfg.remote_ip = b.ip;
-    cfg.send_psn = 0x00ff_fff0;
-    let mut peer = cfg.mirrored();
-    peer.remote_mac = a.mac;
-    peer.remote_ip = a.ip;
-    let cq_a = a.create_cq(64);
-    let cq_b = b.create_cq(64);
-    let qp_a = a.add_qp(cfg, &cq_a, &cq_a).unwrap();
-    b.add_qp(peer, &cq_b, &cq_b).unwrap();
+    // A's PSNs start near the 24-bit wrap, so the frames here cross it.
+    let (mut a, mut b) = pair_with(64, |cfg| cfg.send_psn = 0x00ff_fff0);
     let src_map = Arc::new(Mapping::anonymous(4096).unwrap());
     src_map.fill(0, 4096, PATTERN).unwrap();
-    let src = a.register(src_map, 0, 4096, Access::ALL).unwrap();
+    let src = a.node.register(src_map, 0, 4096, Access::ALL).unwrap();
     let dst_map = Arc::new(Mapping::anonymous(4096).unwrap());
-    let dst = b.register(dst_map.clone(), 0, 4096, Access::ALL).unwrap();
+    let dst = b
+        .node
+        .register(dst_map.clone(), 0, 4096, Access::ALL)
+        .unwrap();
     Setup {
         a,
         b,
-        qp_a,
-        cq_a,
-        _cq_b: cq_b,
         src,
         dst,
         dst_map,
@@ -75,11 +54,11 @@ impl Setup {
             self.dst.rkey,
             None,
         );
-        self.qp_a.post_send(&[wr]).unwrap();
-        self.a.service(0);
-        let tx = self.a.poll_transmit(0).expect("the WRITE");
+        self.a.qp.post_send(&[wr]).unwrap();
+        self.a.node.service(0);
+        let tx = self.a.node.poll_transmit(0).expect("the WRITE");
         let mut frame = vec![0u8; tx.frame_len()];
-        self.a.emit(&tx, &mut frame).unwrap();
+        self.a.node.emit(&tx, &mut frame).unwrap();
         frame
     }
 
@@ -92,22 +71,22 @@ impl Setup {
     /// B dropped `frame` under exactly one counter, which `counter` reads, and nothing
     /// else changed: no memory written, no packet owed, PSN where it was.
     fn assert_refused(&mut self, frame: &[u8], counter: fn(&super::NodeCounters) -> u64) {
-        let before = self.b.counters;
-        let epsn = self.b.qp(0x22).unwrap().responder().expected_psn();
-        assert_eq!(self.b.receive(0, frame), RxOutcome::Dropped);
-        assert_eq!(counter(&self.b.counters), counter(&before) + 1);
-        assert_eq!(self.b.counters.rx_frames, before.rx_frames + 1);
-        assert_eq!(self.b.counters.delivered, before.delivered);
+        let before = self.b.node.counters;
+        let epsn = self.b.node.qp(0x22).unwrap().responder().expected_psn();
+        assert_eq!(self.b.node.receive(0, frame), RxOutcome::Dropped);
+        assert_eq!(counter(&self.b.node.counters), counter(&before) + 1);
+        assert_eq!(self.b.node.counters.rx_frames, before.rx_frames + 1);
+        assert_eq!(self.b.node.counters.delivered, before.delivered);
         assert!(self.b_memory().iter().all(|&x| x == 0), "memory untouched");
-        let qp = self.b.qp(0x22).unwrap();
+        let qp = self.b.node.qp(0x22).unwrap();
         assert_eq!(qp.responder().expected_psn(), epsn);
         assert_eq!(qp.state(), QpState::Ready);
-        assert!(self.b.poll_transmit(0).is_none(), "no NAK, no ACK");
+        assert!(self.b.node.poll_transmit(0).is_none(), "no NAK, no ACK");
     }
 
     /// B takes `frame`: the WRITE lands, and B acknowledges it.
     fn assert_accepted(&mut self, frame: &[u8]) {
-        assert_eq!(self.b.receive(0, frame), RxOutcome::Delivered);
+        assert_eq!(self.b.node.receive(0, frame), RxOutcome::Delivered);
         let len = wire::parse_frame(frame).unwrap().1.len();
         let m = self.b_memory();
         assert!(m[..len].iter().all(|&x| x == PATTERN));
@@ -259,10 +238,10 @@ fn atomics_are_answered_with_nak_invalid_request_and_touch_nothing() {
         atomic_eth.extend_from_slice(&0u64.to_be_bytes());
         let mut atomic = vec![0u8; repr.buffer_len(atomic_eth.len())];
         let n = repr.emit(&mut atomic, &atomic_eth).unwrap();
-        assert_eq!(s.b.receive(0, &atomic[..n]), RxOutcome::Delivered);
-        let tx = s.b.poll_transmit(0).expect("a NAK");
+        assert_eq!(s.b.node.receive(0, &atomic[..n]), RxOutcome::Delivered);
+        let tx = s.b.node.poll_transmit(0).expect("a NAK");
         let mut nak = vec![0u8; tx.frame_len()];
-        s.b.emit(&tx, &mut nak).unwrap();
+        s.b.node.emit(&tx, &mut nak).unwrap();
         let (nak, _) = wire::parse_frame(&nak).unwrap();
         assert_eq!(nak.bth.opcode, Opcode::Acknowledge);
         assert_eq!(nak.bth.psn, repr.bth.psn);
@@ -271,33 +250,7 @@ fn atomics_are_answered_with_nak_invalid_request_and_touch_nothing() {
             Syndrome::Nak(NakCode::InvalidRequest)
         );
         assert!(s.b_memory().iter().all(|&x| x == 0));
-        assert_eq!(s.b.qp(0x22).unwrap().state(), QpState::Error);
-    }
-}
-
-/// Sends everything `src` has to `dst`; whether anything moved.
-fn carry(src: &mut RdmaNode, dst: &mut RdmaNode, now: u64, buf: &mut [u8]) -> bool {
-    let mut moved = false;
-    src.service(now);
-    while let Some(tx) = src.poll_transmit(now) {
-        let n = src.emit(&tx, buf).unwrap();
-        dst.receive(now, &buf[..n]);
-        moved = true;
-    }
-    src.flush_completions();
-    moved
-}
-
-/// Runs A and B until neither has anything to send.
-fn pump(s: &mut Setup) {
-    let mut buf = vec![0u8; 9000];
-    for round in 0..1000u64 {
-        let now = round * 1000;
-        let ab = carry(&mut s.a, &mut s.b, now, &mut buf);
-        let ba = carry(&mut s.b, &mut s.a, now, &mut buf);
-        if !ab && !ba {
-            return;
-        }
+        assert_eq!(s.b.node.qp(0x22).unwrap().state(), QpState::Error);
     }
 }
 
@@ -318,10 +271,10 @@ fn zero_length_reads_and_writes_are_not_checked_against_rkey_or_address() {
             None,
         ),
     ];
-    s.qp_a.post_send(&wrs).unwrap();
-    pump(&mut s);
+    s.a.qp.post_send(&wrs).unwrap();
+    pump(&mut s.a.node, &mut s.b.node, 0);
     let mut wcs = [WorkCompletion::EMPTY; 8];
-    let n = s.cq_a.poll(&mut wcs);
+    let n = s.a.cq.poll(&mut wcs);
     assert_eq!(
         wcs[..n]
             .iter()
@@ -336,7 +289,7 @@ fn zero_length_reads_and_writes_are_not_checked_against_rkey_or_address() {
     let m = s.b_memory();
     assert!(m[..8].iter().all(|&x| x == PATTERN));
     assert!(m[8..].iter().all(|&x| x == 0));
-    assert_eq!(s.b.qp(0x22).unwrap().state(), QpState::Ready);
+    assert_eq!(s.b.node.qp(0x22).unwrap().state(), QpState::Ready);
 }
 
 #[test]
@@ -354,10 +307,10 @@ fn a_zero_length_write_request_on_the_wire_is_acknowledged() {
     let (repr, _) = wire::parse_frame(&zero).unwrap();
     let mut empty = vec![0u8; repr.buffer_len(0)];
     let n = repr.emit(&mut empty, &[]).unwrap();
-    assert_eq!(s.b.receive(0, &empty[..n]), RxOutcome::Delivered);
-    let tx = s.b.poll_transmit(0).expect("an ACK");
+    assert_eq!(s.b.node.receive(0, &empty[..n]), RxOutcome::Delivered);
+    let tx = s.b.node.poll_transmit(0).expect("an ACK");
     let mut ack = vec![0u8; tx.frame_len()];
-    s.b.emit(&tx, &mut ack).unwrap();
+    s.b.node.emit(&tx, &mut ack).unwrap();
     let (ack, _) = wire::parse_frame(&ack).unwrap();
     assert_eq!(ack.bth.opcode, Opcode::Acknowledge);
     assert_eq!(ack.aeth.unwrap().syndrome, Syndrome::ACK_UNLIMITED);

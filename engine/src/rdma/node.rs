@@ -660,15 +660,16 @@ impl RdmaNode {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::transport::{Access, RecvRequest, WcStatus, WorkRequest};
     use pmem::Mapping;
 
-    struct End {
-        node: RdmaNode,
-        qp: Qp,
-        cq: Cq,
+    /// One node with its queue pair to the other and their completion queue.
+    pub(in crate::rdma) struct End {
+        pub node: RdmaNode,
+        pub qp: Qp,
+        pub cq: Cq,
     }
 
     fn pair() -> (End, End) {
@@ -676,6 +677,16 @@ mod tests {
     }
 
     fn pair_with_cq(depth_a: usize) -> (End, End) {
+        pair_with(depth_a, |_| {})
+    }
+
+    /// Node A (02:00:00:00:00:01, 10.9.0.1, QPN 0x11) and node B (…:02, 10.9.0.2, QPN 0x22),
+    /// one queue pair each, connected to each other; `tune` adjusts A's queue pair (B's
+    /// mirrors it). A's completion queue holds `depth_a` entries, B's 256.
+    pub(in crate::rdma) fn pair_with(
+        depth_a: usize,
+        tune: impl FnOnce(&mut QpConfig),
+    ) -> (End, End) {
         let mut a = RdmaNode::new(
             EthernetAddress([2, 0, 0, 0, 0, 1]),
             Ipv4Addr::new(10, 9, 0, 1),
@@ -687,6 +698,7 @@ mod tests {
         let mut cfg = QpConfig::new(0x11, 0x22);
         cfg.remote_mac = b.mac;
         cfg.remote_ip = b.ip;
+        tune(&mut cfg);
         let mut peer = cfg.mirrored();
         peer.remote_mac = a.mac;
         peer.remote_ip = a.ip;
@@ -734,7 +746,7 @@ mod tests {
     }
 
     /// Moves frames both ways until both nodes are quiet; time advances 1 µs per round.
-    fn pump(a: &mut RdmaNode, b: &mut RdmaNode, corrupt_every: usize) -> usize {
+    pub(in crate::rdma) fn pump(a: &mut RdmaNode, b: &mut RdmaNode, corrupt_every: usize) -> usize {
         let mut moved = 0;
         for round in 0..100_000u64 {
             let now = round * 1000;
