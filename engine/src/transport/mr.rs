@@ -447,33 +447,25 @@ impl MemoryTable {
         }
     }
 
+    /// The mapping and the offset in it of `len` bytes at `offset` of the region named by
+    /// `lkey`, when the key and the whole range are good.
+    fn range(&self, lkey: u32, offset: u64, len: usize) -> Option<(&Arc<Mapping>, usize)> {
+        let (map, base, region_len) = self.mapping(lkey)?;
+        let end = offset.checked_add(len as u64)?;
+        (end <= region_len).then_some((map, base + offset as usize))
+    }
+
     /// Copy `dst.len()` bytes from `offset` of the region named by `lkey` (applications and
     /// tests). False when the key or the range is bad.
     pub fn read(&self, lkey: u32, offset: u64, dst: &mut [u8]) -> bool {
-        match self.mapping(lkey) {
-            Some((map, base, len))
-                if offset
-                    .checked_add(dst.len() as u64)
-                    .is_some_and(|end| end <= len) =>
-            {
-                map.read(base + offset as usize, dst).is_ok()
-            }
-            _ => false,
-        }
+        self.range(lkey, offset, dst.len())
+            .is_some_and(|(map, at)| map.read(at, dst).is_ok())
     }
 
     /// Copy `src` to `offset` of the region named by `lkey` (applications and tests).
     pub fn write(&self, lkey: u32, offset: u64, src: &[u8]) -> bool {
-        match self.mapping(lkey) {
-            Some((map, base, len))
-                if offset
-                    .checked_add(src.len() as u64)
-                    .is_some_and(|end| end <= len) =>
-            {
-                map.write(base + offset as usize, src).is_ok()
-            }
-            _ => false,
-        }
+        self.range(lkey, offset, src.len())
+            .is_some_and(|(map, at)| map.write(at, src).is_ok())
     }
 
     /// The whole region named by `lkey`, copied out (tests).
