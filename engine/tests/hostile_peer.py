@@ -19,21 +19,15 @@ import struct
 import sys
 import time
 
-from scapy.all import ARP, IP, UDP, Dot1Q, Ether, IPOption_NOP, Raw, conf, sendp, srp1, AsyncSniffer
+from scapy.all import IP, UDP, Dot1Q, Ether, IPOption_NOP, Raw, sendp, AsyncSniffer
 from scapy.contrib.roce import AETH, BTH
 
-iface, my_mac, my_ip, dut_ip, rkey, addr, dut_qpn, my_qpn = sys.argv[1:9]
-rkey, addr, dut_qpn, my_qpn = int(rkey), int(addr, 0), int(dut_qpn, 0), int(my_qpn, 0)
-conf.verb = 0
-result = {"arp": None, "answers": [], "ok": False}
+import tap_peer
 
-arp = srp1(Ether(dst="ff:ff:ff:ff:ff:ff", src=my_mac) / ARP(op=1, hwsrc=my_mac, psrc=my_ip, pdst=dut_ip),
-           iface=iface, timeout=5, retry=3)
-if arp is None or ARP not in arp or arp[ARP].op != 2:
-    print(json.dumps(result))
-    sys.exit(1)
-dut_mac = arp[ARP].hwsrc
-result["arp"] = dut_mac
+result = {"arp": None, "answers": [], "ok": False}
+peer = tap_peer.start(result)
+iface, my_mac, my_ip, dut_ip = peer.iface, peer.my_mac, peer.my_ip, peer.dut_ip
+rkey, addr, dut_qpn, my_qpn, dut_mac = peer.rkey, peer.addr, peer.dut_qpn, peer.my_qpn, peer.dut_mac
 
 PAYLOAD = b"only this WRITE may land in the region!!"  # 40 bytes
 HOSTILE = b"\xee" * 64

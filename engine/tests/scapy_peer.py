@@ -16,21 +16,15 @@ import json
 import struct
 import sys
 
-from scapy.all import ARP, IP, UDP, Ether, Raw, conf, sendp, srp1, AsyncSniffer
+from scapy.all import IP, UDP, Ether, Raw, sendp, AsyncSniffer
 from scapy.contrib.roce import AETH, BTH, opcode
 
-iface, my_mac, my_ip, dut_ip, rkey, addr, dut_qpn, my_qpn = sys.argv[1:9]
-rkey, addr, dut_qpn, my_qpn = int(rkey), int(addr, 0), int(dut_qpn, 0), int(my_qpn, 0)
-conf.verb = 0
-result = {"arp": None, "acks": [], "ok": False}
+import tap_peer
 
-arp = srp1(Ether(dst="ff:ff:ff:ff:ff:ff", src=my_mac) / ARP(op=1, hwsrc=my_mac, psrc=my_ip, pdst=dut_ip),
-           iface=iface, timeout=5, retry=3)
-if arp is None or ARP not in arp or arp[ARP].op != 2:
-    print(json.dumps(result))
-    sys.exit(1)
-dut_mac = arp[ARP].hwsrc
-result["arp"] = dut_mac
+result = {"arp": None, "acks": [], "ok": False}
+peer = tap_peer.start(result)
+iface, my_mac, my_ip, dut_ip = peer.iface, peer.my_mac, peer.my_ip, peer.dut_ip
+rkey, addr, dut_qpn, my_qpn, dut_mac = peer.rkey, peer.addr, peer.dut_qpn, peer.my_qpn, peer.dut_mac
 
 # 40 bytes: RoCEv2 payloads are padded to a multiple of 4 (the BTH pad count is left at 0).
 payload = b"written by scapy into portico, RoCEv2!!!"
