@@ -50,6 +50,9 @@ pub enum Error {
         len: usize,
         size: usize,
     },
+    /// An atomic access at an address that is not aligned to its size.
+    #[error("atomic access at offset {offset} is not {align}-byte aligned")]
+    Misaligned { offset: usize, align: usize },
     /// `crash()` on a mapping that is not under the power-loss simulator.
     #[error(
         "crash() needs a mapping made with MapOptions::new().simulate_power_loss(true); \

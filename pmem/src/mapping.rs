@@ -369,6 +369,28 @@ impl Mapping {
         Ok(())
     }
 
+    /// Stores the 8 bytes `value` (in memory order) at `offset` as one atomic store with
+    /// release ordering, as IBTA ATOMIC WRITE asks: a reader of the location sees all of the
+    /// old or all of the new value, and every store before this one. `offset` must be a
+    /// multiple of 8 from a page-aligned base, so the address is aligned.
+    pub fn store_u64_release(&self, offset: usize, value: [u8; 8]) -> Result<(), Error> {
+        self.check(offset, 8)?;
+        let addr = self.ptr.as_ptr() as usize + offset;
+        if addr % 8 != 0 {
+            return Err(Error::Misaligned { offset, align: 8 });
+        }
+        // SAFETY: the 8 bytes are inside the mapping (checked above) and the address is 8-byte
+        // aligned (checked above), as `AtomicU64` requires. The mapping lives as long as
+        // `self`, and every access to registered memory from Rust is a raw copy or an atomic
+        // like this one, so the reference made here aliases no `&mut`.
+        let cell = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
+        cell.store(
+            u64::from_ne_bytes(value),
+            std::sync::atomic::Ordering::Release,
+        );
+        Ok(())
+    }
+
     /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), Error> {
         self.check(offset, len)?;

@@ -564,6 +564,8 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         completions: _,
         cq_full: _,
         cq_overruns: _,
+        persist_jobs: _,
+        persist_failures: _,
     } = *c;
     Outcomes {
         rx_frames,

@@ -16,6 +16,7 @@
 
 #[cfg(test)]
 mod acceptance_tests;
+pub mod flusher;
 mod host;
 pub mod loopback;
 mod node;

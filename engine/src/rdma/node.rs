@@ -22,11 +22,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::flusher::Flusher;
 use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use crate::transport::{
-    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig,
-    QueuePair, RegisterError, WcOpcode, WorkCompletion,
+    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, PersistJob,
+    QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
 };
 use crate::wire::{self, EthernetAddress};
 
@@ -82,6 +83,10 @@ pub struct NodeCounters {
     pub cq_full: u64,
     /// Completions that found their ring full (0 unless the reservation rule is broken).
     pub cq_overruns: u64,
+    /// Ranges handed to the flusher to persist (`msync`, or the power-loss simulator).
+    pub persist_jobs: u64,
+    /// Persists that failed; the queue pairs waiting for them went to the error state.
+    pub persist_failures: u64,
 }
 
 /// A queue pair with the worker's end of its rings and its scheduling state.
@@ -96,6 +101,8 @@ struct QpEntry {
     backlog: bool,
     /// The earliest deadline with an entry in the timer heap.
     armed: Option<u64>,
+    /// On the list of queue pairs waiting for the persisted watermark.
+    persist_waiting: bool,
 }
 
 /// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
@@ -154,35 +161,41 @@ impl QpTable {
 }
 
 /// Offers the requests waiting in `ring` to `take` (which posts one and says whether it
-/// did), each with a slot reserved in `cq`. Returns how many were taken, and whether some were
-/// left behind (the queue pair's queue or the completion queue was full).
+/// did), each with as many slots reserved in `cq` as it will complete (`completions`: two for a
+/// durable WRITE that reports placement, otherwise one). Returns how many were taken, and
+/// whether some were left behind (the queue pair's queue or the completion queue was full).
 fn take_from<T>(
     ring: &mut rtrb::Consumer<T>,
     cq: &mut CqWriter,
     counters: &mut NodeCounters,
+    completions: impl Fn(&T) -> usize,
     mut take: impl FnMut(&T) -> bool,
 ) -> (usize, bool) {
     let waiting = ring.slots();
     if waiting == 0 {
         return (0, false);
     }
-    let n = waiting.min(cq.unreserved());
-    let mut short = n < waiting;
-    if short {
-        cq.note_full();
-        counters.cq_full += 1;
-    }
-    let Ok(chunk) = ring.read_chunk(n) else {
-        return (0, short);
+    let Ok(chunk) = ring.read_chunk(waiting) else {
+        return (0, false);
     };
     let (a, b) = chunk.as_slices();
     let mut used = 0;
+    let mut short = false;
     for item in a.iter().chain(b) {
+        let need = completions(item);
+        if cq.unreserved() < need {
+            cq.note_full();
+            counters.cq_full += 1;
+            short = true;
+            break;
+        }
         if !take(item) {
             short = true;
             break;
         }
-        cq.reserve();
+        for _ in 0..need {
+            cq.reserve();
+        }
         used += 1;
     }
     chunk.commit(used);
@@ -241,6 +254,14 @@ pub struct RdmaNode {
     turn: Budget,
     deregs: Vec<PendingDereg>,
     finished: Vec<(u64, ControlReply)>,
+    /// Queue pairs waiting for the persisted watermark to pass one of their tickets.
+    persist_waiters: Vec<u32>,
+    /// The flusher thread, started with the first persist job.
+    flusher: Option<Flusher>,
+    /// A job the flusher had no room for, offered again next iteration.
+    unsent_job: Option<PersistJob>,
+    /// Persist on the worker's own thread instead (tests and fuzzing).
+    persist_inline: bool,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -262,9 +283,19 @@ impl RdmaNode {
             turn: Budget::packets(TURN_PACKETS),
             deregs: Vec::new(),
             finished: Vec::new(),
+            persist_waiters: Vec::new(),
+            flusher: None,
+            unsent_job: None,
+            persist_inline: false,
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
+    }
+
+    /// Persist on the calling thread instead of a flusher thread: deterministic, for tests
+    /// and fuzzing. A worker must not (an `msync` would stall every queue pair it serves).
+    pub fn set_persist_inline(&mut self, inline: bool) {
+        self.persist_inline = inline;
     }
 
     /// Creates a completion queue of `depth` entries; the application polls the returned end.
@@ -321,6 +352,7 @@ impl RdmaNode {
             ready: false,
             backlog: false,
             armed: None,
+            persist_waiting: false,
         });
         self.qps.insert(qpn, slot);
         let n = self.qps.entries.len();
@@ -450,6 +482,10 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         }
         e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged);
+        if !e.persist_waiting && e.qp.awaits_persistence() {
+            e.persist_waiting = true;
+            self.persist_waiters.push(i as u32);
+        }
         c.delivered += 1;
         self.make_ready(i as u32);
         self.arm(i as u32);
@@ -476,6 +512,85 @@ impl RdmaNode {
         if !self.deregs.is_empty() {
             self.finish_deregistrations();
         }
+        if !self.persist_waiters.is_empty() || self.mem.has_persist_jobs() {
+            self.persistence();
+        }
+    }
+
+    /// Hands new persist jobs to the flusher (or runs them here, inline), and lets the queue
+    /// pairs waiting for persistence see the watermark move.
+    fn persistence(&mut self) {
+        if self.persist_inline {
+            while let Some(job) = self.mem.take_persist_job() {
+                self.counters.persist_jobs += 1;
+                if job.run().is_err() {
+                    self.counters.persist_failures += 1;
+                    self.fail_persist_waiters();
+                    return;
+                }
+                self.mem.mark_persisted(job.ticket);
+            }
+        } else {
+            if self.flusher.is_none() && (self.unsent_job.is_some() || self.mem.has_persist_jobs())
+            {
+                match Flusher::spawn() {
+                    Ok(f) => self.flusher = Some(f),
+                    Err(e) => {
+                        eprintln!(
+                            "portico: cannot start the flusher thread ({e}); persisting on the worker"
+                        );
+                        self.persist_inline = true;
+                        return self.persistence();
+                    }
+                }
+            }
+            if let Some(f) = &self.flusher {
+                while let Some(job) = self
+                    .unsent_job
+                    .take()
+                    .or_else(|| self.mem.take_persist_job())
+                {
+                    if let Err(job) = f.offer(job) {
+                        self.unsent_job = Some(job);
+                        break;
+                    }
+                    self.counters.persist_jobs += 1;
+                }
+                if f.failed().is_some() {
+                    self.counters.persist_failures += 1;
+                    self.fail_persist_waiters();
+                    return;
+                }
+                self.mem.mark_persisted(f.done());
+            }
+        }
+        let persisted = self.mem.persisted();
+        let mut k = 0;
+        while k < self.persist_waiters.len() {
+            let slot = self.persist_waiters[k];
+            let e = &mut self.qps.entries[slot as usize];
+            let moved = e.qp.on_persisted(persisted);
+            if e.qp.awaits_persistence() {
+                k += 1;
+            } else {
+                e.persist_waiting = false;
+                self.persist_waiters.swap_remove(k);
+            }
+            if moved {
+                self.make_ready(slot);
+            }
+        }
+    }
+
+    /// A persist failed: nothing after it can be vouched for. Every queue pair waiting for
+    /// persistence NAKs (remote operational error) and goes to the error state.
+    fn fail_persist_waiters(&mut self) {
+        for slot in std::mem::take(&mut self.persist_waiters) {
+            let e = &mut self.qps.entries[slot as usize];
+            e.persist_waiting = false;
+            e.qp.persist_failed(&mut self.staged);
+            self.make_ready(slot);
+        }
     }
 
     /// Moves work requests from a queue pair's host rings into it, as far as its queues and
@@ -490,12 +605,14 @@ impl RdmaNode {
             &mut e.rings.sq,
             &mut self.cqs[e.send_cq as usize],
             &mut self.counters,
+            |wr| wr.kind.completions(),
             |wr| qp.send_queue_has_room() && qp.post_send(wr, mem, staged).is_ok(),
         );
         let (recvs, short_r) = take_from(
             &mut e.rings.rq,
             &mut self.cqs[e.recv_cq as usize],
             &mut self.counters,
+            |_| 1,
             |wr| qp.recv_queue_has_room() && qp.post_recv(wr, mem, staged).is_ok(),
         );
         let short = short_s || short_r;

@@ -19,7 +19,7 @@ use crate::runtime::{Counters, Outputs, Stage};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 19] = [
+const COUNTER_NAMES: [&str; 21] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -38,6 +38,8 @@ const COUNTER_NAMES: [&str; 19] = [
     "cq_full",
     "posted",
     "cq_overruns",
+    "persist_jobs",
+    "persist_failures",
     "alloc_failures",
 ];
 
@@ -132,6 +134,8 @@ impl RdmaStage {
                 n.cq_full,
                 n.posted,
                 n.cq_overruns,
+                n.persist_jobs,
+                n.persist_failures,
             ]) {
                 *s += v;
             }

@@ -13,6 +13,16 @@ pub enum WcOpcode {
     Send,
     RdmaWrite,
     RdmaRead,
+    /// A durable WRITE whose durable ACK arrived: the data is in the target's persistence
+    /// domain.
+    DurableWrite,
+    /// A durable WRITE that asked for two completions, at receipt: the data is placed, not
+    /// yet known durable. The [`WcOpcode::DurableWrite`] completion follows.
+    DurablePlaced,
+    /// An IBTA FLUSH, answered.
+    Flush,
+    /// An IBTA ATOMIC WRITE, answered.
+    AtomicWrite,
     /// A receive consumed by an incoming SEND.
     Recv,
     /// A receive consumed by an incoming RDMA WRITE with immediate.
@@ -41,6 +51,9 @@ pub enum WcStatus {
     RnrRetryExceeded,
     /// The QP was in (or entered) the error state before this request ran.
     WrFlushError,
+    /// The queue pair cannot carry this request (a durable WRITE on a queue pair that did not
+    /// negotiate the extension); verbs' local QP operation error.
+    LocalQpOperationError,
 }
 
 /// One finished work request.

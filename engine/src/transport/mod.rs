@@ -23,6 +23,7 @@
 
 pub mod cq;
 pub mod mr;
+pub mod persist;
 pub mod psn;
 pub mod qp;
 pub mod requester;
@@ -35,10 +36,12 @@ mod tests;
 use core::net::Ipv4Addr;
 
 use crate::wire::bth::DEFAULT_PKEY;
+use crate::wire::feth::{Placement, Selectivity};
 use crate::wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
 
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError};
+pub use persist::{Persist, PersistJob};
 pub use qp::{QpState, QpStats, QueuePair};
 pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, TooManySges};
 
@@ -116,6 +119,15 @@ pub struct QpConfig {
     pub rnr_retry_limit: u32,
     /// RNR timer code this responder advertises in its RNR NAKs.
     pub rnr_timer_code: u8,
+    /// Both ends speak Portico's durable-write extension (negotiated per queue pair, as the
+    /// connection manager would): the requester may post [`WrKind::DurableWrite`], and the
+    /// responder takes the durable opcodes (0xE0, 0xE1) and sends durable ACKs (0xE2). Off, a
+    /// durable opcode is an invalid request, as it is to any standard peer.
+    pub durable_writes: bool,
+    /// How long the requester waits for a durable ACK before it probes (re-sends the last
+    /// packet of the oldest write still waiting), doubling per probe as the retransmission
+    /// timer does. Longer than `timeout_ns`: the responder's flush (an `msync`) is in it.
+    pub durable_timeout_ns: u64,
 }
 
 impl QpConfig {
@@ -148,6 +160,8 @@ impl QpConfig {
             retry_limit: 7,
             rnr_retry_limit: 7,
             rnr_timer_code: 1,
+            durable_writes: false,
+            durable_timeout_ns: 10_000_000,
         }
     }
 
@@ -189,7 +203,7 @@ impl QpConfig {
         if self.ack_coalesce == 0 {
             return bad("ack_coalesce");
         }
-        if self.timeout_ns == 0 || self.max_backoff_shift > 20 {
+        if self.timeout_ns == 0 || self.durable_timeout_ns == 0 || self.max_backoff_shift > 20 {
             return bad("timeout");
         }
         if self.rnr_timer_code > 31 || self.dscp > 0x3f {
@@ -283,6 +297,30 @@ pub enum WrKind {
         remote_addr: u64,
         rkey: u32,
     },
+    /// A WRITE the responder makes durable (Portico's extension, on queue pairs with
+    /// [`QpConfig::durable_writes`]): it completes when the durable ACK arrives, and with
+    /// `placed` it also completes once before that, as [`WcOpcode::DurablePlaced`], when the
+    /// receipt ACK arrives.
+    DurableWrite {
+        remote_addr: u64,
+        rkey: u32,
+        placed: bool,
+    },
+    /// IBTA FLUSH: make earlier WRITEs to the range (or the whole region) visible and/or
+    /// persistent. No local buffer; one PSN; answered by an empty READ RESPONSE ONLY.
+    Flush {
+        remote_addr: u64,
+        rkey: u32,
+        len: u32,
+        placement: Placement,
+        selectivity: Selectivity,
+    },
+    /// IBTA ATOMIC WRITE: an 8-byte store at an 8-byte aligned remote address; the local
+    /// buffer holds exactly the 8 bytes.
+    AtomicWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
 }
 
 impl WrKind {
@@ -292,6 +330,18 @@ impl WrKind {
             WrKind::Send { .. } => WcOpcode::Send,
             WrKind::Write { .. } => WcOpcode::RdmaWrite,
             WrKind::Read { .. } => WcOpcode::RdmaRead,
+            WrKind::DurableWrite { .. } => WcOpcode::DurableWrite,
+            WrKind::Flush { .. } => WcOpcode::Flush,
+            WrKind::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+        }
+    }
+
+    /// Completions a request of this kind produces: two for a durable WRITE that reports
+    /// placement too, one for everything else.
+    pub fn completions(&self) -> usize {
+        match self {
+            WrKind::DurableWrite { placed: true, .. } => 2,
+            _ => 1,
         }
     }
 }
@@ -348,6 +398,58 @@ impl WorkRequest {
         WorkRequest {
             wr_id,
             kind: WrKind::Read { remote_addr, rkey },
+            sgl,
+        }
+    }
+
+    /// A durable WRITE (Portico's extension) of the bytes `sgl` names; `placed` asks for a
+    /// first completion on receipt as well.
+    pub fn durable_write(
+        wr_id: u64,
+        sgl: SgList,
+        remote_addr: u64,
+        rkey: u32,
+        placed: bool,
+    ) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::DurableWrite {
+                remote_addr,
+                rkey,
+                placed,
+            },
+            sgl,
+        }
+    }
+
+    /// An IBTA FLUSH of `len` bytes at `remote_addr` (or of the whole region of `rkey` with
+    /// [`Selectivity::MemoryRegion`]).
+    pub fn flush(
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        len: u32,
+        placement: Placement,
+        selectivity: Selectivity,
+    ) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::Flush {
+                remote_addr,
+                rkey,
+                len,
+                placement,
+                selectivity,
+            },
+            sgl: SgList::new(),
+        }
+    }
+
+    /// An IBTA ATOMIC WRITE of the 8 bytes `sgl` names to `remote_addr`.
+    pub fn atomic_write(wr_id: u64, sgl: SgList, remote_addr: u64, rkey: u32) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::AtomicWrite { remote_addr, rkey },
             sgl,
         }
     }

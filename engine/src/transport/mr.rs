@@ -26,9 +26,12 @@
 //! [`Location`] in it the owner calls [`MemoryTable::remove`].
 
 use core::ops::BitOr;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use pmem::Mapping;
+use pmem::{Durability, Mapping};
+
+use super::persist::{Persist, PersistJob};
 
 /// What a region allows. Combine with `|`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -43,10 +46,27 @@ impl Access {
     pub const REMOTE_READ: Access = Access(2);
     /// Remote peers may RDMA WRITE into this region.
     pub const REMOTE_WRITE: Access = Access(4);
+    /// Local write and both remote rights (not the flush and durability flags below).
     pub const ALL: Access = Access(7);
+    /// IBTA FLUSH with the global-visibility placement type may name this region
+    /// (`IBV_ACCESS_FLUSH_GLOBAL`).
+    pub const FLUSH_GLOBAL: Access = Access(8);
+    /// IBTA FLUSH with the persistence placement type may name this region, and so may
+    /// Portico's durable WRITE (`IBV_ACCESS_FLUSH_PERSISTENT`). Every WRITE landing here is
+    /// persisted as soon as it is placed, and READ and FLUSH responses wait for it.
+    pub const FLUSH_PERSISTENT: Access = Access(16);
+    /// Portico: every WRITE landing here is durable before any ACK names it, so that a
+    /// requester that knows nothing of persistence completes a WRITE only once it is durable.
+    /// Implies the persisting of [`Access::FLUSH_PERSISTENT`].
+    pub const DURABLE: Access = Access(32);
 
     pub const fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// Whether any flag of `other` is set.
+    pub const fn intersects(self, other: Access) -> bool {
+        self.0 & other.0 != 0
     }
 }
 
@@ -179,6 +199,10 @@ pub fn random_u32() -> u32 {
     getrandom::u32().expect("the operating system's random generator (getrandom) works")
 }
 
+/// Persist jobs the table holds before the engine hands them to its flusher; beyond this the
+/// queue grows (an allocation, only while the flusher is this far behind).
+const PERSIST_JOBS: usize = 1024;
+
 /// All regions of one engine (or one test endpoint).
 #[derive(Debug)]
 pub struct MemoryTable {
@@ -187,6 +211,12 @@ pub struct MemoryTable {
     /// is removed so that the slot's next registration draws different ones.
     last_keys: Vec<(u32, u32)>,
     keys: KeySource,
+    /// Persists waiting to be handed to the flusher, in ticket order.
+    jobs: VecDeque<PersistJob>,
+    /// The last ticket handed out (0: none yet).
+    last_ticket: u64,
+    /// Every ticket up to this one is durable.
+    persisted: u64,
 }
 
 impl Default for MemoryTable {
@@ -207,6 +237,9 @@ impl MemoryTable {
             regions: Vec::new(),
             last_keys: Vec::new(),
             keys: KeySource::Os,
+            jobs: VecDeque::new(),
+            last_ticket: 0,
+            persisted: 0,
         }
     }
 
@@ -405,6 +438,26 @@ impl MemoryTable {
         self.check(rkey, true, addr, len, need)
     }
 
+    /// Resolve the whole region an rkey names (a FLUSH of selectivity "memory region"),
+    /// checking `need`: its slot and length.
+    pub fn check_remote_region(&self, rkey: u32, need: Access) -> Result<(u32, u64), AccessError> {
+        let region = match self.regions.get(key_slot(rkey) as usize) {
+            Some(Some(r)) if !r.retired && r.rkey == rkey => r,
+            _ => return Err(AccessError::BadKey(rkey)),
+        };
+        if !region.access.contains(need) {
+            return Err(AccessError::Permission);
+        }
+        Ok((key_slot(rkey), region.len))
+    }
+
+    /// Store 8 bytes at a resolved location as one atomic store with release ordering (IBTA
+    /// ATOMIC WRITE). False, with nothing stored, when the real address is not 8-byte aligned.
+    pub fn store_u64(&self, at: Location, value: [u8; 8]) -> bool {
+        let (map, offset) = self.resolved(at, 8);
+        map.store_u64_release(offset, value).is_ok()
+    }
+
     fn resolved(&self, at: Location, len: usize) -> (&Mapping, usize) {
         let region = self.regions[at.region as usize]
             .as_ref()
@@ -432,6 +485,91 @@ impl MemoryTable {
         let (map, offset) = self.resolved(at, dst.len());
         map.read(offset, dst)
             .expect("fetch inside a checked location");
+    }
+
+    /// The access flags of the region holding `at` (none for [`Location::NOWHERE`]).
+    pub fn access_at(&self, at: Location) -> Access {
+        match self.regions.get(at.region as usize) {
+            Some(Some(r)) => r.access,
+            _ => Access::NONE,
+        }
+    }
+
+    /// Whether WRITEs landing at `at` are persisted as soon as they are placed (the region
+    /// allows persistent FLUSH or is durable).
+    pub fn persists_writes(&self, at: Location) -> bool {
+        self.access_at(at)
+            .intersects(Access::FLUSH_PERSISTENT | Access::DURABLE)
+    }
+
+    /// Make `len` bytes at `at` durable: at once on volatile memory (nothing to do) and on DAX
+    /// (cache-line write-back and a fence, here on the caller's thread); otherwise a
+    /// [`PersistJob`] for the flusher, whose ticket says when it is done.
+    pub fn persist(&mut self, at: Location, len: u64) -> Persist {
+        if len == 0 {
+            return Persist::Done;
+        }
+        let Some(Some(region)) = self.regions.get(at.region as usize) else {
+            return Persist::Done;
+        };
+        debug_assert!(at.offset + len <= region.len);
+        let (map, offset) = (&region.map, region.base + at.offset as usize);
+        match map.durability() {
+            Durability::Volatile => Persist::Done,
+            Durability::CacheFlush(_) => {
+                map.persist(offset, len as usize)
+                    .expect("persist inside a checked location");
+                Persist::Done
+            }
+            Durability::Msync | Durability::Simulated => {
+                self.last_ticket += 1;
+                if self.jobs.capacity() == 0 {
+                    self.jobs.reserve(PERSIST_JOBS);
+                }
+                self.jobs.push_back(PersistJob {
+                    ticket: self.last_ticket,
+                    map: map.clone(),
+                    offset,
+                    len: len as usize,
+                });
+                Persist::Ticket(self.last_ticket)
+            }
+        }
+    }
+
+    /// [`MemoryTable::persist`] of the whole region in `slot`.
+    pub fn persist_region(&mut self, slot: u32) -> Persist {
+        let len = match self.regions.get(slot as usize) {
+            Some(Some(r)) => r.len,
+            _ => 0,
+        };
+        self.persist(
+            Location {
+                region: slot,
+                offset: 0,
+            },
+            len,
+        )
+    }
+
+    /// The oldest persist job not yet handed to the flusher.
+    pub fn take_persist_job(&mut self) -> Option<PersistJob> {
+        self.jobs.pop_front()
+    }
+
+    /// Whether persist jobs wait to be handed out.
+    pub fn has_persist_jobs(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    /// Every ticket up to `ticket` is durable (the flusher finishes them in order).
+    pub fn mark_persisted(&mut self, ticket: u64) {
+        self.persisted = self.persisted.max(ticket.min(self.last_ticket));
+    }
+
+    /// The persisted watermark: every ticket up to it is durable.
+    pub fn persisted(&self) -> u64 {
+        self.persisted
     }
 
     /// Whether some live or retired region occupies `slot`.

@@ -51,6 +51,11 @@ pub struct QpStats {
     pub ignored_responses: u64,
     /// MSN of the latest AETH seen.
     pub last_msn: u32,
+    /// Durable ACKs received (repeats included).
+    pub durable_acks_received: u64,
+    /// Durable-ACK timer expiries, and the probes they sent.
+    pub durable_timeouts: u64,
+    pub durable_probes: u64,
     // Responder.
     pub acks_sent: u64,
     pub seq_naks_sent: u64,
@@ -65,6 +70,8 @@ pub struct QpStats {
     pub out_of_sequence: u64,
     /// Requests dropped for lack of READ queue space.
     pub dropped_requests: u64,
+    /// Durable ACKs (Portico's extension) sent.
+    pub durable_acks_sent: u64,
     // Both.
     pub rx_packets: u64,
     /// Packets for another QP number, or received in the error state.
@@ -86,6 +93,10 @@ impl QpStats {
         self.duplicate_responses += o.duplicate_responses;
         self.ignored_responses += o.ignored_responses;
         self.last_msn = self.last_msn.max(o.last_msn);
+        self.durable_acks_received += o.durable_acks_received;
+        self.durable_timeouts += o.durable_timeouts;
+        self.durable_probes += o.durable_probes;
+        self.durable_acks_sent += o.durable_acks_sent;
         self.acks_sent += o.acks_sent;
         self.seq_naks_sent += o.seq_naks_sent;
         self.rnr_naks_sent += o.rnr_naks_sent;
@@ -333,6 +344,27 @@ impl QueuePair {
         }
     }
 
+    /// Whether the responder waits for the engine's persisted watermark to pass a ticket.
+    pub fn awaits_persistence(&self) -> bool {
+        self.state == QpState::Ready && self.resp.awaits_persistence()
+    }
+
+    /// The engine's persisted watermark (every persist ticket up to it is durable) moved:
+    /// durable ACKs, held ACKs and gated responses it covers may go. True when the queue pair
+    /// may now have something to send.
+    pub fn on_persisted(&mut self, persisted: u64) -> bool {
+        self.state == QpState::Ready && self.resp.on_persisted(persisted)
+    }
+
+    /// The engine could not make a range durable: nothing this queue pair waits for can be
+    /// vouched for. NAK "remote operational error" and enter the error state.
+    pub fn persist_failed(&mut self, cq: &mut CompletionQueue) {
+        if self.state == QpState::Ready {
+            self.resp.persist_failed();
+            self.enter_error(None, cq);
+        }
+    }
+
     /// The earliest `now` at which [`QueuePair::on_timer`] has work
     /// (retransmission timeout or end of an RNR wait).
     pub fn next_deadline(&self) -> Option<u64> {
@@ -367,5 +399,6 @@ fn local_status(e: LocalError) -> WcStatus {
     match e {
         LocalError::Protection { .. } => WcStatus::LocalProtectionError,
         LocalError::Length => WcStatus::LocalLengthError,
+        LocalError::Operation => WcStatus::LocalQpOperationError,
     }
 }

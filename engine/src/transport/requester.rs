@@ -12,17 +12,25 @@
 //! same after the RNR timer; other NAKs fail the WQE and the QP. The
 //! retransmission timer rewinds to `snd_una` with exponential backoff and
 //! gives up after `retry_limit` expiries without progress.
+//!
+//! A durable WRITE (Portico's extension) is acknowledged twice: the receipt ACK moves the
+//! window like any ACK, and the WQE stays at the front of the queue, *held*, until the durable
+//! ACK (opcode 0xE2, the same PSN, cumulative) completes it. Anything finished behind a held
+//! WQE is held too, so completions keep their order. A lost durable ACK is recovered by its
+//! own timer: the requester re-sends the last packet of the oldest held write (a duplicate,
+//! which the responder answers with the durable ACK again once the data is durable).
 
 use std::collections::VecDeque;
 
 use crate::wire::aeth::{self, AethRepr, NakCode, Syndrome};
+use crate::wire::feth::FethRepr;
 use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr};
 
-use super::cq::{CompletionQueue, WcStatus, WorkCompletion};
+use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
-use super::sge::Gather;
+use super::sge::{Gather, LocalError};
 use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind};
 
 /// A posted send work request with its PSN range.
@@ -47,6 +55,18 @@ impl SendWqe {
 
     fn is_read(&self) -> bool {
         matches!(self.kind, WrKind::Read { .. })
+    }
+
+    /// READ, FLUSH and ATOMIC WRITE: completed by a response packet, not by an ACK.
+    fn expects_response(&self) -> bool {
+        matches!(
+            self.kind,
+            WrKind::Read { .. } | WrKind::Flush { .. } | WrKind::AtomicWrite { .. }
+        )
+    }
+
+    fn is_durable(&self) -> bool {
+        matches!(self.kind, WrKind::DurableWrite { .. })
     }
 }
 
@@ -80,6 +100,13 @@ pub struct Requester {
     /// The PSN of the last go-back-N, so that one gap rewinds the cursor once.
     rewound_to: Option<u32>,
     since_ack_req: u32,
+    /// WQEs at the front of `sq` that are done on the wire but not completed: durable WRITEs
+    /// waiting for their durable ACK, and what finished behind them.
+    head: usize,
+    /// The durable-ACK timer, its consecutive expiries, and a probe to send.
+    dur_deadline: Option<u64>,
+    dur_retries: u32,
+    probe: bool,
     /// Requester counters (the responder fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -99,6 +126,10 @@ impl Requester {
             rnr_until: None,
             rewound_to: None,
             since_ack_req: 0,
+            head: 0,
+            dur_deadline: None,
+            dur_retries: 0,
+            probe: false,
             stats: QpStats::default(),
         }
     }
@@ -146,8 +177,19 @@ impl Requester {
             WrKind::Read { .. } => Access::LOCAL_WRITE,
             _ => Access::NONE,
         };
+        if matches!(wr.kind, WrKind::DurableWrite { .. }) && !cfg.durable_writes {
+            return Err(Refusal::Local(LocalError::Operation));
+        }
         let local = Gather::resolve(mem, &wr.sgl, need).map_err(Refusal::Local)?;
         let len = local.len();
+        let len_ok = match wr.kind {
+            WrKind::AtomicWrite { .. } => len == 8,
+            WrKind::Flush { .. } => len == 0,
+            _ => true,
+        };
+        if !len_ok {
+            return Err(Refusal::Local(LocalError::Length));
+        }
         let npsn = cfg.pmtu.packets(len);
         self.sq.push_back(SendWqe {
             wr_id: wr.wr_id,
@@ -163,14 +205,64 @@ impl Requester {
     }
 
     pub(crate) fn next_deadline(&self) -> Option<u64> {
-        match (self.deadline, self.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.deadline, self.rnr_until, self.dur_deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn rto(&self, cfg: &QpConfig) -> u64 {
         cfg.timeout_ns << self.retries.min(cfg.max_backoff_shift)
+    }
+
+    fn durable_rto(&self, cfg: &QpConfig) -> u64 {
+        cfg.durable_timeout_ns << self.dur_retries.min(cfg.max_backoff_shift)
+    }
+
+    /// Durable WRITEs waiting for their durable ACK.
+    pub fn awaiting_durable(&self) -> usize {
+        self.sq
+            .iter()
+            .take(self.head)
+            .filter(|w| w.is_durable())
+            .count()
+    }
+
+    /// The last packet of the oldest held durable WRITE again, with AckReq: the responder
+    /// takes it as a duplicate and repeats its durable ACK once the data is durable.
+    fn probe_packet(&self, cfg: &QpConfig) -> Option<OutPacket> {
+        let i = self
+            .sq
+            .iter()
+            .take(self.head)
+            .position(|w| w.is_durable())?;
+        let w = &self.sq[i];
+        let WrKind::DurableWrite {
+            remote_addr, rkey, ..
+        } = w.kind
+        else {
+            return None;
+        };
+        let offset = (w.npsn - 1) * cfg.pmtu.bytes();
+        let len = w.len - offset.min(w.len);
+        let mut repr = if w.npsn == 1 {
+            let mut r = cfg.header(Opcode::DurableWriteOnly, w.last_psn(), true);
+            r.reth = Some(RethRepr {
+                virtual_addr: remote_addr,
+                rkey,
+                dma_len: w.len,
+            });
+            r
+        } else {
+            cfg.header(Opcode::RdmaWriteLast, w.last_psn(), true)
+        };
+        repr.bth.ack_req = true;
+        let payload = (len > 0).then_some(PayloadRef::SendQueue {
+            wqe: i as u32,
+            offset,
+            len,
+        });
+        Some(OutPacket { repr, payload })
     }
 
     /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
@@ -188,13 +280,28 @@ impl Requester {
             }
             self.rnr_until = None;
         }
+        if self.probe {
+            if let Some(out) = self.probe_packet(cfg) {
+                let frame_len = out.frame_len();
+                if !budget.fits(frame_len) {
+                    return None;
+                }
+                budget.charge(frame_len);
+                self.probe = false;
+                self.stats.tx_requests += 1;
+                self.stats.retransmissions += 1;
+                self.stats.durable_probes += 1;
+                return Some(out);
+            }
+            self.probe = false;
+        }
         let wqe = self.sq.get(self.tx_idx)?;
         let psn = self.tx_psn;
         let outstanding = psn::diff(psn, self.snd_una).max(0) as u32;
         let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
         let mtu = cfg.pmtu.bytes();
         let out = match wqe.kind {
-            WrKind::Read { remote_addr, rkey } => {
+            WrKind::Read { .. } | WrKind::Flush { .. } | WrKind::AtomicWrite { .. } => {
                 let k = k.max(wqe.read_done);
                 let psn = psn::add(wqe.first_psn, k);
                 let psns = wqe.npsn - k;
@@ -202,19 +309,60 @@ impl Requester {
                 if outstanding > 0 && outstanding + psns > cfg.max_in_flight {
                     return None;
                 }
-                let reads = self.sq.iter().take(self.tx_idx).filter(|w| w.is_read());
-                if reads.count() as u32 >= cfg.max_rd_atomic {
+                let reads = self.sq.range(self.head..self.tx_idx);
+                if reads.filter(|w| w.expects_response()).count() as u32 >= cfg.max_rd_atomic {
                     return None;
                 }
-                // A retry after partial responses asks only for the rest.
-                let skip = k * mtu;
-                let mut repr = cfg.header(Opcode::RdmaReadRequest, psn, true);
-                repr.reth = Some(RethRepr {
-                    virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
-                    rkey,
-                    dma_len: wqe.len - skip.min(wqe.len),
-                });
-                let frame_len = repr.buffer_len(0);
+                let mut payload = None;
+                let repr = match wqe.kind {
+                    WrKind::Read { remote_addr, rkey } => {
+                        // A retry after partial responses asks only for the rest.
+                        let skip = k * mtu;
+                        let mut repr = cfg.header(Opcode::RdmaReadRequest, psn, true);
+                        repr.reth = Some(RethRepr {
+                            virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
+                            rkey,
+                            dma_len: wqe.len - skip.min(wqe.len),
+                        });
+                        repr
+                    }
+                    WrKind::Flush {
+                        remote_addr,
+                        rkey,
+                        len,
+                        placement,
+                        selectivity,
+                    } => {
+                        let mut repr = cfg.header(Opcode::Flush, psn, true);
+                        repr.feth = Some(FethRepr {
+                            selectivity,
+                            placement,
+                        });
+                        repr.reth = Some(RethRepr {
+                            virtual_addr: remote_addr,
+                            rkey,
+                            dma_len: len,
+                        });
+                        repr
+                    }
+                    WrKind::AtomicWrite { remote_addr, rkey } => {
+                        let mut repr = cfg.header(Opcode::AtomicWrite, psn, true);
+                        repr.reth = Some(RethRepr {
+                            virtual_addr: remote_addr,
+                            rkey,
+                            dma_len: 8,
+                        });
+                        payload = Some(PayloadRef::SendQueue {
+                            wqe: self.tx_idx as u32,
+                            offset: 0,
+                            len: 8,
+                        });
+                        repr
+                    }
+                    _ => unreachable!("matched above"),
+                };
+                let out = OutPacket { repr, payload };
+                let frame_len = out.frame_len();
                 if !budget.fits(frame_len) {
                     return None;
                 }
@@ -223,20 +371,24 @@ impl Requester {
                 self.tx_psn = psn::add(wqe.first_psn, wqe.npsn);
                 self.tx_idx += 1;
                 self.note_sent(now, cfg, psn, psns);
-                OutPacket {
-                    repr,
-                    payload: None,
-                }
+                out
             }
-            WrKind::Send { imm } | WrKind::Write { imm, .. } => {
+            WrKind::Send { .. } | WrKind::Write { .. } | WrKind::DurableWrite { .. } => {
+                let imm = match wqe.kind {
+                    WrKind::Send { imm } | WrKind::Write { imm, .. } => imm,
+                    _ => None,
+                };
                 if outstanding >= cfg.max_in_flight {
                     return None;
                 }
                 let offset = k * mtu;
                 let len = (wqe.len - offset).min(mtu);
                 let (first, last) = (k == 0, k + 1 == wqe.npsn);
-                let write = matches!(wqe.kind, WrKind::Write { .. });
-                let opcode = data_opcode(write, first, last, imm.is_some());
+                let opcode = match wqe.kind {
+                    WrKind::DurableWrite { .. } => durable_opcode(first, last),
+                    WrKind::Write { .. } => data_opcode(true, first, last, imm.is_some()),
+                    _ => data_opcode(false, first, last, imm.is_some()),
+                };
                 let since_ack_req = self.since_ack_req + 1;
                 // AckReq on a message's last packet, every `ack_req_every`
                 // packets, and on the packet that fills the window, so that
@@ -247,6 +399,9 @@ impl Requester {
                 let mut repr = cfg.header(opcode, psn, ack_req);
                 if first
                     && let WrKind::Write {
+                        remote_addr, rkey, ..
+                    }
+                    | WrKind::DurableWrite {
                         remote_addr, rkey, ..
                     } = wqe.kind
                 {
@@ -334,7 +489,86 @@ impl Requester {
                 self.on_read_response(now, cfg, psn, payload, mem, cq);
                 Outcome::Ok
             }
+            Opcode::DurableAcknowledge => {
+                let Some(AethRepr {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                }) = repr.aeth
+                else {
+                    self.stats.ignored_responses += 1;
+                    return Outcome::Ok;
+                };
+                self.stats.durable_acks_received += 1;
+                if !psn::before(psn, self.high_psn) {
+                    // Names a PSN never sent.
+                    self.stats.ignored_responses += 1;
+                    return Outcome::Ok;
+                }
+                // Durable implies received: it acknowledges through its PSN as an ACK does.
+                self.ack_through(now, cfg, psn, cq);
+                self.release_durable(now, cfg, psn, cq);
+                Outcome::Ok
+            }
             _ => Outcome::Ok,
+        }
+    }
+
+    /// The WQE at `head` is done on the wire: complete it, or hold it (a durable WRITE until
+    /// its durable ACK; anything behind a held WQE until that one completes, so completions
+    /// stay in posting order). Returns whether it left the queue.
+    fn finish(&mut self, now: u64, cfg: &QpConfig, cq: &mut CompletionQueue) -> bool {
+        let w = self.sq[self.head];
+        if let WrKind::DurableWrite { placed, .. } = w.kind {
+            if placed {
+                cq.push(WorkCompletion {
+                    wr_id: w.wr_id,
+                    qpn: cfg.local_qpn,
+                    opcode: WcOpcode::DurablePlaced,
+                    status: WcStatus::Success,
+                    byte_len: w.len,
+                    imm_data: None,
+                });
+            }
+            if self.dur_deadline.is_none() {
+                self.dur_deadline = Some(now + self.durable_rto(cfg));
+            }
+            self.head += 1;
+            return false;
+        }
+        if self.head > 0 {
+            self.head += 1;
+            return false;
+        }
+        self.complete_front(cfg, WcStatus::Success, cq);
+        true
+    }
+
+    /// A durable ACK for `psn`: every held durable WRITE up to it is durable; complete them
+    /// and what was held behind them, in order.
+    fn release_durable(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut CompletionQueue) {
+        let mut popped = 0;
+        let mut progress = false;
+        while self.head > 0 {
+            let w = &self.sq[0];
+            if w.is_durable() {
+                if !psn::before_eq(w.last_psn(), psn) {
+                    break;
+                }
+                progress = true;
+            }
+            self.complete_front(cfg, WcStatus::Success, cq);
+            self.head -= 1;
+            popped += 1;
+        }
+        self.tx_idx = self.tx_idx.saturating_sub(popped);
+        if progress {
+            self.dur_retries = 0;
+            self.probe = false;
+        }
+        if self.awaiting_durable() == 0 {
+            self.dur_deadline = None;
+        } else if progress {
+            self.dur_deadline = Some(now + self.durable_rto(cfg));
         }
     }
 
@@ -407,8 +641,8 @@ impl Requester {
         }
         let mut popped = 0;
         let mut new_una = psn::add(psn, 1);
-        while let Some(w) = self.sq.front() {
-            if w.is_read() && w.read_done < w.npsn {
+        while let Some(w) = self.sq.get(self.head) {
+            if w.expects_response() && w.read_done < w.npsn {
                 let expect = psn::add(w.first_psn, w.read_done);
                 if psn::before_eq(expect, psn) {
                     // The ACK covers READ PSNs whose responses never came:
@@ -421,8 +655,9 @@ impl Requester {
             if !psn::before_eq(w.last_psn(), psn) {
                 break;
             }
-            self.complete_front(cfg, WcStatus::Success, cq);
-            popped += 1;
+            if self.finish(now, cfg, cq) {
+                popped += 1;
+            }
         }
         self.tx_idx = self.tx_idx.saturating_sub(popped);
         self.advance_una(now, cfg, new_una);
@@ -443,18 +678,20 @@ impl Requester {
         }
         // A READ response acknowledges every earlier PSN.
         let mut popped = 0;
-        while let Some(w) = self.sq.front() {
-            if w.is_read() || !psn::before(w.last_psn(), psn) {
+        while let Some(w) = self.sq.get(self.head) {
+            if w.expects_response() || !psn::before(w.last_psn(), psn) {
                 break;
             }
-            self.complete_front(cfg, WcStatus::Success, cq);
-            popped += 1;
+            if self.finish(now, cfg, cq) {
+                popped += 1;
+            }
         }
         self.tx_idx = self.tx_idx.saturating_sub(popped);
-        let Some(w) = self.sq.front_mut() else {
+        let head = self.head;
+        let Some(w) = self.sq.get_mut(head) else {
             return;
         };
-        if !w.is_read() {
+        if !w.expects_response() {
             self.stats.ignored_responses += 1;
             return;
         }
@@ -471,15 +708,19 @@ impl Requester {
         }
         let mtu = cfg.pmtu.bytes();
         let offset = w.read_done * mtu;
-        let want = (w.len - offset.min(w.len)).min(mtu) as usize;
+        // FLUSH and ATOMIC WRITE are answered by one empty response.
+        let want = if w.is_read() {
+            (w.len - offset.min(w.len)).min(mtu) as usize
+        } else {
+            0
+        };
         if payload.len() != want {
             self.stats.ignored_responses += 1;
             return;
         }
         w.local.copy_in(mem, offset, payload);
         w.read_done += 1;
-        if w.read_done == w.npsn {
-            self.complete_front(cfg, WcStatus::Success, cq);
+        if w.read_done == w.npsn && self.finish(now, cfg, cq) {
             self.tx_idx = self.tx_idx.saturating_sub(1);
         }
         self.advance_una(now, cfg, psn::add(psn, 1));
@@ -524,7 +765,7 @@ impl Requester {
             .position(|w| psn::in_window(psn, w.first_psn, w.npsn))
             .unwrap_or(self.sq.len());
         if let Some(w) = self.sq.get(self.tx_idx)
-            && w.is_read()
+            && w.expects_response()
         {
             // A READ is re-requested from its first missing response.
             self.tx_psn = psn::add(w.first_psn, w.read_done);
@@ -534,6 +775,22 @@ impl Requester {
     /// Timer expiry: retransmit from `snd_una` with a doubled timeout, or
     /// give up after `retry_limit` expiries without progress.
     pub(crate) fn on_timer(&mut self, now: u64, cfg: &QpConfig) -> Outcome {
+        if let Some(d) = self.dur_deadline
+            && now >= d
+        {
+            self.dur_retries += 1;
+            if self.dur_retries > cfg.retry_limit {
+                self.dur_deadline = None;
+                let oldest = self.sq.iter().take(self.head).find(|w| w.is_durable());
+                if let Some(w) = oldest {
+                    return Outcome::Fatal(WcStatus::RetryExceeded, w.last_psn());
+                }
+            } else {
+                self.stats.durable_timeouts += 1;
+                self.probe = true;
+                self.dur_deadline = Some(now + self.durable_rto(cfg));
+            }
+        }
         match self.deadline {
             Some(d) if now >= d => {}
             _ => return Outcome::Ok,
@@ -581,8 +838,22 @@ impl Requester {
             self.complete_front(cfg, status, cq);
         }
         self.tx_idx = 0;
+        self.head = 0;
         self.deadline = None;
         self.rnr_until = None;
+        self.dur_deadline = None;
+        self.probe = false;
+    }
+}
+
+/// The opcode of one packet of a durable WRITE: the mark is on the packet with the RETH,
+/// the rest of the message is standard WRITE MIDDLE and LAST.
+fn durable_opcode(first: bool, last: bool) -> Opcode {
+    match (first, last) {
+        (true, true) => Opcode::DurableWriteOnly,
+        (true, false) => Opcode::DurableWriteFirst,
+        (false, false) => Opcode::RdmaWriteMiddle,
+        (false, true) => Opcode::RdmaWriteLast,
     }
 }
 

@@ -23,10 +23,12 @@
 use std::collections::VecDeque;
 
 use crate::wire::aeth::{AethRepr, NakCode, Syndrome};
+use crate::wire::feth::Selectivity;
 use crate::wire::{ImmDtRepr, Opcode, RoceRepr};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
+use super::persist::Durability;
 use super::psn;
 use super::qp::QpStats;
 use super::sge::Gather;
@@ -45,7 +47,8 @@ impl RecvWqe {
     }
 }
 
-/// A READ being answered: the responses still to send.
+/// A READ being answered: the responses still to send. FLUSH and ATOMIC WRITE are answered
+/// the same way, by one empty READ RESPONSE ONLY.
 #[derive(Debug, Clone, Copy)]
 struct ReadJob {
     first_psn: u32,
@@ -54,6 +57,24 @@ struct ReadJob {
     npkts: u32,
     sent: u32,
     msn: u32,
+    /// The persist ticket the responses wait for (0: none): a response acknowledges every
+    /// earlier request, so it may not overtake their persistence.
+    gate: u64,
+}
+
+impl ReadJob {
+    /// The one empty response to a FLUSH or an ATOMIC WRITE at `psn`.
+    fn empty(psn: u32, msn: u32, gate: u64) -> ReadJob {
+        ReadJob {
+            first_psn: psn,
+            at: Location::NOWHERE,
+            len: 0,
+            npkts: 1,
+            sent: 0,
+            msn,
+            gate,
+        }
+    }
 }
 
 /// A multi-packet message between its FIRST and LAST packet. (The SEND variant carries its
@@ -61,8 +82,17 @@ struct ReadJob {
 #[derive(Debug, Clone, Copy)]
 #[allow(clippy::large_enum_variant)]
 enum InMsg {
-    Send { recv: RecvWqe, done: u32 },
-    Write { at: Location, len: u32, done: u32 },
+    Send {
+        recv: RecvWqe,
+        done: u32,
+    },
+    Write {
+        at: Location,
+        len: u32,
+        done: u32,
+        /// Opened by a durable WRITE FIRST.
+        durable: bool,
+    },
 }
 
 /// Whether a request left the QP usable.
@@ -86,6 +116,11 @@ pub struct Responder {
     /// Set when a sequence-error or RNR NAK went out for `epsn`; cleared when
     /// `epsn` arrives. Enforces one NAK per gap.
     nak_latched: bool,
+    /// The PSN the last ACK named, so that an ACK held below a write that is not yet durable
+    /// is not sent twice.
+    last_ack: Option<u32>,
+    /// What waits for persistence: durable ACKs owed, ACKs held, responses gated.
+    dur: Durability,
     /// Responder counters (the requester fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -102,6 +137,8 @@ impl Responder {
             unacked: 0,
             nak: None,
             nak_latched: false,
+            last_ack: None,
+            dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
             stats: QpStats::default(),
         }
     }
@@ -155,10 +192,31 @@ impl Responder {
         Ok(())
     }
 
-    /// Next ACK, NAK or READ response. READ responses first: they carry
-    /// lower PSNs than anything an ACK could name.
+    /// Whether this responder waits for a persist ticket.
+    pub(crate) fn awaits_persistence(&self) -> bool {
+        self.dur.waiting()
+    }
+
+    /// The engine's persisted watermark moved: keep what it covers. True when something may
+    /// now be sent.
+    pub(crate) fn on_persisted(&mut self, persisted: u64) -> bool {
+        self.dur.on_persisted(persisted)
+    }
+
+    /// A persist this responder waited for failed: NAK the oldest request still waiting.
+    pub(crate) fn persist_failed(&mut self) {
+        let psn = self.dur.oldest().unwrap_or(self.epsn);
+        self.fatal(NakCode::RemoteOperationalError, psn);
+    }
+
+    /// Next ACK, NAK, READ response or durable ACK. READ responses first: they carry lower
+    /// PSNs than anything an ACK could name. A response waits for the persists asked for
+    /// before it, and an ACK never names a PSN whose response or durability it would vouch
+    /// for early.
     pub(crate) fn poll_transmit(&mut self, cfg: &QpConfig) -> Option<OutPacket> {
-        if let Some(job) = self.reads.front_mut() {
+        if let Some(job) = self.reads.front_mut()
+            && self.dur.passed(job.gate)
+        {
             let mtu = cfg.pmtu.bytes();
             let k = job.sent;
             let offset = k * mtu;
@@ -193,16 +251,27 @@ impl Responder {
                 Syndrome::RnrNak { .. } => self.stats.rnr_naks_sent += 1,
                 _ => self.stats.fatal_naks_sent += 1,
             }
+            // Any NAK also acknowledges everything before its PSN.
+            self.ack_due = false;
+            self.unacked = 0;
             nak
-        } else if self.ack_due {
+        } else if let Some(psn) = self.ack_to_send() {
             self.stats.acks_sent += 1;
-            (Syndrome::ACK_UNLIMITED, psn::sub(self.epsn, 1))
+            (Syndrome::ACK_UNLIMITED, psn)
+        } else if let Some(psn) = self.dur.take_ack() {
+            self.stats.durable_acks_sent += 1;
+            let mut repr = cfg.header(Opcode::DurableAcknowledge, psn, false);
+            repr.aeth = Some(AethRepr {
+                syndrome: Syndrome::ACK_UNLIMITED,
+                msn: self.msn,
+            });
+            return Some(OutPacket {
+                repr,
+                payload: None,
+            });
         } else {
             return None;
         };
-        // Any NAK also acknowledges everything before its PSN.
-        self.ack_due = false;
-        self.unacked = 0;
         let mut repr = cfg.header(Opcode::Acknowledge, psn, false);
         repr.aeth = Some(AethRepr {
             syndrome,
@@ -212,6 +281,46 @@ impl Responder {
             repr,
             payload: None,
         })
+    }
+
+    /// The PSN of the ACK to send now, if one is owed and it says something new. It names
+    /// `epsn - 1`, or less while a WRITE into a durable region is not yet durable or a
+    /// response waits for persistence (the ACK would vouch for them); such a capped ACK stays
+    /// owed until the cap lifts.
+    fn ack_to_send(&mut self) -> Option<u32> {
+        if !self.ack_due {
+            return None;
+        }
+        let mut psn = psn::sub(self.epsn, 1);
+        let mut capped = false;
+        let blocked = self.reads.front().map(|j| psn::sub(j.first_psn, 1));
+        for limit in [self.dur.ack_limit(), blocked].into_iter().flatten() {
+            if psn::before(limit, psn) {
+                psn = limit;
+                capped = true;
+            }
+        }
+        if capped && self.last_ack == Some(psn) {
+            return None;
+        }
+        self.ack_due = capped;
+        self.unacked = 0;
+        self.last_ack = Some(psn);
+        Some(psn)
+    }
+
+    /// A WRITE message of `len` bytes at `at`, whose last packet is `psn`, has been placed:
+    /// persist it if its region or its opcode asks, and note what is owed once it is durable.
+    fn written(&mut self, mem: &mut MemoryTable, at: Location, len: u32, psn: u32, durable: bool) {
+        if durable || mem.persists_writes(at) {
+            let p = mem.persist(at, u64::from(len));
+            self.dur.note(p);
+        }
+        if durable {
+            self.dur.durable_write(psn);
+        } else if mem.access_at(at).contains(Access::DURABLE) {
+            self.dur.hold_ack(psn);
+        }
     }
 
     /// Handle one request packet addressed to this QP.
@@ -298,15 +407,21 @@ impl Responder {
                     *done = total as u32;
                 }
             }
-            Opcode::RdmaWriteFirst | Opcode::RdmaWriteOnly | Opcode::RdmaWriteOnlyWithImmediate => {
+            Opcode::RdmaWriteFirst
+            | Opcode::RdmaWriteOnly
+            | Opcode::RdmaWriteOnlyWithImmediate
+            | Opcode::DurableWriteFirst
+            | Opcode::DurableWriteOnly => {
                 let Some(reth) = repr.reth else {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 };
-                if self.cur.is_some() {
+                let durable =
+                    matches!(opcode, Opcode::DurableWriteFirst | Opcode::DurableWriteOnly);
+                if self.cur.is_some() || (durable && !cfg.durable_writes) {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
                 let len = reth.dma_len as usize;
-                let first = opcode == Opcode::RdmaWriteFirst;
+                let first = matches!(opcode, Opcode::RdmaWriteFirst | Opcode::DurableWriteFirst);
                 let shape_ok = if first {
                     payload.len() == mtu && len > mtu
                 } else {
@@ -324,6 +439,14 @@ impl Responder {
                     Ok(at) => at,
                     Err(_) => return self.fatal(NakCode::RemoteAccessError, psn),
                 };
+                // A durable WRITE asks for persistence, which the region must allow.
+                if durable && len > 0 && !mem.persists_writes(at) {
+                    return self.fatal(NakCode::RemoteAccessError, psn);
+                }
+                // What is owed once durable needs room: wait (RNR) before touching memory.
+                if (durable || mem.access_at(at).contains(Access::DURABLE)) && self.dur.full() {
+                    return self.rnr(cfg, psn);
+                }
                 // An immediate needs a receive: check before touching memory
                 // so that the RNR retry finds everything as it was.
                 let recv = if imm.is_some() {
@@ -340,8 +463,10 @@ impl Responder {
                         at,
                         len: reth.dma_len,
                         done: payload.len() as u32,
+                        durable,
                     });
                 } else {
+                    self.written(mem, at, reth.dma_len, psn, durable);
                     if let Some(recv) = recv {
                         complete_write_imm(cfg, cq, &recv, reth.dma_len, imm);
                     }
@@ -351,7 +476,13 @@ impl Responder {
             Opcode::RdmaWriteMiddle
             | Opcode::RdmaWriteLast
             | Opcode::RdmaWriteLastWithImmediate => {
-                let Some(InMsg::Write { at, len, done }) = self.cur else {
+                let Some(InMsg::Write {
+                    at,
+                    len,
+                    done,
+                    durable,
+                }) = self.cur
+                else {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 };
                 let last = opcode != Opcode::RdmaWriteMiddle;
@@ -375,6 +506,7 @@ impl Responder {
                 mem.place(at.advance(u64::from(done)), payload);
                 if last {
                     self.cur = None;
+                    self.written(mem, at, len, psn, durable);
                     if let Some(recv) = recv {
                         complete_write_imm(cfg, cq, &recv, len, imm);
                     }
@@ -384,6 +516,7 @@ impl Responder {
                         at,
                         len,
                         done: total as u32,
+                        durable,
                     });
                 }
             }
@@ -419,9 +552,106 @@ impl Responder {
                     npkts,
                     sent: 0,
                     msn: self.msn,
+                    gate: self.dur.gate(),
                 });
                 self.epsn = psn::add(self.epsn, npkts);
                 // The responses acknowledge everything before them.
+                self.ack_due = false;
+                self.unacked = 0;
+                return Verdict::Ok;
+            }
+            Opcode::Flush => {
+                let (Some(reth), Some(feth)) = (repr.reth, repr.feth) else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let pl = feth.placement;
+                if self.cur.is_some() || !(pl.global_visibility || pl.persistence) {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let mut need = Access::NONE;
+                if pl.global_visibility {
+                    need = need | Access::FLUSH_GLOBAL;
+                }
+                if pl.persistence {
+                    need = need | Access::FLUSH_PERSISTENT;
+                }
+                let target = match feth.selectivity {
+                    Selectivity::MemoryRange => mem
+                        .check_remote_dma(
+                            reth.rkey,
+                            reth.virtual_addr,
+                            u64::from(reth.dma_len),
+                            need,
+                        )
+                        .map(|at| (at, u64::from(reth.dma_len))),
+                    Selectivity::MemoryRegion => {
+                        mem.check_remote_region(reth.rkey, need).map(|(slot, len)| {
+                            (
+                                Location {
+                                    region: slot,
+                                    offset: 0,
+                                },
+                                len,
+                            )
+                        })
+                    }
+                };
+                let Ok((at, len)) = target else {
+                    return self.fatal(NakCode::RemoteAccessError, psn);
+                };
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    self.stats.dropped_requests += 1;
+                    return Verdict::Ok;
+                }
+                // Data placed by this engine is visible to the host's CPUs once placed (the
+                // copy is made by a CPU), so global visibility needs nothing more; persistence
+                // needs the range persisted, and the response waits for it and for every
+                // persist asked for before it.
+                if pl.persistence {
+                    let p = mem.persist(at, len);
+                    self.dur.note(p);
+                }
+                self.msn = psn::add(self.msn, 1);
+                self.reads
+                    .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
+                self.epsn = psn::add(self.epsn, 1);
+                self.ack_due = false;
+                self.unacked = 0;
+                return Verdict::Ok;
+            }
+            Opcode::AtomicWrite => {
+                let Some(reth) = repr.reth else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let value: Result<[u8; 8], _> = payload.try_into();
+                let Ok(value) = value else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                if self.cur.is_some() || reth.dma_len != 8 || reth.virtual_addr % 8 != 0 {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let Ok(at) =
+                    mem.check_remote(reth.rkey, reth.virtual_addr, 8, Access::REMOTE_WRITE)
+                else {
+                    return self.fatal(NakCode::RemoteAccessError, psn);
+                };
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    self.stats.dropped_requests += 1;
+                    return Verdict::Ok;
+                }
+                // The store is the only access; a region whose real address is misaligned
+                // (registered under another address) refuses it before any byte changes.
+                if !mem.store_u64(at, value) {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                if mem.persists_writes(at) {
+                    let p = mem.persist(at, 8);
+                    self.dur.note(p);
+                }
+                self.msn = psn::add(self.msn, 1);
+                self.reads
+                    .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
+                self.epsn = psn::add(self.epsn, 1);
                 self.ack_due = false;
                 self.unacked = 0;
                 return Verdict::Ok;
@@ -439,14 +669,34 @@ impl Responder {
         Verdict::Ok
     }
 
-    /// A request behind `epsn`: re-ACK SEND/WRITE, re-execute READ.
+    /// A request behind `epsn`: re-ACK SEND/WRITE (and say again what is durable),
+    /// re-execute READ, answer FLUSH and ATOMIC WRITE again without executing them again.
     fn duplicate(&mut self, cfg: &QpConfig, repr: &RoceRepr, mem: &MemoryTable) {
         self.stats.duplicate_requests += 1;
-        if repr.bth.opcode != Opcode::RdmaReadRequest {
-            if repr.bth.ack_req {
-                self.ack_due = true;
+        let psn = repr.bth.psn;
+        self.dur.on_duplicate(psn);
+        match repr.bth.opcode {
+            Opcode::RdmaReadRequest => {}
+            Opcode::Flush | Opcode::AtomicWrite => {
+                if self.reads.iter().any(|j| j.first_psn == psn && j.sent == 0) {
+                    return;
+                }
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    self.stats.dropped_requests += 1;
+                    return;
+                }
+                // The first execution's effects stand (an ATOMIC WRITE is not stored twice);
+                // the answer waits for what this queue pair persists now.
+                self.reads
+                    .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
+                return;
             }
-            return;
+            _ => {
+                if repr.bth.ack_req {
+                    self.ack_due = true;
+                }
+                return;
+            }
         }
         let Some(reth) = repr.reth else { return };
         // The first execution passed these checks; if the region changed
@@ -459,7 +709,6 @@ impl Responder {
         ) else {
             return;
         };
-        let psn = repr.bth.psn;
         // One re-execution per PSN at a time is enough.
         if self.reads.iter().any(|j| j.first_psn == psn && j.sent == 0) {
             return;
@@ -476,6 +725,7 @@ impl Responder {
             npkts: cfg.pmtu.packets(reth.dma_len),
             sent: 0,
             msn: self.msn,
+            gate: self.dur.gate(),
         });
     }
 
@@ -506,6 +756,7 @@ impl Responder {
         }
         self.reads.clear();
         self.ack_due = false;
+        self.dur.clear();
     }
 }
 

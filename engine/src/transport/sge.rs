@@ -138,6 +138,9 @@ pub enum LocalError {
     /// The pieces add up to more than a message may carry (2^31 bytes).
     #[error("message longer than 2^31 bytes")]
     Length,
+    /// The queue pair cannot carry the operation (verbs: local QP operation error).
+    #[error("operation not supported on this queue pair")]
+    Operation,
 }
 
 /// A resolved scatter/gather list.

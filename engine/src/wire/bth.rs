@@ -8,7 +8,8 @@
 //!
 //! Portico implements the Reliable Connection opcodes it needs plus the CNP.
 //! The manufacturer-specific range 0xE0-0xFF is reserved for Portico's own
-//! extensions; those opcodes parse to [`Error::VendorOpcode`] until implemented.
+//! extensions: 0xE0-0xE2 are the durable WRITE and its durable ACK (issue 9,
+//! `docs/wire.md`); the rest parse to [`Error::VendorOpcode`].
 
 use super::{Error, Layer, Result, be, ensure_len};
 
@@ -65,6 +66,17 @@ pub enum Opcode {
     /// RoCEv2 Congestion Notification Packet (DCQCN): BTH with BECN set,
     /// followed by 16 reserved bytes.
     Cnp = 0x81,
+    /// Portico extension (manufacturer-specific range, only on queue pairs that negotiated
+    /// durable writes): the first packet of a WRITE the responder must make durable. Laid out
+    /// as RDMA WRITE FIRST (RETH, one path MTU of payload); the message goes on with the
+    /// standard WRITE MIDDLE and WRITE LAST.
+    DurableWriteFirst = 0xe0,
+    /// Portico extension: a durable WRITE in one packet, laid out as RDMA WRITE ONLY.
+    DurableWriteOnly = 0xe1,
+    /// Portico extension: the second, durable acknowledgement of a durable WRITE, laid out
+    /// as ACKNOWLEDGE (AETH). Its PSN is the durable WRITE's last PSN, the same PSN the receipt
+    /// ACK named, and it is cumulative: every durable WRITE up to that PSN is durable.
+    DurableAcknowledge = 0xe2,
 }
 
 /// Which payload an opcode may carry.
@@ -164,7 +176,10 @@ impl Opcode {
             0x1c => Opcode::Flush,
             0x1d => Opcode::AtomicWrite,
             0x81 => Opcode::Cnp,
-            0xe0..=0xff => return Err(Error::VendorOpcode(raw)),
+            0xe0 => Opcode::DurableWriteFirst,
+            0xe1 => Opcode::DurableWriteOnly,
+            0xe2 => Opcode::DurableAcknowledge,
+            0xe3..=0xff => return Err(Error::VendorOpcode(raw)),
             // UC, RD, UD and XRC (transport bits 001b, 010b, 011b, 101b): well-formed
             // packets of a service this engine's reliable-connection queue pairs never take.
             0x20..=0x7f | 0xa0..=0xbf => return Err(Error::OtherTransport(raw)),
@@ -177,7 +192,7 @@ impl Opcode {
     }
 
     /// Every opcode this module implements, in numeric order.
-    pub const ALL: [Opcode; 24] = [
+    pub const ALL: [Opcode; 27] = [
         Opcode::SendFirst,
         Opcode::SendMiddle,
         Opcode::SendLast,
@@ -202,6 +217,9 @@ impl Opcode {
         Opcode::Flush,
         Opcode::AtomicWrite,
         Opcode::Cnp,
+        Opcode::DurableWriteFirst,
+        Opcode::DurableWriteOnly,
+        Opcode::DurableAcknowledge,
     ];
 
     /// The extension headers and payload rule of this opcode.
@@ -221,7 +239,10 @@ impl Opcode {
                 immdt: true,
                 ..none
             },
-            Opcode::RdmaWriteFirst | Opcode::RdmaWriteOnly => ExtHeaders { reth: true, ..none },
+            Opcode::RdmaWriteFirst
+            | Opcode::RdmaWriteOnly
+            | Opcode::DurableWriteFirst
+            | Opcode::DurableWriteOnly => ExtHeaders { reth: true, ..none },
             Opcode::RdmaWriteOnlyWithImmediate => ExtHeaders {
                 reth: true,
                 immdt: true,
@@ -235,7 +256,7 @@ impl Opcode {
             Opcode::RdmaReadResponseFirst
             | Opcode::RdmaReadResponseLast
             | Opcode::RdmaReadResponseOnly => ExtHeaders { aeth: true, ..none },
-            Opcode::Acknowledge => ExtHeaders {
+            Opcode::Acknowledge | Opcode::DurableAcknowledge => ExtHeaders {
                 aeth: true,
                 payload: Payload::None,
                 ..none
@@ -289,6 +310,8 @@ impl Opcode {
                 | Opcode::FetchAdd
                 | Opcode::Flush
                 | Opcode::AtomicWrite
+                | Opcode::DurableWriteFirst
+                | Opcode::DurableWriteOnly
         )
     }
 
@@ -302,6 +325,7 @@ impl Opcode {
                 | Opcode::RdmaReadResponseOnly
                 | Opcode::Acknowledge
                 | Opcode::AtomicAcknowledge
+                | Opcode::DurableAcknowledge
         )
     }
 }

@@ -1146,8 +1146,8 @@ mod tests {
         assert_eq!(err(&f), Error::OtherTransport(0x24));
         f[BTH_OFFSET] = 0x17; // SEND ONLY WITH INVALIDATE: defined, not implemented
         assert_eq!(err(&f), Error::UnknownOpcode(0x17));
-        f[BTH_OFFSET] = 0xe0;
-        assert_eq!(err(&f), Error::VendorOpcode(0xe0));
+        f[BTH_OFFSET] = 0xe3;
+        assert_eq!(err(&f), Error::VendorOpcode(0xe3));
 
         // A READ REQUEST needs a RETH; the 4 payload bytes + ICRC are too short.
         let mut f = send.clone();
