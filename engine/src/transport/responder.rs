@@ -137,7 +137,9 @@ impl Responder {
             unacked: 0,
             nak: None,
             nak_latched: false,
-            last_ack: None,
+            // As if the ACK of nothing (the PSN before the first) had been sent: a capped ACK
+            // that would name it says nothing and is not sent.
+            last_ack: Some(psn::sub(cfg.recv_psn, 1)),
             dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
             stats: QpStats::default(),
         }

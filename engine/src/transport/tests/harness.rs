@@ -8,13 +8,13 @@
 //! no wall-clock time and every run is reproducible from its seed.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use std::sync::Arc;
 
 use crate::transport::{
-    Access, CompletionQueue, MemoryTable, MrKeys, QpConfig, QueuePair, RecvRequest, SgList,
-    WorkCompletion, WorkRequest,
+    Access, CompletionQueue, MemoryTable, MrKeys, PersistJob, QpConfig, QueuePair, RecvRequest,
+    SgList, WorkCompletion, WorkRequest,
 };
 use crate::wire::{self, RoceRepr};
 
@@ -139,6 +139,14 @@ impl Endpoint {
             .expect("registration")
     }
 
+    /// Registers the whole of `map` (e.g. under the power-loss simulator) at `addr`.
+    pub fn register_map(&mut self, map: Arc<pmem::Mapping>, addr: u64, access: Access) -> MrKeys {
+        let len = map.len();
+        self.mem
+            .register_iova(map, 0, len, addr, access)
+            .expect("registration")
+    }
+
     pub fn post_send(&mut self, wr: WorkRequest) {
         self.qp
             .post_send(&wr, &self.mem, &mut self.cq)
@@ -188,6 +196,16 @@ pub struct Sim {
     queue: BinaryHeap<InFlight>,
     seq: u64,
     frame: Vec<u8>,
+    /// How long a persist job takes (the flusher's `msync`), plus up to `persist_jitter_ns`.
+    pub persist_ns: u64,
+    pub persist_jitter_ns: u64,
+    /// Mark jobs done without running them: a broken engine that acknowledges durability
+    /// before persisting (the negative control of the power-loss tests).
+    pub persist_lies: bool,
+    /// Persist jobs in progress, in ticket order per side: (done at, side, job).
+    persisting: VecDeque<(u64, Side, PersistJob)>,
+    /// Persist jobs run so far.
+    pub persisted_jobs: u64,
 }
 
 impl Sim {
@@ -211,6 +229,48 @@ impl Sim {
             queue: BinaryHeap::new(),
             seq: 0,
             frame: vec![0u8; 8192],
+            persist_ns: 0,
+            persist_jitter_ns: 0,
+            persist_lies: false,
+            persisting: VecDeque::new(),
+            persisted_jobs: 0,
+        }
+    }
+
+    /// The flusher of both endpoints: take new persist jobs, finish those that are due (in
+    /// order, as the engine's flusher does), and tell the queue pairs.
+    fn run_persists(&mut self) {
+        for side in [Side::A, Side::B] {
+            let ep = match side {
+                Side::A => &mut self.a,
+                Side::B => &mut self.b,
+            };
+            while let Some(job) = ep.mem.take_persist_job() {
+                let jitter = match self.persist_jitter_ns {
+                    0 => 0,
+                    j => self.rng.below(j),
+                };
+                // In order: never done before the job ahead of it.
+                let ahead = self.persisting.back().map_or(0, |(t, ..)| *t);
+                let due = (self.now + self.persist_ns + jitter).max(ahead);
+                self.persisting.push_back((due, side, job));
+            }
+        }
+        while let Some((due, ..)) = self.persisting.front() {
+            if *due > self.now {
+                break;
+            }
+            let (_, side, job) = self.persisting.pop_front().expect("peeked");
+            if !self.persist_lies {
+                job.run().expect("persist");
+            }
+            self.persisted_jobs += 1;
+            let ep = match side {
+                Side::A => &mut self.a,
+                Side::B => &mut self.b,
+            };
+            ep.mem.mark_persisted(job.ticket);
+            ep.qp.on_persisted(ep.mem.persisted());
         }
     }
 
@@ -322,8 +382,10 @@ impl Sim {
     /// The next time anything happens, if anything will.
     fn next_event(&self) -> Option<u64> {
         let arrival = self.queue.peek().map(|Reverse((t, ..))| *t);
+        let persist = self.persisting.front().map(|(t, ..)| *t);
         [
             arrival,
+            persist,
             self.a.qp.next_deadline(),
             self.b.qp.next_deadline(),
         ]
@@ -338,6 +400,7 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         self.transmit();
         self.deliver_due();
+        self.run_persists();
         self.run_timers();
         self.transmit();
         self.a.drain();

@@ -3,6 +3,7 @@
 //! property test over random work-request sequences.
 
 mod harness;
+mod persistence;
 mod prop;
 mod scenarios;
 mod soak;
