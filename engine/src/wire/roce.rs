@@ -856,6 +856,73 @@ mod tests {
         }
     }
 
+    /// Portico's durable opcodes (docs/wire.md §15) have the layout of the standard packet
+    /// each mirrors: the frames differ in the opcode byte and in the ICRC only, and parse back.
+    #[test]
+    fn test_durable_opcodes_mirror_standard_layouts() {
+        let reth = RethRepr {
+            virtual_addr: 0x7f00_1234_5000,
+            rkey: 0x0010_0abc,
+            dma_len: 64,
+        };
+        let aeth = AethRepr {
+            syndrome: Syndrome::ACK_UNLIMITED,
+            msn: 7,
+        };
+        let payload = [0x5au8; 64];
+        for (ours, standard, with_reth, data) in [
+            (
+                Opcode::DurableWriteOnly,
+                Opcode::RdmaWriteOnly,
+                true,
+                &payload[..],
+            ),
+            (
+                Opcode::DurableWriteFirst,
+                Opcode::RdmaWriteFirst,
+                true,
+                &payload[..],
+            ),
+            (
+                Opcode::DurableAcknowledge,
+                Opcode::Acknowledge,
+                false,
+                &[][..],
+            ),
+        ] {
+            let frame = |op: Opcode| {
+                let mut r = repr(bth(
+                    op,
+                    0x22,
+                    op != Opcode::Acknowledge && op != Opcode::DurableAcknowledge,
+                    0x123456,
+                ));
+                if with_reth {
+                    r.reth = Some(reth);
+                } else {
+                    r.aeth = Some(aeth);
+                }
+                let mut buf = vec![0u8; r.buffer_len(data.len())];
+                let n = r.emit(&mut buf, data).unwrap();
+                buf.truncate(n);
+                (r, buf)
+            };
+            let (r1, a) = frame(ours);
+            let (_, b) = frame(standard);
+            assert_eq!(a.len(), b.len());
+            let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            let icrc = a.len() - 4..a.len();
+            assert!(differ.contains(&BTH_OFFSET), "{ours:?}");
+            assert!(
+                differ.iter().all(|&i| i == BTH_OFFSET || icrc.contains(&i)),
+                "{ours:?} differs at {differ:?}"
+            );
+            assert_eq!(a[BTH_OFFSET], ours.as_u8());
+            let (parsed, body) = crate::wire::parse_frame(&a).unwrap();
+            assert_eq!((parsed, body), (r1, data));
+        }
+    }
+
     fn golden() -> Vec<(&'static str, Vec<u8>, RoceRepr, Vec<u8>)> {
         let cnp = RoceRepr {
             src_mac: EthernetAddress([0x7c, 0xfe, 0x90, 0x64, 0x3b, 0x32]),
