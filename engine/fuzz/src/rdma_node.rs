@@ -65,7 +65,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
-use pmem::Mapping;
+use pmem::{MapOptions, Mapping};
 use portico::rdma::{Control, ControlReply, Cq, NodeCounters, Qp, RdmaNode, RxOutcome};
 use portico::transport::{
     Access, MemoryTable, MrKeys, Mtu, QpConfig, RecvRequest, SgList, Sge, WcOpcode, WcStatus,
@@ -164,15 +164,31 @@ impl Harness {
                 // Few retries, so that the final drain (and every input) stays short.
                 cfg.retry_limit = 2;
                 cfg.rnr_retry_limit = 2;
+                // The first queue pair speaks the durable-write extension (0xE0-0xE2).
+                cfg.durable_writes = local == QPS[0].0;
                 node.add_qp(cfg, &send_cq, &recv_cq)
                     .expect("a valid queue pair")
             })
             .collect();
-        let map = Arc::new(Mapping::anonymous(MAPPING_LEN).expect("anonymous memory"));
+        // Under the power-loss simulator, so that persisting is a ticketed job (run inline:
+        // no flusher thread while fuzzing) and every persistence path is reached.
+        let map = Arc::new(
+            MapOptions::new()
+                .simulate_power_loss(true)
+                .anonymous(MAPPING_LEN)
+                .expect("simulated memory"),
+        );
+        node.set_persist_inline(true);
         map.write(0, initial_bytes()).expect("inside the mapping");
         let r1 = node
             .mem
-            .register_iova(map.clone(), R1_OFFSET, REGION_LEN, R1_IOVA, Access::ALL)
+            .register_iova(
+                map.clone(),
+                R1_OFFSET,
+                REGION_LEN,
+                R1_IOVA,
+                Access::ALL | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT | Access::DURABLE,
+            )
             .expect("R1 registers");
         let r2 = node
             .mem
