@@ -583,6 +583,19 @@ impl Requester {
         match syndrome {
             Syndrome::Ack { .. } => {
                 self.stats.acks_received += 1;
+                // An ACK at or past a probed write says the responder is alive and holds the
+                // data: its flush is only slow. Probing goes on, but the retry limit counts
+                // unanswered probes only, so a slow disk does not fail the connection.
+                if self.dur_retries > 0
+                    && self
+                        .sq
+                        .iter()
+                        .take(self.head)
+                        .find(|w| w.is_durable())
+                        .is_some_and(|w| psn::before_eq(w.last_psn(), psn))
+                {
+                    self.dur_retries = 0;
+                }
                 self.ack_through(now, cfg, psn, cq);
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {

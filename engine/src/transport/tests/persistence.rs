@@ -189,6 +189,34 @@ fn a_lost_durable_ack_is_recovered_by_a_probe() {
 }
 
 #[test]
+fn a_slow_flush_is_waited_for_and_a_silent_target_is_not() {
+    // The flush takes 500 ms, far beyond 1 + 2 + ... + 64 + 64 ms of unanswered probes: the
+    // probes are answered (the target is alive), so the write waits and completes.
+    let (mut sim, a, b) = durable_pair(persistent(), 500 * MS, 4096);
+    sim.a.post_send(durable(1, a, 0, 64, b, false));
+    sim.run_idle(2_000 * MS);
+    assert_eq!(done(&sim, 1)[0].status, WcStatus::Success);
+    assert!(sim.a.qp.stats().durable_probes > 8);
+    // A target that goes silent after the receipt ACK: the probes go unanswered, and the
+    // write fails after the retry limit.
+    let (mut sim, a, b) = durable_pair(persistent(), 500 * MS, 4096);
+    let mut acks = 0;
+    sim.filter = Some(Box::new(move |side, _| {
+        if side == Side::B {
+            acks += 1;
+            if acks > 1 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Pass
+    }));
+    sim.a.post_send(durable(1, a, 0, 64, b, false));
+    sim.run_idle(2_000 * MS);
+    assert_eq!(done(&sim, 1)[0].status, WcStatus::RetryExceeded);
+    assert_eq!(sim.a.qp.state(), QpState::Error);
+}
+
+#[test]
 fn duplicated_and_reordered_durable_acks_complete_each_write_once() {
     let (mut sim, a, b) = durable_pair(persistent(), 30 * US, 1 << 16);
     sim.faults = Faults {
