@@ -16,9 +16,16 @@
 //! "remote access error" and moves the QP to the error state with memory
 //! untouched. A READ or WRITE of DMA length 0 is not checked at all (C9-88)
 //! and is answered as any other: an ACK, an empty READ RESPONSE ONLY.
-//! Defined RC opcodes this responder does not execute (the atomics) NAK
-//! "invalid request" and end the connection, as an unsupported opcode must. A SEND (or WRITE with immediate) that finds no posted receive
-//! gets an RNR NAK and is not consumed.
+//! Defined RC opcodes this responder does not execute (CmpSwap, FetchAdd) NAK
+//! "invalid request" and end the connection, as an unsupported opcode must. A SEND (or WRITE
+//! with immediate) that finds no posted receive gets an RNR NAK and is not consumed.
+//!
+//! Remote persistence (seed 004, `super::persist`): WRITEs into regions that persist are
+//! persisted as they land; a durable WRITE (0xE0/0xE1, on queue pairs that negotiated it) is
+//! acknowledged on receipt and again, with a DURABLE ACKNOWLEDGE of the same PSN, once
+//! durable; IBTA FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE ONLY; responses
+//! that acknowledge implicitly wait for the persists asked for before them, and no ACK names
+//! a WRITE into a `DURABLE` region before it is durable.
 
 use std::collections::VecDeque;
 
@@ -613,13 +620,7 @@ impl Responder {
                     let p = mem.persist(at, len);
                     self.dur.note(p);
                 }
-                self.msn = psn::add(self.msn, 1);
-                self.reads
-                    .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
-                self.epsn = psn::add(self.epsn, 1);
-                self.ack_due = false;
-                self.unacked = 0;
-                return Verdict::Ok;
+                return self.accept_empty_response(psn);
             }
             Opcode::AtomicWrite => {
                 let Some(reth) = repr.reth else {
@@ -650,13 +651,7 @@ impl Responder {
                     let p = mem.persist(at, 8);
                     self.dur.note(p);
                 }
-                self.msn = psn::add(self.msn, 1);
-                self.reads
-                    .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
-                self.epsn = psn::add(self.epsn, 1);
-                self.ack_due = false;
-                self.unacked = 0;
-                return Verdict::Ok;
+                return self.accept_empty_response(psn);
             }
             _ => return self.fatal(NakCode::InvalidRequest, psn),
         }
@@ -668,6 +663,19 @@ impl Responder {
         if repr.bth.ack_req || self.unacked >= cfg.ack_coalesce {
             self.ack_due = true;
         }
+        Verdict::Ok
+    }
+
+    /// A FLUSH or ATOMIC WRITE at `psn` was executed: it completes a message, and its one empty
+    /// response, which acknowledges everything before it, waits for the persists asked for
+    /// so far.
+    fn accept_empty_response(&mut self, psn: u32) -> Verdict {
+        self.msn = psn::add(self.msn, 1);
+        self.reads
+            .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
+        self.epsn = psn::add(self.epsn, 1);
+        self.ack_due = false;
+        self.unacked = 0;
         Verdict::Ok
     }
 
