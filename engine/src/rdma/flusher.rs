@@ -9,6 +9,12 @@
 //! watermark (a release store; the worker reads it with acquire). Tickets complete in order,
 //! and the more jobs wait, the more one `msync` covers: batching comes from load.
 //!
+//! The thread is started from a worker, whose pinning it would inherit: sharing the busy-polling
+//! worker's core, it would run only when the scheduler's tick preempts the worker (every 4 ms
+//! at HZ 250), and every persist would wait that long. So it moves itself to the first online
+//! core outside the worker's affinity (it mostly sleeps in the kernel, so it costs that core
+//! little); on a machine with no such core it stays where it is.
+//!
 //! DAX mappings never come here (their persist is a few cache-line write-backs, done on the
 //! worker), nor does volatile memory (nothing to do).
 
@@ -43,8 +49,17 @@ struct Shared {
 }
 
 impl Flusher {
-    /// Starts the flusher thread.
+    /// Starts the flusher thread, off the calling worker's cores when the machine has others.
     pub fn spawn() -> std::io::Result<Flusher> {
+        let worker: Vec<usize> = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .map(|s| parse_cpu_list(&s))
+            .unwrap_or_default();
+        let core = online.into_iter().find(|c| !worker.contains(c));
         let (tx, rx) = channel::bounded(DEPTH);
         let shared = Arc::new(Shared {
             done: AtomicU64::new(0),
@@ -54,7 +69,12 @@ impl Flusher {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("portico-flush".into())
-            .spawn(move || run(rx, &s))?;
+            .spawn(move || {
+                if let Some(id) = core {
+                    core_affinity::set_for_current(core_affinity::CoreId { id });
+                }
+                run(rx, &s)
+            })?;
         Ok(Flusher {
             jobs: Some(tx),
             shared,
@@ -98,6 +118,21 @@ impl Drop for Flusher {
             let _ = t.join();
         }
     }
+}
+
+/// The CPUs of a kernel CPU list such as `0-3,8,10-11` (as `/sys/devices/system/cpu/online`
+/// gives); malformed parts are skipped.
+fn parse_cpu_list(s: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',') {
+        let mut ends = part.splitn(2, '-').map(|n| n.trim().parse::<usize>());
+        match (ends.next(), ends.next()) {
+            (Some(Ok(a)), None) => cpus.push(a),
+            (Some(Ok(a)), Some(Ok(b))) if a <= b && b - a < 65536 => cpus.extend(a..=b),
+            _ => {}
+        }
+    }
+    cpus
 }
 
 fn run(rx: Receiver<PersistJob>, shared: &Shared) {
@@ -153,6 +188,14 @@ fn persist_batch(
 mod tests {
     use super::*;
     use pmem::MapOptions;
+
+    #[test]
+    fn cpu_lists_parse_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-1\n"), [0, 1]);
+        assert_eq!(parse_cpu_list("0,2-4,7"), [0, 2, 3, 4, 7]);
+        assert_eq!(parse_cpu_list("5"), [5]);
+        assert_eq!(parse_cpu_list("x,3-1,2"), [2]);
+    }
 
     #[test]
     fn jobs_are_persisted_in_order_and_the_watermark_follows() {
