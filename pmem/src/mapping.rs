@@ -376,7 +376,7 @@ impl Mapping {
     pub fn store_u64_release(&self, offset: usize, value: [u8; 8]) -> Result<(), Error> {
         self.check(offset, 8)?;
         let addr = self.ptr.as_ptr() as usize + offset;
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(Error::Misaligned { offset, align: 8 });
         }
         // SAFETY: the 8 bytes are inside the mapping (checked above) and the address is 8-byte

@@ -630,7 +630,7 @@ impl Responder {
                 let Ok(value) = value else {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 };
-                if self.cur.is_some() || reth.dma_len != 8 || reth.virtual_addr % 8 != 0 {
+                if self.cur.is_some() || reth.dma_len != 8 || !reth.virtual_addr.is_multiple_of(8) {
                     return self.fatal(NakCode::InvalidRequest, psn);
                 }
                 let Ok(at) =
