@@ -11,7 +11,7 @@
 //! then waits for what is outstanding and prints its summary, with the two `net_ring` ports'
 //! own counters (misses, errors, mbuf allocation failures, drop xstats) beside the engines'.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -30,9 +30,12 @@ use crate::latency::{Latency, LatencySummary};
 use crate::rdma::MemoryRegion;
 use crate::rdma::loopback::{self, LoopbackOpts};
 use crate::report;
+use crate::runtime::{CaptureSink, Runtime};
 use crate::transport::{
     Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
 };
+
+pub mod persist;
 
 /// Which operations to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -43,6 +46,9 @@ pub enum BenchOp {
     Send,
     /// SEND, WRITE and READ in turn.
     Mixed,
+    /// One durable write per operation, into a file-backed region on the target, made durable
+    /// the way `--mode` says ([`persist`]).
+    Persist,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +72,11 @@ pub struct BenchOpts {
     pub hugepages: HugepageMode,
     pub memory_mb: u32,
     pub eal: Vec<String>,
+    /// `persist` only: how each write is made durable.
+    pub mode: Option<persist::PersistMode>,
+    /// `persist` only: the file to map as the target's region (default: one in a fresh
+    /// directory under /var/tmp, removed afterwards).
+    pub file: Option<PathBuf>,
 }
 
 /// One operation type's results.
@@ -108,6 +119,9 @@ pub struct BenchSummary {
     /// The two `net_ring` ports' own counters, `a` (engine A's) then `b`.
     pub ports: Vec<PortSummary>,
     pub capture: Option<crate::app::CaptureSummary>,
+    /// `persist` only: the mode, what the target's region is, and the queue pair's tuning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persist: Option<persist::PersistSummary>,
 }
 
 /// Bytes of each of the four application buffers at most.
@@ -233,6 +247,115 @@ const VERIFY_SLOTS_PER_QD: usize = 4;
 /// Under `--verify`, a doorbell for every this many filled requests.
 const VERIFY_RING_EVERY: usize = 8;
 
+/// A bench's two engines, running: EAL started, the loopback pair up.
+pub(crate) struct Engines {
+    pub(crate) memory: MemoryChoice,
+    /// The host's core (EAL's main lcore) and the engines' core.
+    pub(crate) cores: (usize, usize),
+    pub(crate) a: loopback::LoopbackEnd,
+    pub(crate) b: loopback::LoopbackEnd,
+    pub(crate) running: Running,
+}
+
+/// What stops the engines and gathers their counters at the end of a bench.
+pub(crate) struct Running {
+    runtime: Runtime,
+    capture: Option<Arc<CaptureSink>>,
+    /// The ports `loopback` created, `a` then `b`, for their counters at the end.
+    port_ids: [(&'static str, Option<u16>); 2],
+}
+
+/// What a bench reports about its engines once they have stopped.
+pub(crate) struct Stopped {
+    pub(crate) workers: Vec<crate::runtime::WorkerReport>,
+    pub(crate) ports: Vec<PortSummary>,
+    pub(crate) capture: Option<crate::app::CaptureSummary>,
+}
+
+/// Starts EAL (after the banner) and the two engines with queue pair settings `qp`: both
+/// engines on the last core, the host loop on the first (EAL's main lcore). On a 2-core
+/// machine a third busy thread would leave the host waiting for CPU time slices.
+pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, AppError> {
+    let cores = available_cores();
+    let (a, b) = (cores[0], *cores.last().unwrap_or(&cores[0]));
+    let (args, memory) = plan_eal_args(
+        &opts.eal,
+        opts.hugepages,
+        opts.memory_mb,
+        a,
+        &[],
+        &HugepageStatus::read(),
+    )?;
+    check_pool_fits(
+        &memory,
+        LOOPBACK_MBUFS,
+        crate::rdma::FRAME_DATA_ROOM,
+        ("--memory-mb", "--hugepages"),
+        "",
+    )?;
+    let info = Eal::init(&args)?;
+    report::banner(info, &memory, opts.json);
+    let mut lo = LoopbackOpts::new(qp, [b, b]);
+    lo.pcap = opts.pcap.clone();
+    let pair =
+        loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
+    // DPDK names a ring port `net_ring_<name>`, `<name>` being what `loopback` asked for
+    // (`rdma_a`, `rdma_b`).
+    let port_ids = ["a", "b"].map(|end| {
+        let suffix = format!("{}_{end}", lo.name);
+        let id = dataplane::port_ids()
+            .into_iter()
+            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
+        (end, id)
+    });
+    let loopback::LoopbackPair {
+        runtime,
+        a: ea,
+        b: eb,
+        capture,
+        ..
+    } = pair;
+    Ok(Engines {
+        memory,
+        cores: (a, b),
+        a: ea,
+        b: eb,
+        running: Running {
+            runtime,
+            capture,
+            port_ids,
+        },
+    })
+}
+
+impl Running {
+    /// Reads the ports' counters while the workers still hold them started, stops the
+    /// workers, and finishes the capture (written to `pcap`).
+    pub(crate) fn finish(self, pcap: Option<&PathBuf>) -> Result<Stopped, AppError> {
+        let ports = self
+            .port_ids
+            .iter()
+            .filter_map(|&(name, id)| Some(port_summary(id?, name)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let workers = self.runtime.join()?;
+        let capture = match (self.capture, pcap) {
+            (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
+                path: path.display().to_string(),
+                packets: sink.finish().map_err(|source| AppError::Capture {
+                    path: path.display().to_string(),
+                    source,
+                })?,
+            }),
+            _ => None,
+        };
+        Ok(Stopped {
+            workers,
+            ports,
+            capture,
+        })
+    }
+}
+
 fn post_batch(qp: &mut crate::rdma::Qp, batch: &[WorkRequest]) -> Result<(), AppError> {
     qp.post_send(batch)
         .map_err(|e| AppError::Failed(format!("posting {} work requests: {e}", batch.len())))
@@ -245,6 +368,15 @@ fn usage(msg: String) -> AppError {
 /// Runs the benchmark until its duration is over or `stop` is set, and returns its summary
 /// (printed by the caller).
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
+    if opts.op == BenchOp::Persist {
+        return persist::run(opts, stop);
+    }
+    if opts.mode.is_some() {
+        return Err(usage("--mode: only `bench persist` takes it".into()));
+    }
+    if opts.file.is_some() {
+        return Err(usage("--file: only `bench persist` takes it".into()));
+    }
     if opts.size == 0 || opts.size as usize > BUF_CAP / 4 {
         return Err(usage(format!("--size: must be 1..={} bytes", BUF_CAP / 4)));
     }
@@ -281,26 +413,6 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         MemoryLimit::read().as_ref(),
     )
     .map_err(|e| usage(e.to_string()))?;
-    let cores = available_cores();
-    let (a, b) = (cores[0], *cores.last().unwrap_or(&cores[0]));
-    let (args, memory) = plan_eal_args(
-        &opts.eal,
-        opts.hugepages,
-        opts.memory_mb,
-        a,
-        &[],
-        &HugepageStatus::read(),
-    )?;
-    check_pool_fits(
-        &memory,
-        LOOPBACK_MBUFS,
-        crate::rdma::FRAME_DATA_ROOM,
-        ("--memory-mb", "--hugepages"),
-        "",
-    )?;
-    let info = Eal::init(&args)?;
-    report::banner(info, &memory, opts.json);
-
     let mut qp = QpConfig::new(0, 0);
     qp.pmtu = opts.mtu;
     qp.max_send_wr = 128;
@@ -308,28 +420,13 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     // A window of large READ responses takes longer than the 100 µs default to drain on one
     // software core; a longer timeout keeps retransmissions for real losses.
     qp.timeout_ns = 1_000_000;
-    // Both engines on the last core, the host loop on the first (EAL's main lcore): on a
-    // 2-core machine a third busy thread would leave the host waiting for CPU time slices.
-    let mut lo = LoopbackOpts::new(qp, [b, b]);
-    lo.pcap = opts.pcap.clone();
-    let pair =
-        loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
-    // The ports `loopback` created, for their counters at the end: DPDK names a ring port
-    // `net_ring_<name>`, `<name>` being what `loopback` asked for (`rdma_a`, `rdma_b`).
-    let port_ids = ["a", "b"].map(|end| {
-        let suffix = format!("{}_{end}", lo.name);
-        let id = dataplane::port_ids()
-            .into_iter()
-            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
-        (end, id)
-    });
-    let loopback::LoopbackPair {
-        runtime,
+    let Engines {
+        memory,
+        cores: (a, b),
         a: mut ea,
         b: mut eb,
-        capture,
-        ..
-    } = pair;
+        running,
+    } = start_engines(opts, qp)?;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     // The application's memory: four buffers it maps itself, then registers.
     let map = |len: usize| {
@@ -391,6 +488,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         BenchOp::Read => 1,
         BenchOp::Send => 2,
         BenchOp::Mixed => id % 3,
+        BenchOp::Persist => unreachable!("`bench persist` runs in bench::persist"),
     };
     let source = |id: u64| if kind_of(id) == 1 { &remote } else { &src };
     let mut recv_batch: Vec<RecvRequest> = Vec::with_capacity(opts.qd * 2);
@@ -559,23 +657,12 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             v.check(id, landed.region(&remote, &dst, &recv), slot);
         }
     }
-    // The ports' counters while the workers still hold them started; every operation has
-    // completed, so nothing more is on the way.
-    let ports = port_ids
-        .iter()
-        .filter_map(|&(name, id)| Some(port_summary(id?, name)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let workers = runtime.join()?;
-    let captured = match (capture, &opts.pcap) {
-        (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
-            path: path.display().to_string(),
-            packets: sink.finish().map_err(|source| AppError::Capture {
-                path: path.display().to_string(),
-                source,
-            })?,
-        }),
-        _ => None,
-    };
+    // Every operation has completed, so nothing more is on the way.
+    let Stopped {
+        workers,
+        ports,
+        capture,
+    } = running.finish(opts.pcap.as_ref())?;
 
     let results: Vec<OpResult> = (0..3)
         .filter(|&k| counts[k] > 0)
@@ -592,15 +679,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         for h in &hist {
             all.merge(h);
         }
-        let file = std::fs::File::create(path).map_err(|source| AppError::Capture {
-            path: path.display().to_string(),
-            source,
-        })?;
-        all.write_hgrm(std::io::BufWriter::new(file), 1000.0)
-            .map_err(|source| AppError::Capture {
-                path: path.display().to_string(),
-                source,
-            })?;
+        write_hgrm(path, &all)?;
     }
     Ok(BenchSummary {
         op: opts.op,
@@ -615,8 +694,20 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         verify: verifier.map(|v| v.summary),
         workers,
         ports,
-        capture: captured,
+        capture,
+        persist: None,
     })
+}
+
+/// Writes `h` to `path` in HdrHistogram's .hgrm format, in microseconds.
+fn write_hgrm(path: &Path, h: &Latency) -> Result<(), AppError> {
+    let failed = |source| AppError::Capture {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::create(path).map_err(failed)?;
+    h.write_hgrm(std::io::BufWriter::new(file), 1000.0)
+        .map_err(failed)
 }
 
 fn human(json: bool, line: &str) {
@@ -678,6 +769,9 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
             "  verify: {} operations, {} bytes compared, {} mismatched",
             v.checked_ops, v.checked_bytes, v.mismatches
         );
+    }
+    if let Some(p) = &s.persist {
+        persist::print(p);
     }
     if let Some(p) = hgrm {
         println!("  latency distribution (µs) written to {}", p.display());

@@ -101,9 +101,19 @@ enum Command {
     /// RDMA benchmark: two RoCEv2 engines on a net_ring link in this process; ops/s, Gbit/s and
     /// latency percentiles (HdrHistogram; measured from the intended send time with --rate).
     Bench {
-        /// write, read, send, or mixed (SEND, WRITE and READ in turn).
+        /// write, read, send, mixed (SEND, WRITE and READ in turn), or persist (durable writes
+        /// into a file region on the target, made durable as --mode says).
         #[arg(value_enum)]
         op: portico::bench::BenchOp,
+        /// persist only: durable (one durable WRITE), write-read (WRITE + 8-byte READ),
+        /// write-flush (WRITE + IBTA FLUSH), write-send (WRITE + SEND to a server thread on the
+        /// target that persists the range and answers).
+        #[arg(long, value_enum)]
+        mode: Option<portico::bench::persist::PersistMode>,
+        /// persist only: map the target's region on this file (created or truncated).
+        /// Default: a file in a fresh directory under /var/tmp, removed afterwards.
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
         /// Message size in bytes.
         #[arg(long, default_value_t = 64)]
         size: u32,
@@ -151,6 +161,11 @@ enum Command {
         /// overrides rdma.region_file. Default: anonymous memory.
         #[arg(long, value_name = "PATH")]
         region_file: Option<PathBuf>,
+        /// Map the region file under pmem's power-loss simulator (as rdma.simulate_power_loss):
+        /// the file holds exactly the persisted cache lines, so a SIGKILL leaves what was made
+        /// durable. Needs a region file.
+        #[arg(long)]
+        simulate_power_loss: bool,
         /// Seconds to serve (0: until Ctrl-C or SIGTERM).
         #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
         duration: f64,
@@ -160,7 +175,8 @@ enum Command {
         #[arg(last = true)]
         eal: Vec<String>,
     },
-    /// Drive a target: WRITE `--ops` messages into its region, READ each back, compare.
+    /// Drive a target: WRITE `--ops` messages into its region, READ each back, compare; or,
+    /// with --durable, stream `--ops` durable WRITEs and print a line as each is durable.
     Initiator {
         #[arg(long, short)]
         config: PathBuf,
@@ -174,13 +190,23 @@ enum Command {
         /// The target region's address (from its `ready` line).
         #[arg(long, value_parser = parse_u64)]
         remote_addr: u64,
-        /// Messages to WRITE and READ back (at least 1).
+        /// Messages to WRITE and READ back, or durable WRITEs to stream (at least 1).
         #[arg(long, default_value_t = 1000)]
         ops: u64,
         /// Message size in bytes: 1 up to half of rdma.region_len (the other half receives
-        /// what is read back).
-        #[arg(long, default_value_t = 4096)]
-        size: usize,
+        /// what is read back); default 4096. With --durable: the record's size, a multiple of
+        /// 8 from 16; default 64.
+        #[arg(long)]
+        size: Option<usize>,
+        /// Stream durable WRITEs (needs rdma.durable_writes on both sides): write k carries a
+        /// record of its sequence number to slot k mod slots of the target's region, and a
+        /// line {"type":"durable","seq":k,"offset":..} is printed once the target has made it
+        /// durable.
+        #[arg(long)]
+        durable: bool,
+        /// With --durable: durable WRITEs outstanding at once (1..=128, at most the slots).
+        #[arg(long, requires = "durable")]
+        qd: Option<usize>,
         /// Capture the port into this pcapng file (Wireshark).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
@@ -318,6 +344,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
         }
         Command::Bench {
             op,
+            mode,
+            file,
             size,
             qd,
             rate,
@@ -359,6 +387,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 hugepages,
                 memory_mb,
                 eal,
+                mode,
+                file,
             };
             let summary = portico::bench::run(&opts, interrupt_flag())?;
             portico::bench::print(&summary, json, opts.hgrm.as_ref());
@@ -377,12 +407,14 @@ fn run(cli: Cli) -> Result<(), AppError> {
         Command::Target {
             config,
             region_file,
+            simulate_power_loss,
             duration,
             pcap,
             eal,
         } => portico::peer::run_target(
             &config,
             region_file,
+            simulate_power_loss,
             seconds("--duration", duration)?,
             &eal,
             interrupt_flag(),
@@ -395,18 +427,27 @@ fn run(cli: Cli) -> Result<(), AppError> {
             remote_addr,
             ops,
             size,
+            durable,
+            qd,
             pcap,
             eal,
-        } => portico::peer::run_initiator(
-            &config,
-            region_file,
-            rkey,
-            remote_addr,
-            ops,
-            size,
-            &eal,
-            pcap.as_deref(),
-        ),
+        } => {
+            let mode = if durable {
+                portico::peer::InitiatorMode::Durable {
+                    qd: qd.unwrap_or(portico::peer::DURABLE_QD),
+                }
+            } else {
+                portico::peer::InitiatorMode::WriteRead
+            };
+            let opts = portico::peer::InitiatorOpts {
+                rkey,
+                remote_addr,
+                ops,
+                size,
+                mode,
+            };
+            portico::peer::run_initiator(&config, region_file, &opts, &eal, pcap.as_deref())
+        }
         Command::Ports { json, xstats, eal } => {
             let list = app::list_ports(&eal, json)?;
             let xstats = if xstats {

@@ -7,10 +7,14 @@
 //! target registers it for remote access and prints a `ready` JSON line with its address (the
 //! real address of the bytes, unless `rdma.region_addr` names it otherwise), length, rkey and
 //! what the memory is (DAX or not); then it serves until its duration ends or it is signalled,
-//! and, for a file, makes the region durable (`persist`) before it exits. The initiator waits
-//! for its link, writes `ops` messages from its own mapping into the target's region, READs
-//! each back into the other half of its mapping and compares the bytes there. It exits with
-//! status 1 if any operation failed or any byte differs.
+//! and, for a file, makes the region durable (`persist`) before it exits. The target's region
+//! allows FLUSH of both placement types (and with `rdma.durable_region` withholds WRITE ACKs
+//! until the data is durable); with `rdma.simulate_power_loss` its file is mapped under pmem's
+//! power-loss simulator. The initiator waits for its link, writes `ops` messages from its own
+//! mapping into the target's region, READs each back into the other half of its mapping and
+//! compares the bytes there. It exits with status 1 if any operation failed or any byte
+//! differs. With `--durable` it streams durable WRITEs of [`durable_record`]s instead and prints
+//! a line for each as soon as the target has made it durable.
 //!
 //! Every size is checked before EAL starts (an anonymous region against the memory this
 //! process can map, a file to create against its file system's free space, EAL's memory
@@ -25,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pmem::Mapping;
+use pmem::{MapOptions, Mapping};
 use serde_json::json;
 
 use crate::app::{
@@ -41,7 +45,7 @@ use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, WorkerSpec};
 use crate::transport::{
-    Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, WorkRequest, random_psn,
+    Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest, random_psn,
 };
 
 /// Mbufs in the engine's pool.
@@ -131,16 +135,19 @@ fn check_region(
 }
 
 /// Maps this side's region: the file (opened when it exists and is large enough, created
-/// otherwise), or anonymous memory.
+/// otherwise), under the power-loss simulator when `simulate`, or anonymous memory.
 fn map_region(
     cfg_path: &Path,
     cfg: &PeerConfig,
     file: Option<&Path>,
+    simulate: bool,
 ) -> Result<Arc<Mapping>, AppError> {
     let len = cfg.rdma.region_len;
+    let opts = MapOptions::new().simulate_power_loss(simulate);
     let map = match file {
         Some(f) if f.exists() => {
-            let m = Mapping::open_file(f)
+            let m = opts
+                .open_file(f)
                 .map_err(|e| AppError::Failed(format!("region file {}: {e}", f.display())))?;
             if m.len() < len {
                 return Err(bad(
@@ -155,7 +162,8 @@ fn map_region(
             }
             m
         }
-        Some(f) => Mapping::create_file(f, len)
+        Some(f) => opts
+            .create_file(f, len)
             .map_err(|e| AppError::Failed(format!("region file {}: {e}", f.display())))?,
         None => Mapping::anonymous(len)
             .map_err(|e| AppError::Failed(format!("mapping {len} bytes for the region: {e}")))?,
@@ -248,6 +256,7 @@ fn start(
     qp.timeout_ns = r.timeout_us * 1000;
     qp.send_psn = r.psn.unwrap_or_else(random_psn);
     qp.recv_psn = r.peer_psn;
+    qp.durable_writes = r.durable_writes;
     let psn = qp.send_psn;
     let mut node = RdmaNode::new(mac, r.ip);
     let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);
@@ -292,14 +301,76 @@ fn host(e: crate::rdma::HostError) -> AppError {
     AppError::Failed(format!("host call: {e}"))
 }
 
-/// Registers the region, under `rdma.region_addr` when the config names one.
-fn register(peer: &Peer, cfg: &PeerConfig, map: &Arc<Mapping>) -> Result<MemoryRegion, AppError> {
+/// Registers the region with `access`, under `rdma.region_addr` when the config names one.
+fn register(
+    peer: &Peer,
+    cfg: &PeerConfig,
+    map: &Arc<Mapping>,
+    access: Access,
+) -> Result<MemoryRegion, AppError> {
     let len = cfg.rdma.region_len;
     match cfg.rdma.region_addr {
-        Some(iova) => peer.handle.register_iova(map, 0, len, iova, Access::ALL),
-        None => peer.handle.register(map, 0, len, Access::ALL),
+        Some(iova) => peer.handle.register_iova(map, 0, len, iova, access),
+        None => peer.handle.register(map, 0, len, access),
     }
     .map_err(host)
+}
+
+/// What the target's region allows: local write and remote READ and WRITE, FLUSH of either
+/// placement type (a standard peer may ask for visibility or persistence), and with
+/// `rdma.durable_region` the withholding of plain WRITEs' ACKs until they are durable.
+fn target_access(cfg: &PeerConfig) -> Access {
+    let access = Access::ALL | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT;
+    if cfg.rdma.durable_region {
+        access | Access::DURABLE
+    } else {
+        access
+    }
+}
+
+/// The names of the flags of `access`, for the `ready` line.
+fn access_names(access: Access) -> Vec<&'static str> {
+    [
+        (Access::LOCAL_WRITE, "local_write"),
+        (Access::REMOTE_READ, "remote_read"),
+        (Access::REMOTE_WRITE, "remote_write"),
+        (Access::FLUSH_GLOBAL, "flush_global"),
+        (Access::FLUSH_PERSISTENT, "flush_persistent"),
+        (Access::DURABLE, "durable"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| access.contains(*flag))
+    .map(|(_, name)| name)
+    .collect()
+}
+
+/// The power-loss simulator keeps the persisted image in the region file: it needs one.
+/// `simulate` is the field that asked for it (`--simulate-power-loss` or
+/// `rdma.simulate_power_loss`), if any.
+fn check_power_loss(simulate: Option<&str>, file: Option<&Path>) -> Result<(), ConfigError> {
+    match (simulate, file) {
+        (Some(field), None) => Err(ConfigError {
+            field: field.into(),
+            message: "needs a region file (rdma.region_file or --region-file): the simulator keeps the persisted image in it".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Keys that only a target uses are refused by an initiator, rather than ignored.
+fn check_initiator_keys(cfg: &PeerConfig) -> Result<(), ConfigError> {
+    for (field, set) in [
+        ("rdma.durable_region", cfg.rdma.durable_region),
+        ("rdma.simulate_power_loss", cfg.rdma.simulate_power_loss),
+    ] {
+        if set {
+            return Err(ConfigError {
+                field: field.into(),
+                message: "applies to portico target only".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Counters every summary has, even when the stage does not report them.
@@ -388,10 +459,13 @@ impl PortTally {
     }
 }
 
-/// `portico target`: serves its region until `duration` ends or `stop` is set.
+/// `portico target`: serves its region until `duration` ends or `stop` is set. With
+/// `simulate_power_loss` (`--simulate-power-loss`) or `rdma.simulate_power_loss`, the region
+/// file is mapped under pmem's power-loss simulator.
 pub fn run_target(
     path: &Path,
     region_file: Option<PathBuf>,
+    simulate_power_loss: bool,
     duration: Option<Duration>,
     extra_eal: &[String],
     stop: Arc<AtomicBool>,
@@ -400,14 +474,24 @@ pub fn run_target(
     // rdma.receives and the region's least length were checked with the config.
     let cfg = load(path)?;
     let file = choose_region_file(region_file, &cfg);
+    let simulate = if simulate_power_loss {
+        Some("--simulate-power-loss")
+    } else {
+        cfg.rdma
+            .simulate_power_loss
+            .then_some("rdma.simulate_power_loss")
+    };
+    check_power_loss(simulate, file.as_ref().map(|(f, _)| f.as_path()))
+        .map_err(|e| field_error(path, e))?;
     check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
     let planned = plan(&cfg, extra_eal)?;
     let file = file.map(|(f, _)| f);
     let half = cfg.rdma.region_len / 2;
     let receives = cfg.rdma.receives as usize;
-    let map = map_region(path, &cfg, file.as_deref())?;
+    let map = map_region(path, &cfg, file.as_deref(), simulate.is_some())?;
     let mut peer = start(path, &cfg, planned, true, pcap)?;
-    let mr = register(&peer, &cfg, &map)?;
+    let access = target_access(&cfg);
+    let mr = register(&peer, &cfg, &map, access)?;
     let recvs: Vec<RecvRequest> = (0..receives)
         .map(|i| RecvRequest::new(i as u64, mr.sgl(half + i * RECEIVE_LEN, RECEIVE_LEN as u32)))
         .collect();
@@ -421,6 +505,8 @@ pub fn run_target(
         "{}",
         json!({"type": "ready", "qpn": peer.qp.qpn(), "psn": peer.psn, "addr": mr.addr(), "len": mr.len(),
                "rkey": mr.rkey(), "region": kind.to_string(), "dax": map.is_dax(),
+               "simulated": kind.is_simulated(), "access": access_names(access),
+               "durable_writes": cfg.rdma.durable_writes,
                "file": file.as_ref().map(|f| f.display().to_string())})
     );
     let t0 = Instant::now();
@@ -478,28 +564,124 @@ pub fn run_target(
     Ok(())
 }
 
-/// `portico initiator`: WRITE then READ back `ops` messages of `size` bytes.
-#[allow(clippy::too_many_arguments)]
+/// What `portico initiator` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitiatorMode {
+    /// WRITE each message, READ it back into the other half of this side's region, compare.
+    WriteRead,
+    /// Stream durable WRITEs of [`durable_record`]s, keeping `qd` outstanding, and print a
+    /// `durable` line for each as soon as its completion says it is durable at the target.
+    Durable { qd: usize },
+}
+
+/// `portico initiator`'s options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitiatorOpts {
+    /// The target's rkey and its region's address (from its `ready` line).
+    pub rkey: u32,
+    pub remote_addr: u64,
+    /// Messages to WRITE (and READ back), or durable WRITEs to stream.
+    pub ops: u64,
+    /// Bytes per message; `None`: [`WRITE_READ_SIZE`] or [`DURABLE_SIZE`], by mode.
+    pub size: Option<usize>,
+    pub mode: InitiatorMode,
+}
+
+/// The default message size of the WRITE+READ mode.
+pub const WRITE_READ_SIZE: usize = 4096;
+/// The default record size of the durable mode: one cache line.
+pub const DURABLE_SIZE: usize = 64;
+/// The default number of durable WRITEs outstanding.
+pub const DURABLE_QD: usize = 16;
+
+/// Fills `out` (a multiple of 8 bytes, at least 16) with the record that durable WRITE `seq`
+/// carries: little-endian 8-byte words, word 0 `seq` and word `i` `splitmix64(seq ^ (i << 48))`.
+/// So a record names its write, and differs from zeros, from any other record and from a
+/// mix of two.
+pub fn durable_record(seq: u64, out: &mut [u8]) {
+    for (i, word) in out.chunks_exact_mut(8).enumerate() {
+        let v = if i == 0 {
+            seq
+        } else {
+            splitmix64(seq ^ ((i as u64) << 48))
+        };
+        word.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// SplitMix64's output function (Steele, Lea and Flood, 2014).
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The message size for `mode`, checked: 1 up to `max` for WRITE+READ; for durable records a
+/// multiple of 8, at least 16 (word 0 and one check word).
+fn check_size(size: Option<usize>, mode: InitiatorMode, max: usize) -> Result<usize, AppError> {
+    match mode {
+        InitiatorMode::WriteRead => {
+            let size = size.unwrap_or(WRITE_READ_SIZE);
+            if size == 0 || size > max {
+                return Err(AppError::Usage(format!(
+                    "--size: must be 1..={max} (half of rdma.region_len, at most 2^32-1)"
+                )));
+            }
+            Ok(size)
+        }
+        InitiatorMode::Durable { .. } => {
+            let size = size.unwrap_or(DURABLE_SIZE);
+            if size < 16 || !size.is_multiple_of(8) || size > max {
+                return Err(AppError::Usage(format!(
+                    "--size: a durable record is a multiple of 8 bytes, 16..={} (half of rdma.region_len, at most 2^32-1)",
+                    max - max % 8
+                )));
+            }
+            Ok(size)
+        }
+    }
+}
+
+/// `--qd` of the durable mode: 1 up to the send queue's depth, and at most `slots`, so that
+/// no two outstanding WRITEs share a source buffer or a slot of the target's region.
+fn check_qd(qd: usize, slots: u64) -> Result<(), AppError> {
+    let depth = QpConfig::new(0, 0).max_send_wr;
+    if qd == 0 || qd > depth {
+        return Err(AppError::Usage(format!(
+            "--qd: must be 1..={depth} (the send queue's depth)"
+        )));
+    }
+    if qd as u64 > slots {
+        return Err(AppError::Usage(format!(
+            "--qd: {qd} is more than the {slots} slots of --size bytes in half of rdma.region_len: two outstanding WRITEs would share a slot"
+        )));
+    }
+    Ok(())
+}
+
+/// `portico initiator`: WRITE then READ back `ops` messages, or stream `ops` durable WRITEs.
 pub fn run_initiator(
     path: &Path,
     region_file: Option<PathBuf>,
-    rkey: u32,
-    remote_addr: u64,
-    ops: u64,
-    size: usize,
+    o: &InitiatorOpts,
     extra_eal: &[String],
     pcap: Option<&Path>,
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
+    check_initiator_keys(&cfg).map_err(|e| field_error(path, e))?;
+    if matches!(o.mode, InitiatorMode::Durable { .. }) && !cfg.rdma.durable_writes {
+        return Err(bad(
+            path,
+            "rdma.durable_writes",
+            "--durable needs durable_writes = true here and in the target's config".into(),
+        ));
+    }
     let half = cfg.rdma.region_len / 2;
     // A message goes out of the lower half and is read back into the upper one; the host
     // keeps two copies of it, and a work request's length is 32 bits.
     let max_size = half.min(u32::MAX as usize);
-    if size == 0 || size > max_size {
-        return Err(AppError::Usage(format!(
-            "--size: must be 1..={max_size} (half of rdma.region_len, at most 2^32-1)"
-        )));
-    }
+    let size = check_size(o.size, o.mode, max_size)?;
     limits::check_memory(
         "--size",
         "two copies of a message",
@@ -507,19 +689,24 @@ pub fn run_initiator(
         MemoryLimit::read().as_ref(),
     )
     .map_err(|e| AppError::Usage(e.to_string()))?;
-    if ops == 0 {
+    if o.ops == 0 {
         return Err(AppError::Usage("--ops: must be at least 1".into()));
     }
-    if remote_addr.checked_add(half as u64).is_none() {
+    if o.remote_addr.checked_add(half as u64).is_none() {
         return Err(AppError::Usage(format!(
-            "--remote-addr: {remote_addr:#x} + {half} bytes (half of rdma.region_len, where the messages go) runs past the end of the 64-bit address space"
+            "--remote-addr: {:#x} + {half} bytes (half of rdma.region_len, where the messages go) runs past the end of the 64-bit address space",
+            o.remote_addr
         )));
+    }
+    let slots = (half / size).max(1) as u64;
+    if let InitiatorMode::Durable { qd } = o.mode {
+        check_qd(qd, slots)?;
     }
     let file = choose_region_file(region_file, &cfg);
     check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
     let planned = plan(&cfg, extra_eal)?;
     let file = file.map(|(f, _)| f);
-    let map = map_region(path, &cfg, file.as_deref())?;
+    let map = map_region(path, &cfg, file.as_deref(), false)?;
     let mut peer = start(path, &cfg, planned, true, pcap)?;
     let t_link = Instant::now();
     while !peer.port.link().up {
@@ -531,14 +718,45 @@ pub fn run_initiator(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mr = register(&peer, &cfg, &map)?;
-    let slots = (half / size).max(1) as u64;
+    let mr = register(&peer, &cfg, &map, Access::ALL)?;
+    let base = json!({"type": "initiator_summary", "ops": o.ops, "size": size, "psn": peer.psn,
+                      "region": map.kind().to_string()});
+    let t0 = Instant::now();
+    let (mut summary, outcome) = match o.mode {
+        InitiatorMode::WriteRead => write_read(&mut peer, &mr, o, size, slots)?,
+        InitiatorMode::Durable { qd } => stream_durable(&mut peer, &mr, o, size, qd, slots)?,
+    };
+    let seconds = t0.elapsed().as_secs_f64();
+    let reports = peer.runtime.join()?;
+    let ports = ports(&peer.port)?;
+    let captured = finish_capture(&peer.capture, pcap)?;
+    let fields = summary.as_object_mut().expect("a JSON object");
+    for (k, v) in base.as_object().expect("a JSON object") {
+        fields.insert(k.clone(), v.clone());
+    }
+    fields.insert("seconds".into(), json!(seconds));
+    fields.insert("counters".into(), json!(counts(&reports)));
+    fields.insert("ports".into(), json!(ports));
+    fields.insert("captured".into(), json!(captured));
+    println!("{summary}");
+    outcome.map_err(AppError::CheckFailed)
+}
+
+/// The WRITE+READ mode: each message written, read back and compared, one pair at a time.
+/// Its summary fields, and a failure message if any operation failed or read back differently.
+fn write_read(
+    peer: &mut Peer,
+    mr: &MemoryRegion,
+    o: &InitiatorOpts,
+    size: usize,
+    slots: u64,
+) -> Result<(serde_json::Value, Result<(), String>), AppError> {
+    let half = mr.len() / 2;
     let mut latency = Latency::new();
     let (mut failed, mut mismatched) = (0u64, 0u64);
     let mut data = vec![0u8; size];
     let mut back = vec![0u8; size];
-    let t0 = Instant::now();
-    for i in 0..ops {
+    for i in 0..o.ops {
         let off = ((i % slots) as usize) * size;
         for (k, b) in data.iter_mut().enumerate() {
             *b = (i as usize * 31 + k * 7) as u8;
@@ -550,15 +768,15 @@ pub fn run_initiator(
         let write = WorkRequest::write(
             2 * i,
             mr.sgl(off, len),
-            remote_addr + off as u64,
-            rkey,
+            o.remote_addr + off as u64,
+            o.rkey,
             None,
         );
         let read = WorkRequest::read(
             2 * i + 1,
             mr.sgl(half + off, len),
-            remote_addr + off as u64,
-            rkey,
+            o.remote_addr + off as u64,
+            o.rkey,
         );
         peer.qp
             .post_send(&[write, read])
@@ -577,23 +795,109 @@ pub fn run_initiator(
             mismatched += 1;
         }
     }
-    let seconds = t0.elapsed().as_secs_f64();
-    let reports = peer.runtime.join()?;
-    let ports = ports(&peer.port)?;
-    let captured = finish_capture(&peer.capture, pcap)?;
-    println!(
-        "{}",
-        json!({"type": "initiator_summary", "ops": ops, "size": size, "psn": peer.psn, "failed": failed,
-               "mismatched": mismatched, "seconds": seconds, "write_read_latency_ns": latency.summary(),
-               "counters": counts(&reports), "ports": ports, "region": map.kind().to_string(),
-               "captured": captured})
-    );
-    if failed > 0 || mismatched > 0 {
-        return Err(AppError::CheckFailed(format!(
-            "{failed} operations failed, {mismatched} of {ops} read back differently"
-        )));
+    let summary = json!({"mode": "write_read", "failed": failed, "mismatched": mismatched,
+                         "write_read_latency_ns": latency.summary()});
+    let outcome = if failed > 0 || mismatched > 0 {
+        Err(format!(
+            "{failed} operations failed, {mismatched} of {} read back differently",
+            o.ops
+        ))
+    } else {
+        Ok(())
+    };
+    Ok((summary, outcome))
+}
+
+/// How long the durable mode waits for a completion before it gives up.
+const DURABLE_WAIT: Duration = Duration::from_secs(10);
+
+/// The durable mode: durable WRITE `seq` carries [`durable_record`]`(seq)` from slot
+/// `seq % slots` of the lower half of this side's region to the same offset of the target's,
+/// `qd` outstanding. Each completion prints `{"type":"durable","seq":..,"offset":..}` at once
+/// (stdout is flushed per line), so that whoever reads the lines knows, for every WRITE they
+/// name, that the target had made it durable. The first error completion ends the run.
+fn stream_durable(
+    peer: &mut Peer,
+    mr: &MemoryRegion,
+    o: &InitiatorOpts,
+    size: usize,
+    qd: usize,
+    slots: u64,
+) -> Result<(serde_json::Value, Result<(), String>), AppError> {
+    use std::io::Write as _;
+    let offset = |seq: u64| ((seq % slots) as usize) * size;
+    let mut record = vec![0u8; size];
+    let mut started: BTreeMap<u64, Instant> = BTreeMap::new();
+    let mut latency = Latency::new();
+    let (mut posted, mut durable) = (0u64, 0u64);
+    let mut wrs = Vec::with_capacity(qd);
+    let mut wcs = [WorkCompletion::EMPTY; 64];
+    let stdout = std::io::stdout();
+    let printing = |e: std::io::Error| AppError::Failed(format!("printing a durable line: {e}"));
+    let mut error = None;
+    'run: while durable < o.ops {
+        wrs.clear();
+        while posted < o.ops && started.len() + wrs.len() < qd {
+            let off = offset(posted);
+            durable_record(posted, &mut record);
+            mr.write(off, &record)
+                .map_err(|e| AppError::Failed(e.to_string()))?;
+            wrs.push(WorkRequest::durable_write(
+                posted,
+                mr.sgl(off, size as u32),
+                o.remote_addr + off as u64,
+                o.rkey,
+                false,
+            ));
+            posted += 1;
+        }
+        if !wrs.is_empty() {
+            let now = Instant::now();
+            started.extend(wrs.iter().map(|w| (w.wr_id, now)));
+            peer.qp
+                .post_send(&wrs)
+                .map_err(|e| AppError::Failed(format!("posting durable WRITEs: {e}")))?;
+        }
+        let n = peer.cq.wait(&mut wcs, DURABLE_WAIT);
+        if n == 0 {
+            error = Some(format!(
+                "no completion in {} s with {} durable WRITEs outstanding (the oldest is {})",
+                DURABLE_WAIT.as_secs(),
+                started.len(),
+                started.keys().next().copied().unwrap_or(posted)
+            ));
+            break;
+        }
+        let mut out = stdout.lock();
+        for wc in &wcs[..n] {
+            let seq = wc.wr_id;
+            let began = started.remove(&seq);
+            if wc.status != WcStatus::Success || wc.opcode != WcOpcode::DurableWrite {
+                error = Some(format!(
+                    "durable WRITE {seq} (offset {}) completed as {:?} with status {:?}",
+                    offset(seq),
+                    wc.opcode,
+                    wc.status
+                ));
+                break 'run;
+            }
+            if let Some(t) = began {
+                latency.record(t.elapsed().as_nanos() as u64);
+            }
+            durable += 1;
+            writeln!(
+                out,
+                "{}",
+                json!({"type": "durable", "seq": seq, "offset": offset(seq)})
+            )
+            .map_err(printing)?;
+        }
+        out.flush().map_err(printing)?;
     }
-    Ok(())
+    let summary = json!({"mode": "durable", "qd": qd, "slots": slots, "durable": durable,
+                         "failed": u64::from(error.is_some()), "error": error,
+                         "durable_latency_ns": latency.summary()});
+    Ok((summary, error.map_or(Ok(()), Err)))
 }
 
 #[cfg(test)]
@@ -613,6 +917,91 @@ mod tests {
             },
             drop_xstats: [("rx_q0_errors".to_string(), rx_q0_errors)].into(),
         }
+    }
+
+    #[test]
+    fn a_durable_record_names_its_write() {
+        let mut a = [0u8; 64];
+        let mut b = [0u8; 64];
+        durable_record(7, &mut a);
+        durable_record(8, &mut b);
+        assert_eq!(u64::from_le_bytes(a[..8].try_into().unwrap()), 7);
+        assert_ne!(a[8..], b[8..], "the check words differ per write");
+        assert!(a[8..].chunks(8).all(|w| w != [0u8; 8]));
+        let mut again = [0u8; 64];
+        durable_record(7, &mut again);
+        assert_eq!(a, again);
+    }
+
+    #[test]
+    fn sizes_and_depths_of_each_mode() {
+        let durable = InitiatorMode::Durable { qd: 1 };
+        assert_eq!(
+            check_size(None, InitiatorMode::WriteRead, 1 << 19).unwrap(),
+            4096
+        );
+        assert_eq!(check_size(None, durable, 1 << 19).unwrap(), 64);
+        assert_eq!(
+            check_size(Some(1), InitiatorMode::WriteRead, 64).unwrap(),
+            1
+        );
+        for bad in [0, 8, 60, 1 << 20] {
+            assert!(check_size(Some(bad), durable, 1 << 19).is_err(), "{bad}");
+        }
+        assert!(check_size(Some(65), InitiatorMode::WriteRead, 64).is_err());
+        assert!(check_qd(16, 128).is_ok());
+        assert!(check_qd(128, 128).is_ok());
+        for (qd, slots) in [(0, 128), (129, 1000), (3, 2)] {
+            let e = check_qd(qd, slots).unwrap_err();
+            assert!(e.to_string().starts_with("--qd: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_simulator_needs_a_file_and_the_initiator_refuses_target_keys() {
+        let e = check_power_loss(Some("--simulate-power-loss"), None).unwrap_err();
+        assert_eq!(e.field, "--simulate-power-loss");
+        assert!(check_power_loss(Some("rdma.simulate_power_loss"), Some(Path::new("f"))).is_ok());
+        assert!(check_power_loss(None, None).is_ok());
+        let text = r#"
+            [rdma]
+            port = "net_null0"
+            core = 0
+            mac = "02:00:00:00:00:01"
+            ip = "10.0.0.1"
+            qpn = 1
+            peer_mac = "02:00:00:00:00:02"
+            peer_ip = "10.0.0.2"
+            peer_qpn = 2
+            region_len = 4096
+        "#;
+        let cfg = crate::config::peer::parse_peer(text, &[0]).unwrap();
+        assert!(check_initiator_keys(&cfg).is_ok());
+        assert_eq!(
+            target_access(&cfg),
+            Access::ALL | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT
+        );
+        let durable = crate::config::peer::parse_peer(
+            &text.replace("region_len", "durable_region = true\nregion_len"),
+            &[0],
+        )
+        .unwrap();
+        assert_eq!(
+            check_initiator_keys(&durable).unwrap_err().field,
+            "rdma.durable_region"
+        );
+        assert!(target_access(&durable).contains(Access::DURABLE));
+        assert_eq!(
+            access_names(target_access(&durable)),
+            [
+                "local_write",
+                "remote_read",
+                "remote_write",
+                "flush_global",
+                "flush_persistent",
+                "durable"
+            ]
+        );
     }
 
     #[test]

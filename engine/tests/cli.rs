@@ -782,3 +782,46 @@ fn bench_with_duration_0_runs_until_sigterm() {
     assert!(v["seconds"].as_f64().unwrap() >= 2.0, "{v}");
     assert!(v["results"][0]["ops"].as_u64().unwrap() > 0, "{v}");
 }
+
+/// `bench persist` in each of its four modes: durable writes complete, into a region on a
+/// file (not anonymous memory) that the run made for itself and removed afterwards.
+#[test]
+fn bench_persist_runs_every_mode_on_a_file_region() {
+    for mode in ["durable", "write-read", "write-flush", "write-send"] {
+        let out = portico(&[
+            "bench",
+            "persist",
+            "--mode",
+            mode,
+            "--qd",
+            "4",
+            "--duration",
+            "1",
+            "--json",
+            "--hugepages",
+            "off",
+            "--memory-mb",
+            "512",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        assert_eq!(v["type"], "bench");
+        assert_eq!(v["op"], "persist");
+        assert_eq!(v["errors"], 0, "{v}");
+        assert_eq!(v["results"][0]["op"], mode, "{v}");
+        assert!(v["results"][0]["ops"].as_u64().unwrap() > 0, "{v}");
+        assert!(
+            v["results"][0]["latency_ns"]["p50"].as_u64().unwrap() > 0,
+            "{v}"
+        );
+        let p = &v["persist"];
+        assert_eq!(p["mode"], mode, "{v}");
+        assert!(p["mapping"].as_str().unwrap().starts_with("file ("), "{v}");
+        assert!(p["dax"].is_boolean(), "{v}");
+        assert_eq!(p["temporary"], true, "{v}");
+        let file = std::path::Path::new(p["file"].as_str().unwrap());
+        assert!(!file.exists(), "the region file is removed: {v}");
+        assert_eq!(p["server"].is_object(), mode == "write-send", "{v}");
+    }
+}

@@ -55,6 +55,10 @@ peer_mac = "{}"
 peer_ip = "{}"
 peer_qpn = {}
 mtu = 4096
+# The target's region allows FLUSH with persistence, so every WRITE into a file region is
+# persisted (msync) before the READ behind it is answered: 5 to 20 ms here, now and then over
+# 100 ms. A retransmission timer of 1 ms (the default) would give up on the READ.
+timeout_us = 100000
 {psn}
 {region_addr}
 region_len = {REGION_LEN}

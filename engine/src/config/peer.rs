@@ -70,6 +70,20 @@ pub struct RdmaSection {
     /// (at most [`max_receives`], the depth of the receive queue).
     #[serde(default)]
     pub receives: u32,
+    /// Both sides: speak Portico's durable-write extension on the queue pair
+    /// ([`QpConfig::durable_writes`]). The two processes must agree: a target without it
+    /// refuses durable WRITEs as invalid requests.
+    #[serde(default)]
+    pub durable_writes: bool,
+    /// target: register the region [`crate::transport::Access::DURABLE`] too, so that the ACK
+    /// of a plain WRITE into it is withheld until the WRITE is durable.
+    #[serde(default)]
+    pub durable_region: bool,
+    /// target: map the region file under pmem's power-loss simulator, so that the file holds
+    /// exactly the persisted cache lines (what a `SIGKILL` leaves is what was made durable).
+    /// Needs a region file (`region_file` or `--region-file`).
+    #[serde(default)]
+    pub simulate_power_loss: bool,
 }
 
 /// The smallest region: the target reads back 64 bytes at offset 0 and 64 at `region_len / 2`.
@@ -258,6 +272,22 @@ mod tests {
         assert_eq!(c.rdma.timeout_us, 1000);
         assert_eq!(c.rdma.receives, 0);
         assert_eq!(c.rdma.region_file, None, "anonymous memory by default");
+        assert!(!c.rdma.durable_writes && !c.rdma.durable_region);
+        assert!(!c.rdma.simulate_power_loss);
+    }
+
+    #[test]
+    fn persistence_keys_are_read() {
+        let text = TARGET.replace(
+            "region_len = 65536",
+            "region_len = 65536\ndurable_writes = true\ndurable_region = true\nsimulate_power_loss = true",
+        );
+        let c = parse_peer(&text, CORES).unwrap();
+        assert!(c.rdma.durable_writes && c.rdma.durable_region && c.rdma.simulate_power_loss);
+        assert_eq!(
+            error_field("region_len = 65536", "durable_writes = 1"),
+            "rdma.durable_writes"
+        );
     }
 
     #[test]

@@ -48,6 +48,26 @@ pub fn run(
     region_file: Option<&Path>,
     pcap: Option<&Path>,
 ) -> Run {
+    run_with(tag, script, region_file, pcap, &Extra::default())
+}
+
+/// What a test adds to [`run`]'s target and script.
+#[derive(Default)]
+pub struct Extra<'a> {
+    /// Lines appended to the target's `[rdma]` section.
+    pub rdma: &'a str,
+    /// Arguments after the script's eight.
+    pub script_args: &'a [&'a str],
+}
+
+/// [`run`], with `extra` lines in the target's config and arguments for the script.
+pub fn run_with(
+    tag: &str,
+    script: Option<&str>,
+    region_file: Option<&Path>,
+    pcap: Option<&Path>,
+    extra: &Extra,
+) -> Run {
     // One target at a time per test binary: a scapy peer's timing is not to depend on how
     // many other EAL processes start beside it on a 2-core machine.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -93,7 +113,9 @@ peer_ip = "{PEER_IP}"
 peer_qpn = 0x11
 region_len = 65536
 receives = 4
-{region}"#
+{region}{rdma}
+"#,
+            rdma = extra.rdma,
         ),
     )
     .unwrap();
@@ -139,6 +161,7 @@ receives = 4
             .args(["netns", "exec", &ns.0, "/usr/bin/python3", script, &ifc])
             .args([PEER_MAC, PEER_IP, TARGET_IP])
             .args([rkey.as_str(), addr.as_str(), "0x22", "0x11"])
+            .args(extra.script_args)
             .output()
             .unwrap()
     });
