@@ -373,6 +373,14 @@ impl MemoryTable {
         }
     }
 
+    /// The live (not retired) region a key names, as an lkey or as an rkey.
+    fn live(&self, key: u32, remote: bool) -> Result<&Region, AccessError> {
+        match self.regions.get(key_slot(key) as usize) {
+            Some(Some(r)) if !r.retired && (if remote { r.rkey } else { r.lkey }) == key => Ok(r),
+            _ => Err(AccessError::BadKey(key)),
+        }
+    }
+
     fn check(
         &self,
         key: u32,
@@ -381,10 +389,7 @@ impl MemoryTable {
         len: u64,
         need: Access,
     ) -> Result<Location, AccessError> {
-        let region = match self.regions.get(key_slot(key) as usize) {
-            Some(Some(r)) if !r.retired && (if remote { r.rkey } else { r.lkey }) == key => r,
-            _ => return Err(AccessError::BadKey(key)),
-        };
+        let region = self.live(key, remote)?;
         let inside = addr
             .checked_sub(region.addr)
             .filter(|off| off.checked_add(len).is_some_and(|end| end <= region.len));
@@ -441,10 +446,7 @@ impl MemoryTable {
     /// Resolve the whole region an rkey names (a FLUSH of selectivity "memory region"),
     /// checking `need`: its slot and length.
     pub fn check_remote_region(&self, rkey: u32, need: Access) -> Result<(u32, u64), AccessError> {
-        let region = match self.regions.get(key_slot(rkey) as usize) {
-            Some(Some(r)) if !r.retired && r.rkey == rkey => r,
-            _ => return Err(AccessError::BadKey(rkey)),
-        };
+        let region = self.live(rkey, true)?;
         if !region.access.contains(need) {
             return Err(AccessError::Permission);
         }

@@ -83,6 +83,8 @@ pub(crate) struct Durability {
     durable_psn: Option<u32>,
     /// A durable ACK for `durable_psn` is owed.
     ack_due: bool,
+    /// ACK holds among `pending`, so that the common case (none) costs no scan per ACK.
+    holds: usize,
 }
 
 impl Durability {
@@ -94,6 +96,7 @@ impl Durability {
             persisted: 0,
             durable_psn: None,
             ack_due: false,
+            holds: 0,
         }
     }
 
@@ -144,6 +147,7 @@ impl Durability {
         if ticket == 0 && self.pending.is_empty() {
             self.kept(psn, owed);
         } else {
+            self.holds += usize::from(owed == Owed::AckHold);
             self.pending.push_back(Obligation { ticket, psn, owed });
         }
     }
@@ -168,6 +172,7 @@ impl Durability {
             }
             let o = *o;
             self.pending.pop_front();
+            self.holds -= usize::from(o.owed == Owed::AckHold);
             self.kept(o.psn, o.owed);
         }
         true
@@ -175,6 +180,9 @@ impl Durability {
 
     /// The highest PSN an ACK may name: one before the oldest held WRITE (None: no limit).
     pub(crate) fn ack_limit(&self) -> Option<u32> {
+        if self.holds == 0 {
+            return None;
+        }
         self.pending
             .iter()
             .find(|o| o.owed == Owed::AckHold)
@@ -206,6 +214,7 @@ impl Durability {
     /// Error state: nothing more will be said.
     pub(crate) fn clear(&mut self) {
         self.pending.clear();
+        self.holds = 0;
         self.ack_due = false;
     }
 }
