@@ -449,6 +449,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         engine: b_engine,
         qp: b_qp,
         cq: b_cq,
+        ..
     } = eb;
     // B's queue pair and completion queue stay with the host until the engines stop, in the
     // modes that have no server to give them to.

@@ -250,6 +250,7 @@ impl<L: MatchList> Endpoint<L> {
             remote_offset: hdr.remote_offset,
             initiator: hdr.initiator,
             hdr_data: hdr.hdr_data,
+            token: hdr.token,
             ..self.event_for(kind, list, cookie)
         }
     }
@@ -454,6 +455,7 @@ impl<L: MatchList> Endpoint<L> {
             remote_offset: hdr.remote_offset,
             initiator: hdr.initiator,
             hdr_data: hdr.hdr_data,
+            token: hdr.token,
         });
 
         if list == ListKind::Overflow {

@@ -290,6 +290,9 @@ pub struct IncomingHeader {
     pub op: Op,
     /// 64 bits of out-of-band data (MPI puts the sender's envelope extras here).
     pub hdr_data: u64,
+    /// The transport's own handle for the message (0 when unused): carried unchanged onto
+    /// the unexpected list and into every event about the message, never looked at here.
+    pub token: u64,
 }
 
 impl IncomingHeader {
@@ -301,6 +304,7 @@ impl IncomingHeader {
             remote_offset: 0,
             op: Op::Put,
             hdr_data: 0,
+            token: 0,
         }
     }
 
@@ -313,6 +317,11 @@ impl IncomingHeader {
 
     pub const fn with_remote_offset(mut self, remote_offset: u64) -> Self {
         self.remote_offset = remote_offset;
+        self
+    }
+
+    pub const fn with_token(mut self, token: u64) -> Self {
+        self.token = token;
         self
     }
 

@@ -64,6 +64,9 @@ pub struct Event {
     pub remote_offset: u64,
     pub initiator: ProcessId,
     pub hdr_data: u64,
+    /// The message's [`IncomingHeader::token`](super::IncomingHeader::token) (0 for events
+    /// about no message).
+    pub token: u64,
 }
 
 impl Event {
@@ -82,6 +85,7 @@ impl Event {
             remote_offset: 0,
             initiator: ProcessId { nid: 0, pid: 0 },
             hdr_data: 0,
+            token: 0,
         }
     }
 }

@@ -109,6 +109,7 @@ impl ReferenceEndpoint {
         e.remote_offset = h.remote_offset;
         e.initiator = h.initiator;
         e.hdr_data = h.hdr_data;
+        e.token = h.token;
         e
     }
 

@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use super::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage};
+use super::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage, TagConfig, TagPort};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair};
 use crate::runtime::{
     CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
@@ -51,6 +51,9 @@ pub struct LoopbackOpts {
     /// Keep the PSNs of `qp` (tests that look at them); otherwise every connection starts
     /// both directions at PSNs drawn at random, as verbs applications do.
     pub pin_psn: bool,
+    /// Tagged messaging on both engines (each gets a list-processing shard with these
+    /// endpoints); set `qp.tagged` too for tagged queue pairs. A's rank is 0, B's 1.
+    pub tags: Option<TagConfig>,
 }
 
 impl LoopbackOpts {
@@ -68,6 +71,7 @@ impl LoopbackOpts {
             name: "rdma".into(),
             connections: 1,
             pin_psn: false,
+            tags: None,
         }
     }
 }
@@ -82,6 +86,8 @@ pub enum LoopbackError {
     Qp(#[from] super::AddQpError),
     #[error("capture file: {0}")]
     Capture(std::io::Error),
+    #[error("tagged messaging: {0}")]
+    Tags(#[from] crate::lpe::LpeError),
 }
 
 /// What the application holds of one end: the engine's control handle, the queue pair and
@@ -90,6 +96,8 @@ pub struct LoopbackEnd {
     pub engine: RdmaHandle,
     pub qp: Qp,
     pub cq: Cq,
+    /// The tag port, when [`LoopbackOpts::tags`] asked for tagged messaging.
+    pub tags: Option<TagPort>,
 }
 
 /// One end of a further connection: its queue pair and its own completion queue.
@@ -139,6 +147,10 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
 
     let mut node_a = RdmaNode::new(MAC_A, IP_A);
     let mut node_b = RdmaNode::new(MAC_B, IP_B);
+    let (tags_a, tags_b) = match &opts.tags {
+        Some(t) => (Some(node_a.enable_tags(t)?), Some(node_b.enable_tags(t)?)),
+        None => (None, None),
+    };
     let mut connect = |i: usize| -> Result<Connection, LoopbackError> {
         let (qpn_a, qpn_b) = qpns(i);
         let mut qa = opts.qp.clone();
@@ -146,11 +158,13 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         qa.remote_qpn = qpn_b;
         qa.remote_mac = MAC_B;
         qa.remote_ip = IP_B;
+        qa.tag_rank = 0;
         if !opts.pin_psn {
             qa.send_psn = random_psn();
             qa.recv_psn = random_psn();
         }
         let mut qb = qa.mirrored();
+        qb.tag_rank = 1;
         qb.remote_mac = MAC_A;
         qb.remote_ip = IP_A;
         let cq_a = node_a.create_cq(opts.cq_depth);
@@ -245,11 +259,13 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             engine: ha,
             qp: first.a.qp,
             cq: first.a.cq,
+            tags: tags_a,
         },
         b: LoopbackEnd {
             engine: hb,
             qp: first.b.qp,
             cq: first.b.cq,
+            tags: tags_b,
         },
         more,
         capture,

@@ -22,11 +22,18 @@ pub mod loopback;
 mod node;
 pub mod rings;
 mod stage;
+pub mod tagged;
+#[cfg(test)]
+mod tagged_tests;
 
 pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, RdmaHandle};
 pub use node::{AddQpError, NodeCounters, RdmaNode, RxOutcome, Tx};
 pub use rings::{Cq, Qp, QueueFull};
 pub use stage::RdmaStage;
+pub use tagged::{
+    TagCommand, TagCommandError, TagConfig, TagCounters, TagEntry, TagEvent, TagEventKind, TagPort,
+    TagShard,
+};
 
 /// Data room of the mbufs an RDMA engine uses: headroom plus a 4096-byte MTU payload plus
 /// every RoCEv2 header, pad and ICRC, so any frame fits one segment.

@@ -25,6 +25,7 @@ use serde::Serialize;
 use super::flusher::Flusher;
 use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
+use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::transport::{
     Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, PersistJob,
     QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
@@ -262,6 +263,8 @@ pub struct RdmaNode {
     unsent_job: Option<PersistJob>,
     /// Persist on the worker's own thread instead (tests and fuzzing).
     persist_inline: bool,
+    /// Tagged messaging: this engine's list-processing shard (seed 001).
+    tags: Option<TagShard>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -287,6 +290,7 @@ impl RdmaNode {
             flusher: None,
             unsent_job: None,
             persist_inline: false,
+            tags: None,
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
@@ -296,6 +300,20 @@ impl RdmaNode {
     /// and fuzzing. A worker must not (an `msync` would stall every queue pair it serves).
     pub fn set_persist_inline(&mut self, inline: bool) {
         self.persist_inline = inline;
+    }
+
+    /// Gives this engine a list-processing shard with the endpoints `cfg` homes here: tagged
+    /// queue pairs ([`QpConfig::tagged`]) then match their messages against it. Returns the
+    /// application's end (commands and events).
+    pub fn enable_tags(&mut self, cfg: &TagConfig) -> Result<TagPort, crate::lpe::LpeError> {
+        let (shard, port) = TagShard::new(cfg)?;
+        self.tags = Some(shard);
+        Ok(port)
+    }
+
+    /// The list-processing shard, when tagged messaging is on.
+    pub fn tags(&self) -> Option<&TagShard> {
+        self.tags.as_ref()
     }
 
     /// Creates a completion queue of `depth` entries; the application polls the returned end.
@@ -481,7 +499,14 @@ impl RdmaNode {
             } += 1;
             return RxOutcome::Dropped;
         }
-        e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged);
+        match &mut self.tags {
+            Some(tags) => {
+                e.qp.on_packet_with(now, &repr, payload, &mut self.mem, &mut self.staged, tags)
+            }
+            None => {
+                e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged)
+            }
+        }
         if !e.persist_waiting && e.qp.awaits_persistence() {
             e.persist_waiting = true;
             self.persist_waiters.push(i as u32);
@@ -508,12 +533,34 @@ impl RdmaNode {
             // Queue pairs that are still short of room were pushed again behind the old list.
             self.backlog.drain(..n);
         }
+        if self.tags.is_some() {
+            self.serve_tags();
+        }
         self.run_timers(now);
         if !self.deregs.is_empty() {
             self.finish_deregistrations();
         }
         if !self.persist_waiters.is_empty() || self.mem.has_persist_jobs() {
             self.persistence();
+        }
+    }
+
+    /// Host commands to the list-processing shard, and what they ask of queue pairs (the
+    /// pulls and done messages of the unexpected messages they claimed).
+    fn serve_tags(&mut self) {
+        let Some(tags) = &mut self.tags else {
+            return;
+        };
+        tags.serve_commands(&mut self.mem);
+        while let Some((qpn, next)) = tags.take_action() {
+            if let Some(i) = self.qps.lookup(qpn) {
+                self.qps.entries[i].qp.tag_next(next);
+                let e = &mut self.qps.entries[i];
+                if !e.ready {
+                    e.ready = true;
+                    self.ready.push_back(i as u32);
+                }
+            }
         }
     }
 

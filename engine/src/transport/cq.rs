@@ -23,6 +23,8 @@ pub enum WcOpcode {
     Flush,
     /// An IBTA ATOMIC WRITE, answered.
     AtomicWrite,
+    /// A tagged send: eager, acknowledged; rendezvous, taken by the target.
+    TaggedSend,
     /// A receive consumed by an incoming SEND.
     Recv,
     /// A receive consumed by an incoming RDMA WRITE with immediate.

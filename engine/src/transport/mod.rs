@@ -29,6 +29,7 @@ pub mod qp;
 pub mod requester;
 pub mod responder;
 pub mod sge;
+pub mod tagged;
 
 #[cfg(test)]
 mod tests;
@@ -44,6 +45,7 @@ pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError};
 pub use persist::{Persist, PersistJob};
 pub use qp::{QpState, QpStats, QueuePair};
 pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, TooManySges};
+pub use tagged::{Landing, Next, NoTags, Pull, TagTarget};
 
 /// Path MTU: the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,6 +130,15 @@ pub struct QpConfig {
     /// packet of the oldest write still waiting), doubling per probe as the retransmission
     /// timer does. Longer than `timeout_ns`: the responder's flush (an `msync`) is in it.
     pub durable_timeout_ns: u64,
+    /// Both ends speak Portico's tagged messaging (negotiated per queue pair): every SEND
+    /// starts with a tag header (`docs/wire.md` §16) and is matched by the target's
+    /// list-processing engine instead of consuming a posted receive. Off, SENDs are standard.
+    pub tagged: bool,
+    /// This end's rank, sent as the initiator in the tag header of its tagged sends.
+    pub tag_rank: u32,
+    /// Tagged sends longer than this go by rendezvous (envelope and first chunk, the target
+    /// READs the rest); up to it, eagerly.
+    pub rndv_threshold: u32,
 }
 
 impl QpConfig {
@@ -162,6 +173,9 @@ impl QpConfig {
             rnr_timer_code: 1,
             durable_writes: false,
             durable_timeout_ns: 10_000_000,
+            tagged: false,
+            tag_rank: 0,
+            rndv_threshold: 16 * 1024,
         }
     }
 
@@ -321,6 +335,28 @@ pub enum WrKind {
         remote_addr: u64,
         rkey: u32,
     },
+    /// A tagged send (queue pairs with [`QpConfig::tagged`]): matched at the target against
+    /// `endpoint`'s lists by `match_bits`. Eager up to [`QpConfig::rndv_threshold`] bytes;
+    /// longer, by rendezvous: the local buffer (one piece, in a region with REMOTE_READ)
+    /// must stay as it is until the request completes, which is when the target says it has
+    /// taken the message.
+    TaggedSend {
+        endpoint: u16,
+        match_bits: u64,
+        hdr_data: u64,
+    },
+    /// Internal (the engine posts it, never the host): the READ of the rest of a rendezvous
+    /// message into the buffer it matched.
+    TagPull {
+        remote_addr: u64,
+        rkey: u32,
+        token: u64,
+    },
+    /// Internal: the done message of a rendezvous (`cookie`: the sender's).
+    TagDone {
+        cookie: u32,
+        length: u32,
+    },
 }
 
 impl WrKind {
@@ -333,6 +369,9 @@ impl WrKind {
             WrKind::DurableWrite { .. } => WcOpcode::DurableWrite,
             WrKind::Flush { .. } => WcOpcode::Flush,
             WrKind::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            WrKind::TaggedSend { .. } => WcOpcode::TaggedSend,
+            WrKind::TagPull { .. } => WcOpcode::RdmaRead,
+            WrKind::TagDone { .. } => WcOpcode::Send,
         }
     }
 
@@ -442,6 +481,26 @@ impl WorkRequest {
                 selectivity,
             },
             sgl: SgList::new(),
+        }
+    }
+
+    /// A tagged send of the bytes `sgl` names, to `endpoint` with `match_bits` and
+    /// `hdr_data` (queue pairs with [`QpConfig::tagged`]).
+    pub fn tagged_send(
+        wr_id: u64,
+        sgl: SgList,
+        endpoint: u16,
+        match_bits: u64,
+        hdr_data: u64,
+    ) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            kind: WrKind::TaggedSend {
+                endpoint,
+                match_bits,
+                hdr_data,
+            },
+            sgl,
         }
     }
 

@@ -405,6 +405,26 @@ impl MemoryTable {
         })
     }
 
+    /// How a peer names `at`: its address and the region's rkey, if the region is live and
+    /// allows `need`.
+    pub fn remote_name(&self, at: Location, need: Access) -> Option<(u64, u32)> {
+        match self.regions.get(at.region as usize) {
+            Some(Some(r)) if !r.retired && r.access.contains(need) => {
+                Some((r.addr.wrapping_add(at.offset), r.rkey))
+            }
+            _ => None,
+        }
+    }
+
+    /// The address the application knows `at` by (its region's address plus the offset), or
+    /// 0 for a location in no region.
+    pub fn address_of(&self, at: Location) -> u64 {
+        match self.regions.get(at.region as usize) {
+            Some(Some(r)) => r.addr.wrapping_add(at.offset),
+            _ => 0,
+        }
+    }
+
     /// Resolve a range named by a local key (lkey), checking bounds and `need`.
     pub fn check_local(
         &self,

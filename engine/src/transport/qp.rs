@@ -15,6 +15,7 @@ use super::mr::MemoryTable;
 use super::requester::{Outcome, Requester};
 use super::responder::{Responder, Verdict};
 use super::sge::LocalError;
+use super::tagged::{Next, NoTags, TagTarget};
 use super::{
     Budget, ConfigError, Inadmissible, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest,
     Refusal, WorkRequest, pkey_matches,
@@ -72,6 +73,10 @@ pub struct QpStats {
     pub dropped_requests: u64,
     /// Durable ACKs (Portico's extension) sent.
     pub durable_acks_sent: u64,
+    /// Tagged messages (eager or rendezvous) whose envelope was matched.
+    pub tagged_received: u64,
+    /// Tagged SENDs whose tag header did not parse (answered "invalid request").
+    pub bad_tag_headers: u64,
     // Both.
     pub rx_packets: u64,
     /// Packets for another QP number, or received in the error state.
@@ -97,6 +102,8 @@ impl QpStats {
         self.durable_timeouts += o.durable_timeouts;
         self.durable_probes += o.durable_probes;
         self.durable_acks_sent += o.durable_acks_sent;
+        self.tagged_received += o.tagged_received;
+        self.bad_tag_headers += o.bad_tag_headers;
         self.acks_sent += o.acks_sent;
         self.seq_naks_sent += o.seq_naks_sent;
         self.rnr_naks_sent += o.rnr_naks_sent;
@@ -323,6 +330,20 @@ impl QueuePair {
         mem: &mut MemoryTable,
         cq: &mut CompletionQueue,
     ) {
+        self.on_packet_with(now, repr, payload, mem, cq, &mut NoTags)
+    }
+
+    /// [`QueuePair::on_packet`] on an engine with tagged messaging: `tags` matches the tagged
+    /// messages that arrive and hears of the pulls this queue pair completes.
+    pub fn on_packet_with(
+        &mut self,
+        now: u64,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+        tags: &mut dyn TagTarget,
+    ) {
         self.stats.rx_packets += 1;
         if repr.bth.dest_qp != self.cfg.local_qpn || self.state == QpState::Error {
             self.stats.rx_dropped += 1;
@@ -330,17 +351,46 @@ impl QueuePair {
         }
         let opcode = repr.bth.opcode;
         if opcode.is_request() {
-            let verdict = self.resp.on_request(&self.cfg, repr, payload, mem, cq);
+            let verdict = self
+                .resp
+                .on_request(&self.cfg, repr, payload, mem, cq, tags);
             if verdict == Verdict::Fatal {
                 self.enter_error(None, cq);
+                return;
             }
+            if let Some(cookie) = self.resp.tag_done.take() {
+                self.req.rendezvous_done(&self.cfg, cookie, cq);
+            }
+            let next = std::mem::replace(&mut self.resp.tag_next, Next::Nothing);
+            self.tag_next(next);
         } else if opcode.is_response() {
             let outcome = self.req.on_response(now, &self.cfg, repr, payload, mem, cq);
             if let Outcome::Fatal(status, psn) = outcome {
                 self.enter_error(Some((status, psn)), cq);
+                return;
+            }
+            while let Some(token) = self.req.take_pulled() {
+                let next = tags.pulled(self.cfg.local_qpn, token, mem);
+                self.tag_next(next);
             }
         } else {
             self.stats.rx_dropped += 1;
+        }
+    }
+
+    /// Carries out what the engine's tag matching asked of this queue pair: READ the rest of a
+    /// rendezvous message, or tell its sender it is done. Nothing in the error state.
+    pub fn tag_next(&mut self, next: Next) {
+        if self.state == QpState::Error {
+            return;
+        }
+        match next {
+            Next::Nothing => {}
+            Next::Pull(p) => {
+                self.req
+                    .post_pull(&self.cfg, p.local, p.len, p.remote_addr, p.rkey, p.token)
+            }
+            Next::Done { cookie, length } => self.req.post_done(&self.cfg, cookie, length),
         }
     }
 

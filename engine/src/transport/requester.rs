@@ -24,10 +24,10 @@ use std::collections::VecDeque;
 
 use crate::wire::aeth::{self, AethRepr, NakCode, Syndrome};
 use crate::wire::feth::FethRepr;
-use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr};
+use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr, TagHeader, TagKind, tag};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
-use super::mr::{Access, MemoryTable};
+use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
 use super::sge::{Gather, LocalError};
@@ -46,6 +46,12 @@ struct SendWqe {
     npsn: u32,
     /// READ only: response packets received and placed so far.
     read_done: u32,
+    /// Tagged sends and done messages: the tag header the message starts with (`len` counts
+    /// it; the local buffer follows it).
+    tag: Option<TagHeader>,
+    /// A held WQE's reason to wait is over: its durable ACK came (durable WRITE), or the
+    /// target's done message (rendezvous send).
+    done: bool,
 }
 
 impl SendWqe {
@@ -54,21 +60,49 @@ impl SendWqe {
     }
 
     fn is_read(&self) -> bool {
-        matches!(self.kind, WrKind::Read { .. })
+        matches!(self.kind, WrKind::Read { .. } | WrKind::TagPull { .. })
     }
 
     /// READ, FLUSH and ATOMIC WRITE: completed by a response packet, not by an ACK.
     fn expects_response(&self) -> bool {
         matches!(
             self.kind,
-            WrKind::Read { .. } | WrKind::Flush { .. } | WrKind::AtomicWrite { .. }
+            WrKind::Read { .. }
+                | WrKind::TagPull { .. }
+                | WrKind::Flush { .. }
+                | WrKind::AtomicWrite { .. }
         )
     }
 
     fn is_durable(&self) -> bool {
         matches!(self.kind, WrKind::DurableWrite { .. })
     }
+
+    /// A rendezvous send: done on the wire when acknowledged, complete when the target says so.
+    fn is_rendezvous(&self) -> bool {
+        matches!(
+            self.tag,
+            Some(TagHeader {
+                kind: TagKind::Rendezvous { .. },
+                ..
+            })
+        ) && matches!(self.kind, WrKind::TaggedSend { .. })
+    }
+
+    /// Posted by the engine itself: completes with no completion for the host.
+    fn is_internal(&self) -> bool {
+        matches!(self.kind, WrKind::TagPull { .. } | WrKind::TagDone { .. })
+    }
+
+    /// Held at the front of the queue and still waiting for its second event.
+    fn waits(&self) -> bool {
+        (self.is_durable() || self.is_rendezvous()) && !self.done
+    }
 }
+
+/// Internal work requests (rendezvous pulls and done messages) the send queue has room for
+/// beyond the host's `max_send_wr` before it grows.
+const INTERNAL_RESERVE: usize = 64;
 
 /// What a received response did to the requester, for the QP to act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +141,10 @@ pub struct Requester {
     dur_deadline: Option<u64>,
     dur_retries: u32,
     probe: bool,
+    /// Internal work requests in `sq` (not counted against the host's depth).
+    internal: usize,
+    /// Tokens of rendezvous pulls that completed, for the queue pair to report.
+    pulled: VecDeque<u64>,
     /// Requester counters (the responder fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -114,7 +152,7 @@ pub struct Requester {
 impl Requester {
     pub(crate) fn new(cfg: &QpConfig) -> Requester {
         Requester {
-            sq: VecDeque::with_capacity(cfg.max_send_wr),
+            sq: VecDeque::with_capacity(cfg.max_send_wr + INTERNAL_RESERVE),
             next_psn: cfg.send_psn,
             tx_psn: cfg.send_psn,
             tx_idx: 0,
@@ -130,6 +168,8 @@ impl Requester {
             dur_deadline: None,
             dur_retries: 0,
             probe: false,
+            internal: 0,
+            pulled: VecDeque::with_capacity(INTERNAL_RESERVE),
             stats: QpStats::default(),
         }
     }
@@ -156,7 +196,15 @@ impl Requester {
 
     /// Whether another work request fits.
     pub fn has_room(&self, cfg: &QpConfig) -> bool {
-        self.sq.len() < cfg.max_send_wr
+        self.sq.len() - self.internal < cfg.max_send_wr
+    }
+
+    /// Tagged sends waiting for the target's done message.
+    pub fn awaiting_rendezvous(&self) -> usize {
+        self.sq
+            .iter()
+            .filter(|w| w.is_rendezvous() && !w.done)
+            .count()
     }
 
     /// Whether any queued work request has a local buffer in region `slot`.
@@ -177,11 +225,20 @@ impl Requester {
             WrKind::Read { .. } => Access::LOCAL_WRITE,
             _ => Access::NONE,
         };
-        if matches!(wr.kind, WrKind::DurableWrite { .. }) && !cfg.durable_writes {
+        let allowed = match wr.kind {
+            WrKind::DurableWrite { .. } => cfg.durable_writes,
+            WrKind::TaggedSend { .. } => cfg.tagged,
+            // Only the engine posts these (`post_internal`).
+            WrKind::TagPull { .. } | WrKind::TagDone { .. } => false,
+            // A plain SEND would be taken for a tag header on a tagged queue pair.
+            WrKind::Send { .. } => !cfg.tagged,
+            _ => true,
+        };
+        if !allowed {
             return Err(Refusal::Local(LocalError::Operation));
         }
         let local = Gather::resolve(mem, &wr.sgl, need).map_err(Refusal::Local)?;
-        let len = local.len();
+        let mut len = local.len();
         let len_ok = match wr.kind {
             WrKind::AtomicWrite { .. } => len == 8,
             WrKind::Flush { .. } => len == 0,
@@ -190,18 +247,126 @@ impl Requester {
         if !len_ok {
             return Err(Refusal::Local(LocalError::Length));
         }
+        let mut tag = None;
+        if let WrKind::TaggedSend {
+            endpoint,
+            match_bits,
+            hdr_data,
+        } = wr.kind
+        {
+            let mut h = TagHeader {
+                kind: TagKind::Eager,
+                endpoint,
+                initiator: cfg.tag_rank,
+                match_bits,
+                hdr_data,
+                length: len,
+                cookie: 0,
+            };
+            if len > cfg.rndv_threshold {
+                // The target READs the message where it is: one piece, remotely readable.
+                let (at, _) = local
+                    .single()
+                    .ok_or(Refusal::Local(LocalError::Operation))?;
+                let (addr, rkey) = mem
+                    .remote_name(at, Access::REMOTE_READ)
+                    .ok_or(Refusal::Local(LocalError::Operation))?;
+                h.kind = TagKind::Rendezvous { addr, rkey };
+                h.cookie = self.next_psn;
+                // The envelope and what fits with it in the first packet.
+                let first = cfg.pmtu.bytes() - tag::RNDV_LEN as u32;
+                len = tag::RNDV_LEN as u32 + len.min(first);
+            } else {
+                len += tag::SHORT_LEN as u32;
+            }
+            tag = Some(h);
+        }
+        self.push(cfg, wr.wr_id, wr.kind, local, len, tag);
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        cfg: &QpConfig,
+        wr_id: u64,
+        kind: WrKind,
+        local: Gather,
+        len: u32,
+        tag: Option<TagHeader>,
+    ) {
         let npsn = cfg.pmtu.packets(len);
         self.sq.push_back(SendWqe {
-            wr_id: wr.wr_id,
-            kind: wr.kind,
+            wr_id,
+            kind,
             local,
             len,
             first_psn: self.next_psn,
             npsn,
             read_done: 0,
+            tag,
+            done: false,
         });
         self.next_psn = psn::add(self.next_psn, npsn);
-        Ok(())
+    }
+
+    /// The READ of the rest of a rendezvous message into `local` (the engine's, not the host's).
+    pub(crate) fn post_pull(
+        &mut self,
+        cfg: &QpConfig,
+        local: Location,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+        token: u64,
+    ) {
+        let kind = WrKind::TagPull {
+            remote_addr,
+            rkey,
+            token,
+        };
+        self.internal += 1;
+        self.push(cfg, 0, kind, Gather::at(local, len), len, None);
+    }
+
+    /// The done message for the sender's rendezvous `cookie`.
+    pub(crate) fn post_done(&mut self, cfg: &QpConfig, cookie: u32, length: u32) {
+        let h = TagHeader {
+            kind: TagKind::Done,
+            endpoint: 0,
+            initiator: cfg.tag_rank,
+            match_bits: 0,
+            hdr_data: 0,
+            length,
+            cookie,
+        };
+        self.internal += 1;
+        let kind = WrKind::TagDone { cookie, length };
+        self.push(cfg, 0, kind, Gather::EMPTY, tag::SHORT_LEN as u32, Some(h));
+    }
+
+    /// The target took the rendezvous message `cookie` names: its send completes, with what
+    /// was held behind it.
+    pub(crate) fn rendezvous_done(
+        &mut self,
+        cfg: &QpConfig,
+        cookie: u32,
+        cq: &mut CompletionQueue,
+    ) {
+        let Some(w) = self
+            .sq
+            .iter_mut()
+            .find(|w| w.is_rendezvous() && w.first_psn == cookie && !w.done)
+        else {
+            self.stats.ignored_responses += 1;
+            return;
+        };
+        w.done = true;
+        self.drain_held(cfg, cq);
+    }
+
+    /// Tokens of pulls that completed since the last call.
+    pub(crate) fn take_pulled(&mut self) -> Option<u64> {
+        self.pulled.pop_front()
     }
 
     pub(crate) fn next_deadline(&self) -> Option<u64> {
@@ -224,7 +389,7 @@ impl Requester {
         self.sq
             .iter()
             .take(self.head)
-            .filter(|w| w.is_durable())
+            .filter(|w| w.is_durable() && !w.done)
             .count()
     }
 
@@ -235,7 +400,7 @@ impl Requester {
             .sq
             .iter()
             .take(self.head)
-            .position(|w| w.is_durable())?;
+            .position(|w| w.is_durable() && !w.done)?;
         let w = &self.sq[i];
         let WrKind::DurableWrite {
             remote_addr, rkey, ..
@@ -301,7 +466,10 @@ impl Requester {
         let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
         let mtu = cfg.pmtu.bytes();
         let out = match wqe.kind {
-            WrKind::Read { .. } | WrKind::Flush { .. } | WrKind::AtomicWrite { .. } => {
+            WrKind::Read { .. }
+            | WrKind::TagPull { .. }
+            | WrKind::Flush { .. }
+            | WrKind::AtomicWrite { .. } => {
                 let k = k.max(wqe.read_done);
                 let psn = psn::add(wqe.first_psn, k);
                 let psns = wqe.npsn - k;
@@ -315,7 +483,10 @@ impl Requester {
                 }
                 let mut payload = None;
                 let repr = match wqe.kind {
-                    WrKind::Read { remote_addr, rkey } => {
+                    WrKind::Read { remote_addr, rkey }
+                    | WrKind::TagPull {
+                        remote_addr, rkey, ..
+                    } => {
                         // A retry after partial responses asks only for the rest.
                         let skip = k * mtu;
                         let mut repr = cfg.header(Opcode::RdmaReadRequest, psn, true);
@@ -373,7 +544,11 @@ impl Requester {
                 self.note_sent(now, cfg, psn, psns);
                 out
             }
-            WrKind::Send { .. } | WrKind::Write { .. } | WrKind::DurableWrite { .. } => {
+            WrKind::Send { .. }
+            | WrKind::Write { .. }
+            | WrKind::DurableWrite { .. }
+            | WrKind::TaggedSend { .. }
+            | WrKind::TagDone { .. } => {
                 let imm = match wqe.kind {
                     WrKind::Send { imm } | WrKind::Write { imm, .. } => imm,
                     _ => None,
@@ -441,7 +616,24 @@ impl Requester {
     /// Copy message bytes of the send work request at position `wqe` (from a
     /// [`PayloadRef::SendQueue`]) out of the application's memory.
     pub(crate) fn copy_payload(&self, mem: &MemoryTable, wqe: u32, offset: u32, dst: &mut [u8]) {
-        self.sq[wqe as usize].local.copy_out(mem, offset, dst);
+        let w = &self.sq[wqe as usize];
+        let Some(h) = w.tag else {
+            return w.local.copy_out(mem, offset, dst);
+        };
+        // The tag header, then the local buffer.
+        let hlen = h.buffer_len() as u32;
+        let mut start = 0;
+        if offset < hlen {
+            let mut hb = [0u8; tag::RNDV_LEN];
+            let _ = h.emit(&mut hb);
+            let n = ((hlen - offset) as usize).min(dst.len());
+            dst[..n].copy_from_slice(&hb[offset as usize..offset as usize + n]);
+            start = n;
+        }
+        if start < dst.len() {
+            let at = (offset + start as u32) - hlen;
+            w.local.copy_out(mem, at, &mut dst[start..]);
+        }
     }
 
     fn note_sent(&mut self, now: u64, cfg: &QpConfig, psn: u32, n: u32) {
@@ -535,7 +727,7 @@ impl Requester {
             self.head += 1;
             return false;
         }
-        if self.head > 0 {
+        if self.head > 0 || w.waits() {
             self.head += 1;
             return false;
         }
@@ -546,21 +738,14 @@ impl Requester {
     /// A durable ACK for `psn`: every held durable WRITE up to it is durable; complete them
     /// and what was held behind them, in order.
     fn release_durable(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut CompletionQueue) {
-        let mut popped = 0;
         let mut progress = false;
-        while self.head > 0 {
-            let w = &self.sq[0];
-            if w.is_durable() {
-                if !psn::before_eq(w.last_psn(), psn) {
-                    break;
-                }
+        for w in self.sq.iter_mut().take(self.head) {
+            if w.is_durable() && !w.done && psn::before_eq(w.last_psn(), psn) {
+                w.done = true;
                 progress = true;
             }
-            self.complete_front(cfg, WcStatus::Success, cq);
-            self.head -= 1;
-            popped += 1;
         }
-        self.tx_idx = self.tx_idx.saturating_sub(popped);
+        self.drain_held(cfg, cq);
         if progress {
             self.dur_retries = 0;
             self.probe = false;
@@ -570,6 +755,17 @@ impl Requester {
         } else if progress {
             self.dur_deadline = Some(now + self.durable_rto(cfg));
         }
+    }
+
+    /// Completes held WQEs from the front while none of them still waits.
+    fn drain_held(&mut self, cfg: &QpConfig, cq: &mut CompletionQueue) {
+        let mut popped = 0;
+        while self.head > 0 && !self.sq[0].waits() {
+            self.complete_front(cfg, WcStatus::Success, cq);
+            self.head -= 1;
+            popped += 1;
+        }
+        self.tx_idx = self.tx_idx.saturating_sub(popped);
     }
 
     fn on_aeth(
@@ -591,7 +787,7 @@ impl Requester {
                         .sq
                         .iter()
                         .take(self.head)
-                        .find(|w| w.is_durable())
+                        .find(|w| w.is_durable() && !w.done)
                         .is_some_and(|w| psn::before_eq(w.last_psn(), psn))
                 {
                     self.dur_retries = 0;
@@ -794,7 +990,11 @@ impl Requester {
             self.dur_retries += 1;
             if self.dur_retries > cfg.retry_limit {
                 self.dur_deadline = None;
-                let oldest = self.sq.iter().take(self.head).find(|w| w.is_durable());
+                let oldest = self
+                    .sq
+                    .iter()
+                    .take(self.head)
+                    .find(|w| w.is_durable() && !w.done);
                 if let Some(w) = oldest {
                     return Outcome::Fatal(WcStatus::RetryExceeded, w.last_psn());
                 }
@@ -821,16 +1021,30 @@ impl Requester {
     }
 
     fn complete_front(&mut self, cfg: &QpConfig, status: WcStatus, cq: &mut CompletionQueue) {
-        if let Some(w) = self.sq.pop_front() {
-            cq.push(WorkCompletion {
-                wr_id: w.wr_id,
-                qpn: cfg.local_qpn,
-                opcode: w.kind.wc_opcode(),
-                status,
-                byte_len: w.len,
-                imm_data: None,
-            });
+        let Some(w) = self.sq.pop_front() else {
+            return;
+        };
+        if w.is_internal() {
+            // The host reserved no completion for it: the engine hears of a pull instead.
+            self.internal -= 1;
+            if let (WrKind::TagPull { token, .. }, WcStatus::Success) = (w.kind, status) {
+                self.pulled.push_back(token);
+            }
+            return;
         }
+        let byte_len = if w.tag.is_some() {
+            w.local.len()
+        } else {
+            w.len
+        };
+        cq.push(WorkCompletion {
+            wr_id: w.wr_id,
+            qpn: cfg.local_qpn,
+            opcode: w.kind.wc_opcode(),
+            status,
+            byte_len,
+            imm_data: None,
+        });
     }
 
     /// Error state: the WQE holding PSN `blame.1` (if any) completes with

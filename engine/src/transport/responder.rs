@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 
 use crate::wire::aeth::{AethRepr, NakCode, Syndrome};
 use crate::wire::feth::Selectivity;
-use crate::wire::{ImmDtRepr, Opcode, RoceRepr};
+use crate::wire::{ImmDtRepr, Opcode, RoceRepr, TagHeader, TagKind};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
@@ -39,6 +39,7 @@ use super::persist::Durability;
 use super::psn;
 use super::qp::QpStats;
 use super::sge::Gather;
+use super::tagged::{Landing, Next, TagTarget};
 use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal};
 
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +101,14 @@ enum InMsg {
         /// Opened by a durable WRITE FIRST.
         durable: bool,
     },
+    /// A tagged message: its data lands at `at`, at most `room` bytes of it.
+    Tagged {
+        at: Location,
+        room: u32,
+        /// Data bytes received so far (the tag header not counted).
+        done: u32,
+        token: u64,
+    },
 }
 
 /// Whether a request left the QP usable.
@@ -128,6 +137,11 @@ pub struct Responder {
     last_ack: Option<u32>,
     /// What waits for persistence: durable ACKs owed, ACKs held, responses gated.
     dur: Durability,
+    /// What the queue pair's requester must do for the last tagged message: a pull, or a
+    /// done message (taken by the queue pair after each packet).
+    pub(crate) tag_next: Next,
+    /// The cookie of a done message that arrived for one of our rendezvous sends.
+    pub(crate) tag_done: Option<u32>,
     /// Responder counters (the requester fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -147,6 +161,8 @@ impl Responder {
             // As if the ACK of nothing (the PSN before the first) had been sent: a capped ACK
             // that would name it says nothing and is not sent.
             last_ack: Some(psn::sub(cfg.recv_psn, 1)),
+            tag_next: Next::Nothing,
+            tag_done: None,
             dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
             stats: QpStats::default(),
         }
@@ -179,7 +195,7 @@ impl Responder {
             || self.reads.iter().any(|j| j.at.region == slot)
             || match &self.cur {
                 Some(InMsg::Send { recv, .. }) => recv.local.uses_region(slot),
-                Some(InMsg::Write { at, .. }) => at.region == slot,
+                Some(InMsg::Write { at, .. }) | Some(InMsg::Tagged { at, .. }) => at.region == slot,
                 None => false,
             }
     }
@@ -340,6 +356,7 @@ impl Responder {
         payload: &[u8],
         mem: &mut MemoryTable,
         cq: &mut CompletionQueue,
+        tags: &mut dyn TagTarget,
     ) -> Verdict {
         let psn = repr.bth.psn;
         let d = psn::diff(psn, self.epsn);
@@ -366,6 +383,79 @@ impl Responder {
         let opcode = repr.bth.opcode;
         let mut message_done = false;
         match opcode {
+            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyWithImmediate if cfg.tagged => {
+                if self.cur.is_some() || repr.immdt.is_some() {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let first = opcode == Opcode::SendFirst;
+                if (first && payload.len() != mtu) || payload.len() > mtu {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let Ok(hdr) = TagHeader::parse(payload) else {
+                    self.stats.bad_tag_headers += 1;
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let data = &payload[hdr.buffer_len()..];
+                if hdr.kind == TagKind::Done {
+                    if first || !data.is_empty() {
+                        return self.fatal(NakCode::InvalidRequest, psn);
+                    }
+                    self.tag_done = Some(hdr.cookie);
+                    message_done = true;
+                } else {
+                    let (at, room, token) = match tags.arrive(cfg.local_qpn, &hdr, mem) {
+                        Landing::Place { at, room, token } => (at, room, token),
+                        Landing::NotReady => return self.rnr(cfg, psn),
+                        Landing::Refuse => return self.fatal(NakCode::InvalidRequest, psn),
+                    };
+                    self.stats.tagged_received += 1;
+                    let n = data.len().min(room as usize);
+                    mem.place(at, &data[..n]);
+                    let done = data.len() as u32;
+                    if first {
+                        self.cur = Some(InMsg::Tagged {
+                            at,
+                            room,
+                            done,
+                            token,
+                        });
+                    } else {
+                        self.tag_next = tags.landed(cfg.local_qpn, token, done, mem);
+                        message_done = true;
+                    }
+                }
+            }
+            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastWithImmediate if cfg.tagged => {
+                let Some(InMsg::Tagged {
+                    at,
+                    room,
+                    done,
+                    token,
+                }) = &mut self.cur
+                else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let last = opcode != Opcode::SendMiddle;
+                if (!last && payload.len() != mtu)
+                    || payload.is_empty()
+                    || payload.len() > mtu
+                    || repr.immdt.is_some()
+                {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                // What fits in the room lands; the rest is discarded (truncation).
+                if *done < *room {
+                    let n = payload.len().min((*room - *done) as usize);
+                    mem.place(at.advance(u64::from(*done)), &payload[..n]);
+                }
+                *done = done.saturating_add(payload.len() as u32);
+                if last {
+                    let (token, done) = (*token, *done);
+                    self.cur = None;
+                    self.tag_next = tags.landed(cfg.local_qpn, token, done, mem);
+                    message_done = true;
+                }
+            }
             Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyWithImmediate => {
                 if self.cur.is_some() {
                     return self.fatal(NakCode::InvalidRequest, psn);

@@ -163,6 +163,22 @@ impl Gather {
         }; MAX_SGE],
     };
 
+    /// One resolved piece of `len` bytes at `at` (the engine's own buffers: a rendezvous pull).
+    pub const fn at(at: Location, len: u32) -> Gather {
+        let mut g = Gather::EMPTY;
+        if len > 0 {
+            g.segs[0] = Seg::new(at, len);
+            g.n = 1;
+            g.total = len;
+        }
+        g
+    }
+
+    /// The one piece this list is, if it is one.
+    pub fn single(&self) -> Option<(Location, u32)> {
+        (self.n == 1).then(|| (self.segs[0].at(), self.segs[0].len))
+    }
+
     /// Check every piece of `list` against `mem` for `need` and resolve it.
     pub fn resolve(mem: &MemoryTable, list: &SgList, need: Access) -> Result<Gather, LocalError> {
         let mut g = Gather::EMPTY;

@@ -69,6 +69,7 @@ pub mod immdt;
 pub mod ipv4;
 pub mod reth;
 pub mod roce;
+pub mod tag;
 pub mod udp;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
@@ -80,6 +81,7 @@ pub use immdt::ImmDtRepr;
 pub use ipv4::{Ecn, Ipv4Repr};
 pub use reth::RethRepr;
 pub use roce::{Checks, RoceIpv4, RocePacket, RoceRepr, emit_trailer, pad_for, parse_frame};
+pub use tag::{TagHeader, TagKind};
 pub use udp::UdpRepr;
 
 /// A range of bytes inside a header, as used by the private `field` modules.
@@ -99,6 +101,8 @@ pub enum Layer {
     Feth,
     /// The 16 reserved bytes that follow the BTH of a CNP.
     Cnp,
+    /// The tag header at the start of a tagged SEND's payload (Portico's extension).
+    Tag,
     Icrc,
     /// A caller-provided output buffer (emission only).
     Buffer,
@@ -117,6 +121,7 @@ impl core::fmt::Display for Layer {
             Layer::ImmDt => "ImmDt",
             Layer::Feth => "FETH",
             Layer::Cnp => "CNP",
+            Layer::Tag => "tag header",
             Layer::Icrc => "ICRC",
             Layer::Buffer => "output buffer",
         };

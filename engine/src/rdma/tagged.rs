@@ -1,0 +1,917 @@
+//! Tagged messages on the worker (seed 001): the list-processing engine behind RoCE.
+//!
+//! An engine with tagged messaging holds one [`TagShard`]: the [`ProcessingEngine`] shard of the
+//! endpoints homed on this worker (an [`EndpointTable`] decides which), the records of the
+//! tagged messages in flight or waiting on the unexpected list, and the worker's ends of two
+//! lock-free rings shared with the application's [`TagPort`]: host commands in (append,
+//! search, search-and-delete), events out (put, put-overflow, unexpected consumed, truncation
+//! reported in each).
+//!
+//! Per message, on the worker that owns its endpoint, with no allocation:
+//! - the first packet's tag header is matched against the endpoint's priority list, then its
+//!   overflow list ([`ProcessingEngine::match_incoming`], persistent-entry cache first); the
+//!   data of every packet lands straight in the matched buffer, in the application's
+//!   registered memory, and what does not fit is discarded (MPI truncation);
+//! - the events of the match are held until the message has landed, so an application that
+//!   sees a put sees its data;
+//! - a rendezvous message brings its envelope and first chunk; on a match the worker READs the
+//!   rest into the matched buffer itself and, when the READ is done, tells the sender (whose
+//!   send completes then) and writes the put event;
+//! - a message that landed in an overflow buffer stays recorded while its header is on the
+//!   unexpected list; the append that claims it copies its data into the new buffer (and, for
+//!   a rendezvous, READs the rest), and writes an unexpected-consumed event.
+//!
+//! Host commands and network requests of one endpoint are each served in arrival order: the
+//! worker executes a command as it takes it, between two received bursts, and matches a
+//! message as its first packet arrives, so neither order can change and no endpoint waits for
+//! another (the library's match-request queues and block bit are needed only where commands and
+//! packets reach an engine from different cores; here both are on the owning core).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rtrb::{Consumer, Producer, RingBuffer};
+
+use crate::lpe::{
+    DeepList, EndpointConfig, EndpointIndex, EngineConfig, EngineId, Event, EventKind, EventRing,
+    IncomingHeader, ListKind, LpeError, MatchEntry, MatchId, MatchOutcome, NiFail, Options,
+    ProcessId, ProcessingEngine, SearchMode,
+};
+use crate::transport::{Access, Landing, Location, MemoryTable, Next, Pull, Sge, TagTarget};
+use crate::wire::{TagHeader, TagKind};
+
+/// What a tagged engine is built with.
+#[derive(Debug, Clone)]
+pub struct TagConfig {
+    /// The endpoints homed on this engine (from the [`crate::lpe::EndpointTable`]).
+    pub endpoints: Vec<(EndpointIndex, EndpointConfig)>,
+    /// Persistent-entry cache slots, endpoint index limit.
+    pub engine: EngineConfig,
+    /// Events the event ring holds.
+    pub event_depth: usize,
+    /// Host commands the command ring holds.
+    pub command_depth: usize,
+    /// Tagged messages recorded at once: being received, being pulled, or waiting on an
+    /// unexpected list. A message that finds none free is refused with RNR (the sender retries).
+    pub max_messages: usize,
+}
+
+impl Default for TagConfig {
+    fn default() -> Self {
+        TagConfig {
+            endpoints: vec![(EndpointIndex(0), EndpointConfig::default())],
+            engine: EngineConfig::default(),
+            event_depth: 8192,
+            command_depth: 4096,
+            max_messages: 4096,
+        }
+    }
+}
+
+/// A list entry as the application appends it: the match fields and a buffer in its own
+/// registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagEntry {
+    pub match_bits: u64,
+    pub ignore_bits: u64,
+    /// Accepted sender rank, or `None` for any.
+    pub source: Option<u32>,
+    /// Where matched data lands (lkey, address, length); LOCAL_WRITE is required.
+    pub buf: Sge,
+    /// `USE_ONCE`, `MANAGE_LOCAL`, `NO_TRUNCATE` ([`Options`]); `OP_PUT` is implied.
+    pub options: Options,
+    /// With `MANAGE_LOCAL`: unlink once less than this is left.
+    pub min_free: u64,
+    /// Returned in every event about the entry.
+    pub cookie: u64,
+}
+
+impl TagEntry {
+    /// A use-once receive of exactly `match_bits` from any source into `buf`.
+    pub fn recv(match_bits: u64, buf: Sge, cookie: u64) -> TagEntry {
+        TagEntry {
+            match_bits,
+            ignore_bits: 0,
+            source: None,
+            buf,
+            options: Options::USE_ONCE,
+            min_free: 0,
+            cookie,
+        }
+    }
+
+    pub fn with_ignore(mut self, ignore_bits: u64) -> TagEntry {
+        self.ignore_bits = ignore_bits;
+        self
+    }
+
+    pub fn from_rank(mut self, rank: u32) -> TagEntry {
+        self.source = Some(rank);
+        self
+    }
+
+    pub fn with_options(mut self, options: Options) -> TagEntry {
+        self.options = options;
+        self
+    }
+
+    pub fn with_min_free(mut self, min_free: u64) -> TagEntry {
+        self.min_free = min_free;
+        self
+    }
+
+    fn source(&self) -> MatchId {
+        match self.source {
+            Some(r) => MatchId::rank(r),
+            None => MatchId::ANY,
+        }
+    }
+}
+
+/// A host command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagCommand {
+    Append {
+        endpoint: u16,
+        list: ListKind,
+        entry: TagEntry,
+    },
+    /// Search the unexpected list with `probe`'s match fields (its buffer is not used);
+    /// `SearchDelete` also removes what it reports.
+    Search {
+        endpoint: u16,
+        probe: TagEntry,
+        mode: SearchMode,
+    },
+}
+
+/// What an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagEventKind {
+    /// A message landed in a priority entry's buffer.
+    Put,
+    /// A message landed in an overflow buffer; its header is on the unexpected list.
+    PutOverflow,
+    /// An append claimed an unexpected message: its data is now in the appended buffer (or,
+    /// after search-and-delete, still at `addr` in the overflow buffer).
+    UnexpectedConsumed,
+    Link,
+    AutoUnlink,
+    AutoFree,
+    /// Search-only result (or a search that found nothing: `fail` = `NoMatch`).
+    Search,
+    PtDisabled,
+    SoftwareMode,
+    /// A command was refused (`error` says why); `cookie` is the entry's.
+    CommandFailed,
+}
+
+/// Why a command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagCommandError {
+    /// The buffer's key, bounds or LOCAL_WRITE permission failed.
+    BadBuffer,
+    /// The endpoint is not homed on this engine.
+    NoSuchEndpoint,
+    ListFull,
+    Other,
+}
+
+/// One event, as the application reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagEvent {
+    pub kind: TagEventKind,
+    pub fail: NiFail,
+    pub endpoint: u16,
+    pub list: ListKind,
+    pub cookie: u64,
+    /// Where the data is, as the application addresses its registered memory (0: none).
+    pub addr: u64,
+    pub match_bits: u64,
+    /// Bytes the sender sent, and bytes that landed (fewer: truncated).
+    pub rlength: u64,
+    pub mlength: u64,
+    pub initiator: u32,
+    pub hdr_data: u64,
+    /// `mlength < rlength`: the excess was discarded.
+    pub truncated: bool,
+    /// The message came by rendezvous.
+    pub rendezvous: bool,
+    pub error: Option<TagCommandError>,
+}
+
+impl TagEvent {
+    /// An empty event (for arrays the application polls into).
+    pub const EMPTY: TagEvent = TagEvent {
+        kind: TagEventKind::Search,
+        fail: NiFail::Ok,
+        endpoint: 0,
+        list: ListKind::Priority,
+        cookie: 0,
+        addr: 0,
+        match_bits: 0,
+        rlength: 0,
+        mlength: 0,
+        initiator: 0,
+        hdr_data: 0,
+        truncated: false,
+        rendezvous: false,
+        error: None,
+    };
+}
+
+/// What the shard counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TagCounters {
+    pub matched_priority: u64,
+    pub matched_overflow: u64,
+    /// Messages that matched nothing (or met a disabled endpoint): consumed, data discarded.
+    pub dropped: u64,
+    pub truncated: u64,
+    pub rendezvous_pulls: u64,
+    pub unexpected_claimed: u64,
+    pub commands: u64,
+    pub commands_failed: u64,
+    /// Messages refused with RNR: no event room or no free record.
+    pub not_ready: u64,
+    /// Tagged messages for an endpoint homed on another engine (refused).
+    pub wrong_engine: u64,
+    /// Events the application's ring had no room for (0 unless it stops polling).
+    pub events_lost: u64,
+}
+
+/// Host commands wait in their ring while the event ring has fewer free slots than this.
+const COMMAND_EVENT_ROOM: usize = 256;
+/// Events one command or one match writes at most, beyond which they are counted lost.
+const STAGING: usize = 256;
+/// Events a message may still write after it was matched.
+const EVENTS_PER_MESSAGE: usize = 4;
+
+/// A registered-memory location as the list engine carries it (entry start + offset
+/// arithmetic stays valid inside one region): slot + 1 above bit 48, offset below.
+fn pack(at: Location) -> u64 {
+    (u64::from(at.region) + 1) << 48 | at.offset
+}
+
+fn unpack(v: u64) -> Location {
+    match (v >> 48).checked_sub(1) {
+        Some(region) => Location {
+            region: region as u32,
+            offset: v & ((1 << 48) - 1),
+        },
+        None => Location::NOWHERE,
+    }
+}
+
+/// An unexpected message's claim: where the appended buffer is.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    dest: Location,
+    room: u64,
+    event: Event,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    generation: u32,
+    live: bool,
+    qpn: u32,
+    hdr: TagHeader,
+    at: Location,
+    room: u32,
+    /// Landed in an overflow buffer: waits on the unexpected list.
+    unexpected: bool,
+    landed: bool,
+    received: u32,
+    /// Events held until the data is in place.
+    events: [Event; EVENTS_PER_MESSAGE],
+    nev: u8,
+    claim: Option<Claim>,
+}
+
+/// The worker's tagged-messaging state (see the module documentation).
+pub struct TagShard {
+    engine: ProcessingEngine<DeepList>,
+    commands: Consumer<TagCommand>,
+    events: Producer<TagEvent>,
+    msgs: Vec<Msg>,
+    free: Vec<u32>,
+    staging: EventRing,
+    /// Events held by recorded messages (kept free in the event ring).
+    owed: usize,
+    /// Pulls and done messages for queue pairs, from commands (claims), for the engine to hand
+    /// to each queue pair.
+    actions: VecDeque<(u32, Next)>,
+    pub counters: TagCounters,
+}
+
+/// The application's end: commands in, events out.
+pub struct TagPort {
+    commands: Producer<TagCommand>,
+    events: Consumer<TagEvent>,
+}
+
+/// The command ring is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("tag command ring full")]
+pub struct CommandRingFull;
+
+impl TagPort {
+    fn push(&mut self, c: TagCommand) -> Result<(), CommandRingFull> {
+        self.commands.push(c).map_err(|_| CommandRingFull)
+    }
+
+    /// Appends `entry` to `endpoint`'s priority or overflow list. A priority append first
+    /// claims a matching unexpected message (its data is copied into `entry`'s buffer).
+    pub fn append(
+        &mut self,
+        endpoint: u16,
+        list: ListKind,
+        entry: TagEntry,
+    ) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Append {
+            endpoint,
+            list,
+            entry,
+        })
+    }
+
+    /// Searches `endpoint`'s unexpected list (MPI_Probe; with `SearchDelete`, MPI_Mprobe).
+    pub fn search(
+        &mut self,
+        endpoint: u16,
+        probe: TagEntry,
+        mode: SearchMode,
+    ) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Search {
+            endpoint,
+            probe,
+            mode,
+        })
+    }
+
+    /// Commands that fit in the ring now.
+    pub fn command_space(&self) -> usize {
+        self.commands.slots()
+    }
+
+    /// Moves up to `out.len()` events into `out`; returns how many.
+    pub fn poll(&mut self, out: &mut [TagEvent]) -> usize {
+        let n = out.len().min(self.events.slots());
+        if n == 0 {
+            return 0;
+        }
+        let Ok(chunk) = self.events.read_chunk(n) else {
+            return 0;
+        };
+        let (a, b) = chunk.as_slices();
+        out[..a.len()].copy_from_slice(a);
+        out[a.len()..a.len() + b.len()].copy_from_slice(b);
+        chunk.commit_all();
+        n
+    }
+
+    /// Waits up to `timeout` for at least one event: spins briefly, then sleeps in short
+    /// steps (the worker's core is not this thread's).
+    pub fn wait(&mut self, out: &mut [TagEvent], timeout: Duration) -> usize {
+        let start = Instant::now();
+        loop {
+            let n = self.poll(out);
+            if n > 0 {
+                return n;
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return 0;
+            }
+            if waited > Duration::from_micros(50) {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Waits for one event.
+    pub fn wait_one(&mut self, timeout: Duration) -> Option<TagEvent> {
+        let mut one = [TagEvent::EMPTY];
+        (self.wait(&mut one, timeout) == 1).then_some(one[0])
+    }
+}
+
+impl TagShard {
+    /// The shard and the application's port.
+    pub fn new(cfg: &TagConfig) -> Result<(TagShard, TagPort), LpeError> {
+        let mut engine = ProcessingEngine::new(EngineId(0), cfg.engine.clone());
+        for &(ep, ec) in &cfg.endpoints {
+            engine.add_endpoint(ep, ec)?;
+        }
+        let (cp, cc) = RingBuffer::new(cfg.command_depth.max(1));
+        let (ep, ec) = RingBuffer::new(cfg.event_depth.max(COMMAND_EVENT_ROOM * 2));
+        let n = cfg.max_messages.max(1);
+        let blank = Msg {
+            generation: 0,
+            live: false,
+            qpn: 0,
+            hdr: TagHeader {
+                kind: TagKind::Eager,
+                endpoint: 0,
+                initiator: 0,
+                match_bits: 0,
+                hdr_data: 0,
+                length: 0,
+                cookie: 0,
+            },
+            at: Location::NOWHERE,
+            room: 0,
+            unexpected: false,
+            landed: false,
+            received: 0,
+            events: [Event::bare(EventKind::Put, EndpointIndex(0), ListKind::Priority, 0);
+                EVENTS_PER_MESSAGE],
+            nev: 0,
+            claim: None,
+        };
+        Ok((
+            TagShard {
+                engine,
+                commands: cc,
+                events: ep,
+                msgs: vec![blank; n],
+                free: (0..n as u32).rev().collect(),
+                staging: EventRing::new(STAGING),
+                owed: 0,
+                actions: VecDeque::with_capacity(n),
+                counters: TagCounters::default(),
+            },
+            TagPort {
+                commands: cp,
+                events: ec,
+            },
+        ))
+    }
+
+    /// The processing engine (its endpoints' counters, its cache).
+    pub fn engine(&self) -> &ProcessingEngine<DeepList> {
+        &self.engine
+    }
+
+    /// Messages recorded now (in flight, being pulled, or unexpected).
+    pub fn recorded(&self) -> usize {
+        self.msgs.len() - self.free.len()
+    }
+
+    /// The next queue pair action from a command, for the engine to carry out.
+    pub fn take_action(&mut self) -> Option<(u32, Next)> {
+        self.actions.pop_front()
+    }
+
+    fn token(&self, i: u32) -> u64 {
+        u64::from(self.msgs[i as usize].generation) << 32 | u64::from(i)
+    }
+
+    fn msg(&mut self, token: u64) -> Option<usize> {
+        let i = (token & 0xffff_ffff) as usize;
+        let m = self.msgs.get(i)?;
+        (m.live && u64::from(m.generation) == token >> 32).then_some(i)
+    }
+
+    fn release(&mut self, i: usize) {
+        let m = &mut self.msgs[i];
+        self.owed -= m.nev as usize + usize::from(m.claim.is_some());
+        m.live = false;
+        m.nev = 0;
+        m.claim = None;
+        m.generation = m.generation.wrapping_add(1);
+        self.free.push(i as u32);
+    }
+
+    /// Writes one event into the application's ring, translating where its data is.
+    fn emit(&mut self, e: &Event, mem: &MemoryTable, rendezvous: bool) {
+        let kind = match e.kind {
+            EventKind::Put | EventKind::Get => match e.list {
+                ListKind::Priority => TagEventKind::Put,
+                ListKind::Overflow => TagEventKind::PutOverflow,
+            },
+            EventKind::PutOverflow | EventKind::GetOverflow => TagEventKind::UnexpectedConsumed,
+            EventKind::Link => TagEventKind::Link,
+            EventKind::AutoUnlink => TagEventKind::AutoUnlink,
+            EventKind::AutoFree => TagEventKind::AutoFree,
+            EventKind::Search => TagEventKind::Search,
+            EventKind::PtDisabled => TagEventKind::PtDisabled,
+            EventKind::SoftwareMode => TagEventKind::SoftwareMode,
+        };
+        let carries = matches!(
+            kind,
+            TagEventKind::Put | TagEventKind::PutOverflow | TagEventKind::UnexpectedConsumed
+        );
+        let truncated = carries && e.mlength < e.rlength;
+        if truncated {
+            self.counters.truncated += 1;
+        }
+        let ev = TagEvent {
+            kind,
+            fail: e.fail,
+            endpoint: e.ep.0,
+            list: e.list,
+            cookie: e.cookie,
+            addr: if e.start == 0 {
+                0
+            } else {
+                mem.address_of(unpack(e.start))
+            },
+            match_bits: e.match_bits,
+            rlength: e.rlength,
+            mlength: e.mlength,
+            initiator: e.initiator.nid,
+            hdr_data: e.hdr_data,
+            truncated,
+            rendezvous,
+            error: None,
+        };
+        self.push_event(ev);
+    }
+
+    fn push_event(&mut self, ev: TagEvent) {
+        if self.events.push(ev).is_err() {
+            self.counters.events_lost += 1;
+        }
+    }
+
+    /// Emits a recorded message's held events with the final `mlength` on its put.
+    fn emit_held(&mut self, i: usize, mlength: u64, mem: &MemoryTable) {
+        let m = self.msgs[i];
+        let rndv = matches!(m.hdr.kind, TagKind::Rendezvous { .. });
+        for e in &m.events[..m.nev as usize] {
+            let mut e = *e;
+            if e.kind == EventKind::Put {
+                e.mlength = mlength;
+            }
+            self.emit(&e, mem, rndv);
+        }
+        self.owed -= m.nev as usize;
+        self.msgs[i].nev = 0;
+    }
+
+    /// Copies `len` bytes inside registered memory (overflow buffer → appended buffer).
+    fn copy(mem: &MemoryTable, from: Location, to: Location, len: u64) {
+        let mut buf = [0u8; 2048];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(buf.len() as u64) as usize;
+            mem.fetch(from.advance(done), &mut buf[..n]);
+            mem.place(to.advance(done), &buf[..n]);
+            done += n as u64;
+        }
+    }
+
+    /// An unexpected message `i` that has landed is claimed into `claim.dest`: copy what the
+    /// overflow buffer holds, and pull the rest of a rendezvous.
+    fn settle_claim(&mut self, i: usize, claim: Claim, mem: &mut MemoryTable) -> Next {
+        self.counters.unexpected_claimed += 1;
+        let m = self.msgs[i];
+        let rlength = u64::from(m.hdr.length);
+        let want = rlength.min(claim.room);
+        let held = u64::from(m.received.min(m.room));
+        let have = held.min(want);
+        if claim.dest != Location::NOWHERE {
+            Self::copy(mem, m.at, claim.dest, have);
+        }
+        let mut event = claim.event;
+        event.start = pack(claim.dest);
+        event.rlength = rlength;
+        event.mlength = want;
+        match m.hdr.kind {
+            TagKind::Rendezvous { addr, rkey } if want > have => {
+                // Held until the pull completes (see `pulled`).
+                self.msgs[i].claim = Some(Claim { event, ..claim });
+                self.owed += 1;
+                self.counters.rendezvous_pulls += 1;
+                Next::Pull(Pull {
+                    local: claim.dest.advance(have),
+                    len: (want - have) as u32,
+                    remote_addr: addr.wrapping_add(have),
+                    rkey,
+                    token: self.token(i as u32),
+                })
+            }
+            kind => {
+                self.emit(&event, mem, matches!(kind, TagKind::Rendezvous { .. }));
+                let cookie = m.hdr.cookie;
+                self.release(i);
+                match kind {
+                    TagKind::Rendezvous { .. } => Next::Done {
+                        cookie,
+                        length: want as u32,
+                    },
+                    _ => Next::Nothing,
+                }
+            }
+        }
+    }
+
+    /// Serves host commands while the event ring has room for what they may write.
+    pub fn serve_commands(&mut self, mem: &mut MemoryTable) {
+        while self.events.slots() >= self.owed + COMMAND_EVENT_ROOM {
+            let Ok(cmd) = self.commands.pop() else {
+                return;
+            };
+            self.counters.commands += 1;
+            self.command(cmd, mem);
+        }
+    }
+
+    fn fail_command(&mut self, endpoint: u16, cookie: u64, error: TagCommandError) {
+        self.counters.commands_failed += 1;
+        self.push_event(TagEvent {
+            kind: TagEventKind::CommandFailed,
+            endpoint,
+            cookie,
+            error: Some(error),
+            ..TagEvent::EMPTY
+        });
+    }
+
+    fn command(&mut self, cmd: TagCommand, mem: &mut MemoryTable) {
+        match cmd {
+            TagCommand::Append {
+                endpoint,
+                list,
+                entry,
+            } => {
+                let ep = EndpointIndex(endpoint);
+                if self.engine.endpoint(ep).is_none() {
+                    return self.fail_command(
+                        endpoint,
+                        entry.cookie,
+                        TagCommandError::NoSuchEndpoint,
+                    );
+                }
+                let b = entry.buf;
+                let Ok(at) = mem.check_local(b.lkey, b.addr, u64::from(b.len), Access::LOCAL_WRITE)
+                else {
+                    return self.fail_command(endpoint, entry.cookie, TagCommandError::BadBuffer);
+                };
+                let me = MatchEntry {
+                    match_bits: entry.match_bits,
+                    ignore_bits: entry.ignore_bits,
+                    source: entry.source(),
+                    start: pack(at),
+                    length: u64::from(b.len),
+                    offset: 0,
+                    min_free: entry.min_free,
+                    options: entry.options | Options::OP_PUT,
+                    cookie: entry.cookie,
+                };
+                self.staging.clear();
+                let r = self.engine.append(ep, list, me, &mut self.staging);
+                if let Err(e) = r {
+                    let why = match e {
+                        LpeError::ListFull(_) => TagCommandError::ListFull,
+                        _ => TagCommandError::Other,
+                    };
+                    self.fail_command(endpoint, entry.cookie, why);
+                }
+                self.after_command(Some((at, u64::from(b.len))), mem);
+            }
+            TagCommand::Search {
+                endpoint,
+                probe,
+                mode,
+            } => {
+                let ep = EndpointIndex(endpoint);
+                let me = MatchEntry {
+                    match_bits: probe.match_bits,
+                    ignore_bits: probe.ignore_bits,
+                    source: probe.source(),
+                    start: 0,
+                    length: u64::MAX,
+                    offset: 0,
+                    min_free: 0,
+                    options: probe.options | Options::OP_PUT,
+                    cookie: probe.cookie,
+                };
+                self.staging.clear();
+                if self.engine.search(ep, me, mode, &mut self.staging).is_err() {
+                    return self.fail_command(
+                        endpoint,
+                        probe.cookie,
+                        TagCommandError::NoSuchEndpoint,
+                    );
+                }
+                self.after_command(None, mem);
+            }
+        }
+    }
+
+    /// Writes the events a command produced; unexpected messages it claimed are settled into
+    /// `dest` (an append) or handed over where they are (search-and-delete).
+    fn after_command(&mut self, dest: Option<(Location, u64)>, mem: &mut MemoryTable) {
+        self.counters.events_lost += self.staging.lost();
+        while let Some(e) = self.staging.pop() {
+            if e.kind != EventKind::PutOverflow {
+                self.emit(&e, mem, false);
+                continue;
+            }
+            let Some(i) = self.msg(e.token) else {
+                self.emit(&e, mem, false);
+                continue;
+            };
+            let qpn = self.msgs[i].qpn;
+            let claim = match dest {
+                Some((at, room)) => Claim {
+                    dest: at,
+                    room,
+                    event: e,
+                },
+                // Search-and-delete: the data stays in the overflow buffer.
+                None => Claim {
+                    dest: Location::NOWHERE,
+                    room: 0,
+                    event: Event {
+                        start: pack(self.msgs[i].at),
+                        ..e
+                    },
+                },
+            };
+            if !self.msgs[i].landed {
+                // Still arriving: settled when its last packet lands.
+                self.msgs[i].claim = Some(claim);
+                self.owed += 1;
+                continue;
+            }
+            let next = if dest.is_some() {
+                self.settle_claim(i, claim, mem)
+            } else {
+                self.hand_over(i, claim.event, mem)
+            };
+            if next != Next::Nothing {
+                self.actions.push_back((qpn, next));
+            }
+        }
+    }
+
+    /// Search-and-delete took unexpected message `i`: the application gets it where it is; a
+    /// rendezvous sender is told it is done with what the overflow buffer holds.
+    fn hand_over(&mut self, i: usize, mut event: Event, mem: &MemoryTable) -> Next {
+        let m = self.msgs[i];
+        let held = u64::from(m.received.min(m.room));
+        event.rlength = u64::from(m.hdr.length);
+        event.mlength = held;
+        let rndv = matches!(m.hdr.kind, TagKind::Rendezvous { .. });
+        self.emit(&event, mem, rndv);
+        self.release(i);
+        if rndv {
+            Next::Done {
+                cookie: m.hdr.cookie,
+                length: held as u32,
+            }
+        } else {
+            Next::Nothing
+        }
+    }
+}
+
+impl TagTarget for TagShard {
+    fn arrive(&mut self, qpn: u32, hdr: &TagHeader, mem: &MemoryTable) -> Landing {
+        let ep = EndpointIndex(hdr.endpoint);
+        if self.engine.endpoint(ep).is_none() {
+            self.counters.wrong_engine += 1;
+            return Landing::Refuse;
+        }
+        if self.events.slots() < self.owed + EVENTS_PER_MESSAGE * 2 {
+            self.counters.not_ready += 1;
+            return Landing::NotReady;
+        }
+        let Some(i) = self.free.pop() else {
+            self.counters.not_ready += 1;
+            return Landing::NotReady;
+        };
+        let token = self.token(i);
+        let ih = IncomingHeader::put(
+            ProcessId::rank(hdr.initiator),
+            hdr.match_bits,
+            u64::from(hdr.length),
+        )
+        .with_hdr_data(hdr.hdr_data)
+        .with_token(token);
+        self.staging.clear();
+        let outcome = self.engine.match_incoming(ep, &ih, &mut self.staging);
+        let (at, room, unexpected) = match outcome {
+            MatchOutcome::Delivered(d) => {
+                if d.list == ListKind::Priority {
+                    self.counters.matched_priority += 1;
+                } else {
+                    self.counters.matched_overflow += 1;
+                }
+                (
+                    unpack(d.address),
+                    d.mlength.min(u64::from(u32::MAX)) as u32,
+                    d.list == ListKind::Overflow,
+                )
+            }
+            // Consumed with nothing placed: the endpoint dropped it, disabled itself, or
+            // queued the header for host matching (data is not kept).
+            _ => {
+                self.counters.dropped += 1;
+                (Location::NOWHERE, 0, false)
+            }
+        };
+        let m = &mut self.msgs[i as usize];
+        m.live = true;
+        m.qpn = qpn;
+        m.hdr = *hdr;
+        m.at = at;
+        m.room = room;
+        m.unexpected = unexpected;
+        m.landed = false;
+        m.received = 0;
+        m.claim = None;
+        m.nev = 0;
+        let mut extra = 0u64;
+        while let Some(e) = self.staging.pop() {
+            if (m.nev as usize) < EVENTS_PER_MESSAGE {
+                m.events[m.nev as usize] = e;
+                m.nev += 1;
+            } else {
+                extra += 1;
+            }
+        }
+        self.owed += m.nev as usize;
+        self.counters.events_lost += extra + self.staging.lost();
+        let _ = mem;
+        Landing::Place { at, room, token }
+    }
+
+    fn landed(&mut self, _qpn: u32, token: u64, received: u32, mem: &mut MemoryTable) -> Next {
+        let Some(i) = self.msg(token) else {
+            return Next::Nothing;
+        };
+        let m = self.msgs[i];
+        let landed = u64::from(received.min(m.room));
+        self.msgs[i].landed = true;
+        self.msgs[i].received = received;
+        if m.unexpected {
+            // In the overflow buffer; the header waits on the unexpected list for its claim.
+            self.emit_held(i, landed, mem);
+            return match m.claim {
+                Some(c) => {
+                    self.owed -= 1;
+                    self.msgs[i].claim = None;
+                    if c.dest == Location::NOWHERE {
+                        self.hand_over(i, c.event, mem)
+                    } else {
+                        self.settle_claim(i, c, mem)
+                    }
+                }
+                None => Next::Nothing,
+            };
+        }
+        match m.hdr.kind {
+            TagKind::Rendezvous { addr, rkey } if u64::from(m.room) > landed => {
+                self.counters.rendezvous_pulls += 1;
+                Next::Pull(Pull {
+                    local: m.at.advance(landed),
+                    len: m.room - landed as u32,
+                    remote_addr: addr.wrapping_add(landed),
+                    rkey,
+                    token,
+                })
+            }
+            kind => {
+                self.emit_held(i, landed, mem);
+                self.release(i);
+                match kind {
+                    TagKind::Rendezvous { .. } => Next::Done {
+                        cookie: m.hdr.cookie,
+                        length: landed as u32,
+                    },
+                    _ => Next::Nothing,
+                }
+            }
+        }
+    }
+
+    fn pulled(&mut self, _qpn: u32, token: u64, mem: &mut MemoryTable) -> Next {
+        let Some(i) = self.msg(token) else {
+            return Next::Nothing;
+        };
+        let m = self.msgs[i];
+        let length = match m.claim {
+            Some(c) => {
+                let e = c.event;
+                self.emit(&e, mem, true);
+                e.mlength
+            }
+            None => {
+                self.emit_held(i, u64::from(m.room), mem);
+                u64::from(m.room)
+            }
+        };
+        self.release(i);
+        Next::Done {
+            cookie: m.hdr.cookie,
+            length: length as u32,
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Tagged messaging between two pure nodes (no EAL): eager and rendezvous, from the priority
+//! list and from the unexpected list, truncation, wildcards and order; every byte read back from
+//! the application's own mapping.
+
+use std::sync::Arc;
+
+use pmem::Mapping;
+
+use super::node::tests::{End, pair_with, pump};
+use super::{TagConfig, TagEntry, TagEvent, TagEventKind, TagPort};
+use crate::lpe::{ListKind, Options, SearchMode};
+use crate::transport::{Access, MrKeys, SgList, Sge, WcOpcode, WcStatus, WorkRequest};
+
+const MIB: usize = 1 << 20;
+
+struct Side {
+    end: End,
+    map: Arc<Mapping>,
+    keys: MrKeys,
+}
+
+fn tagged_pair() -> (Side, Side, TagPort) {
+    let (mut a, mut b) = pair_with(256, |c| {
+        c.tagged = true;
+        c.rndv_threshold = 8192;
+    });
+    let _ = a.node.enable_tags(&TagConfig::default()).unwrap();
+    let port = b.node.enable_tags(&TagConfig::default()).unwrap();
+    let side = |e: End| {
+        let mut e = e;
+        let map = Arc::new(Mapping::anonymous(4 * MIB).unwrap());
+        let keys = e
+            .node
+            .register(map.clone(), 0, 4 * MIB, Access::ALL)
+            .unwrap();
+        Side { end: e, map, keys }
+    };
+    (side(a), side(b), port)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+fn sge(s: &Side, offset: usize, len: usize) -> Sge {
+    Sge {
+        addr: s.keys.addr + offset as u64,
+        len: len as u32,
+        lkey: s.keys.lkey,
+    }
+}
+
+fn send(a: &mut Side, wr_id: u64, offset: usize, data: &[u8], tag: u64) {
+    a.map.write(offset, data).unwrap();
+    let s = sge(a, offset, data.len());
+    let sgl = SgList::one(s.lkey, s.addr, s.len);
+    a.end
+        .qp
+        .post_send(&[WorkRequest::tagged_send(wr_id, sgl, 0, tag, wr_id * 10)])
+        .unwrap();
+}
+
+fn events(port: &mut TagPort) -> Vec<TagEvent> {
+    let mut out = [TagEvent::EMPTY; 64];
+    let n = port.poll(&mut out);
+    out[..n].to_vec()
+}
+
+fn bytes(s: &Side, offset: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    s.map.read(offset, &mut v).unwrap();
+    v
+}
+
+fn run(a: &mut Side, b: &mut Side) {
+    pump(&mut a.end.node, &mut b.end.node, 0);
+}
+
+fn completions(a: &mut Side) -> Vec<(u64, WcOpcode, WcStatus, u32)> {
+    std::iter::from_fn(|| a.end.cq.poll_one())
+        .map(|w| (w.wr_id, w.opcode, w.status, w.byte_len))
+        .collect()
+}
+
+#[test]
+fn eager_message_lands_in_the_posted_receive() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    let recv = TagEntry::recv(5, sge(&b, 0, 4096), 77);
+    port.append(0, ListKind::Priority, recv).unwrap();
+    run(&mut a, &mut b);
+    let data = pattern(1, 3000);
+    send(&mut a, 1, 0, &data, 5);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 0, 3000), data);
+    let ev = events(&mut port);
+    let put: Vec<_> = ev.iter().filter(|e| e.kind == TagEventKind::Put).collect();
+    assert_eq!(put.len(), 1, "{ev:?}");
+    let p = put[0];
+    assert_eq!(
+        (
+            p.cookie,
+            p.addr,
+            p.rlength,
+            p.mlength,
+            p.initiator,
+            p.hdr_data
+        ),
+        (77, b.keys.addr, 3000, 3000, 0, 10)
+    );
+    assert!(!p.truncated && !p.rendezvous);
+    assert!(ev.iter().any(|e| e.kind == TagEventKind::AutoUnlink));
+    assert_eq!(
+        completions(&mut a),
+        vec![(1, WcOpcode::TaggedSend, WcStatus::Success, 3000)]
+    );
+}
+
+#[test]
+fn truncation_keeps_what_fits_and_reports_the_rest() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    b.map.write(0, &[0xee; 200]).unwrap();
+    port.append(0, ListKind::Priority, TagEntry::recv(9, sge(&b, 0, 50), 1))
+        .unwrap();
+    run(&mut a, &mut b);
+    let data = pattern(2, 100);
+    send(&mut a, 1, 0, &data, 9);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 0, 50), data[..50]);
+    assert_eq!(
+        bytes(&b, 50, 150),
+        vec![0xee; 150],
+        "nothing past the buffer"
+    );
+    let put = events(&mut port)
+        .into_iter()
+        .find(|e| e.kind == TagEventKind::Put)
+        .unwrap();
+    assert_eq!((put.rlength, put.mlength, put.truncated), (100, 50, true));
+    assert_eq!(completions(&mut a)[0].2, WcStatus::Success);
+}
+
+#[test]
+fn unexpected_eager_then_append_copies_from_the_overflow_buffer() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    let ovf = TagEntry::recv(0, sge(&b, MIB, MIB), 500)
+        .with_ignore(u64::MAX)
+        .with_options(Options::MANAGE_LOCAL);
+    port.append(0, ListKind::Overflow, ovf).unwrap();
+    run(&mut a, &mut b);
+    let data = pattern(3, 2500);
+    send(&mut a, 1, 0, &data, 42);
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    assert!(
+        ev.iter()
+            .any(|e| e.kind == TagEventKind::PutOverflow && e.cookie == 500),
+        "{ev:?}"
+    );
+    assert_eq!(bytes(&b, MIB, 2500), data, "landed in the overflow buffer");
+    port.append(
+        0,
+        ListKind::Priority,
+        TagEntry::recv(42, sge(&b, 0, 4096), 9),
+    )
+    .unwrap();
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    let c = ev
+        .iter()
+        .find(|e| e.kind == TagEventKind::UnexpectedConsumed)
+        .unwrap_or_else(|| panic!("{ev:?}"));
+    assert_eq!(
+        (c.cookie, c.addr, c.mlength, c.match_bits),
+        (9, b.keys.addr, 2500, 42)
+    );
+    assert_eq!(bytes(&b, 0, 2500), data);
+}
+
+#[test]
+fn rendezvous_into_a_posted_receive_is_pulled_by_the_target() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    port.append(0, ListKind::Priority, TagEntry::recv(3, sge(&b, 0, MIB), 4))
+        .unwrap();
+    run(&mut a, &mut b);
+    let data = pattern(4, 300_000);
+    send(&mut a, 1, 0, &data, 3);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 0, data.len()), data);
+    let put = events(&mut port)
+        .into_iter()
+        .find(|e| e.kind == TagEventKind::Put)
+        .unwrap();
+    assert_eq!(
+        (put.mlength, put.rendezvous, put.truncated),
+        (300_000, true, false)
+    );
+    assert_eq!(
+        completions(&mut a),
+        vec![(1, WcOpcode::TaggedSend, WcStatus::Success, 300_000)]
+    );
+    let tags = b.end.node.tags().unwrap();
+    assert_eq!(tags.counters.rendezvous_pulls, 1);
+    assert_eq!(tags.recorded(), 0);
+}
+
+#[test]
+fn rendezvous_from_the_unexpected_list_starts_its_pull_on_append() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    let ovf = TagEntry::recv(0, sge(&b, 2 * MIB, MIB), 500)
+        .with_ignore(u64::MAX)
+        .with_options(Options::MANAGE_LOCAL);
+    port.append(0, ListKind::Overflow, ovf).unwrap();
+    run(&mut a, &mut b);
+    let data = pattern(5, 200_000);
+    send(&mut a, 1, 0, &data, 8);
+    run(&mut a, &mut b);
+    assert!(
+        completions(&mut a).is_empty(),
+        "not done before the target takes it"
+    );
+    assert_eq!(b.end.node.tags().unwrap().recorded(), 1);
+    port.append(0, ListKind::Priority, TagEntry::recv(8, sge(&b, 0, MIB), 6))
+        .unwrap();
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 0, data.len()), data);
+    let c = events(&mut port)
+        .into_iter()
+        .find(|e| e.kind == TagEventKind::UnexpectedConsumed)
+        .unwrap();
+    assert_eq!((c.mlength, c.rendezvous), (200_000, true));
+    assert_eq!(
+        completions(&mut a),
+        vec![(1, WcOpcode::TaggedSend, WcStatus::Success, 200_000)]
+    );
+    assert_eq!(b.end.node.tags().unwrap().recorded(), 0);
+}
+
+#[test]
+fn wildcards_and_order_of_two_matching_messages() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    // Two receives that both match tag 0x100..0x1ff from rank 0.
+    for (k, off) in [(1u64, 0usize), (2, 8192)] {
+        let r = TagEntry::recv(0x100, sge(&b, off, 4096), k)
+            .with_ignore(0xff)
+            .from_rank(0);
+        port.append(0, ListKind::Priority, r).unwrap();
+    }
+    run(&mut a, &mut b);
+    let (m1, m2) = (pattern(6, 500), pattern(7, 600));
+    send(&mut a, 1, 0, &m1, 0x1ab);
+    send(&mut a, 2, 4096, &m2, 0x1cd);
+    run(&mut a, &mut b);
+    let puts: Vec<_> = events(&mut port)
+        .into_iter()
+        .filter(|e| e.kind == TagEventKind::Put)
+        .map(|e| (e.cookie, e.match_bits, e.mlength))
+        .collect();
+    assert_eq!(puts, vec![(1, 0x1ab, 500), (2, 0x1cd, 600)]);
+    assert_eq!(bytes(&b, 0, 500), m1);
+    assert_eq!(bytes(&b, 8192, 600), m2);
+}
+
+#[test]
+fn search_and_delete_hands_over_an_unexpected_message() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    let ovf = TagEntry::recv(0, sge(&b, MIB, MIB), 500)
+        .with_ignore(u64::MAX)
+        .with_options(Options::MANAGE_LOCAL);
+    port.append(0, ListKind::Overflow, ovf).unwrap();
+    run(&mut a, &mut b);
+    send(&mut a, 1, 0, &pattern(8, 64), 11);
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    let probe = TagEntry::recv(11, sge(&b, 0, 0), 3);
+    port.search(0, probe, SearchMode::SearchOnly).unwrap();
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    assert!(ev.iter().any(|e| e.kind == TagEventKind::Search), "{ev:?}");
+    port.search(0, probe, SearchMode::SearchDelete).unwrap();
+    run(&mut a, &mut b);
+    let c = events(&mut port)
+        .into_iter()
+        .find(|e| e.kind == TagEventKind::UnexpectedConsumed)
+        .unwrap();
+    assert_eq!((c.addr, c.mlength), (b.keys.addr + MIB as u64, 64));
+    assert_eq!(b.end.node.tags().unwrap().recorded(), 0);
+}
+
+#[test]
+fn a_plain_send_on_a_tagged_queue_pair_is_refused_locally() {
+    let (mut a, mut b, _port) = tagged_pair();
+    let s = sge(&a, 0, 8);
+    let sgl = SgList::one(s.lkey, s.addr, s.len);
+    a.end
+        .qp
+        .post_send(&[WorkRequest::send(1, sgl, None)])
+        .unwrap();
+    run(&mut a, &mut b);
+    assert_eq!(completions(&mut a)[0].2, WcStatus::LocalQpOperationError);
+}
