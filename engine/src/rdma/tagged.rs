@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 use rtrb::{Consumer, Producer, RingBuffer};
 
 use crate::lpe::{
-    DeepList, EndpointConfig, EndpointIndex, EngineConfig, EngineId, Event, EventKind, EventRing,
-    IncomingHeader, ListKind, LpeError, MatchEntry, MatchId, MatchOutcome, NiFail, Options,
-    ProcessId, ProcessingEngine, SearchMode,
+    DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId, Event,
+    EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry, MatchId, MatchOutcome,
+    NiFail, Options, ProcessId, ProcessingEngine, SearchMode,
 };
 use crate::transport::{Access, Landing, Location, MemoryTable, Next, Pull, Sge, TagTarget};
 use crate::wire::{TagHeader, TagKind};
@@ -64,6 +64,27 @@ impl Default for TagConfig {
             event_depth: 8192,
             command_depth: 4096,
             max_messages: 4096,
+        }
+    }
+}
+
+impl TagConfig {
+    /// The configuration of engine `engine` under `table`: the endpoints of `endpoints` the
+    /// table homes there. Queue pairs that carry those endpoints' messages must be added to
+    /// the same engine; a tagged message for an endpoint homed elsewhere is refused (counted
+    /// as `wrong_engine`), so a header never crosses cores.
+    pub fn homed(
+        table: &EndpointTable,
+        engine: EngineId,
+        endpoints: &[(EndpointIndex, EndpointConfig)],
+    ) -> TagConfig {
+        TagConfig {
+            endpoints: endpoints
+                .iter()
+                .copied()
+                .filter(|(ep, _)| table.engine_of(*ep) == Some(engine))
+                .collect(),
+            ..TagConfig::default()
         }
     }
 }

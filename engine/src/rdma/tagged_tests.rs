@@ -300,3 +300,58 @@ fn a_plain_send_on_a_tagged_queue_pair_is_refused_locally() {
     run(&mut a, &mut b);
     assert_eq!(completions(&mut a)[0].2, WcStatus::LocalQpOperationError);
 }
+
+#[test]
+fn endpoints_are_homed_by_the_table_and_foreign_ones_refused() {
+    use crate::lpe::{EndpointConfig, EndpointIndex, EndpointTable, EngineId};
+    let eps: Vec<_> = (0..4)
+        .map(|i| (EndpointIndex(i), EndpointConfig::default()))
+        .collect();
+    let table = EndpointTable::round_robin(4, 2);
+    let (mut a, mut b) = pair_with(256, |c| c.tagged = true);
+    let _ = a
+        .node
+        .enable_tags(&TagConfig::homed(&table, EngineId(0), &eps));
+    // B is engine 1: endpoints 1 and 3 live there, 0 and 2 on engine 0.
+    let mut port = b
+        .node
+        .enable_tags(&TagConfig::homed(&table, EngineId(1), &eps))
+        .unwrap();
+    let map = Arc::new(Mapping::anonymous(MIB).unwrap());
+    let kb = b.node.register(map.clone(), 0, MIB, Access::ALL).unwrap();
+    let ka = a.node.register(map, 0, MIB, Access::ALL).unwrap();
+    let buf = Sge {
+        addr: kb.addr,
+        len: 64,
+        lkey: kb.lkey,
+    };
+    port.append(1, ListKind::Priority, TagEntry::recv(1, buf, 1))
+        .unwrap();
+    port.append(2, ListKind::Priority, TagEntry::recv(1, buf, 2))
+        .unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    let ev = events(&mut port);
+    assert!(ev.iter().any(|e| e.kind == TagEventKind::CommandFailed
+        && e.cookie == 2
+        && e.error == Some(super::TagCommandError::NoSuchEndpoint)));
+    let sgl = SgList::one(ka.lkey, ka.addr, 8);
+    a.qp.post_send(&[WorkRequest::tagged_send(1, sgl, 1, 1, 0)])
+        .unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    assert!(
+        events(&mut port)
+            .iter()
+            .any(|e| e.kind == TagEventKind::Put)
+    );
+    a.qp.post_send(&[WorkRequest::tagged_send(2, sgl, 2, 1, 0)])
+        .unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    assert_eq!(b.node.tags().unwrap().counters.wrong_engine, 1);
+    let wcs: Vec<_> = std::iter::from_fn(|| a.cq.poll_one())
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        wcs,
+        vec![(1, WcStatus::Success), (2, WcStatus::RemoteInvalidRequest)]
+    );
+}
