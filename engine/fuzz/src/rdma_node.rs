@@ -30,8 +30,11 @@
 //!                the input ends first). Time then advances by (cmd & 0x3f)² µs.
 //!   cmd >= 0xc0  an application action on queue pair (cmd >> 3) & 1, with two argument
 //!                bytes a, b (missing ones read as 0); cmd & 7 picks it:
-//!                  0 post a receive of a·16 bytes at R1 + b·16
-//!                  1 post a SEND of a·8 bytes from R2 + b·16 (with immediate if b is odd)
+//!                  0 post a receive of a·16 bytes at R1 + b·16 (on the tagged queue pair:
+//!                    append a use-once tagged receive there, tag b & 3)
+//!                  1 post a SEND of a·8 bytes from R2 + b·16 (with immediate if b is odd; on
+//!                    the tagged queue pair a tagged send with tag b & 3, rendezvous above
+//!                    64 bytes)
 //!                  2 post a WRITE of a·8 bytes from R2 to the peer (immediate if b is odd)
 //!                  3 post a READ of a·8 bytes from the peer into R1 + b·16
 //!                  4 poll both completion queues
@@ -60,13 +63,20 @@
 //! - Every completion names a work request that was posted and has not completed yet, with
 //!   that request's opcode; a successful receive is no longer than the buffer posted; no
 //!   completion ring overruns; at the end, every completion the node counted was polled.
+//! - The second queue pair is tagged (list matching on endpoint 0, receives and an overflow
+//!   buffer in R1): every tag event that carries data names an address inside R1 and no
+//!   more than the message's length; no event is lost.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use pmem::{MapOptions, Mapping};
-use portico::rdma::{Control, ControlReply, Cq, NodeCounters, Qp, RdmaNode, RxOutcome};
+use portico::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
+use portico::rdma::{
+    Control, ControlReply, Cq, NodeCounters, Qp, RdmaNode, RxOutcome, TagConfig, TagEntry,
+    TagEvent, TagPort,
+};
 use portico::transport::{
     Access, MemoryTable, MrKeys, Mtu, QpConfig, RecvRequest, SgList, Sge, WcOpcode, WcStatus,
     WorkRequest,
@@ -133,6 +143,8 @@ pub struct Harness {
     tx: Vec<u8>,
     /// When set, every frame the node transmits is kept here (for the seed-corpus tool).
     pub sent: Option<Vec<Vec<u8>>>,
+    /// The application's end of the tagged queue pair's list matching.
+    tags: TagPort,
 }
 
 impl Default for Harness {
@@ -149,6 +161,24 @@ impl Harness {
         node.mem = MemoryTable::seeded(KEY_SEED);
         let send_cq = node.create_cq(8);
         let recv_cq = node.create_cq(16);
+        let tags = node
+            .enable_tags(&TagConfig {
+                endpoints: vec![(
+                    EndpointIndex(0),
+                    EndpointConfig {
+                        max_priority: 8,
+                        max_overflow: 2,
+                        max_unexpected: 4,
+                        max_software_requests: 2,
+                        ..EndpointConfig::default()
+                    },
+                )],
+                event_depth: 512,
+                command_depth: 16,
+                max_messages: 6,
+                ..TagConfig::default()
+            })
+            .expect("one endpoint");
         let qps = QPS
             .iter()
             .map(|&(local, remote, pmtu)| {
@@ -164,8 +194,12 @@ impl Harness {
                 // Few retries, so that the final drain (and every input) stays short.
                 cfg.retry_limit = 2;
                 cfg.rnr_retry_limit = 2;
-                // The first queue pair speaks the durable-write extension (0xE0-0xE2).
+                // The first queue pair speaks the durable-write extension (0xE0-0xE2), the
+                // second tagged messaging (tag header in SEND payload).
                 cfg.durable_writes = local == QPS[0].0;
+                cfg.tagged = local == QPS[1].0;
+                cfg.tag_rank = 9;
+                cfg.rndv_threshold = 64;
                 node.add_qp(cfg, &send_cq, &recv_cq)
                     .expect("a valid queue pair")
             })
@@ -216,7 +250,19 @@ impl Harness {
             polled: 0,
             tx: vec![0; 8192],
             sent: None,
+            tags,
         };
+        // Tagged receives for tags 0 and 1, and an overflow buffer (the second half of R1).
+        for tag in 0..2u8 {
+            h.post_recv(1, 8, 16 * tag);
+        }
+        let overflow = TagEntry::recv(0, Sge::new(r1.lkey, R1_IOVA + 2048, 2048), 0xf)
+            .with_ignore(u64::MAX)
+            .with_options(Options::MANAGE_LOCAL)
+            .with_min_free(64);
+        h.tags
+            .append(0, ListKind::Overflow, overflow)
+            .expect("room");
         // Four 1 KiB receives per queue pair, covering R1 (both queue pairs share it).
         for q in 0..2 {
             for k in 0..4 {
@@ -245,6 +291,16 @@ impl Harness {
     /// with a local protection error).
     fn post_recv(&mut self, q: usize, a: u8, b: u8) {
         let len = u32::from(a) * 16;
+        if q == 1 {
+            let buf = Sge::new(self.r1.lkey, R1_IOVA + u64::from(b) * 16, len);
+            let cookie = self.wr_id();
+            let _ = self.tags.append(
+                0,
+                ListKind::Priority,
+                TagEntry::recv(u64::from(b & 3), buf, cookie),
+            );
+            return;
+        }
         let sgl = SgList::one(self.r1.lkey, R1_IOVA + u64::from(b) * 16, len);
         let id = self.wr_id();
         if self.qps[q].post_recv(&[RecvRequest::new(id, sgl)]).is_ok() {
@@ -258,6 +314,10 @@ impl Harness {
         let imm = (b & 1 == 1).then_some(0x1234_5678 ^ u32::from(b));
         let id = self.wr_id();
         let wr = match op {
+            WrOp::Send if q == 1 => {
+                let sgl = SgList::one(self.r2.lkey, R2_IOVA + at, len);
+                WorkRequest::tagged_send(id, sgl, 0, u64::from(b & 3), u64::from(a))
+            }
             WrOp::Send => WorkRequest::send(id, SgList::one(self.r2.lkey, R2_IOVA + at, len), imm),
             WrOp::Write => WorkRequest::write(
                 id,
@@ -427,8 +487,26 @@ impl Harness {
         // Answered later, through take_replies (in `step`), when nothing uses R1 any more.
     }
 
-    /// Polls both completion queues and checks every completion against what was posted.
+    /// Polls both completion queues and checks every completion against what was posted, and
+    /// the tag events.
     pub fn poll(&mut self) {
+        let mut evs = [TagEvent::EMPTY; 32];
+        loop {
+            let n = self.tags.poll(&mut evs);
+            if n == 0 {
+                break;
+            }
+            for e in &evs[..n] {
+                assert!(e.mlength <= e.rlength || e.rlength == 0, "{e:?}");
+                if e.addr != 0 {
+                    let r1 = R1_IOVA..R1_IOVA + REGION_LEN as u64;
+                    assert!(
+                        r1.contains(&e.addr) && e.addr + e.mlength <= r1.end,
+                        "{e:?} names its data inside R1"
+                    );
+                }
+            }
+        }
         while let Some(wc) = self.send_cq.poll_one().or_else(|| self.recv_cq.poll_one()) {
             self.polled += 1;
             let Some(posted) = self.outstanding.remove(&wc.wr_id) else {
@@ -473,6 +551,8 @@ impl Harness {
             self.now = deadline.max(self.now + 1000);
         }
         self.poll();
+        let tags = self.node.tags().expect("tagged engine").counters;
+        assert_eq!(tags.events_lost, 0, "no tag event lost: {tags:?}");
         assert_eq!(
             self.polled, self.node.counters.completions,
             "every completion counted was delivered"

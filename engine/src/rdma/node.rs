@@ -791,6 +791,9 @@ impl RdmaNode {
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
                 None => ControlReply::Deregistered(false),
                 Some(slot) => {
+                    if let Some(tags) = &mut self.tags {
+                        tags.region_retired(slot);
+                    }
                     self.deregs.push(PendingDereg { slot, id });
                     self.finish_deregistrations();
                     return None;
@@ -804,7 +807,9 @@ impl RdmaNode {
         let mut k = 0;
         while k < self.deregs.len() {
             let slot = self.deregs[k].slot;
-            if self.qps.entries.iter().any(|e| e.qp.uses_region(slot)) {
+            if self.qps.entries.iter().any(|e| e.qp.uses_region(slot))
+                || self.tags.as_ref().is_some_and(|t| t.uses_region(slot))
+            {
                 k += 1;
                 continue;
             }

@@ -313,6 +313,7 @@ struct Msg {
 /// The worker's tagged-messaging state (see the module documentation).
 pub struct TagShard {
     engine: ProcessingEngine<DeepList>,
+    endpoints: Vec<EndpointIndex>,
     commands: Consumer<TagCommand>,
     events: Producer<TagEvent>,
     msgs: Vec<Msg>,
@@ -456,6 +457,7 @@ impl TagShard {
         Ok((
             TagShard {
                 engine,
+                endpoints: cfg.endpoints.iter().map(|&(ep, _)| ep).collect(),
                 commands: cc,
                 events: ep,
                 msgs: vec![blank; n],
@@ -480,6 +482,45 @@ impl TagShard {
     /// Messages recorded now (in flight, being pulled, or unexpected).
     pub fn recorded(&self) -> usize {
         self.msgs.len() - self.free.len()
+    }
+
+    /// Region `slot` is being deregistered: entries whose buffer lies in it can take no more
+    /// messages, so they are unlinked now, each reported by an `AutoUnlink` event (verbs
+    /// fails a receive whose buffer was deregistered; here it never matches). The control path
+    /// only: this walks every list.
+    pub fn region_retired(&mut self, slot: u32) {
+        let mut doomed = Vec::new();
+        for &ep in &self.endpoints {
+            let Some(e) = self.engine.endpoint(ep) else {
+                continue;
+            };
+            for list in [ListKind::Priority, ListKind::Overflow] {
+                e.for_each_entry(list, &mut |h, me| {
+                    if unpack(me.start).region == slot {
+                        doomed.push((h, me.cookie));
+                    }
+                });
+            }
+        }
+        for (h, cookie) in doomed {
+            if self.engine.unlink(h).is_ok() {
+                self.push_event(TagEvent {
+                    kind: TagEventKind::AutoUnlink,
+                    endpoint: h.ep.0,
+                    list: h.list,
+                    cookie,
+                    ..TagEvent::EMPTY
+                });
+            }
+        }
+    }
+
+    /// Whether a recorded message (arriving, being pulled, or waiting on an unexpected list
+    /// with its data in an overflow buffer) lies in region `slot`: its deregistration waits.
+    pub fn uses_region(&self, slot: u32) -> bool {
+        self.msgs.iter().any(|m| {
+            m.live && (m.at.region == slot || m.claim.is_some_and(|c| c.dest.region == slot))
+        })
     }
 
     /// The next queue pair action from a command, for the engine to carry out.
