@@ -355,3 +355,50 @@ fn endpoints_are_homed_by_the_table_and_foreign_ones_refused() {
         vec![(1, WcStatus::Success), (2, WcStatus::RemoteInvalidRequest)]
     );
 }
+
+#[test]
+fn deregistering_a_region_unlinks_its_entries_and_nothing_lands_there_after() {
+    use super::{Control, ControlReply};
+    let (mut a, mut b, mut port) = tagged_pair();
+    let other = Arc::new(Mapping::anonymous(64 * 1024).unwrap());
+    let keys = b
+        .end
+        .node
+        .register(other.clone(), 0, 64 * 1024, Access::ALL)
+        .unwrap();
+    let buf = Sge {
+        addr: keys.addr,
+        len: 4096,
+        lkey: keys.lkey,
+    };
+    // A persistent entry in the region that is about to go.
+    let persistent = TagEntry::recv(21, buf, 5).with_options(Options::NONE);
+    port.append(0, ListKind::Priority, persistent).unwrap();
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    let reply = b
+        .end
+        .node
+        .control(1, Control::Deregister { lkey: keys.lkey });
+    let mut replies = Vec::new();
+    b.end.node.take_replies(|r| replies.push(r));
+    assert!(
+        reply == Some((1, ControlReply::Deregistered(true)))
+            || replies.contains(&(1, ControlReply::Deregistered(true))),
+        "{reply:?} {replies:?}"
+    );
+    let ev = events(&mut port);
+    assert!(
+        ev.iter()
+            .any(|e| e.kind == TagEventKind::AutoUnlink && e.cookie == 5),
+        "{ev:?}"
+    );
+    // A message for that tag now matches nothing: consumed, dropped, no byte lands anywhere.
+    send(&mut a, 1, 0, &pattern(9, 100), 21);
+    run(&mut a, &mut b);
+    assert_eq!(completions(&mut a)[0].2, WcStatus::Success);
+    assert_eq!(b.end.node.tags().unwrap().counters.dropped, 1);
+    let mut v = vec![0u8; 4096];
+    other.read(0, &mut v).unwrap();
+    assert!(v.iter().all(|&x| x == 0));
+}
