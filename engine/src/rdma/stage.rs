@@ -19,7 +19,7 @@ use crate::runtime::{Counters, Outputs, Stage};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 21] = [
+const COUNTER_NAMES: [&str; 29] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -40,6 +40,15 @@ const COUNTER_NAMES: [&str; 21] = [
     "cq_overruns",
     "persist_jobs",
     "persist_failures",
+    // Tagged messaging (the list-processing shard), 0 on engines without it.
+    "tag_matched",
+    "tag_unexpected",
+    "tag_dropped",
+    "tag_truncated",
+    "tag_pulls",
+    "tag_not_ready",
+    "tag_wrong_engine",
+    "tag_events_lost",
     "alloc_failures",
 ];
 
@@ -115,6 +124,7 @@ impl RdmaStage {
         let mut sum = [0u64; ALLOC_FAILURES];
         for e in &self.engines {
             let n = &e.node.counters;
+            let t = e.node.tags().map(|t| t.counters).unwrap_or_default();
             for (s, v) in sum.iter_mut().zip([
                 n.delivered,
                 n.icrc_errors,
@@ -136,6 +146,14 @@ impl RdmaStage {
                 n.cq_overruns,
                 n.persist_jobs,
                 n.persist_failures,
+                t.matched_priority,
+                t.matched_overflow,
+                t.dropped,
+                t.truncated,
+                t.rendezvous_pulls,
+                t.not_ready,
+                t.wrong_engine,
+                t.events_lost,
             ]) {
                 *s += v;
             }

@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 use rtrb::{Consumer, Producer, RingBuffer};
 
 use crate::lpe::{
-    DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId, Event,
-    EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry, MatchId, MatchOutcome,
-    NiFail, Options, ProcessId, ProcessingEngine, SearchMode,
+    Appended, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId,
+    EntryHandle, Event, EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry,
+    MatchId, MatchOutcome, NiFail, Options, ProcessId, ProcessingEngine, SearchMode,
 };
 use crate::transport::{Access, Landing, Location, MemoryTable, Next, Pull, Sge, TagTarget};
 use crate::wire::{TagHeader, TagKind};
@@ -54,6 +54,11 @@ pub struct TagConfig {
     /// Tagged messages recorded at once: being received, being pulled, or waiting on an
     /// unexpected list. A message that finds none free is refused with RNR (the sender retries).
     pub max_messages: usize,
+    /// No `AutoUnlink`/`AutoFree` events and no `Link` event for use-once entries (Portals'
+    /// per-entry link and unlink event disables, for every entry): a receive then costs one
+    /// event, its put. `Link` events of persistent entries (which carry the handle to unlink
+    /// them) are still written.
+    pub quiet: bool,
 }
 
 impl Default for TagConfig {
@@ -64,6 +69,7 @@ impl Default for TagConfig {
             event_depth: 8192,
             command_depth: 4096,
             max_messages: 4096,
+            quiet: false,
         }
     }
 }
@@ -164,7 +170,14 @@ pub enum TagCommand {
         probe: TagEntry,
         mode: SearchMode,
     },
+    /// Unlink a linked entry (its `Link` event carried the handle). Like `PtlMEUnlink`, no
+    /// event; a stale handle gives `CommandFailed`.
+    Unlink { handle: TagHandle },
 }
+
+/// Names a linked entry, for [`TagPort::unlink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TagHandle(EntryHandle);
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -195,6 +208,8 @@ pub enum TagCommandError {
     /// The endpoint is not homed on this engine.
     NoSuchEndpoint,
     ListFull,
+    /// The entry to unlink is gone (matched, unlinked, or never linked).
+    StaleHandle,
     Other,
 }
 
@@ -219,6 +234,8 @@ pub struct TagEvent {
     /// The message came by rendezvous.
     pub rendezvous: bool,
     pub error: Option<TagCommandError>,
+    /// `Link` events: the entry's handle.
+    pub handle: Option<TagHandle>,
 }
 
 impl TagEvent {
@@ -238,6 +255,7 @@ impl TagEvent {
         truncated: false,
         rendezvous: false,
         error: None,
+        handle: None,
     };
 }
 
@@ -314,6 +332,7 @@ struct Msg {
 pub struct TagShard {
     engine: ProcessingEngine<DeepList>,
     endpoints: Vec<EndpointIndex>,
+    quiet: bool,
     commands: Consumer<TagCommand>,
     events: Producer<TagEvent>,
     msgs: Vec<Msg>,
@@ -324,6 +343,10 @@ pub struct TagShard {
     /// Pulls and done messages for queue pairs, from commands (claims), for the engine to hand
     /// to each queue pair.
     actions: VecDeque<(u32, Next)>,
+    /// The handle of the entry the append being served linked, for its `Link` event, and
+    /// whether that event is suppressed (quiet, use-once).
+    link_handle: Option<TagHandle>,
+    link_quiet: bool,
     pub counters: TagCounters,
 }
 
@@ -370,6 +393,11 @@ impl TagPort {
             probe,
             mode,
         })
+    }
+
+    /// Unlinks the entry `handle` names (from its `Link` event).
+    pub fn unlink(&mut self, handle: TagHandle) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Unlink { handle })
     }
 
     /// Commands that fit in the ring now.
@@ -458,6 +486,7 @@ impl TagShard {
             TagShard {
                 engine,
                 endpoints: cfg.endpoints.iter().map(|&(ep, _)| ep).collect(),
+                quiet: cfg.quiet,
                 commands: cc,
                 events: ep,
                 msgs: vec![blank; n],
@@ -465,6 +494,8 @@ impl TagShard {
                 staging: EventRing::new(STAGING),
                 owed: 0,
                 actions: VecDeque::with_capacity(n),
+                link_handle: None,
+                link_quiet: false,
                 counters: TagCounters::default(),
             },
             TagPort {
@@ -550,6 +581,16 @@ impl TagShard {
 
     /// Writes one event into the application's ring, translating where its data is.
     fn emit(&mut self, e: &Event, mem: &MemoryTable, rendezvous: bool) {
+        self.emit_with(e, mem, rendezvous, None)
+    }
+
+    fn emit_with(
+        &mut self,
+        e: &Event,
+        mem: &MemoryTable,
+        rendezvous: bool,
+        handle: Option<TagHandle>,
+    ) {
         let kind = match e.kind {
             EventKind::Put | EventKind::Get => match e.list {
                 ListKind::Priority => TagEventKind::Put,
@@ -568,6 +609,7 @@ impl TagShard {
             TagEventKind::Put | TagEventKind::PutOverflow | TagEventKind::UnexpectedConsumed
         );
         let truncated = carries && e.mlength < e.rlength;
+        let rendezvous = carries && rendezvous;
         if truncated {
             self.counters.truncated += 1;
         }
@@ -590,6 +632,7 @@ impl TagShard {
             truncated,
             rendezvous,
             error: None,
+            handle,
         };
         self.push_event(ev);
     }
@@ -629,7 +672,7 @@ impl TagShard {
 
     /// An unexpected message `i` that has landed is claimed into `claim.dest`: copy what the
     /// overflow buffer holds, and pull the rest of a rendezvous.
-    fn settle_claim(&mut self, i: usize, claim: Claim, mem: &mut MemoryTable) -> Next {
+    fn settle_claim(&mut self, i: usize, claim: Claim, mem: &MemoryTable) -> Next {
         self.counters.unexpected_claimed += 1;
         let m = self.msgs[i];
         let rlength = u64::from(m.hdr.length);
@@ -673,7 +716,7 @@ impl TagShard {
     }
 
     /// Serves host commands while the event ring has room for what they may write.
-    pub fn serve_commands(&mut self, mem: &mut MemoryTable) {
+    pub fn serve_commands(&mut self, mem: &MemoryTable) {
         while self.events.slots() >= self.owed + COMMAND_EVENT_ROOM {
             let Ok(cmd) = self.commands.pop() else {
                 return;
@@ -694,7 +737,7 @@ impl TagShard {
         });
     }
 
-    fn command(&mut self, cmd: TagCommand, mem: &mut MemoryTable) {
+    fn command(&mut self, cmd: TagCommand, mem: &MemoryTable) {
         match cmd {
             TagCommand::Append {
                 endpoint,
@@ -727,14 +770,23 @@ impl TagShard {
                 };
                 self.staging.clear();
                 let r = self.engine.append(ep, list, me, &mut self.staging);
-                if let Err(e) = r {
-                    let why = match e {
-                        LpeError::ListFull(_) => TagCommandError::ListFull,
-                        _ => TagCommandError::Other,
-                    };
-                    self.fail_command(endpoint, entry.cookie, why);
-                }
+                let handle = match r {
+                    Ok(Appended::Linked { handle, .. }) => Some(TagHandle(handle)),
+                    Ok(Appended::ConsumedUnexpected) => None,
+                    Err(e) => {
+                        let why = match e {
+                            LpeError::ListFull(_) => TagCommandError::ListFull,
+                            _ => TagCommandError::Other,
+                        };
+                        self.fail_command(endpoint, entry.cookie, why);
+                        None
+                    }
+                };
+                self.link_handle = handle;
+                self.link_quiet = self.quiet && entry.options.contains(Options::USE_ONCE);
                 self.after_command(Some((at, u64::from(b.len))), mem);
+                self.link_handle = None;
+                self.link_quiet = false;
             }
             TagCommand::Search {
                 endpoint,
@@ -754,6 +806,7 @@ impl TagShard {
                     cookie: probe.cookie,
                 };
                 self.staging.clear();
+                self.link_handle = None;
                 if self.engine.search(ep, me, mode, &mut self.staging).is_err() {
                     return self.fail_command(
                         endpoint,
@@ -763,16 +816,30 @@ impl TagShard {
                 }
                 self.after_command(None, mem);
             }
+            TagCommand::Unlink { handle } => {
+                if self.engine.unlink(handle.0).is_err() {
+                    let cookie = 0;
+                    self.fail_command(handle.0.ep.0, cookie, TagCommandError::StaleHandle);
+                }
+            }
         }
     }
 
     /// Writes the events a command produced; unexpected messages it claimed are settled into
     /// `dest` (an append) or handed over where they are (search-and-delete).
-    fn after_command(&mut self, dest: Option<(Location, u64)>, mem: &mut MemoryTable) {
+    fn after_command(&mut self, dest: Option<(Location, u64)>, mem: &MemoryTable) {
         self.counters.events_lost += self.staging.lost();
         while let Some(e) = self.staging.pop() {
             if e.kind != EventKind::PutOverflow {
-                self.emit(&e, mem, false);
+                match e.kind {
+                    EventKind::Link if self.link_quiet => {}
+                    EventKind::AutoUnlink | EventKind::AutoFree if self.quiet => {}
+                    EventKind::Link => {
+                        let handle = self.link_handle;
+                        self.emit_with(&e, mem, false, handle);
+                    }
+                    _ => self.emit(&e, mem, false),
+                }
                 continue;
             }
             let Some(i) = self.msg(e.token) else {
@@ -841,6 +908,12 @@ impl TagTarget for TagShard {
             self.counters.wrong_engine += 1;
             return Landing::Refuse;
         }
+        // Every command the application pushed before this packet was taken off the wire is
+        // carried out first, so a receive posted before the message arrived is matched (the
+        // library's block bit: a network request sees every older command).
+        if !self.commands.is_empty() {
+            self.serve_commands(mem);
+        }
         if self.events.slots() < self.owed + EVENTS_PER_MESSAGE * 2 {
             self.counters.not_ready += 1;
             return Landing::NotReady;
@@ -892,6 +965,9 @@ impl TagTarget for TagShard {
         m.nev = 0;
         let mut extra = 0u64;
         while let Some(e) = self.staging.pop() {
+            if self.quiet && matches!(e.kind, EventKind::AutoUnlink | EventKind::AutoFree) {
+                continue;
+            }
             if (m.nev as usize) < EVENTS_PER_MESSAGE {
                 m.events[m.nev as usize] = e;
                 m.nev += 1;
@@ -901,7 +977,6 @@ impl TagTarget for TagShard {
         }
         self.owed += m.nev as usize;
         self.counters.events_lost += extra + self.staging.lost();
-        let _ = mem;
         Landing::Place { at, room, token }
     }
 

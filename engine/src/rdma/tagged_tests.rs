@@ -402,3 +402,80 @@ fn deregistering_a_region_unlinks_its_entries_and_nothing_lands_there_after() {
     other.read(0, &mut v).unwrap();
     assert!(v.iter().all(|&x| x == 0));
 }
+
+#[test]
+fn a_receive_posted_before_the_message_arrives_is_matched_even_if_not_yet_served() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    // The append is still in the command ring when the message's packet reaches B (pump
+    // serves A, carries its packets to B, and only then serves B).
+    port.append(0, ListKind::Priority, TagEntry::recv(13, sge(&b, 0, 64), 1))
+        .unwrap();
+    let data = pattern(10, 40);
+    send(&mut a, 1, 0, &data, 13);
+    run(&mut a, &mut b);
+    assert!(
+        events(&mut port)
+            .iter()
+            .any(|e| e.kind == TagEventKind::Put && e.cookie == 1)
+    );
+    assert_eq!(bytes(&b, 0, 40), data);
+    assert_eq!(b.end.node.tags().unwrap().counters.dropped, 0);
+}
+
+#[test]
+fn quiet_receives_cost_one_event_and_persistent_entries_unlink_by_handle() {
+    let (mut a, mut b) = pair_with(256, |c| c.tagged = true);
+    let _ = a.node.enable_tags(&TagConfig::default()).unwrap();
+    let mut port = b
+        .node
+        .enable_tags(&TagConfig {
+            quiet: true,
+            ..TagConfig::default()
+        })
+        .unwrap();
+    let map = Arc::new(Mapping::anonymous(MIB).unwrap());
+    let kb = b.node.register(map.clone(), 0, MIB, Access::ALL).unwrap();
+    let ka = a.node.register(map, 0, MIB, Access::ALL).unwrap();
+    let buf = |off: u64| Sge {
+        addr: kb.addr + off,
+        len: 64,
+        lkey: kb.lkey,
+    };
+    port.append(0, ListKind::Priority, TagEntry::recv(1, buf(0), 1))
+        .unwrap();
+    let persistent = TagEntry::recv(2, buf(4096), 2).with_options(Options::NONE);
+    port.append(0, ListKind::Priority, persistent).unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    let ev = events(&mut port);
+    // The use-once receive links silently; the persistent one reports its handle.
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!((ev[0].kind, ev[0].cookie), (TagEventKind::Link, 2));
+    let handle = ev[0].handle.expect("a Link event carries the handle");
+    let sgl = SgList::one(ka.lkey, ka.addr, 8);
+    for (id, tag) in [(1, 1), (2, 2)] {
+        a.qp.post_send(&[WorkRequest::tagged_send(id, sgl, 0, tag, 0)])
+            .unwrap();
+    }
+    pump(&mut a.node, &mut b.node, 0);
+    let kinds: Vec<_> = events(&mut port)
+        .iter()
+        .map(|e| (e.kind, e.cookie))
+        .collect();
+    assert_eq!(kinds, vec![(TagEventKind::Put, 1), (TagEventKind::Put, 2)]);
+    port.unlink(handle).unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    assert!(events(&mut port).is_empty(), "unlink writes no event");
+    a.qp.post_send(&[WorkRequest::tagged_send(3, sgl, 0, 2, 0)])
+        .unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    assert!(
+        events(&mut port).is_empty(),
+        "the unlinked entry takes nothing"
+    );
+    assert_eq!(b.node.tags().unwrap().counters.dropped, 1);
+    port.unlink(handle).unwrap();
+    pump(&mut a.node, &mut b.node, 0);
+    let ev = events(&mut port);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].error, Some(super::TagCommandError::StaleHandle));
+}

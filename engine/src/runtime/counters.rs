@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::fault::FaultCounts;
 
 /// How many stage-defined counters a worker has room for.
-pub const STAGE_COUNTERS: usize = 24;
+pub const STAGE_COUNTERS: usize = 32;
 
 /// A worker's counters, as it keeps them while running.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
