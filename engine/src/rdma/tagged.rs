@@ -54,10 +54,11 @@ pub struct TagConfig {
     /// Tagged messages recorded at once: being received, being pulled, or waiting on an
     /// unexpected list. A message that finds none free is refused with RNR (the sender retries).
     pub max_messages: usize,
-    /// No `AutoUnlink`/`AutoFree` events and no `Link` event for use-once entries (Portals'
-    /// per-entry link and unlink event disables, for every entry): a receive then costs one
-    /// event, its put. `Link` events of persistent entries (which carry the handle to unlink
-    /// them) are still written.
+    /// No `Link` events for use-once entries and no `AutoUnlink` events on priority lists
+    /// (Portals' per-entry link and unlink event disables, for every posted receive): a
+    /// receive then costs one event, its put. `Link` events of persistent entries (which
+    /// carry the handle to unlink them) and the overflow list's events (which say when to
+    /// give it a new buffer) are still written.
     pub quiet: bool,
 }
 
@@ -833,7 +834,7 @@ impl TagShard {
             if e.kind != EventKind::PutOverflow {
                 match e.kind {
                     EventKind::Link if self.link_quiet => {}
-                    EventKind::AutoUnlink | EventKind::AutoFree if self.quiet => {}
+                    EventKind::AutoUnlink if self.quiet && e.list == ListKind::Priority => {}
                     EventKind::Link => {
                         let handle = self.link_handle;
                         self.emit_with(&e, mem, false, handle);
@@ -965,7 +966,7 @@ impl TagTarget for TagShard {
         m.nev = 0;
         let mut extra = 0u64;
         while let Some(e) = self.staging.pop() {
-            if self.quiet && matches!(e.kind, EventKind::AutoUnlink | EventKind::AutoFree) {
+            if self.quiet && e.kind == EventKind::AutoUnlink && e.list == ListKind::Priority {
                 continue;
             }
             if (m.nev as usize) < EVENTS_PER_MESSAGE {
