@@ -36,6 +36,7 @@ use crate::transport::{
 };
 
 pub mod persist;
+pub mod tagged;
 
 /// Which operations to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -49,6 +50,9 @@ pub enum BenchOp {
     /// One durable write per operation, into a file-backed region on the target, made durable
     /// the way `--mode` says ([`persist`]).
     Persist,
+    /// Tagged messaging: eager, unexpected and rendezvous tagged sends against software
+    /// matching and RDMA READ ([`tagged`], run by [`tagged::run`]).
+    Tagged,
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +81,8 @@ pub struct BenchOpts {
     /// `persist` only: the file to map as the target's region (default: one in a fresh
     /// directory under /var/tmp, removed afterwards).
     pub file: Option<PathBuf>,
+    /// `tagged` only: the parts to run (empty: all).
+    pub part: Vec<tagged::TaggedPart>,
 }
 
 /// One operation type's results.
@@ -368,6 +374,14 @@ fn usage(msg: String) -> AppError {
 /// Runs the benchmark until its duration is over or `stop` is set, and returns its summary
 /// (printed by the caller).
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
+    if opts.op == BenchOp::Tagged {
+        return Err(usage(
+            "bench tagged has its own summary: run it with bench::tagged::run".into(),
+        ));
+    }
+    if !opts.part.is_empty() {
+        return Err(usage("--part: only `bench tagged` takes it".into()));
+    }
     if opts.op == BenchOp::Persist {
         return persist::run(opts, stop);
     }
@@ -488,7 +502,9 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         BenchOp::Read => 1,
         BenchOp::Send => 2,
         BenchOp::Mixed => id % 3,
-        BenchOp::Persist => unreachable!("`bench persist` runs in bench::persist"),
+        BenchOp::Persist | BenchOp::Tagged => {
+            unreachable!("`bench persist` and `bench tagged` run in their own modules")
+        }
     };
     let source = |id: u64| if kind_of(id) == 1 { &remote } else { &src };
     let mut recv_batch: Vec<RecvRequest> = Vec::with_capacity(opts.qd * 2);

@@ -101,10 +101,15 @@ enum Command {
     /// RDMA benchmark: two RoCEv2 engines on a net_ring link in this process; ops/s, Gbit/s and
     /// latency percentiles (HdrHistogram; measured from the intended send time with --rate).
     Bench {
-        /// write, read, send, mixed (SEND, WRITE and READ in turn), or persist (durable writes
-        /// into a file region on the target, made durable as --mode says).
+        /// write, read, send, mixed (SEND, WRITE and READ in turn), persist (durable writes
+        /// into a file region on the target, made durable as --mode says), or tagged (tagged
+        /// messaging: eager, unexpected, rendezvous, against software matching and READ).
         #[arg(value_enum)]
         op: portico::bench::BenchOp,
+        /// tagged only: the parts to run, comma-separated (default all): eager, unexpected,
+        /// rndv, baseline. tagged runs its own sizes (--size does not apply).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        part: Vec<portico::bench::tagged::TaggedPart>,
         /// persist only: durable (one durable WRITE), write-read (WRITE + 8-byte READ),
         /// write-flush (WRITE + IBTA FLUSH), write-send (WRITE + SEND to a server thread on the
         /// target that persists the range and answers).
@@ -123,9 +128,10 @@ enum Command {
         /// Operations per second (default: closed loop, as fast as completions return).
         #[arg(long, allow_negative_numbers = true)]
         rate: Option<f64>,
-        /// Seconds to run (0: until Ctrl-C or SIGTERM).
-        #[arg(long, allow_negative_numbers = true, default_value_t = 5.0)]
-        duration: f64,
+        /// Seconds to run (default 5; 0: until Ctrl-C or SIGTERM). tagged: seconds measured per
+        /// point (default 0.4).
+        #[arg(long, allow_negative_numbers = true)]
+        duration: Option<f64>,
         /// Path MTU: 256, 512, 1024, 2048 or 4096.
         #[arg(long, default_value_t = 1024)]
         mtu: u32,
@@ -344,6 +350,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
         }
         Command::Bench {
             op,
+            part,
             mode,
             file,
             size,
@@ -373,6 +380,12 @@ fn run(cli: Cli) -> Result<(), AppError> {
             };
             limits::check_memory_mb("--memory-mb", memory_mb, MemoryLimit::read().as_ref())
                 .map_err(|e| AppError::Usage(e.to_string()))?;
+            let tagged = op == portico::bench::BenchOp::Tagged;
+            let duration = duration.unwrap_or(if tagged {
+                portico::bench::tagged::DEFAULT_POINT_SECONDS
+            } else {
+                5.0
+            });
             let opts = portico::bench::BenchOpts {
                 op,
                 size,
@@ -389,7 +402,20 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 eal,
                 mode,
                 file,
+                part,
             };
+            if tagged {
+                let summary = portico::bench::tagged::run(&opts, interrupt_flag())?;
+                portico::bench::tagged::print(&summary, json);
+                return if summary.errors > 0 {
+                    Err(AppError::CheckFailed(format!(
+                        "{} tagged-bench operations failed or went unmatched",
+                        summary.errors
+                    )))
+                } else {
+                    Ok(())
+                };
+            }
             let summary = portico::bench::run(&opts, interrupt_flag())?;
             portico::bench::print(&summary, json, opts.hgrm.as_ref());
             match summary.verify {

@@ -825,3 +825,61 @@ fn bench_persist_runs_every_mode_on_a_file_region() {
         assert_eq!(p["server"].is_object(), mode == "write-send", "{v}");
     }
 }
+
+/// `bench tagged` with every part and tiny points: one JSON object whose results hold every
+/// part's points, each with a nonzero rate, and whose `tagged` object holds the three target
+/// ratios (measured) and the target's tag events.
+#[test]
+fn bench_tagged_runs_every_part_as_json() {
+    let out = portico(&[
+        "bench",
+        "tagged",
+        "--duration",
+        "0.02",
+        "--qd",
+        "16",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "512",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["type"], "bench");
+    assert_eq!(v["op"], "tagged");
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    for part in ["eager", "unexpected", "rndv", "read", "baseline"] {
+        assert!(
+            results.iter().any(|r| r["part"] == part),
+            "no {part} point: {v}"
+        );
+    }
+    for r in results {
+        for k in ["name", "op", "size", "window", "ops", "latency_ns"] {
+            assert!(!r[k].is_null(), "{k}: {r}");
+        }
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["latency_ns"]["p50"].as_u64().unwrap() > 0, "{r}");
+    }
+    let t = &v["tagged"];
+    for k in [
+        "eager_depth1000_vs_depth1",
+        "eager_vs_baseline_depth1000",
+        "rndv_vs_read_4mib",
+    ] {
+        let r = &t["ratios"][k];
+        assert!(r["value"].as_f64().unwrap() > 0.0, "{k}: {t}");
+        assert!(r["target"].as_f64().unwrap() > 0.0, "{k}: {t}");
+        assert!(r["met"].is_boolean(), "{k}: {t}");
+    }
+    let e = &t["target_events"];
+    for k in ["put", "put_overflow", "unexpected_consumed", "rendezvous"] {
+        assert!(e[k].as_u64().unwrap() > 0, "{k}: {t}");
+    }
+    assert_eq!(e["stale"], 0, "{t}");
+    assert!(!v["workers"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(v["ports"].as_array().unwrap().len(), 4, "two pairs: {v}");
+}

@@ -43,6 +43,9 @@ pub enum NiFail {
     PtDisabled,
     /// The endpoint ran out of list entries and fell back to software matching.
     ListFull,
+    /// The message could not be delivered whole (its connection failed before all of its
+    /// data arrived); `mlength` bytes of it are in place. Set by the wire path only.
+    Undeliverable,
 }
 
 /// One full event. Fields that do not apply to a kind are zero.

@@ -27,8 +27,8 @@ use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::transport::{
-    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, PersistJob,
-    QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
+    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
+    PersistJob, QpConfig, QueuePair, RegisterError, TagTarget, WcOpcode, WorkCompletion,
 };
 use crate::wire::{self, EthernetAddress};
 
@@ -551,15 +551,41 @@ impl RdmaNode {
         let Some(tags) = &mut self.tags else {
             return;
         };
-        tags.serve_commands(&mut self.mem);
+        tags.serve_commands(&self.mem);
         while let Some((qpn, next)) = tags.take_action() {
-            if let Some(i) = self.qps.lookup(qpn) {
-                self.qps.entries[i].qp.tag_next(next);
-                let e = &mut self.qps.entries[i];
-                if !e.ready {
-                    e.ready = true;
-                    self.ready.push_back(i as u32);
+            let carried = match self.qps.lookup(qpn) {
+                Some(i) => {
+                    let e = &mut self.qps.entries[i];
+                    let ok = e.qp.tag_next(next);
+                    if ok && !e.ready {
+                        e.ready = true;
+                        self.ready.push_back(i as u32);
+                    }
+                    ok
                 }
+                None => false,
+            };
+            // The queue pair failed (or is gone): the claimed message cannot be pulled.
+            if !carried && let Next::Pull(p) = next {
+                tags.undeliverable(p.token, &self.mem);
+            }
+        }
+    }
+
+    /// Tells the list-processing shard what a queue pair's last call left for it: pulls that
+    /// ended, messages cut off by the error state.
+    fn tag_outcomes(&mut self, slot: u32) {
+        let Some(tags) = &mut self.tags else {
+            return;
+        };
+        let qp = &mut self.qps.entries[slot as usize].qp;
+        while let Some((token, ok)) = qp.take_tag_outcome() {
+            if ok {
+                let qpn = qp.config().local_qpn;
+                let next = tags.pulled(qpn, token, &mut self.mem);
+                qp.tag_next(next);
+            } else {
+                tags.undeliverable(token, &self.mem);
             }
         }
     }
@@ -636,6 +662,7 @@ impl RdmaNode {
             let e = &mut self.qps.entries[slot as usize];
             e.persist_waiting = false;
             e.qp.persist_failed(&mut self.staged);
+            self.tag_outcomes(slot);
             self.make_ready(slot);
         }
     }
@@ -669,6 +696,8 @@ impl RdmaNode {
             self.backlog.push(slot);
         }
         self.counters.posted += took;
+        // A post that failed its local checks moved the queue pair to the error state.
+        self.tag_outcomes(slot);
         if took > 0 {
             self.make_ready(slot);
         }
@@ -696,6 +725,7 @@ impl RdmaNode {
             // The entry may be stale (the deadline moved later): then only re-arm.
             if e.qp.next_deadline().is_some_and(|d| d <= now) {
                 e.qp.on_timer(now, &mut self.staged);
+                self.tag_outcomes(slot);
                 self.make_ready(slot);
             }
             self.arm(slot);

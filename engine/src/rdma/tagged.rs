@@ -278,6 +278,9 @@ pub struct TagCounters {
     pub wrong_engine: u64,
     /// Events the application's ring had no room for (0 unless it stops polling).
     pub events_lost: u64,
+    /// Messages whose queue pair failed before their data was all in place (reported with
+    /// `NiFail::Undeliverable`).
+    pub undeliverable: u64,
 }
 
 /// Host commands wait in their ring while the event ring has fewer free slots than this.
@@ -309,6 +312,8 @@ struct Claim {
     dest: Location,
     room: u64,
     event: Event,
+    /// Bytes already copied into `dest` (a rendezvous pull brings the rest).
+    copied: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -555,6 +560,38 @@ impl TagShard {
         })
     }
 
+    /// The queue pair carrying message `token` failed before its data was all in place (its
+    /// pull failed or could not start, or it failed while the message arrived): the message's
+    /// data event is written now with `NiFail::Undeliverable` and what is in place, and its
+    /// record freed.
+    pub fn undeliverable(&mut self, token: u64, mem: &MemoryTable) {
+        let Some(i) = self.msg(token) else {
+            return;
+        };
+        self.counters.undeliverable += 1;
+        let m = self.msgs[i];
+        let rndv = matches!(m.hdr.kind, TagKind::Rendezvous { .. });
+        if let Some(c) = m.claim {
+            let mut e = c.event;
+            e.fail = NiFail::Undeliverable;
+            e.mlength = c.copied;
+            self.emit(&e, mem, rndv);
+        } else {
+            let have = if m.landed {
+                u64::from(m.received.min(m.room))
+            } else {
+                0
+            };
+            for k in 0..m.nev as usize {
+                if self.msgs[i].events[k].kind == EventKind::Put {
+                    self.msgs[i].events[k].fail = NiFail::Undeliverable;
+                }
+            }
+            self.emit_held(i, have, mem);
+        }
+        self.release(i);
+    }
+
     /// The next queue pair action from a command, for the engine to carry out.
     pub fn take_action(&mut self) -> Option<(u32, Next)> {
         self.actions.pop_front()
@@ -609,7 +646,11 @@ impl TagShard {
             kind,
             TagEventKind::Put | TagEventKind::PutOverflow | TagEventKind::UnexpectedConsumed
         );
-        let truncated = carries && e.mlength < e.rlength;
+        // A rendezvous that went unexpected holds only its first chunk: the rest waits at the
+        // sender for the claim, nothing was discarded.
+        let waits_for_claim = rendezvous && kind == TagEventKind::PutOverflow;
+        let truncated =
+            carries && e.mlength < e.rlength && !waits_for_claim && e.fail == NiFail::Ok;
         let rendezvous = carries && rendezvous;
         if truncated {
             self.counters.truncated += 1;
@@ -690,7 +731,11 @@ impl TagShard {
         match m.hdr.kind {
             TagKind::Rendezvous { addr, rkey } if want > have => {
                 // Held until the pull completes (see `pulled`).
-                self.msgs[i].claim = Some(Claim { event, ..claim });
+                self.msgs[i].claim = Some(Claim {
+                    event,
+                    copied: have,
+                    ..claim
+                });
                 self.owed += 1;
                 self.counters.rendezvous_pulls += 1;
                 Next::Pull(Pull {
@@ -830,7 +875,20 @@ impl TagShard {
     /// `dest` (an append) or handed over where they are (search-and-delete).
     fn after_command(&mut self, dest: Option<(Location, u64)>, mem: &MemoryTable) {
         self.counters.events_lost += self.staging.lost();
+        // A claimed message still arriving into its overflow buffer: that buffer's AUTO_FREE
+        // waits with it, or the application could re-link the buffer under the data.
+        let mut arriving: Option<usize> = None;
         while let Some(e) = self.staging.pop() {
+            if e.kind == EventKind::AutoFree
+                && let Some(i) = arriving
+                && (self.msgs[i].nev as usize) < EVENTS_PER_MESSAGE
+            {
+                let m = &mut self.msgs[i];
+                m.events[m.nev as usize] = e;
+                m.nev += 1;
+                self.owed += 1;
+                continue;
+            }
             if e.kind != EventKind::PutOverflow {
                 match e.kind {
                     EventKind::Link if self.link_quiet => {}
@@ -853,6 +911,7 @@ impl TagShard {
                     dest: at,
                     room,
                     event: e,
+                    copied: 0,
                 },
                 // Search-and-delete: the data stays in the overflow buffer.
                 None => Claim {
@@ -862,12 +921,14 @@ impl TagShard {
                         start: pack(self.msgs[i].at),
                         ..e
                     },
+                    copied: 0,
                 },
             };
             if !self.msgs[i].landed {
                 // Still arriving: settled when its last packet lands.
                 self.msgs[i].claim = Some(claim);
                 self.owed += 1;
+                arriving = Some(i);
                 continue;
             }
             let next = if dest.is_some() {

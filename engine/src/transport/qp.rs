@@ -369,7 +369,8 @@ impl QueuePair {
                 self.enter_error(Some((status, psn)), cq);
                 return;
             }
-            while let Some(token) = self.req.take_pulled() {
+            while let Some((token, true)) = self.req.peek_pulled() {
+                self.req.take_pulled();
                 let next = tags.pulled(self.cfg.local_qpn, token, mem);
                 self.tag_next(next);
             }
@@ -379,10 +380,11 @@ impl QueuePair {
     }
 
     /// Carries out what the engine's tag matching asked of this queue pair: READ the rest of a
-    /// rendezvous message, or tell its sender it is done. Nothing in the error state.
-    pub fn tag_next(&mut self, next: Next) {
+    /// rendezvous message, or tell its sender it is done. Nothing in the error state: then
+    /// false, and a pull's message is one the engine must report undeliverable.
+    pub fn tag_next(&mut self, next: Next) -> bool {
         if self.state == QpState::Error {
-            return;
+            return next == Next::Nothing;
         }
         match next {
             Next::Nothing => {}
@@ -392,6 +394,18 @@ impl QueuePair {
             }
             Next::Done { cookie, length } => self.req.post_done(&self.cfg, cookie, length),
         }
+        true
+    }
+
+    /// What the engine's tag matching has still to hear from this queue pair after a call
+    /// that did not give it `tags` (or entered the error state): a rendezvous pull that ended
+    /// (token, whether it succeeded), or a tagged message cut off by the error state while it
+    /// was arriving (token, false). Each is taken once.
+    pub fn take_tag_outcome(&mut self) -> Option<(u64, bool)> {
+        if let Some(p) = self.req.take_pulled() {
+            return Some(p);
+        }
+        self.resp.tag_orphan.take().map(|token| (token, false))
     }
 
     /// Whether the responder waits for the engine's persisted watermark to pass a ticket.

@@ -143,8 +143,8 @@ pub struct Requester {
     probe: bool,
     /// Internal work requests in `sq` (not counted against the host's depth).
     internal: usize,
-    /// Tokens of rendezvous pulls that completed, for the queue pair to report.
-    pulled: VecDeque<u64>,
+    /// Rendezvous pulls that completed (token, whether successfully), for the engine.
+    pulled: VecDeque<(u64, bool)>,
     /// Requester counters (the responder fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -362,11 +362,25 @@ impl Requester {
         };
         w.done = true;
         self.drain_held(cfg, cq);
+        if self.waiting() == 0 {
+            self.dur_deadline = None;
+            self.dur_retries = 0;
+            self.probe = false;
+        }
     }
 
-    /// Tokens of pulls that completed since the last call.
-    pub(crate) fn take_pulled(&mut self) -> Option<u64> {
+    /// Pulls that completed (or failed) since the last call.
+    pub(crate) fn take_pulled(&mut self) -> Option<(u64, bool)> {
         self.pulled.pop_front()
+    }
+
+    pub(crate) fn peek_pulled(&self) -> Option<(u64, bool)> {
+        self.pulled.front().copied()
+    }
+
+    /// Held WQEs still waiting for their second event (durable ACK, or done message).
+    fn waiting(&self) -> usize {
+        self.sq.iter().take(self.head).filter(|w| w.waits()).count()
     }
 
     pub(crate) fn next_deadline(&self) -> Option<u64> {
@@ -396,12 +410,19 @@ impl Requester {
     /// The last packet of the oldest held durable WRITE again, with AckReq: the responder
     /// takes it as a duplicate and repeats its durable ACK once the data is durable.
     fn probe_packet(&self, cfg: &QpConfig) -> Option<OutPacket> {
-        let i = self
-            .sq
-            .iter()
-            .take(self.head)
-            .position(|w| w.is_durable() && !w.done)?;
+        let i = self.sq.iter().take(self.head).position(|w| w.waits())?;
         let w = &self.sq[i];
+        if w.is_rendezvous() {
+            // The envelope again (one SEND ONLY): a duplicate the target only ACKs.
+            let mut repr = cfg.header(Opcode::SendOnly, w.first_psn, true);
+            repr.bth.ack_req = true;
+            let payload = Some(PayloadRef::SendQueue {
+                wqe: i as u32,
+                offset: 0,
+                len: w.len,
+            });
+            return Some(OutPacket { repr, payload });
+        }
         let WrKind::DurableWrite {
             remote_addr, rkey, ..
         } = w.kind
@@ -727,6 +748,10 @@ impl Requester {
             self.head += 1;
             return false;
         }
+        if w.waits() && self.dur_deadline.is_none() {
+            // A held rendezvous send: the same timer probes a target that went silent.
+            self.dur_deadline = Some(now + self.durable_rto(cfg));
+        }
         if self.head > 0 || w.waits() {
             self.head += 1;
             return false;
@@ -750,7 +775,7 @@ impl Requester {
             self.dur_retries = 0;
             self.probe = false;
         }
-        if self.awaiting_durable() == 0 {
+        if self.waiting() == 0 {
             self.dur_deadline = None;
         } else if progress {
             self.dur_deadline = Some(now + self.durable_rto(cfg));
@@ -787,7 +812,7 @@ impl Requester {
                         .sq
                         .iter()
                         .take(self.head)
-                        .find(|w| w.is_durable() && !w.done)
+                        .find(|w| w.waits())
                         .is_some_and(|w| psn::before_eq(w.last_psn(), psn))
                 {
                     self.dur_retries = 0;
@@ -990,11 +1015,7 @@ impl Requester {
             self.dur_retries += 1;
             if self.dur_retries > cfg.retry_limit {
                 self.dur_deadline = None;
-                let oldest = self
-                    .sq
-                    .iter()
-                    .take(self.head)
-                    .find(|w| w.is_durable() && !w.done);
+                let oldest = self.sq.iter().take(self.head).find(|w| w.waits());
                 if let Some(w) = oldest {
                     return Outcome::Fatal(WcStatus::RetryExceeded, w.last_psn());
                 }
@@ -1027,8 +1048,8 @@ impl Requester {
         if w.is_internal() {
             // The host reserved no completion for it: the engine hears of a pull instead.
             self.internal -= 1;
-            if let (WrKind::TagPull { token, .. }, WcStatus::Success) = (w.kind, status) {
-                self.pulled.push_back(token);
+            if let WrKind::TagPull { token, .. } = w.kind {
+                self.pulled.push_back((token, status == WcStatus::Success));
             }
             return;
         }

@@ -142,6 +142,8 @@ pub struct Responder {
     pub(crate) tag_next: Next,
     /// The cookie of a done message that arrived for one of our rendezvous sends.
     pub(crate) tag_done: Option<u32>,
+    /// The token of a tagged message cut off by the error state while it was arriving.
+    pub(crate) tag_orphan: Option<u64>,
     /// Responder counters (the requester fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -163,6 +165,7 @@ impl Responder {
             last_ack: Some(psn::sub(cfg.recv_psn, 1)),
             tag_next: Next::Nothing,
             tag_done: None,
+            tag_orphan: None,
             dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
             stats: QpStats::default(),
         }
@@ -848,8 +851,12 @@ impl Responder {
     /// Error state: flush posted receives, forget work in progress. A queued
     /// NAK survives so the peer learns why.
     pub(crate) fn fail(&mut self, cfg: &QpConfig, cq: &mut CompletionQueue) {
-        if let Some(InMsg::Send { recv, .. }) = self.cur.take() {
-            complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None);
+        match self.cur.take() {
+            Some(InMsg::Send { recv, .. }) => {
+                complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None)
+            }
+            Some(InMsg::Tagged { token, .. }) => self.tag_orphan = Some(token),
+            _ => {}
         }
         while let Some(recv) = self.rq.pop_front() {
             complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None);

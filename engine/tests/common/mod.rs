@@ -7,7 +7,8 @@
 //!   Errors that end a connection (a NAK for a bad rkey ends both of its queue pairs, a bad
 //!   local buffer ends one) each get a connection of their own there.
 //!
-//! One EAL per process: every test binary that uses these holds a single test function.
+//! One EAL per process: a test binary that uses [`start`] or [`start_connections`] holds a
+//! single test function; one with several test functions uses [`shared_eal`] and [`serial`].
 #![allow(dead_code, unused_imports)] // Each test binary uses part of this module.
 
 use std::sync::OnceLock;
@@ -122,4 +123,48 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// EAL for a test binary that holds several test functions (the tagged-messaging tests): the
+/// first call starts it, with room for a pair of engines per test (`-m 2048`, no hugepages),
+/// and every call returns the cores the process may use. Each test then starts its own pair
+/// under a name of its own; [`serial`] keeps the tests from running at once.
+pub fn shared_eal() -> &'static [usize] {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    // Before EAL starts: EAL pins the calling thread to its main lcore.
+    let cores = cores();
+    STARTED.get_or_init(|| {
+        let args: Vec<String> = [
+            "--no-huge",
+            "-m",
+            "2048",
+            "--no-shconf",
+            "--no-pci",
+            "-l",
+            "0",
+            "--log-level=lib.eal:error",
+        ]
+        .map(String::from)
+        .to_vec();
+        Eal::init(&args).expect("EAL starts");
+    });
+    cores
+}
+
+/// One test at a time in a binary whose tests each start engines (on 2 cores, two pairs of
+/// busy-polling workers would share a core). A test that failed does not stop the next.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Pins the calling thread (the application) to the first core the process may use, away from
+/// workers started on the last one, when there are two or more: a test thread that checks
+/// megabytes then never takes a worker's core (which would stall that engine for a scheduler
+/// slice, long enough for its retransmission timers to fire).
+pub fn host_on_first_core() {
+    let cores = cores();
+    if cores.len() > 1 {
+        core_affinity::set_for_current(core_affinity::CoreId { id: cores[0] });
+    }
 }
