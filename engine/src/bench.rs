@@ -765,20 +765,7 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
             us(l.max)
         );
     }
-    for w in &s.workers {
-        let c: Vec<String> = w
-            .counters
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!(
-            "  worker {} (core {}): {}",
-            w.worker,
-            w.core.unwrap_or(0),
-            c.join(", ")
-        );
-    }
+    print_workers(&s.workers);
     report::port_table(&s.ports);
     if let Some(v) = &s.verify {
         println!(
@@ -817,5 +804,23 @@ mod tests {
                 buf[at] ^= 0x10;
             }
         }
+    }
+}
+
+/// One line per worker with its nonzero counters.
+pub(crate) fn print_workers(workers: &[crate::runtime::WorkerReport]) {
+    for w in workers {
+        let c: Vec<String> = w
+            .counters
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!(
+            "  worker {} (core {}): {}",
+            w.worker,
+            w.core.unwrap_or(0),
+            c.join(", ")
+        );
     }
 }

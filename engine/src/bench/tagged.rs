@@ -1854,20 +1854,7 @@ pub fn print(s: &TaggedBenchSummary, json: bool) {
         e.command_failed,
         e.stale
     );
-    for w in &s.workers {
-        let c: Vec<String> = w
-            .counters
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!(
-            "  worker {} (core {}): {}",
-            w.worker,
-            w.core.unwrap_or(0),
-            c.join(", ")
-        );
-    }
+    super::print_workers(&s.workers);
     report::port_table(&s.ports);
 }
 
