@@ -512,6 +512,9 @@ impl RdmaNode {
             self.persist_waiters.push(i as u32);
         }
         c.delivered += 1;
+        // A packet that moved the queue pair to the error state may have cut off a tagged
+        // message or a pull.
+        self.tag_outcomes(i as u32);
         self.make_ready(i as u32);
         self.arm(i as u32);
         RxOutcome::Delivered

@@ -479,3 +479,47 @@ fn quiet_receives_cost_one_event_and_persistent_entries_unlink_by_handle() {
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].error, Some(super::TagCommandError::StaleHandle));
 }
+
+#[test]
+fn a_message_cut_off_by_the_error_state_is_reported_undeliverable() {
+    use crate::lpe::NiFail;
+    let (mut a, mut b, mut port) = tagged_pair();
+    port.append(
+        0,
+        ListKind::Priority,
+        TagEntry::recv(6, sge(&b, 0, 4096), 8),
+    )
+    .unwrap();
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    // A 3-packet eager message; only its first packet reaches B.
+    send(&mut a, 1, 0, &pattern(11, 3000), 6);
+    a.end.node.service(0);
+    let tx = a.end.node.poll_transmit(0).expect("the first packet");
+    let mut frame = vec![0u8; 9000];
+    let len = a.end.node.emit(&tx, &mut frame).unwrap();
+    b.end.node.receive(0, &frame[..len]);
+    assert_eq!(b.end.node.tags().unwrap().recorded(), 1);
+    // B's queue pair fails (a send with a bad key), with the message half received.
+    let bad = SgList::one(0xdead_beef, 0, 8);
+    b.end
+        .qp
+        .post_send(&[WorkRequest::tagged_send(9, bad, 0, 1, 0)])
+        .unwrap();
+    b.end.node.service(0);
+    b.end.node.flush_completions();
+    let put = events(&mut port)
+        .into_iter()
+        .find(|e| e.kind == TagEventKind::Put)
+        .expect("the message is reported");
+    assert_eq!(
+        (put.fail, put.cookie, put.mlength),
+        (NiFail::Undeliverable, 8, 0)
+    );
+    assert_eq!(
+        b.end.node.tags().unwrap().recorded(),
+        0,
+        "its record is freed"
+    );
+    assert_eq!(b.end.node.tags().unwrap().counters.undeliverable, 1);
+}

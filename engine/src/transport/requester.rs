@@ -152,7 +152,10 @@ pub struct Requester {
 impl Requester {
     pub(crate) fn new(cfg: &QpConfig) -> Requester {
         Requester {
-            sq: VecDeque::with_capacity(cfg.max_send_wr + INTERNAL_RESERVE),
+            // Only tagged queue pairs post internal work requests.
+            sq: VecDeque::with_capacity(
+                cfg.max_send_wr + if cfg.tagged { INTERNAL_RESERVE } else { 0 },
+            ),
             next_psn: cfg.send_psn,
             tx_psn: cfg.send_psn,
             tx_idx: 0,
@@ -169,7 +172,7 @@ impl Requester {
             dur_retries: 0,
             probe: false,
             internal: 0,
-            pulled: VecDeque::with_capacity(INTERNAL_RESERVE),
+            pulled: VecDeque::with_capacity(if cfg.tagged { INTERNAL_RESERVE } else { 0 }),
             stats: QpStats::default(),
         }
     }
