@@ -784,6 +784,24 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
 }
 
+/// One line per worker with its nonzero counters.
+pub(crate) fn print_workers(workers: &[crate::runtime::WorkerReport]) {
+    for w in workers {
+        let c: Vec<String> = w
+            .counters
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!(
+            "  worker {} (core {}): {}",
+            w.worker,
+            w.core.unwrap_or(0),
+            c.join(", ")
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -804,23 +822,5 @@ mod tests {
                 buf[at] ^= 0x10;
             }
         }
-    }
-}
-
-/// One line per worker with its nonzero counters.
-pub(crate) fn print_workers(workers: &[crate::runtime::WorkerReport]) {
-    for w in workers {
-        let c: Vec<String> = w
-            .counters
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!(
-            "  worker {} (core {}): {}",
-            w.worker,
-            w.core.unwrap_or(0),
-            c.join(", ")
-        );
     }
 }
