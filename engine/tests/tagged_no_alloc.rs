@@ -6,16 +6,13 @@
 //! into a posted receive and an unexpected rendezvous claimed by an append (each pulled by the
 //! target's worker), with overflow buffers unlinked, relinked and freed as they fill.
 //!
-//! The counting global allocator of this binary tells the application's thread (marked) from
-//! every other one; the first allocations off it during the measured phase are recorded with
-//! their backtraces, so a failure says where.
+//! The counting global allocator is `stats_alloc`, as in `rdma_no_alloc.rs`: its counters are
+//! shared by every thread, so it sees the worker's allocations as well as this thread's.
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::alloc::System;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pmem::Mapping;
@@ -23,67 +20,10 @@ use portico::lpe::{ListKind, Options};
 use portico::rdma::loopback::{self, LoopbackOpts};
 use portico::rdma::{MemoryRegion, TagConfig, TagEntry, TagEvent, TagEventKind, TagPort};
 use portico::transport::{Access, QpConfig, WcStatus, WorkCompletion, WorkRequest};
-
-/// Counts allocations while armed: on the marked (application) thread, and elsewhere.
-struct Counting;
-
-static ARMED: AtomicBool = AtomicBool::new(false);
-static HOST_ALLOCS: AtomicU64 = AtomicU64::new(0);
-static OTHER_ALLOCS: AtomicU64 = AtomicU64::new(0);
-/// Backtraces of the first allocations off the application's thread while armed.
-static WHERE: Mutex<Vec<String>> = Mutex::new(Vec::new());
-const BACKTRACES: usize = 3;
-
-thread_local! {
-    static HOST: Cell<bool> = const { Cell::new(false) };
-    /// Inside the recording below (its own allocations are not counted).
-    static RECORDING: Cell<bool> = const { Cell::new(false) };
-}
-
-impl Counting {
-    fn count(&self) {
-        if !ARMED.load(Ordering::Relaxed) || RECORDING.with(Cell::get) {
-            return;
-        }
-        if HOST.with(Cell::get) {
-            HOST_ALLOCS.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if OTHER_ALLOCS.fetch_add(1, Ordering::Relaxed) < BACKTRACES as u64 {
-            RECORDING.with(|r| r.set(true));
-            let thread = std::thread::current();
-            let name = thread.name().unwrap_or("unnamed").to_string();
-            let trace = std::backtrace::Backtrace::force_capture().to_string();
-            if let Ok(mut w) = WHERE.lock() {
-                w.push(format!("thread {name}:\n{trace}"));
-            }
-            RECORDING.with(|r| r.set(false));
-        }
-    }
-}
-
-// SAFETY: every call goes to the system allocator unchanged; counting touches only atomics and
-// const-initialised thread-locals without destructors (recording guards its own allocations).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.count();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.count();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        self.count();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const KIB: usize = 1024;
 const EP: u16 = 0;
@@ -198,7 +138,6 @@ fn src_offset(seq: u64) -> usize {
 
 #[test]
 fn tagged_messages_allocate_nothing_after_warm_up() {
-    HOST.with(|h| h.set(true));
     let last = *common::start_eal().last().unwrap();
     common::host_on_first_core();
     let mut qp = QpConfig::new(0, 0);
@@ -298,42 +237,31 @@ fn tagged_messages_allocate_nothing_after_warm_up() {
     // Warm-up: rings, queues, lists and mempool caches reach their working sizes, and every
     // overflow buffer is linked, filled, unlinked and freed at least once.
     run(&mut host, 300);
-    // The allocator sees other threads' allocations (a thread that allocates while armed).
-    ARMED.store(true, Ordering::SeqCst);
+    // The allocator sees other threads' allocations.
+    let probe = Region::new(GLOBAL);
     std::thread::spawn(|| std::hint::black_box(vec![1u8; 100]).len())
         .join()
         .unwrap();
-    ARMED.store(false, Ordering::SeqCst);
     assert!(
-        OTHER_ALLOCS.load(Ordering::SeqCst) > 0,
+        probe.change().allocations > 0,
         "the counter sees other threads"
     );
-    OTHER_ALLOCS.store(0, Ordering::SeqCst);
-    HOST_ALLOCS.store(0, Ordering::SeqCst);
-    WHERE.lock().unwrap().clear();
     let started = Instant::now();
-    ARMED.store(true, Ordering::SeqCst);
+    let region = Region::new(GLOBAL);
     let sent = run(&mut host, 2000);
-    ARMED.store(false, Ordering::SeqCst);
+    let change = region.change();
     let elapsed = started.elapsed();
-    let (on_host, elsewhere) = (
-        HOST_ALLOCS.load(Ordering::SeqCst),
-        OTHER_ALLOCS.load(Ordering::SeqCst),
-    );
     let reports = pair.runtime.join().unwrap();
     let retx: u64 = reports
         .iter()
         .filter_map(|r| r.counter("retransmissions"))
         .sum();
     eprintln!(
-        "{sent} tagged messages in {elapsed:?}: {elsewhere} allocations on the worker, \
-         {on_host} on the application's thread; retransmissions {retx}"
+        "{sent} tagged messages in {elapsed:?}: allocations {change:?}; retransmissions {retx}"
     );
-    let traces = WHERE.lock().unwrap().join("\n----\n");
     assert_eq!(
-        elsewhere, 0,
-        "heap allocations off the application's thread (the worker) during {sent} tagged \
-         messages; the first ones:\n{traces}"
+        (change.allocations, change.reallocations),
+        (0, 0),
+        "heap allocations (worker and application) during {sent} tagged messages: {change:?}"
     );
-    assert_eq!(on_host, 0, "heap allocations on the application's thread");
 }
