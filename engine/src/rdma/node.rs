@@ -28,7 +28,7 @@ use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::transport::{
     Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
-    PersistJob, QpConfig, QueuePair, RegisterError, TagTarget, WcOpcode, WorkCompletion,
+    PersistJob, QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
 };
 use crate::wire::{self, EthernetAddress};
 
@@ -584,9 +584,9 @@ impl RdmaNode {
         let qp = &mut self.qps.entries[slot as usize].qp;
         while let Some((token, ok)) = qp.take_tag_outcome() {
             if ok {
-                let qpn = qp.config().local_qpn;
-                let next = tags.pulled(qpn, token, &mut self.mem);
-                qp.tag_next(next);
+                // The done message; a queue pair that failed meanwhile cannot send it, and
+                // its sender's probes fail the send.
+                qp.tag_next(tags.pulled(token, &self.mem));
             } else {
                 tags.undeliverable(token, &self.mem);
             }

@@ -1090,8 +1090,12 @@ impl TagTarget for TagShard {
             }
         }
     }
+}
 
-    fn pulled(&mut self, _qpn: u32, token: u64, mem: &mut MemoryTable) -> Next {
+impl TagShard {
+    /// A pull a queue pair issued for `token` completed: the message is whole; its events go
+    /// out and its sender is told (the returned done message).
+    pub fn pulled(&mut self, token: u64, mem: &MemoryTable) -> Next {
         let Some(i) = self.msg(token) else {
             return Next::Nothing;
         };

@@ -367,12 +367,6 @@ impl QueuePair {
             let outcome = self.req.on_response(now, &self.cfg, repr, payload, mem, cq);
             if let Outcome::Fatal(status, psn) = outcome {
                 self.enter_error(Some((status, psn)), cq);
-                return;
-            }
-            while let Some((token, true)) = self.req.peek_pulled() {
-                self.req.take_pulled();
-                let next = tags.pulled(self.cfg.local_qpn, token, mem);
-                self.tag_next(next);
             }
         } else {
             self.stats.rx_dropped += 1;

@@ -202,14 +202,6 @@ impl Requester {
         self.sq.len() - self.internal < cfg.max_send_wr
     }
 
-    /// Tagged sends waiting for the target's done message.
-    pub fn awaiting_rendezvous(&self) -> usize {
-        self.sq
-            .iter()
-            .filter(|w| w.is_rendezvous() && !w.done)
-            .count()
-    }
-
     /// Whether any queued work request has a local buffer in region `slot`.
     pub(crate) fn uses_region(&self, slot: u32) -> bool {
         self.sq.iter().any(|w| w.local.uses_region(slot))
@@ -375,10 +367,6 @@ impl Requester {
     /// Pulls that completed (or failed) since the last call.
     pub(crate) fn take_pulled(&mut self) -> Option<(u64, bool)> {
         self.pulled.pop_front()
-    }
-
-    pub(crate) fn peek_pulled(&self) -> Option<(u64, bool)> {
-        self.pulled.front().copied()
     }
 
     /// Held WQEs still waiting for their second event (durable ACK, or done message).

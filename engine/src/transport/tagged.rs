@@ -56,8 +56,6 @@ pub trait TagTarget {
     /// Its last packet landed: `received` data bytes arrived in all (those past the room were
     /// discarded).
     fn landed(&mut self, qpn: u32, token: u64, received: u32, mem: &mut MemoryTable) -> Next;
-    /// A pull this queue pair issued for `token` completed.
-    fn pulled(&mut self, qpn: u32, token: u64, mem: &mut MemoryTable) -> Next;
 }
 
 /// No tagged messaging on this engine: every tagged message is refused.
@@ -68,9 +66,6 @@ impl TagTarget for NoTags {
         Landing::Refuse
     }
     fn landed(&mut self, _: u32, _: u64, _: u32, _: &mut MemoryTable) -> Next {
-        Next::Nothing
-    }
-    fn pulled(&mut self, _: u32, _: u64, _: &mut MemoryTable) -> Next {
         Next::Nothing
     }
 }
