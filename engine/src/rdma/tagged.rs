@@ -1042,7 +1042,7 @@ impl TagTarget for TagShard {
         Landing::Place { at, room, token }
     }
 
-    fn landed(&mut self, _qpn: u32, token: u64, received: u32, mem: &mut MemoryTable) -> Next {
+    fn landed(&mut self, _qpn: u32, token: u64, received: u32, mem: &MemoryTable) -> Next {
         let Some(i) = self.msg(token) else {
             return Next::Nothing;
         };

@@ -55,7 +55,7 @@ pub trait TagTarget {
     fn arrive(&mut self, qpn: u32, hdr: &TagHeader, mem: &MemoryTable) -> Landing;
     /// Its last packet landed: `received` data bytes arrived in all (those past the room were
     /// discarded).
-    fn landed(&mut self, qpn: u32, token: u64, received: u32, mem: &mut MemoryTable) -> Next;
+    fn landed(&mut self, qpn: u32, token: u64, received: u32, mem: &MemoryTable) -> Next;
 }
 
 /// No tagged messaging on this engine: every tagged message is refused.
@@ -65,7 +65,7 @@ impl TagTarget for NoTags {
     fn arrive(&mut self, _: u32, _: &TagHeader, _: &MemoryTable) -> Landing {
         Landing::Refuse
     }
-    fn landed(&mut self, _: u32, _: u64, _: u32, _: &mut MemoryTable) -> Next {
+    fn landed(&mut self, _: u32, _: u64, _: u32, _: &MemoryTable) -> Next {
         Next::Nothing
     }
 }
