@@ -36,6 +36,7 @@ use crate::transport::{
 };
 
 pub mod persist;
+pub mod placement;
 pub mod tagged;
 
 /// Which operations to run.
@@ -53,6 +54,9 @@ pub enum BenchOp {
     /// Tagged messaging: eager, unexpected and rendezvous tagged sends against software
     /// matching and RDMA READ ([`tagged`], run by [`tagged::run`]).
     Tagged,
+    /// Header + data to a target's buffer list: the placement planner's one coalesced WRITE
+    /// against two WRITEs and naive coalescing ([`placement`], run by [`placement::run`]).
+    Placement,
 }
 
 #[derive(Debug, Clone)]
@@ -374,9 +378,9 @@ fn usage(msg: String) -> AppError {
 /// Runs the benchmark until its duration is over or `stop` is set, and returns its summary
 /// (printed by the caller).
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
-    if opts.op == BenchOp::Tagged {
+    if matches!(opts.op, BenchOp::Tagged | BenchOp::Placement) {
         return Err(usage(
-            "bench tagged has its own summary: run it with bench::tagged::run".into(),
+            "bench tagged and bench placement have their own summaries: run them with bench::tagged::run and bench::placement::run".into(),
         ));
     }
     if !opts.part.is_empty() {
@@ -502,8 +506,8 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         BenchOp::Read => 1,
         BenchOp::Send => 2,
         BenchOp::Mixed => id % 3,
-        BenchOp::Persist | BenchOp::Tagged => {
-            unreachable!("`bench persist` and `bench tagged` run in their own modules")
+        BenchOp::Persist | BenchOp::Tagged | BenchOp::Placement => {
+            unreachable!("`bench persist`, `tagged` and `placement` run in their own modules")
         }
     };
     let source = |id: u64| if kind_of(id) == 1 { &remote } else { &src };

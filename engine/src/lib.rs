@@ -23,6 +23,7 @@ pub mod hugepages;
 pub mod latency;
 pub mod lpe;
 pub mod peer;
+pub mod placement;
 pub mod rdma;
 pub mod report;
 pub mod runtime;

@@ -103,7 +103,9 @@ enum Command {
     Bench {
         /// write, read, send, mixed (SEND, WRITE and READ in turn), persist (durable writes
         /// into a file region on the target, made durable as --mode says), or tagged (tagged
-        /// messaging: eager, unexpected, rendezvous, against software matching and READ).
+        /// messaging: eager, unexpected, rendezvous, against software matching and READ), or
+        /// placement (header + data to a buffer list: one coalesced WRITE against two WRITEs
+        /// and naive coalescing, headers 64 B to 1 KiB, data 1 KiB to 1 MiB).
         #[arg(value_enum)]
         op: portico::bench::BenchOp,
         /// tagged only: the parts to run, comma-separated (default all): eager, unexpected,
@@ -128,8 +130,8 @@ enum Command {
         /// Operations per second (default: closed loop, as fast as completions return).
         #[arg(long, allow_negative_numbers = true)]
         rate: Option<f64>,
-        /// Seconds to run (default 5; 0: until Ctrl-C or SIGTERM). tagged: seconds measured per
-        /// point (default 0.4).
+        /// Seconds to run (default 5; 0: until Ctrl-C or SIGTERM). tagged, placement: seconds
+        /// measured per point (default 0.4, 0.3).
         #[arg(long, allow_negative_numbers = true)]
         duration: Option<f64>,
         /// Path MTU: 256, 512, 1024, 2048 or 4096.
@@ -381,8 +383,11 @@ fn run(cli: Cli) -> Result<(), AppError> {
             limits::check_memory_mb("--memory-mb", memory_mb, MemoryLimit::read().as_ref())
                 .map_err(|e| AppError::Usage(e.to_string()))?;
             let tagged = op == portico::bench::BenchOp::Tagged;
+            let placement = op == portico::bench::BenchOp::Placement;
             let duration = duration.unwrap_or(if tagged {
                 portico::bench::tagged::DEFAULT_POINT_SECONDS
+            } else if placement {
+                portico::bench::placement::DEFAULT_POINT_SECONDS
             } else {
                 5.0
             });
@@ -404,6 +409,18 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 file,
                 part,
             };
+            if placement {
+                let summary = portico::bench::placement::run(&opts, interrupt_flag())?;
+                portico::bench::placement::print(&summary, json);
+                return if summary.errors > 0 {
+                    Err(AppError::CheckFailed(format!(
+                        "placement bench: {}",
+                        summary.failures.join("; ")
+                    )))
+                } else {
+                    Ok(())
+                };
+            }
             if tagged {
                 let summary = portico::bench::tagged::run(&opts, interrupt_flag())?;
                 portico::bench::tagged::print(&summary, json);

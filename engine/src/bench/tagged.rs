@@ -210,7 +210,12 @@ pub struct Ratio {
 }
 
 impl Ratio {
-    fn new(of: &'static str, num: Option<f64>, den: Option<f64>, target: Option<f64>) -> Ratio {
+    pub(super) fn new(
+        of: &'static str,
+        num: Option<f64>,
+        den: Option<f64>,
+        target: Option<f64>,
+    ) -> Ratio {
         let value = match (num, den) {
             (Some(n), Some(d)) if d > 0.0 => Some(n / d),
             _ => None,
@@ -314,7 +319,7 @@ impl Rng {
 /// A point's clock: warm-up, measurement, then the end of posting. The measurement lasts
 /// its duration and, beyond it, until it has counted `min_ops` operations (for
 /// [`MAX_EXTENSION`] at most): a short point of large messages still measures some.
-struct Clock {
+pub(super) struct Clock {
     warm_end: Instant,
     end: Instant,
     min_ops: u64,
@@ -328,7 +333,7 @@ struct Clock {
 const MAX_EXTENSION: Duration = Duration::from_secs(2);
 
 impl Clock {
-    fn new(point: Duration, warm: Duration, window: usize) -> Clock {
+    pub(super) fn new(point: Duration, warm: Duration, window: usize) -> Clock {
         let t0 = Instant::now();
         Clock {
             warm_end: t0 + warm,
@@ -341,7 +346,7 @@ impl Clock {
     }
 
     /// Notes progress at `now` when `n` events or completions were taken.
-    fn progressed(&mut self, n: usize, now: Instant) {
+    pub(super) fn progressed(&mut self, n: usize, now: Instant) {
         if n > 0 {
             self.progress = now;
         }
@@ -349,7 +354,7 @@ impl Clock {
 
     /// Moves on at `now`, `ops` operations measured so far; true when the measurement
     /// starts now (the caller resets its counts).
-    fn tick(&mut self, now: Instant, stop: &AtomicBool, ops: u64) -> bool {
+    pub(super) fn tick(&mut self, now: Instant, stop: &AtomicBool, ops: u64) -> bool {
         let mut started = false;
         if self.measure.is_none() && now >= self.warm_end {
             self.measure = Some(now);
@@ -362,15 +367,15 @@ impl Clock {
         started
     }
 
-    fn measuring(&self) -> bool {
+    pub(super) fn measuring(&self) -> bool {
         self.measure.is_some() && self.ended.is_none()
     }
 
-    fn ended(&self) -> bool {
+    pub(super) fn ended(&self) -> bool {
         self.ended.is_some()
     }
 
-    fn seconds(&self) -> f64 {
+    pub(super) fn seconds(&self) -> f64 {
         match (self.measure, self.ended) {
             (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
             _ => 0.0,
@@ -378,7 +383,7 @@ impl Clock {
     }
 
     /// The measurement is over and nothing has moved for [`GRACE`].
-    fn overdue(&self, now: Instant) -> bool {
+    pub(super) fn overdue(&self, now: Instant) -> bool {
         self.ended
             .is_some_and(|e| now.saturating_duration_since(e.max(self.progress)) >= GRACE)
     }

@@ -20,6 +20,7 @@ pub mod flusher;
 mod host;
 pub mod loopback;
 mod node;
+mod placed;
 pub mod rings;
 mod stage;
 pub mod tagged;
@@ -28,6 +29,7 @@ mod tagged_tests;
 
 pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, RdmaHandle};
 pub use node::{AddQpError, NodeCounters, RdmaNode, RxOutcome, Tx};
+pub use placed::{PlaceError, Placed};
 pub use rings::{Cq, Qp, QueueFull};
 pub use stage::RdmaStage;
 pub use tagged::{
