@@ -1,7 +1,8 @@
 //! `portico bench placement`: header + data to a target's buffer list (seed 003), three ways,
 //! in one run on one pair of engines.
 //!
-//! - `coalesced`: the planner's layout ([`crate::placement`]), sent with `Qp::post_placed`:
+//! - `coalesced`: the planner's layout ([`crate::placement`]), sent with `Qp::post_placed`
+//!   (every message is planned, gathered and posted by that call, as an application would):
 //!   one RDMA WRITE with immediate gathered from the header's and the data's own buffers, the
 //!   data on page boundaries, the header on its alignment. The target uses the data where it
 //!   landed: no copy.
@@ -223,6 +224,9 @@ struct Prepared {
     packets: u64,
     /// `naive`: where the data landed in the target's region (offset), to copy out.
     copy_from: Option<usize>,
+    /// `coalesced`: what every message plans and gathers again (`Qp::post_placed`), as an
+    /// application does; `wrs` is the first message's result, for the wire figures.
+    placed: Option<(Request, [Buffer; BUFFERS], Sources)>,
 }
 
 /// The session: both ends, the regions, the scratch.
@@ -271,6 +275,7 @@ impl Session {
             frames: 0,
             packets: 0,
             copy_from: None,
+            placed: None,
         };
         let add = |out: &mut Prepared, wr: WorkRequest, imm: bool| {
             let len = wr.sgl.total_len();
@@ -310,6 +315,7 @@ impl Session {
                     add(&mut out, *wr, i == last);
                 }
                 out.waste = layout_waste(&layout, &req, &bufs);
+                out.placed = Some((req, bufs, src));
             }
             Method::TwoWrites => {
                 let hw = WorkRequest::write(
@@ -385,10 +391,25 @@ impl Session {
                 hist = Latency::new();
             }
             while !clock.ended() && starts.len() < window && a_out + prep.n <= SQ_DEPTH {
-                self.a_qp
-                    .post_send(&prep.wrs[..prep.n])
-                    .map_err(|e| AppError::Failed(format!("posting WRITEs: {e}")))?;
-                a_out += prep.n;
+                let posted = match &prep.placed {
+                    // Plan, gather and post: the whole per-message cost of the API.
+                    Some((req, bufs, src)) => {
+                        let rkey = self.dst.rkey();
+                        self.a_qp
+                            .post_placed(&mut self.planner, req, bufs, rkey, src, 0)
+                            .map_err(|e| {
+                                AppError::Failed(format!("posting a placed message: {e}"))
+                            })?
+                            .writes
+                    }
+                    None => {
+                        self.a_qp
+                            .post_send(&prep.wrs[..prep.n])
+                            .map_err(|e| AppError::Failed(format!("posting WRITEs: {e}")))?;
+                        prep.n
+                    }
+                };
+                a_out += posted;
                 starts.push_back(Instant::now());
             }
             let n = self.b_cq.poll(&mut self.wcs);

@@ -37,6 +37,18 @@
 //! window is as wide as the prefix's spare capacity in pages, so typical plans keep a handful
 //! of states per buffer. The layout is rebuilt by walking back through the kept states.
 //!
+//! # Cost
+//!
+//! With the header's alignment at most a page (the usual case), a whole-page piece of a kind
+//! has the same prices for every length but one that falls by a page per page ([`Rows`]), and
+//! so has the last piece for every source state ([`last_rows`]): a buffer costs, per kind,
+//! (window width) x (pages per buffer, bounded by the width) additions, no pricing call. Masks,
+//! not divisions, align (a 64-bit division per alignment tripled the cost). Measured with
+//! `cargo bench --bench placement` (docs/placement.md): about 0.25 us for plans of one or two
+//! buffers, 2 us for four buffers with 5 pages of slack, 10 us for the case built to keep the
+//! most states; the 200 ns is not met beyond the smallest plans. Above a page of
+//! header alignment each write is priced on its own (the general path of [`Planner::step`]).
+//!
 //! [`Planner`] keeps its scratch between plans: after the first plans of a size, planning does
 //! not allocate. `tests.rs` holds the planner to an exhaustive search on small inputs.
 
@@ -393,6 +405,23 @@ impl Rows {
 
 const KINDS: [Ty; 3] = [Ty::Data, Ty::HeaderData, Ty::DataHeader];
 
+/// The last piece of each kind in one buffer, priced once (header alignment at most a page).
+/// From `p` placed pages the rest is `data - p * page`: it changes by whole pages, so every
+/// price but `THROUGH` is the same for every `p`, and `THROUGH` falls by a page per page less
+/// placed. Per kind: the fewest placed pages the rest fits from, and the prices at `pmax`.
+fn last_rows(g: &Geo, b: &Buffer, pmax: u64) -> [Option<(u64, [u64; 4])>; 3] {
+    KINDS.map(|ty| {
+        let most = g.max_len(b, ty)?;
+        let least_rest = g.data - (pmax << g.shift);
+        if least_rest > most {
+            return None;
+        }
+        let m = g.local(b, ty, least_rest)?.m;
+        let pmin = (g.data.saturating_sub(most) + g.page - 1) >> g.shift;
+        Some((pmin, m))
+    })
+}
+
 /// Plans without allocating once its scratch has grown to the sizes it sees.
 #[derive(Debug, Default)]
 pub struct Planner {
@@ -577,6 +606,9 @@ impl Planner {
 
     /// Buffer `j`: layer `j` to layer `j + 1`.
     fn step(&mut self, g: &Geo, bufs: &[Buffer], layers: &[Layer], j: usize, pmax: u64) {
+        if g.ha <= g.page {
+            return self.step_rows(g, bufs, layers, j, pmax);
+        }
         let (from, to) = (&layers[j], &layers[j + 1]);
         let b = &bufs[j];
         let bl = u64::from(b.len);
@@ -607,6 +639,110 @@ impl Planner {
                 t.e = t.e.min((cell.c + m[ALONE]).min(cell.k + m[ARRIVES]));
                 t.k = t.k.min((cell.c + m[LEAVES]).min(cell.k + m[THROUGH]));
             });
+        }
+    }
+
+    /// Buffer `j` when the header's alignment is at most a page: every kind of write is a row
+    /// (see [`Rows`] and [`last_rows`]), so each target state takes the minimum over the
+    /// source states that reach it, without pricing each write on its own. The same numbers
+    /// as [`Planner::step`]'s general path (debug builds check every price against
+    /// [`Geo::local`]).
+    fn step_rows(&mut self, g: &Geo, bufs: &[Buffer], layers: &[Layer], j: usize, pmax: u64) {
+        let (from, to) = (layers[j], layers[j + 1]);
+        let b = &bufs[j];
+        let bl = u64::from(b.len);
+        let gap = Self::gap_before(bufs, j);
+        let last = j + 1 == bufs.len();
+        let rows = Rows::of(g, b, last);
+        let lasts = if g.data > 0 {
+            last_rows(g, b, pmax)
+        } else {
+            [None; 3]
+        };
+        let goal = State { p: None, h: 1 };
+        let cells = &mut self.cells;
+        let read = |cells: &[Cell], s: State| {
+            from.index(s)
+                .map_or(EMPTY, |i| Self::entering(cells[i], gap))
+        };
+        let relax = |cells: &mut [Cell], s: State, e: u64, k: u64| {
+            if let Some(t) = to.index(s) {
+                let t = &mut cells[t];
+                t.e = t.e.min(e);
+                t.k = t.k.min(k);
+            }
+        };
+        // Nothing written in this buffer.
+        if !last {
+            for s in from.states() {
+                let c = read(cells, s);
+                if let Some(t) = to.index(s) {
+                    let t = &mut cells[t];
+                    t.c = t.c.min(c.c);
+                    t.e = t.e.min(c.e);
+                    t.k = t.k.min(c.k.saturating_add(bl));
+                }
+            }
+        }
+        let (flo, fhi) = (from.lo, from.lo + from.width);
+        for h in 0..2usize {
+            let kinds = if h == 0 && g.hl > 0 { 3 } else { 1 };
+            for (i, &ty) in KINDS[..kinds].iter().enumerate() {
+                let h2 = if ty == Ty::Data { h } else { 1 };
+                // Whole pages: target p2 from every source p with 1 <= p2 - p <= most.
+                if !last && let Some((most, m)) = rows.pages[i] {
+                    for p2 in to.lo..to.lo + to.width {
+                        let (mut e, mut k) = (INF, INF);
+                        for p in flo.max(p2.saturating_sub(most))..fhi.min(p2) {
+                            let c = read(cells, State { p: Some(p), h });
+                            let through = m[THROUGH] - ((p2 - p) << g.shift);
+                            debug_assert_eq!(
+                                g.local(b, ty, (p2 - p) << g.shift).map(|l| l.m),
+                                Some([m[ALONE], m[ARRIVES], m[LEAVES], through]),
+                                "row prices of {ty:?}"
+                            );
+                            e = e.min((c.c + m[ALONE]).min(c.k + m[ARRIVES]));
+                            k = k.min((c.c + m[LEAVES]).min(c.k + through));
+                        }
+                        relax(cells, State { p: Some(p2), h: h2 }, e, k);
+                    }
+                }
+                // The last piece: the rest of the data, from every source it fits from.
+                let done = State { p: None, h: h2 };
+                if let Some((pmin, l)) = lasts[i]
+                    && to.index(done).is_some()
+                    && (!last || done == goal)
+                {
+                    let (mut e, mut k) = (INF, INF);
+                    for p in flo.max(pmin)..fhi {
+                        let c = read(cells, State { p: Some(p), h });
+                        let through = l[THROUGH] - ((pmax - p) << g.shift);
+                        debug_assert_eq!(
+                            g.local(b, ty, g.data - (p << g.shift)).map(|x| x.m),
+                            Some([l[ALONE], l[ARRIVES], l[LEAVES], through]),
+                            "last-piece prices of {ty:?}"
+                        );
+                        e = e.min((c.c + l[ALONE]).min(c.k + l[ARRIVES]));
+                        k = k.min((c.c + l[LEAVES]).min(c.k + through));
+                    }
+                    relax(cells, done, e, k);
+                }
+            }
+            // The header alone.
+            if h == 0
+                && let Some(m) = rows.header
+            {
+                for s in from.states().filter(|s| s.h == 0) {
+                    let t = State { p: s.p, h: 1 };
+                    if last && t != goal {
+                        continue;
+                    }
+                    let c = read(cells, s);
+                    let e = (c.c + m[ALONE]).min(c.k + m[ARRIVES]);
+                    let k = (c.c + m[LEAVES]).min(c.k + m[THROUGH]);
+                    relax(cells, t, e, k);
+                }
+            }
         }
     }
 
