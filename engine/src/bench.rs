@@ -64,6 +64,8 @@ pub struct BenchOpts {
     pub op: BenchOp,
     /// Message size in bytes.
     pub size: u32,
+    /// `--size` was given (`bench placement` then runs only that data size).
+    pub size_given: bool,
     /// Operations outstanding at once.
     pub qd: usize,
     /// Operations per second (None: as fast as completions come back).

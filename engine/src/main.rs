@@ -121,9 +121,10 @@ enum Command {
         /// Default: a file in a fresh directory under /var/tmp, removed afterwards.
         #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
-        /// Message size in bytes.
-        #[arg(long, default_value_t = 64)]
-        size: u32,
+        /// Message size in bytes (default 64). placement: run only this data size (default:
+        /// 1 KiB to 1 MiB).
+        #[arg(long)]
+        size: Option<u32>,
         /// Operations outstanding at once.
         #[arg(long, default_value_t = 64)]
         qd: usize,
@@ -393,7 +394,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
             });
             let opts = portico::bench::BenchOpts {
                 op,
-                size,
+                size: size.unwrap_or(64),
+                size_given: size.is_some(),
                 qd,
                 rate,
                 duration: seconds("--duration", duration)?,

@@ -826,6 +826,79 @@ fn bench_persist_runs_every_mode_on_a_file_region() {
     }
 }
 
+/// `bench placement` at one data size with tiny points: one JSON object whose results hold
+/// the three methods for every header, each with a nonzero rate; coalesced messages take one
+/// WRITE and no target copy, naive ones one copy of the data each; the `placement` object
+/// holds the checks and the planner's cost.
+#[test]
+fn bench_placement_runs_the_three_methods_as_json() {
+    let out = portico(&[
+        "bench",
+        "placement",
+        "--size",
+        "4096",
+        "--duration",
+        "0.02",
+        "--qd",
+        "16",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "512",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["type"], "bench");
+    assert_eq!(v["op"], "placement");
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3 * 4, "3 methods x 4 headers: {v}");
+    for r in results {
+        assert_eq!(r["size"], 4096, "{r}");
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["latency_ns"]["p50"].as_u64().unwrap() > 0, "{r}");
+        let ops = r["ops"].as_u64().unwrap();
+        match r["method"].as_str().unwrap() {
+            "coalesced" => {
+                assert_eq!(r["writes_per_op"], 1, "{r}");
+                assert_eq!(r["target_copies"], 0, "{r}");
+                assert_eq!(r["waste_bytes_per_op"], 0, "page-aligned lists: {r}");
+                assert!(r["over_two_writes"].as_f64().unwrap() > 0.0, "{r}");
+            }
+            "two-writes" => assert_eq!(r["writes_per_op"], 2, "{r}"),
+            "naive" => {
+                assert_eq!(r["target_copies"].as_u64().unwrap(), ops, "{r}");
+                assert_eq!(r["target_copied_bytes_per_op"], 4096, "{r}");
+            }
+            other => panic!("unknown method {other}"),
+        }
+    }
+    let p = &v["placement"];
+    assert_eq!(p["checks"]["coalesced_target_copies"], 0, "{p}");
+    assert!(
+        p["checks"]["waste_above_naive"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{p}"
+    );
+    assert!(
+        p["checks"]["coalesced_vs_two_writes_4k_h128"]["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(p["planner"].as_array().unwrap().len(), 4, "{p}");
+    assert!(!v["workers"].as_array().unwrap().is_empty(), "{v}");
+
+    // A data size it cannot host: a usage error naming the option.
+    let out = portico(&["bench", "placement", "--size", "0", "--hugepages", "off"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
+}
+
 /// `bench tagged` with every part and tiny points: one JSON object whose results hold every
 /// part's points, each with a nonzero rate, and whose `tagged` object holds the three target
 /// ratios (measured) and the target's tag events.

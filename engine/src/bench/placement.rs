@@ -562,10 +562,21 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
     )
     .map_err(|e| usage(e.to_string()))?;
 
+    let sizes: Vec<u32> = if opts.size_given {
+        if opts.size == 0 || opts.size > DATA[DATA.len() - 1] {
+            return Err(usage(format!(
+                "--size: 1 to {} bytes of data for `bench placement`",
+                DATA[DATA.len() - 1]
+            )));
+        }
+        vec![opts.size]
+    } else {
+        DATA.to_vec()
+    };
     // The planner first, with nothing else running.
     let planner: Vec<PlannerCost> = HEADERS
         .iter()
-        .flat_map(|&h| DATA.iter().map(move |&d| time_planner(h, d)))
+        .flat_map(|&h| sizes.iter().map(move |&d| time_planner(h, d)))
         .collect();
 
     let mut qp = QpConfig::new(0, 0);
@@ -579,7 +590,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
     human(
         opts.json,
         &format!(
-            "bench placement: headers {HEADERS:?} B on {HEADER_ALIGN}, data {DATA:?} B, into {BUFFERS} contiguous page-aligned buffers; coalesced, two-writes, naive; {} s per point after {} s of warm-up; window (--qd) {}; MTU {}; both engines on core {engine_core}, host on core {host_core}",
+            "bench placement: headers {HEADERS:?} B on {HEADER_ALIGN}, data {sizes:?} B, into {BUFFERS} contiguous page-aligned buffers; coalesced, two-writes, naive; {} s per point after {} s of warm-up; window (--qd) {}; MTU {}; both engines on core {engine_core}, host on core {host_core}",
             point_len.as_secs_f64(),
             warm.as_secs_f64(),
             opts.qd,
@@ -634,7 +645,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
     let r = (|| -> Result<(), AppError> {
         s.post_receives(RQ_DEPTH)?;
         for &header in &HEADERS {
-            for &data in &DATA {
+            for &data in &sizes {
                 let window = opts
                     .qd
                     .min((WINDOW_BYTES / u64::from(data + header)).max(1) as usize);
@@ -828,8 +839,11 @@ pub fn print(s: &PlacementBenchSummary, json: bool) {
             .iter()
             .find(|r| r.method == m && r.header == h && r.size == d)
     };
+    let mut sizes: Vec<u32> = s.results.iter().map(|r| r.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
     for &h in &HEADERS {
-        for &d in &DATA {
+        for &d in &sizes {
             let Some(c) = find(Method::Coalesced, h, d) else {
                 continue;
             };
