@@ -80,7 +80,8 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("placement_plan");
     for (name, r, bufs) in cases() {
         let mut p = Planner::new();
-        p.plan(&r, &bufs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let l = p.plan(&r, &bufs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!("{name}: {} of {} buffers used", l.used, bufs.len());
         g.bench_with_input(
             BenchmarkId::from_parameter(&name),
             &(r, bufs),

@@ -44,8 +44,8 @@
 //! so has the last piece for every source state ([`last_rows`]): a buffer costs, per kind,
 //! (window width) x (pages per buffer, bounded by the width) additions, no pricing call. Masks,
 //! not divisions, align (a 64-bit division per alignment tripled the cost). Measured with
-//! `cargo bench --bench placement` (docs/placement.md): about 0.25 us for plans of one or two
-//! buffers, 2 us for four buffers with 5 pages of slack, 10 us for the case built to keep the
+//! `cargo bench --bench placement` (docs/placement.md): about 0.25 us for plans of one
+//! buffer, 2 us for four buffers with 5 pages of slack, 10 us for the case built to keep the
 //! most states; the 200 ns is not met beyond the smallest plans. Above a page of
 //! header alignment each write is priced on its own (the general path of [`Planner::step`]).
 //!
