@@ -741,12 +741,16 @@ fn human(json: bool, line: &str) {
 }
 
 /// Prints the summary: a table per operation type, or one JSON object.
+/// A bench summary as one JSON object on stdout, `"type": "bench"` added.
+pub(crate) fn print_json<T: Serialize>(s: &T) {
+    let mut v = serde_json::to_value(s).expect("summary serialises");
+    v["type"] = serde_json::json!("bench");
+    println!("{v}");
+}
+
 pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     if json {
-        let mut v = serde_json::to_value(s).expect("summary serialises");
-        v["type"] = serde_json::json!("bench");
-        println!("{v}");
-        return;
+        return print_json(s);
     }
     println!();
     println!("bench summary: {:.2} s, {} errors", s.seconds, s.errors);

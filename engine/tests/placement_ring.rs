@@ -452,23 +452,7 @@ fn placed_messages_survive_faults() {
     assert_eq!(p.b.cq.poll_one(), None);
     p.runtime.stop();
     let reports = p.runtime.join().expect("workers ran without failure");
-    let (mut corrupted, mut icrc, mut dropped, mut retx) = (0, 0, 0, 0);
-    for r in &reports {
-        eprintln!(
-            "{}: faults {:?}, counters {:?}",
-            r.worker, r.faults, r.counters
-        );
-        corrupted += r.faults.corrupted;
-        dropped += r.faults.dropped;
-        icrc += r.counter("icrc_errors").unwrap();
-        retx += r.counter("retransmissions").unwrap();
-        assert_eq!(r.counter("malformed"), Some(0));
-    }
+    let totals = common::fault_totals(&reports);
     eprintln!("{retired} messages ({skipped} without a plan), {writes} WRITEs");
-    assert!(corrupted > 0 && dropped > 0, "faults were injected");
-    assert_eq!(
-        icrc, corrupted,
-        "every corrupted frame is exactly one ICRC error"
-    );
-    assert!(retx > 0, "losses were repaired by retransmission");
+    totals.check();
 }

@@ -171,24 +171,7 @@ fn mixed_operations_survive_faults_exactly_once() {
     );
 
     let reports = p.runtime.join().expect("workers ran without failure");
-    let (mut corrupted, mut icrc, mut dropped, mut retx) = (0, 0, 0, 0);
-    for r in &reports {
-        eprintln!(
-            "{}: faults {:?}, counters {:?}",
-            r.worker, r.faults, r.counters
-        );
-        corrupted += r.faults.corrupted;
-        dropped += r.faults.dropped;
-        icrc += r.counter("icrc_errors").unwrap();
-        retx += r.counter("retransmissions").unwrap();
-        assert_eq!(r.counter("malformed"), Some(0));
-    }
-    assert!(corrupted > 0 && dropped > 0, "faults were injected");
-    assert_eq!(
-        icrc, corrupted,
-        "every corrupted frame is exactly one ICRC error"
-    );
-    assert!(retx > 0, "losses were repaired by retransmission");
+    common::fault_totals(&reports).check();
 }
 
 /// Waits for one of A's completions: successful, of an outstanding request, with its opcode

@@ -30,11 +30,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pmem::Mapping;
 use serde::Serialize;
 
-use super::tagged::{Clock, Ratio, ratio_line};
-use super::{BenchOp, BenchOpts, Running, WCS_LEN, human, usage};
+use super::tagged::{Clock, Ratio, map, point_timing, ratio_line, retransmissions};
+use super::{BenchOp, BenchOpts, WCS_LEN, human, usage};
 use crate::app::{AppError, MemoryChoice, PortSummary};
 use crate::config::{MemoryLimit, limits};
 use crate::latency::{Latency, LatencySummary};
@@ -64,8 +63,6 @@ const RQ_DEPTH: usize = 256;
 /// The queue pairs' retransmission timeout: a window of 1 MiB WRITEs takes longer than the
 /// default to drain on one software core (as `bench tagged`).
 const TIMEOUT_NS: u64 = 10_000_000;
-const WARM_FRACTION: f64 = 0.25;
-const WARM_MAX: Duration = Duration::from_millis(100);
 /// Plans timed per point for the planner's cost.
 const PLANS_TIMED: u32 = 20_000;
 
@@ -522,15 +519,6 @@ fn time_planner(header: u32, data: u32) -> PlannerCost {
     }
 }
 
-fn retransmissions(running: &Running) -> u64 {
-    running
-        .runtime
-        .reports()
-        .iter()
-        .filter_map(|r| r.counter("retransmissions"))
-        .sum()
-}
-
 /// Runs `bench placement`.
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSummary, AppError> {
     if opts.mode.is_some() || opts.file.is_some() || !opts.part.is_empty() {
@@ -548,12 +536,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
             "--qd: must be 1..=120 (two WRITEs per message in a send queue of 256)".into(),
         ));
     }
-    let Some(point_len) = opts.duration else {
-        return Err(usage(
-            "--duration: `bench placement` needs seconds per point (0 is not allowed)".into(),
-        ));
-    };
-    let warm = point_len.mul_f64(WARM_FRACTION).min(WARM_MAX);
+    let (point_len, warm) = point_timing(opts, "placement")?;
     limits::check_memory(
         "--qd",
         "the benchmark's buffers",
@@ -598,11 +581,6 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
         ),
     );
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
-    let map = |len: usize| {
-        Mapping::anonymous_prefer_huge(len)
-            .map(Arc::new)
-            .map_err(|e| AppError::Failed(format!("mapping {len} bytes: {e}")))
-    };
     let t0 = Instant::now();
     let src_map = map(SRC_LEN)?;
     let buffers = src_map.kind().to_string();
@@ -805,10 +783,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
 
 pub fn print(s: &PlacementBenchSummary, json: bool) {
     if json {
-        let mut v = serde_json::to_value(s).expect("summary serialises");
-        v["type"] = serde_json::json!("bench");
-        println!("{v}");
-        return;
+        return super::print_json(s);
     }
     let us = |ns: u64| ns as f64 / 1000.0;
     println!();

@@ -161,6 +161,20 @@ const GRACE: Duration = Duration::from_secs(5);
 const SOURCE_RANK: u32 = 0;
 const ANY_SOURCE: u32 = u32::MAX;
 
+/// A point bench's seconds measured per point (`--duration`, required) and the warm-up
+/// before each.
+pub(super) fn point_timing(
+    opts: &BenchOpts,
+    bench: &str,
+) -> Result<(Duration, Duration), AppError> {
+    let Some(point_len) = opts.duration else {
+        return Err(usage(format!(
+            "--duration: `bench {bench}` needs seconds per point (0 is not allowed)"
+        )));
+    };
+    Ok((point_len, point_len.mul_f64(WARM_FRACTION).min(WARM_MAX)))
+}
+
 /// One measured point, as the JSON's `results[]` holds it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaggedResult {
@@ -1183,7 +1197,8 @@ impl PlainSession {
 }
 
 /// Retransmissions on `running`'s workers so far.
-fn retransmissions(running: &Running) -> u64 {
+/// The engines' retransmissions so far, as their workers last published them.
+pub(super) fn retransmissions(running: &Running) -> u64 {
     running
         .runtime
         .reports()
@@ -1230,7 +1245,8 @@ fn start_pair(
     ))
 }
 
-fn map(len: usize) -> Result<Arc<Mapping>, AppError> {
+/// Application buffer memory: hugetlb pages when free, else anonymous memory.
+pub(super) fn map(len: usize) -> Result<Arc<Mapping>, AppError> {
     Mapping::anonymous_prefer_huge(len)
         .map(Arc::new)
         .map_err(|e| AppError::Failed(format!("mapping {len} bytes of buffer memory: {e}")))
@@ -1338,12 +1354,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
             "--qd: must be 1..=120 (the send queue holds 128)".into(),
         ));
     }
-    let Some(point_len) = opts.duration else {
-        return Err(usage(
-            "--duration: `bench tagged` needs seconds per point (0 is not allowed)".into(),
-        ));
-    };
-    let warm = point_len.mul_f64(WARM_FRACTION).min(WARM_MAX);
+    let (point_len, warm) = point_timing(opts, "tagged")?;
     let all = opts.part.is_empty() || opts.part.contains(&TaggedPart::All);
     let wants = |p: TaggedPart| all || opts.part.contains(&p);
     let parts: Vec<&'static str> = [
@@ -1720,10 +1731,7 @@ fn run_baseline(
 /// Prints the summary: a table per part and the targets, or one JSON object.
 pub fn print(s: &TaggedBenchSummary, json: bool) {
     if json {
-        let mut v = serde_json::to_value(s).expect("summary serialises");
-        v["type"] = serde_json::json!("bench");
-        println!("{v}");
-        return;
+        return super::print_json(s);
     }
     let us = |ns: u64| ns as f64 / 1000.0;
     println!();

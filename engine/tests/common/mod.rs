@@ -168,3 +168,53 @@ pub fn host_on_first_core() {
         core_affinity::set_for_current(core_affinity::CoreId { id: cores[0] });
     }
 }
+
+/// A fault run's totals over its workers' reports: what the injector corrupted, dropped and
+/// duplicated, and the ICRC errors and retransmissions the engines counted. Prints each
+/// report, and checks that no engine counted a malformed frame.
+pub struct FaultTotals {
+    pub corrupted: u64,
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub icrc: u64,
+    pub retx: u64,
+}
+
+pub fn fault_totals(reports: &[portico::runtime::WorkerReport]) -> FaultTotals {
+    let mut t = FaultTotals {
+        corrupted: 0,
+        dropped: 0,
+        duplicated: 0,
+        icrc: 0,
+        retx: 0,
+    };
+    for r in reports {
+        eprintln!(
+            "{}: faults {:?}, counters {:?}",
+            r.worker, r.faults, r.counters
+        );
+        t.corrupted += r.faults.corrupted;
+        t.dropped += r.faults.dropped;
+        t.duplicated += r.faults.duplicated;
+        t.icrc += r.counter("icrc_errors").unwrap();
+        t.retx += r.counter("retransmissions").unwrap();
+        assert_eq!(r.counter("malformed"), Some(0), "{}", r.worker);
+    }
+    t
+}
+
+impl FaultTotals {
+    /// Faults were injected, every corrupted frame was exactly one ICRC error, and losses
+    /// were repaired by retransmission.
+    pub fn check(&self) {
+        assert!(
+            self.corrupted > 0 && self.dropped > 0,
+            "faults were injected"
+        );
+        assert_eq!(
+            self.icrc, self.corrupted,
+            "every corrupted frame is exactly one ICRC error"
+        );
+        assert!(self.retx > 0, "losses were repaired by retransmission");
+    }
+}
