@@ -176,6 +176,14 @@ pub enum TagCommand {
     Unlink { handle: TagHandle },
 }
 
+/// The `Link` event of the append being served: the entry's handle, and whether the event is
+/// left out (a quiet shard, a use-once entry).
+#[derive(Debug, Clone, Copy, Default)]
+struct LinkEvent {
+    handle: Option<TagHandle>,
+    quiet: bool,
+}
+
 /// Names a linked entry, for [`TagPort::unlink`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TagHandle(EntryHandle);
@@ -349,10 +357,6 @@ pub struct TagShard {
     /// Pulls and done messages for queue pairs, from commands (claims), for the engine to hand
     /// to each queue pair.
     actions: VecDeque<(u32, Next)>,
-    /// The handle of the entry the append being served linked, for its `Link` event, and
-    /// whether that event is suppressed (quiet, use-once).
-    link_handle: Option<TagHandle>,
-    link_quiet: bool,
     pub counters: TagCounters,
 }
 
@@ -500,8 +504,6 @@ impl TagShard {
                 staging: EventRing::new(STAGING),
                 owed: 0,
                 actions: VecDeque::with_capacity(n),
-                link_handle: None,
-                link_quiet: false,
                 counters: TagCounters::default(),
             },
             TagPort {
@@ -828,11 +830,11 @@ impl TagShard {
                         None
                     }
                 };
-                self.link_handle = handle;
-                self.link_quiet = self.quiet && entry.options.contains(Options::USE_ONCE);
-                self.after_command(Some((at, u64::from(b.len))), mem);
-                self.link_handle = None;
-                self.link_quiet = false;
+                let link = LinkEvent {
+                    handle,
+                    quiet: self.quiet && entry.options.contains(Options::USE_ONCE),
+                };
+                self.after_command(Some((at, u64::from(b.len))), link, mem);
             }
             TagCommand::Search {
                 endpoint,
@@ -852,7 +854,6 @@ impl TagShard {
                     cookie: probe.cookie,
                 };
                 self.staging.clear();
-                self.link_handle = None;
                 if self.engine.search(ep, me, mode, &mut self.staging).is_err() {
                     return self.fail_command(
                         endpoint,
@@ -860,7 +861,7 @@ impl TagShard {
                         TagCommandError::NoSuchEndpoint,
                     );
                 }
-                self.after_command(None, mem);
+                self.after_command(None, LinkEvent::default(), mem);
             }
             TagCommand::Unlink { handle } => {
                 if self.engine.unlink(handle.0).is_err() {
@@ -871,9 +872,14 @@ impl TagShard {
         }
     }
 
+    /// An `AutoUnlink` of a posted receive, which a quiet shard does not report.
+    fn quiet_unlink(quiet: bool, e: &Event) -> bool {
+        quiet && e.kind == EventKind::AutoUnlink && e.list == ListKind::Priority
+    }
+
     /// Writes the events a command produced; unexpected messages it claimed are settled into
     /// `dest` (an append) or handed over where they are (search-and-delete).
-    fn after_command(&mut self, dest: Option<(Location, u64)>, mem: &MemoryTable) {
+    fn after_command(&mut self, dest: Option<(Location, u64)>, link: LinkEvent, mem: &MemoryTable) {
         self.counters.events_lost += self.staging.lost();
         // A claimed message still arriving into its overflow buffer: that buffer's AUTO_FREE
         // waits with it, or the application could re-link the buffer under the data.
@@ -891,12 +897,9 @@ impl TagShard {
             }
             if e.kind != EventKind::PutOverflow {
                 match e.kind {
-                    EventKind::Link if self.link_quiet => {}
-                    EventKind::AutoUnlink if self.quiet && e.list == ListKind::Priority => {}
-                    EventKind::Link => {
-                        let handle = self.link_handle;
-                        self.emit_with(&e, mem, false, handle);
-                    }
+                    EventKind::Link if link.quiet => {}
+                    _ if Self::quiet_unlink(self.quiet, &e) => {}
+                    EventKind::Link => self.emit_with(&e, mem, false, link.handle),
                     _ => self.emit(&e, mem, false),
                 }
                 continue;
@@ -1027,7 +1030,7 @@ impl TagTarget for TagShard {
         m.nev = 0;
         let mut extra = 0u64;
         while let Some(e) = self.staging.pop() {
-            if self.quiet && e.kind == EventKind::AutoUnlink && e.list == ListKind::Priority {
+            if Self::quiet_unlink(self.quiet, &e) {
                 continue;
             }
             if (m.nev as usize) < EVENTS_PER_MESSAGE {
