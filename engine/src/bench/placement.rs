@@ -37,7 +37,7 @@ use super::{BenchOp, BenchOpts, WCS_LEN, human, usage};
 use crate::app::{AppError, MemoryChoice, PortSummary};
 use crate::config::{MemoryLimit, limits};
 use crate::latency::{Latency, LatencySummary};
-use crate::placement::{Buffer, Layout, Planner, Request, Sources};
+use crate::placement::{Buffer, Planner, Request, Sources};
 use crate::rdma::{Cq, MemoryRegion, Qp};
 use crate::report;
 use crate::runtime::WorkerReport;
@@ -237,6 +237,8 @@ struct Session {
     /// The target application's own page-aligned buffer, where `naive` copies the data.
     user: Vec<Page>,
     planner: Planner,
+    /// `RQ_DEPTH` empty receives, posted from as the target's completions come.
+    recvs: Vec<RecvRequest>,
     stop: Arc<AtomicBool>,
     wcs: [WorkCompletion; WCS_LEN],
     _engines: (crate::rdma::RdmaHandle, crate::rdma::RdmaHandle),
@@ -311,7 +313,7 @@ impl Session {
                 for (i, wr) in w.as_slice().iter().enumerate() {
                     add(&mut out, *wr, i == last);
                 }
-                out.waste = layout_waste(&layout, &req, &bufs);
+                out.waste = layout.cost(&req, &bufs).waste;
                 out.placed = Some((req, bufs, src));
             }
             Method::TwoWrites => {
@@ -357,13 +359,15 @@ impl Session {
         Ok(n)
     }
 
+    /// Posts `n` receives (at most the receive queue's depth) with one doorbell. A WRITE with
+    /// immediate takes no receive buffer: every receive is the same empty request.
     fn post_receives(&mut self, n: usize) -> Result<(), AppError> {
-        for _ in 0..n {
-            self.b_qp
-                .post_recv(&[RecvRequest::new(0, SgList::new())])
-                .map_err(|e| AppError::Failed(format!("posting a receive: {e}")))?;
+        if n == 0 {
+            return Ok(());
         }
-        Ok(())
+        self.b_qp
+            .post_recv(&self.recvs[..n])
+            .map_err(|e| AppError::Failed(format!("posting {n} receives: {e}")))
     }
 
     /// One point: a closed loop of `window` messages for the clock's duration.
@@ -480,11 +484,6 @@ struct Measured {
     seconds: f64,
     hist: Latency,
     copies: u64,
-}
-
-/// The waste of `layout` (bytes its WRITEs carry that are neither header nor data).
-fn layout_waste(layout: &Layout, req: &Request, bufs: &[Buffer]) -> u64 {
-    layout.cost(req, bufs).waste
 }
 
 /// The planner's cost per plan, warm, for one point.
@@ -609,6 +608,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
             .map(|_| Page([0; PAGE as usize]))
             .collect(),
         planner: Planner::new(),
+        recvs: vec![RecvRequest::new(0, SgList::new()); RQ_DEPTH],
         stop: stop.clone(),
         wcs: [WorkCompletion::EMPTY; WCS_LEN],
         _engines: (engines.a.engine, engines.b.engine),
