@@ -3,8 +3,13 @@
 //!
 //! - `wire/emit_write_*`: a WRITE Only frame built from its parsed headers and payload
 //!   (`RoceRepr::emit`: headers, IPv4 checksum, ICRC).
+//! - `wire/emit_write_template_*`: the same frame as a queue pair builds it, from its
+//!   prepared header template (`wire::template::HeaderTemplate::emit`: headers copied and
+//!   patched, the ICRC continued from the template's), the payload copied in.
 //! - `wire/parse_write_*`: the same frame checked and parsed (`wire::parse_frame`: lengths,
 //!   checksums, ICRC).
+//! - `wire/emit_ack`, `wire/parse_ack`: the ACK path, an ACKNOWLEDGE built from the
+//!   responder's template and checked and parsed by the requester's engine.
 //! - `node/write_*`: one RDMA WRITE between two `RdmaNode`s in memory, as the worker drives
 //!   them: A takes the posted request, builds and emits the frame; B receives it, places the
 //!   data in its registered memory and answers with an ACK; A takes the ACK and hands the
@@ -21,7 +26,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use pmem::Mapping;
 use portico::rdma::{Cq, Qp, RdmaNode};
 use portico::transport::{Access, MrKeys, Mtu, QpConfig, SgList, WorkCompletion, WorkRequest};
-use portico::wire::{self, EthernetAddress};
+use portico::wire::roce::RoceIpv4;
+use portico::wire::template::HeaderTemplate;
+use portico::wire::{self, AethRepr, BthRepr, EthernetAddress, Opcode, RoceRepr, Syndrome};
 
 const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xa]);
 const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xb]);
@@ -153,6 +160,21 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("wire/emit_write", size), &size, |b, _| {
             b.iter(|| black_box(repr.emit(black_box(&mut out), black_box(&payload))))
         });
+        let template = HeaderTemplate::new(&repr).expect("a template");
+        g.bench_with_input(
+            BenchmarkId::new("wire/emit_write_template", size),
+            &size,
+            |b, _| {
+                b.iter(|| {
+                    black_box(template.emit(
+                        black_box(&repr),
+                        payload.len(),
+                        black_box(&mut out),
+                        |d| d.copy_from_slice(black_box(&payload)),
+                    ))
+                })
+            },
+        );
         g.bench_with_input(BenchmarkId::new("wire/parse_write", size), &size, |b, _| {
             b.iter(|| black_box(wire::parse_frame(black_box(&frame)).is_ok()))
         });
@@ -162,6 +184,42 @@ fn bench(c: &mut Criterion) {
             b.iter(|| p.writes(&wrs[..1]))
         });
     }
+    // The ACK path: B's ACKNOWLEDGE to A, built from B's template, checked and parsed.
+    let frame = pair().write_frame(64);
+    let (write, _) = wire::parse_frame(&frame).expect("a valid frame");
+    let ack = RoceRepr {
+        src_mac: write.dst_mac,
+        dst_mac: write.src_mac,
+        ip: RoceIpv4 {
+            src_addr: write.ip.dst_addr,
+            dst_addr: write.ip.src_addr,
+            ..write.ip
+        },
+        bth: BthRepr {
+            opcode: Opcode::Acknowledge,
+            dest_qp: 0x11,
+            ack_req: false,
+            ..write.bth
+        },
+        reth: None,
+        aeth: Some(AethRepr {
+            syndrome: Syndrome::Ack { credit_code: 31 },
+            msn: 1,
+        }),
+        ..write
+    };
+    let template = HeaderTemplate::new(&ack).expect("a template");
+    let mut out = vec![0u8; 128];
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("wire/emit_ack", |b| {
+        b.iter(|| black_box(template.emit(black_box(&ack), 0, black_box(&mut out), |_| {})))
+    });
+    let len = template.emit(&ack, 0, &mut out, |_| {}).expect("emits");
+    let ack_frame = out[..len].to_vec();
+    g.bench_function("wire/parse_ack", |b| {
+        b.iter(|| black_box(wire::parse_frame(black_box(&ack_frame)).is_ok()))
+    });
+
     let mut p = pair();
     let wrs = p.requests(64);
     g.throughput(Throughput::Elements(32));

@@ -466,31 +466,46 @@ impl RdmaNode {
             return RxOutcome::ArpReply(len);
         }
         let c = &mut self.counters;
-        let (repr, payload) = match wire::parse_frame(frame) {
-            Ok(parsed) => parsed,
+        let count_error = |c: &mut NodeCounters, e: wire::Error| {
+            *match e {
+                wire::Error::BadIcrc { .. } => &mut c.icrc_errors,
+                wire::Error::NotRoce { .. } => &mut c.not_for_us,
+                wire::Error::OtherTransport(_) => &mut c.wrong_transport,
+                wire::Error::Unsupported(u) => match u {
+                    wire::Unsupported::VlanTag(_) => &mut c.vlan_tagged,
+                    wire::Unsupported::IpOptions(_) => &mut c.ip_options,
+                    wire::Unsupported::IpFragment { .. } => &mut c.ip_fragments,
+                },
+                _ => &mut c.malformed,
+            } += 1;
+        };
+        // The structure first (lengths, layers), then the cheap filters (our address, a
+        // queue pair of ours) before the checksums and the ICRC: a packet for someone else is
+        // dropped without reading it whole, which the IBTA allows (nothing is answered to a
+        // packet that fails either check, whatever its ICRC).
+        let packet = match wire::RocePacket::new_checked(frame) {
+            Ok(p) => p,
             Err(e) => {
-                *match e {
-                    wire::Error::BadIcrc { .. } => &mut c.icrc_errors,
-                    wire::Error::NotRoce { .. } => &mut c.not_for_us,
-                    wire::Error::OtherTransport(_) => &mut c.wrong_transport,
-                    wire::Error::Unsupported(u) => match u {
-                        wire::Unsupported::VlanTag(_) => &mut c.vlan_tagged,
-                        wire::Unsupported::IpOptions(_) => &mut c.ip_options,
-                        wire::Unsupported::IpFragment { .. } => &mut c.ip_fragments,
-                    },
-                    _ => &mut c.malformed,
-                } += 1;
+                count_error(c, e);
                 return RxOutcome::Dropped;
             }
         };
-        if repr.ip.dst_addr != self.ip {
+        if packet.ipv4().dst_addr() != self.ip {
             c.not_for_us += 1;
             return RxOutcome::Dropped;
         }
-        let Some(i) = self.qps.lookup(repr.bth.dest_qp) else {
+        let Some(i) = self.qps.lookup(packet.bth().dest_qp()) else {
             c.unknown_qp += 1;
             return RxOutcome::Dropped;
         };
+        let repr = match wire::RoceRepr::parse(&packet) {
+            Ok(r) => r,
+            Err(e) => {
+                count_error(c, e);
+                return RxOutcome::Dropped;
+            }
+        };
+        let payload = packet.payload();
         let e = &mut self.qps.entries[i];
         if let Err(why) = e.qp.admit(&repr) {
             *match why {

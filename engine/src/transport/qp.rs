@@ -9,6 +9,8 @@
 //! later posts complete with a flush error at once.
 
 use crate::wire::RoceRepr;
+use crate::wire::bth::Opcode;
+use crate::wire::template::HeaderTemplate;
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
@@ -126,6 +128,9 @@ pub struct QueuePair {
     req: Requester,
     resp: Responder,
     stats: QpStats,
+    /// The headers every packet of this queue pair shares, prepared once: packets are
+    /// emitted by patching it ([`HeaderTemplate`]).
+    template: HeaderTemplate,
 }
 
 impl QueuePair {
@@ -133,12 +138,15 @@ impl QueuePair {
     /// their configured depth.
     pub fn new(cfg: QpConfig) -> Result<QueuePair, ConfigError> {
         cfg.validate()?;
+        let template = HeaderTemplate::new(&cfg.header(Opcode::SendOnly, 0, false))
+            .map_err(|_| ConfigError { field: "addresses" })?;
         Ok(QueuePair {
             req: Requester::new(&cfg),
             resp: Responder::new(&cfg),
             cfg,
             state: QpState::Ready,
             stats: QpStats::default(),
+            template,
         })
     }
 
@@ -291,12 +299,21 @@ impl QueuePair {
             need: total,
             have,
         })?;
-        let hlen = pkt.repr.emit_headers(buf, plen)?;
-        let (frame, trailer) = buf.split_at_mut(hlen + plen);
-        if let Some(p) = &pkt.payload {
-            self.copy_payload(p, mem, &mut frame[hlen..]);
+        if !self.template.matches(&pkt.repr) {
+            // Not this queue pair's flow (nothing the transport makes today): the generic way.
+            let hlen = pkt.repr.emit_headers(buf, plen)?;
+            let (frame, trailer) = buf.split_at_mut(hlen + plen);
+            if let Some(p) = &pkt.payload {
+                self.copy_payload(p, mem, &mut frame[hlen..]);
+            }
+            crate::wire::roce::emit_trailer_after(frame, plen, trailer)?;
+            return Ok(total);
         }
-        crate::wire::roce::emit_trailer_after(frame, plen, trailer)?;
+        self.template.emit(&pkt.repr, plen, buf, |body| {
+            if let Some(p) = &pkt.payload {
+                self.copy_payload(p, mem, body);
+            }
+        })?;
         Ok(total)
     }
 

@@ -34,6 +34,9 @@ const POLY: u32 = 0xedb8_8320;
 /// of byte `b` followed by `k` zero bytes, which lets eight bytes be folded at once.
 static TABLES: [[u32; 256]; 8] = build_tables();
 
+/// The byte-at-a-time table (`TABLES[0]`), for `const` builders elsewhere in `wire`.
+pub(crate) const TABLE0: [u32; 256] = build_tables()[0];
+
 const fn build_tables() -> [[u32; 256]; 8] {
     let mut tables = [[0u32; 256]; 8];
     let mut i = 0;

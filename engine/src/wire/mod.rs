@@ -70,6 +70,7 @@ pub mod ipv4;
 pub mod reth;
 pub mod roce;
 pub mod tag;
+pub mod template;
 pub mod udp;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};

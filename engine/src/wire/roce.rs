@@ -57,7 +57,7 @@ pub const MAX_HEADER_LEN: usize = BASE_HEADER_LEN + 20;
 
 /// Offsets, counted from the IPv4 header, of the bytes the ICRC covers as all-ones: IPv4
 /// TOS, TTL and checksum, the UDP checksum, and the BTH's FECN/BECN byte.
-const ICRC_MASKED: [usize; 7] = [
+pub(crate) const ICRC_MASKED: [usize; 7] = [
     1,
     8,
     10,
