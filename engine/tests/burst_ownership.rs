@@ -37,6 +37,22 @@ fn unsent_tail_stays_owned_and_nothing_leaks() {
     let mut txq = pa.tx_queue(0).unwrap();
     let mut rxq = pb.rx_queue(0).unwrap();
     assert!(pa.tx_queue(0).is_none(), "a queue is handed out once");
+    // `append` on one segment (inline in Rust) keeps data_len, pkt_len and the tailroom
+    // consistent and refuses to pass the end of the buffer, changing nothing then.
+    {
+        let mut m = pool.alloc().unwrap();
+        let room = m.tailroom();
+        assert_eq!(room, 2176 - 128, "data room minus the default headroom");
+        m.append(100).unwrap().fill(7);
+        assert_eq!((m.len(), m.pkt_len(), m.tailroom()), (100, 100, room - 100));
+        assert!(m.append((room - 99) as u16).is_none());
+        assert_eq!((m.len(), m.pkt_len(), m.tailroom()), (100, 100, room - 100));
+        m.append((room - 100) as u16).unwrap().fill(9);
+        assert_eq!((m.len(), m.pkt_len(), m.tailroom()), (room, room as u32, 0));
+        assert!(m.append(1).is_none());
+        assert!(m.data()[..100].iter().all(|&b| b == 7));
+        assert!(m.data()[100..].iter().all(|&b| b == 9));
+    }
     let base_in_use = pool.in_use();
 
     let spec = FrameSpec {
