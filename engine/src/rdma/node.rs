@@ -104,6 +104,8 @@ struct QpEntry {
     armed: Option<u64>,
     /// On the list of queue pairs waiting for the persisted watermark.
     persist_waiting: bool,
+    /// The ICRC register of the flow this queue pair receives (its peer's packets).
+    rx_icrc: wire::template::RxIcrc,
 }
 
 /// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
@@ -371,6 +373,7 @@ impl RdmaNode {
             backlog: false,
             armed: None,
             persist_waiting: false,
+            rx_icrc: Default::default(),
         });
         self.qps.insert(qpn, slot);
         let n = self.qps.entries.len();
@@ -498,7 +501,8 @@ impl RdmaNode {
             c.unknown_qp += 1;
             return RxOutcome::Dropped;
         };
-        let repr = match wire::RoceRepr::parse(&packet) {
+        let e = &mut self.qps.entries[i];
+        let repr = match wire::RoceRepr::parse_cached(&packet, &mut e.rx_icrc) {
             Ok(r) => r,
             Err(e) => {
                 count_error(c, e);

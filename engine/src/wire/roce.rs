@@ -41,6 +41,7 @@ use super::icrc::{self, ICRC_LEN, Icrc};
 use super::immdt::{self, ImmDtRepr};
 use super::ipv4::{self, Ecn, PROTOCOL_UDP};
 use super::reth::{self, RethRepr};
+use super::template::RxIcrc;
 use super::udp::{self, ROCEV2_PORT};
 use super::{Error, Layer, Result, Unsupported, ensure_len};
 
@@ -478,6 +479,26 @@ impl RoceRepr {
         packet: &RocePacket<&T>,
         checks: Checks,
     ) -> Result<RoceRepr> {
+        Self::parse_checked(packet, checks, |p| p.compute_icrc())
+    }
+
+    /// Parse a checked frame with every integrity check on, the ICRC continued from `cache`,
+    /// the cached register of the flow the frame is expected to belong to (a receiving queue
+    /// pair keeps one; see [`RxIcrc`]). Same result as [`RoceRepr::parse`].
+    pub fn parse_cached<T: AsRef<[u8]> + ?Sized>(
+        packet: &RocePacket<&T>,
+        cache: &mut RxIcrc,
+    ) -> Result<RoceRepr> {
+        Self::parse_checked(packet, Checks::ALL, |p| {
+            cache.compute(&p.bytes()[..p.layout.icrc])
+        })
+    }
+
+    fn parse_checked<T: AsRef<[u8]> + ?Sized>(
+        packet: &RocePacket<&T>,
+        checks: Checks,
+        icrc_of: impl FnOnce(&RocePacket<&T>) -> u32,
+    ) -> Result<RoceRepr> {
         let ip = packet.ipv4();
         if checks.ipv4_checksum && !ip.verify_checksum() {
             return Err(Error::BadChecksum {
@@ -495,7 +516,7 @@ impl RoceRepr {
             });
         }
         if checks.icrc {
-            let (expected, found) = (packet.compute_icrc(), packet.icrc());
+            let (expected, found) = (icrc_of(packet), packet.icrc());
             if expected != found {
                 return Err(Error::BadIcrc { expected, found });
             }

@@ -303,6 +303,92 @@ impl HeaderTemplate {
     }
 }
 
+/// The ICRC of received frames, continued from a cached register for the flow they belong to.
+///
+/// The receive side of [`HeaderTemplate`]: frames of one flow (a queue pair's peer) share
+/// every covered header byte but the ten that change per packet, so the register after the
+/// LRH and the base headers is the flow's register xor ten table lookups. The cache holds the
+/// flow's invariant bytes (as five little-endian words, varying and masked bytes zero) and its
+/// register; a frame whose invariant bytes differ (another flow, or a first frame) is computed
+/// in full and becomes the cached flow. Either way the result is the ICRC of the frame, the
+/// same as [`super::roce::RocePacket::compute_icrc`] gives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxIcrc {
+    key: [u64; 5],
+    reg: u32,
+    valid: bool,
+}
+
+/// Per 8-byte word of the covered base headers: ones where a byte is the same in every frame
+/// of a flow, zeros at the varying and the masked bytes.
+const INVARIANT: [u64; 5] = invariant_mask();
+
+const fn invariant_mask() -> [u64; 5] {
+    let mut bytes = [0xffu8; COVERED];
+    let mut i = 0;
+    while i < VARYING.len() {
+        bytes[VARYING[i]] = 0;
+        i += 1;
+    }
+    let masked = super::roce::ICRC_MASKED;
+    let mut i = 0;
+    while i < masked.len() {
+        bytes[masked[i]] = 0;
+        i += 1;
+    }
+    let mut words = [0u64; 5];
+    let mut w = 0;
+    while w < 5 {
+        let mut b = 0;
+        while b < 8 {
+            words[w] |= (bytes[w * 8 + b] as u64) << (8 * b);
+            b += 1;
+        }
+        w += 1;
+    }
+    words
+}
+
+impl RxIcrc {
+    /// The ICRC of `covered`: a frame from its first byte (Ethernet) up to, not including, its
+    /// ICRC, at least [`BASE_HEADER_LEN`] bytes (shorter input gives 0, which no caller
+    /// passes: a structurally checked frame is longer).
+    pub fn compute(&mut self, covered: &[u8]) -> u32 {
+        let Some(base) = covered.get(IP..BASE_HEADER_LEN) else {
+            return 0;
+        };
+        let mut key = [0u64; 5];
+        for (k, (word, mask)) in key.iter_mut().zip(base.chunks_exact(8).zip(INVARIANT)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            *k = u64::from_le_bytes(w) & mask;
+        }
+        if !self.valid || key != self.key {
+            let mut flow = [0u8; COVERED];
+            for (i, chunk) in flow.chunks_exact_mut(8).enumerate() {
+                chunk.copy_from_slice(&key[i].to_le_bytes());
+            }
+            for i in super::roce::ICRC_MASKED {
+                flow[i] = 0xff;
+            }
+            let mut crc = Crc32::from_register(LRH_SEED);
+            crc.update(&flow);
+            *self = RxIcrc {
+                key,
+                reg: crc.register(),
+                valid: true,
+            };
+        }
+        let mut reg = self.reg;
+        for (table, &at) in DELTA.iter().zip(&VARYING) {
+            reg ^= table[usize::from(base[at])];
+        }
+        let mut crc = Crc32::from_register(reg);
+        crc.update(&covered[BASE_HEADER_LEN..]);
+        crc.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,7 +542,62 @@ mod tests {
         assert!(HeaderTemplate::new(&bad).is_err());
     }
 
+    #[test]
+    fn received_icrc_from_the_cache_equals_the_full_computation() {
+        let mut cache = RxIcrc::default();
+        let mut frames = Vec::new();
+        for (qp, psn, len) in [(0x22, 5, 64), (0x22, 6, 0), (0x23, 7, 100), (0x22, 8, 4096)] {
+            let mut r = flow();
+            r.bth.opcode = Opcode::RdmaWriteOnly;
+            r.bth.dest_qp = qp;
+            r.bth.psn = psn;
+            let r = with_headers(r);
+            let mut buf = vec![0u8; r.buffer_len(len)];
+            let n = r.emit(&mut buf, &vec![0x5a; len]).unwrap();
+            buf.truncate(n);
+            frames.push(buf);
+        }
+        // Hits (the same flow again), misses (another QP), and a change back.
+        for f in frames.iter().chain(&frames) {
+            let p = crate::wire::RocePacket::new_checked(&f[..]).unwrap();
+            assert_eq!(cache.compute(&f[..f.len() - ICRC_LEN]), p.icrc());
+        }
+        // A changed covered byte that the cache would not notice is noticed: flip the source
+        // port (an invariant byte) and the result is that frame's true ICRC, not the cached
+        // flow's.
+        let mut f = frames[0].clone();
+        f[UDP] ^= 1;
+        let p = crate::wire::RocePacket::new_checked(&f[..]).unwrap();
+        assert_ne!(cache.compute(&f[..f.len() - ICRC_LEN]), p.icrc());
+        assert_eq!(cache.compute(&f[..f.len() - ICRC_LEN]), p.compute_icrc());
+        assert_eq!(RxIcrc::default().compute(&f[..20]), 0);
+    }
+
     proptest! {
+        #[test]
+        fn prop_received_icrc_equals_full(
+            frames in proptest::collection::vec(
+                (0u32..3, any::<u32>(), 0usize..200, any::<u8>(), any::<[bool; 3]>()),
+                1..20,
+            ),
+        ) {
+            let mut cache = RxIcrc::default();
+            for (qp, psn, len, ttl, [ack, fecn, becn]) in frames {
+                let mut r = flow();
+                r.bth.opcode = Opcode::SendOnly;
+                r.bth.dest_qp = qp;
+                r.bth.psn = psn & bth::PSN_MASK;
+                r.bth.ack_req = ack;
+                r.bth.fecn = fecn;
+                r.bth.becn = becn;
+                r.ip.ttl = ttl;
+                let mut buf = vec![0u8; r.buffer_len(len)];
+                let n = r.emit(&mut buf, &vec![ttl; len]).unwrap();
+                let p = crate::wire::RocePacket::new_checked(&buf[..n]).unwrap();
+                prop_assert_eq!(cache.compute(&buf[..n - ICRC_LEN]), p.compute_icrc());
+            }
+        }
+
         #[test]
         fn prop_template_equals_generic(
             op in 0usize..Opcode::ALL.len(),
