@@ -74,6 +74,10 @@ pub struct NodeCounters {
     pub bad_pkey: u64,
     /// Packets to a connected queue pair from an address that is not its peer's.
     pub wrong_source: u64,
+    /// RoCEv2 packets to a queue pair of this engine that is homed on another of its workers:
+    /// the NIC's RSS (or a flow rule) delivered them to the wrong queue. Dropped; the sender's
+    /// timer resends them, to the same wrong queue (see `docs/rdma.md`, "N cores").
+    pub wrong_core: u64,
     pub arp_replies: u64,
     pub tx_packets: u64,
     /// Work requests posted by the host and taken by the worker.
@@ -265,6 +269,9 @@ pub struct RdmaNode {
     persist_inline: bool,
     /// Tagged messaging: this engine's list-processing shard (seed 001).
     tags: Option<TagShard>,
+    /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
+    /// for a packet no queue pair here takes, to count it as `wrong_core`.
+    homed_elsewhere: Vec<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -291,6 +298,7 @@ impl RdmaNode {
             unsent_job: None,
             persist_inline: false,
             tags: None,
+            homed_elsewhere: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
@@ -378,6 +386,15 @@ impl RdmaNode {
         self.backlog.reserve(n);
         self.timers.reserve(2 * n + 16);
         Ok(host)
+    }
+
+    /// Notes that queue pair `qpn` of the same engine is homed on another worker (this node
+    /// is one shard of an engine that runs on several): a packet for it that arrives here is
+    /// dropped and counted as `wrong_core` rather than `unknown_qp`.
+    pub fn add_qp_homed_elsewhere(&mut self, qpn: u32) {
+        if let Err(at) = self.homed_elsewhere.binary_search(&qpn) {
+            self.homed_elsewhere.insert(at, qpn);
+        }
     }
 
     /// Registers memory directly (before the worker runs, or in tests).
@@ -488,7 +505,11 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         }
         let Some(i) = self.qps.lookup(repr.bth.dest_qp) else {
-            c.unknown_qp += 1;
+            // Multi-core: a queue pair of this engine that another worker holds.
+            match self.homed_elsewhere.binary_search(&repr.bth.dest_qp) {
+                Ok(_) => c.wrong_core += 1,
+                Err(_) => c.unknown_qp += 1,
+            }
             return RxOutcome::Dropped;
         };
         let e = &mut self.qps.entries[i];
@@ -821,6 +842,12 @@ impl RdmaNode {
                 Some(iova) => self.mem.register_iova(map, offset, len, iova, access),
                 None => self.mem.register(map, offset, len, access),
             }),
+            Control::Install {
+                map,
+                offset,
+                access,
+                keys,
+            } => ControlReply::Registered(self.mem.install(map, offset, keys, access)),
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
                 None => ControlReply::Deregistered(false),
                 Some(slot) => {
