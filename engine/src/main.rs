@@ -187,6 +187,10 @@ enum Command {
         /// Seconds to serve (0: until Ctrl-C or SIGTERM).
         #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
         duration: f64,
+        /// Workers (over rdma.cores): rdma.core and the cores after it, one RX/TX queue of
+        /// the port and one queue pair each (QPN rdma.qpn + i on worker i).
+        #[arg(long)]
+        cores: Option<usize>,
         /// Capture the port into this pcapng file (Wireshark).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
@@ -481,6 +485,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             region_file,
             simulate_power_loss,
             duration,
+            cores,
             pcap,
             eal,
         } => portico::peer::run_target(
@@ -488,6 +493,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             region_file,
             simulate_power_loss,
             seconds("--duration", duration)?,
+            cores,
             &eal,
             interrupt_flag(),
             pcap.as_deref(),
