@@ -617,7 +617,7 @@ pub fn run_target(
                "file": file.as_ref().map(|f| f.display().to_string()),
                "cores": peer.workers, "qps": peer.qps,
                "rss": {"queues": peer.workers.len(), "hash_fields": rss.hash_fields,
-                       "reta_size": rss.reta_size}})
+                       "reta_size": rss.reta_size, "key_set": rss.key_set}})
     );
     let t0 = Instant::now();
     let mut completions = Vec::new();

@@ -124,6 +124,10 @@ pub struct RssState {
     pub hash_fields: u64,
     /// Entries of the redirection table the driver reports (0: none).
     pub reta_size: u16,
+    /// The key asked for was set. False with RSS on means the driver takes keys of another
+    /// length (i40e and ice take 52 bytes) and hashes with its own: a peer must be given that
+    /// key to choose source ports.
+    pub key_set: bool,
 }
 
 impl Port {
@@ -172,6 +176,7 @@ impl Port {
         let mut rss = RssState {
             hash_fields: 0,
             reta_size: 0,
+            key_set: false,
         };
         if rss_key.is_some() && cfg.rx_queues > 1 {
             let hf = (RSS_IPV4 | RSS_NONFRAG_IPV4_UDP) & raw.flow_type_rss_offloads;
@@ -181,6 +186,7 @@ impl Port {
                 if raw.hash_key_size == 0 || raw.hash_key_size as usize == key.len() {
                     conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
                     conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
+                    rss.key_set = true;
                 }
                 rss.hash_fields = hf;
             }

@@ -1173,6 +1173,34 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_packet_for_a_queue_pair_homed_on_another_shard_is_counted_as_wrong_core() {
+        let (mut a, b) = pair();
+        // Another shard of B's engine: same address, without B's queue pair but told of it.
+        let mut other = RdmaNode::new(b.node.mac, b.node.ip);
+        let map = Arc::new(Mapping::anonymous(64).unwrap());
+        let src = a.node.register(map, 0, 64, Access::ALL).unwrap();
+        let sgl = crate::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::send(1, sgl, None)]).unwrap();
+        a.node.service(0);
+        let tx = a.node.poll_transmit(0).expect("the SEND");
+        let mut frame = vec![0u8; 2048];
+        let len = a.node.emit(&tx, &mut frame).unwrap();
+        assert_eq!(other.receive(0, &frame[..len]), RxOutcome::Dropped);
+        assert_eq!(
+            (other.counters.unknown_qp, other.counters.wrong_core),
+            (1, 0)
+        );
+        other.add_qp_homed_elsewhere(0x22);
+        other.add_qp_homed_elsewhere(0x22);
+        assert_eq!(other.receive(0, &frame[..len]), RxOutcome::Dropped);
+        assert_eq!(
+            (other.counters.unknown_qp, other.counters.wrong_core),
+            (1, 1)
+        );
+        assert_eq!(other.counters.delivered, 0);
+    }
+
+    #[test]
     fn arp_and_strangers_are_handled_and_counted() {
         let (mut a, _) = pair();
         #[rustfmt::skip]

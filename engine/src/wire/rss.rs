@@ -219,6 +219,25 @@ mod tests {
     }
 
     #[test]
+    fn a_12_byte_input_reads_only_the_first_16_key_bytes() {
+        // 96 input bits slide a 32-bit window over key bits 0..=126: a driver's longer key
+        // (52 bytes on i40e) hashes IPv4 with ports as its first 40 bytes do.
+        let input = ipv4_ports_input([10, 9, 0, 1].into(), [10, 9, 0, 2].into(), 0xc123, 4791);
+        let mut key = MLX5_DEFAULT_KEY;
+        let h = toeplitz(&key, &input);
+        key[16..].fill(0xa5);
+        assert_eq!(toeplitz(&key, &input), h);
+        key[15] ^= 0x01;
+        assert_eq!(toeplitz(&key, &input), h, "bit 127 is never read");
+        key[15] ^= 0x02;
+        assert_ne!(
+            toeplitz(&key, &input),
+            h,
+            "bit 126 is, by the last input bit"
+        );
+    }
+
+    #[test]
     fn queues_follow_the_redirection_table() {
         let mut rss = Rss::spread(4);
         assert_eq!(rss.queue_of(0x51cc_c178), (0x51cc_c178u32 % 4) as u16);
