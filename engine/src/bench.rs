@@ -623,6 +623,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let mut end = opts.duration.and_then(|d| t0.checked_add(d));
     // Operations posted over all queue pairs: operation k is due at t0 + k / rate.
     let mut next_k = 0u64;
+    // The queue pair that takes the next operation of a closed loop.
     let mut cursor = 0usize;
     let mut last_print = t0;
     let mut last_done = 0u64;
@@ -664,7 +665,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             // the next queue pair in turn that has room takes it.
             let lane = match opts.rate {
                 Some(_) => (next_k % lanes_n as u64) as usize,
-                None => cursor % lanes_n,
+                None => cursor,
             };
             let l = &mut lanes[lane];
             if l.outstanding + l.batch.len() >= l.window {
@@ -672,7 +673,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
                     break;
                 }
                 blocked += 1;
-                cursor += 1;
+                cursor = next_lane(cursor, lanes_n);
                 continue;
             }
             blocked = 0;
@@ -723,7 +724,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             l.started[seq as usize & mask] = Some(intended);
             l.next_seq += 1;
             next_k += 1;
-            cursor += 1;
+            cursor = next_lane(cursor, lanes_n);
             if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
                 // Filling takes time: ring for what is ready rather than for the whole batch.
                 l.flush()?;
@@ -857,6 +858,11 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         capture,
         persist: None,
     })
+}
+
+/// The queue pair after `lane` of `n`, round robin (no division per operation).
+fn next_lane(lane: usize, n: usize) -> usize {
+    if lane + 1 >= n { 0 } else { lane + 1 }
 }
 
 /// Bits of an operation's id that name its queue pair (`--connections` is at most 256): the
