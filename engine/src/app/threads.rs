@@ -25,7 +25,8 @@ pub struct CoresReport {
     pub host: Option<ThreadPlace>,
     /// Threads named `portico-*`: the workers (and a flusher, when one runs).
     pub workers: Vec<ThreadPlace>,
-    /// Every other thread: EAL's (`eal-intr-thread`, `rte_mp_handle`, `telemetry-v2`, ...).
+    /// Every other thread: EAL's (`eal-intr-thread`, `rte_mp_handle`, `telemetry-v2`, ...), and
+    /// the `ctrl-c` crate's signal thread, which sleeps.
     pub eal_threads: Vec<ThreadPlace>,
 }
 
