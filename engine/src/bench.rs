@@ -89,6 +89,11 @@ pub struct BenchOpts {
     pub file: Option<PathBuf>,
     /// `tagged` only: the parts to run (empty: all).
     pub part: Vec<tagged::TaggedPart>,
+    /// Workers the two engines run on (`--cores`): 1 puts both engines on one worker; N > 1
+    /// runs N workers, worker *i* holding shard *i* of both engines (`rdma::loopback`).
+    pub cores: usize,
+    /// Queue pairs between the engines (`--connections`; at least `cores`; default `cores`).
+    pub connections: Option<usize>,
 }
 
 /// One operation type's results.
@@ -126,8 +131,13 @@ pub struct BenchSummary {
     pub errors: u64,
     /// Present with `--verify`.
     pub verify: Option<VerifySummary>,
-    /// The engines' worker counters (retransmissions, ICRC errors, ...).
+    /// Queue pairs the operations were spread over.
+    pub connections: usize,
+    /// The engines' worker counters (retransmissions, ICRC errors, ...), one entry per worker.
     pub workers: Vec<crate::runtime::WorkerReport>,
+    /// Where the host thread, each worker and EAL's own threads ran, read while the workers
+    /// ran.
+    pub cores: crate::app::CoresReport,
     /// The two `net_ring` ports' own counters, `a` (engine A's) then `b`.
     pub ports: Vec<PortSummary>,
     pub capture: Option<crate::app::CaptureSummary>,
@@ -262,10 +272,16 @@ const VERIFY_RING_EVERY: usize = 8;
 /// A bench's two engines, running: EAL started, the loopback pair up.
 pub(crate) struct Engines {
     pub(crate) memory: MemoryChoice,
-    /// The host's core (EAL's main lcore) and the engines' core.
+    /// The host's core (EAL's main lcore) and the (first) engines' core.
     pub(crate) cores: (usize, usize),
+    /// The workers' cores, in worker order.
+    pub(crate) workers: Vec<usize>,
     pub(crate) a: loopback::LoopbackEnd,
     pub(crate) b: loopback::LoopbackEnd,
+    /// Connections 1.. when `--connections` asked for more than one.
+    pub(crate) more: Vec<loopback::Connection>,
+    /// Per connection: the home workers of its two ends.
+    pub(crate) homes: Vec<[usize; 2]>,
     pub(crate) running: Running,
 }
 
@@ -280,16 +296,51 @@ pub(crate) struct Running {
 /// What a bench reports about its engines once they have stopped.
 pub(crate) struct Stopped {
     pub(crate) workers: Vec<crate::runtime::WorkerReport>,
+    /// Where the threads ran, sampled just before the workers stopped.
+    pub(crate) cores: crate::app::CoresReport,
     pub(crate) ports: Vec<PortSummary>,
     pub(crate) capture: Option<crate::app::CaptureSummary>,
 }
 
-/// Starts EAL (after the banner) and the two engines with queue pair settings `qp`: both
-/// engines on the last core, the host loop on the first (EAL's main lcore). On a 2-core
-/// machine a third busy thread would leave the host waiting for CPU time slices.
+/// The cores of `n` workers: the last `n` of `cores`, counted from the end and wrapping round
+/// when there are fewer cores than workers (the host loop takes the first core).
+pub(crate) fn worker_cores(cores: &[usize], n: usize) -> Vec<usize> {
+    let len = cores.len().max(1);
+    let mut w: Vec<usize> = (0..n)
+        .map(|i| cores.get(len - 1 - i % len).copied().unwrap_or(0))
+        .collect();
+    w.reverse();
+    w
+}
+
+/// `--cores` and `--connections`: the workers and the queue pairs, checked.
+fn layout(opts: &BenchOpts) -> Result<(usize, usize), AppError> {
+    let max = crate::dataplane::RING_MAX_QUEUES as usize;
+    if opts.cores == 0 || opts.cores > max {
+        return Err(usage(format!(
+            "--cores: must be 1..={max} (a net_ring port has at most {max} queues)"
+        )));
+    }
+    let connections = opts.connections.unwrap_or(opts.cores);
+    if connections < opts.cores || connections > 256 {
+        return Err(usage(format!(
+            "--connections: must be {}..=256 (at least one queue pair per worker)",
+            opts.cores
+        )));
+    }
+    Ok((opts.cores, connections))
+}
+
+/// Starts EAL (after the banner) and the two engines with queue pair settings `qp`. One
+/// worker (`--cores 1`): both engines on the last core, the host loop on the first (EAL's
+/// main lcore); on a 2-core machine a third busy thread would leave the host waiting for CPU
+/// time slices. N workers: on the last N cores (wrapping round on a small machine), each with
+/// shard *i* of both engines.
 pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, AppError> {
+    let (n, connections) = layout(opts)?;
     let cores = available_cores();
-    let (a, b) = (cores[0], *cores.last().unwrap_or(&cores[0]));
+    let workers = worker_cores(&cores, n);
+    let (a, b) = (cores[0], workers[0]);
     let (args, memory) = plan_eal_args(
         &opts.eal,
         opts.hugepages,
@@ -307,7 +358,13 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
     )?;
     let info = Eal::init(&args)?;
     report::banner(info, &memory, opts.json);
-    let mut lo = LoopbackOpts::new(qp, [b, b]);
+    let mut lo = if n == 1 {
+        let mut lo = LoopbackOpts::new(qp, [b, b]);
+        lo.connections = connections;
+        lo
+    } else {
+        LoopbackOpts::multicore(qp, &workers, connections)
+    };
     lo.pcap = opts.pcap.clone();
     let pair =
         loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
@@ -324,14 +381,19 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
         runtime,
         a: ea,
         b: eb,
+        more,
+        homes,
         capture,
         ..
     } = pair;
     Ok(Engines {
         memory,
         cores: (a, b),
+        workers,
         a: ea,
         b: eb,
+        more,
+        homes,
         running: Running {
             runtime,
             capture,
@@ -349,6 +411,7 @@ impl Running {
             .iter()
             .filter_map(|&(name, id)| Some(port_summary(id?, name)))
             .collect::<Result<Vec<_>, _>>()?;
+        let cores = crate::app::CoresReport::sample();
         let workers = self.runtime.join()?;
         let capture = match (self.capture, pcap) {
             (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
@@ -362,6 +425,7 @@ impl Running {
         };
         Ok(Stopped {
             workers,
+            cores,
             ports,
             capture,
         })
@@ -411,15 +475,25 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         ));
     }
     let size = opts.size as usize;
-    // Buffer slots: operation k uses slot k mod slots. With --verify a slot must not be
-    // reused while an operation on it may still be outstanding or unchecked. At most `qd` are
-    // outstanding, a completion is checked one loop round after it is polled, and a receive
-    // completion may be polled a round after its SEND's; four times the queue depth leaves a
+    let (_, connections) = layout(opts)?;
+    if opts.qd < connections {
+        return Err(usage(format!(
+            "--qd: {} is fewer than the {connections} queue pairs (--qd is the total outstanding, spread over them)",
+            opts.qd
+        )));
+    }
+    // Buffer slots: each queue pair has its own share of every buffer, and its operation k
+    // uses slot k mod its share. With --verify a slot must not be reused while an operation on
+    // it may still be outstanding or unchecked. At most a window's worth are outstanding per
+    // queue pair, a completion is checked one loop round after it is polled, and a receive
+    // completion may be polled a round after its SEND's; four times the window leaves a
     // margin over all of that.
     let slots = (BUF_CAP / size).clamp(1, 1024);
-    if opts.verify && slots < VERIFY_SLOTS_PER_QD * opts.qd {
+    let share = slots / connections;
+    let widest = opts.qd.div_ceil(connections);
+    if share == 0 || (opts.verify && share < VERIFY_SLOTS_PER_QD * widest) {
         return Err(usage(format!(
-            "--verify: {} slots of {size} B fit the {} MiB buffers, fewer than four times --qd {}; lower --qd or --size",
+            "--verify: {} slots of {size} B fit the {} MiB buffers, fewer than four times --qd {} (over {connections} queue pairs); lower --qd or --size",
             slots,
             BUF_CAP >> 20,
             opts.qd
@@ -442,13 +516,17 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     qp.timeout_ns = 1_000_000;
     let Engines {
         memory,
-        cores: (a, b),
-        a: mut ea,
-        b: mut eb,
+        cores: (a, _),
+        workers: worker_cores,
+        a: ea,
+        b: eb,
+        more,
+        homes,
         running,
     } = start_engines(opts, qp)?;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
-    // The application's memory: four buffers it maps itself, then registers.
+    // The application's memory: four buffers it maps itself, then registers (on every worker
+    // of an engine: the handle broadcasts).
     let map = |len: usize| {
         Mapping::anonymous_prefer_huge(len)
             .map(Arc::new)
@@ -464,15 +542,48 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         .engine
         .register_all(&b_recv, Access::LOCAL_WRITE)
         .map_err(host)?;
-    let slot_of = |k: u64| (k as usize % slots) * size;
+    let lanes_n = connections;
+    let mut lanes: Vec<Lane> = std::iter::once((ea.qp, ea.cq, eb.qp, eb.cq))
+        .chain(more.into_iter().map(|c| (c.a.qp, c.a.cq, c.b.qp, c.b.cq)))
+        .enumerate()
+        .map(|(i, (qp, cq, rqp, rcq))| {
+            // The total window, dealt out: the first `qd % n` queue pairs take one more.
+            let window = opts.qd / lanes_n + usize::from(i < opts.qd % lanes_n);
+            Lane::new(i, window, qp, cq, rqp, rcq)
+        })
+        .collect();
+    let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
 
+    let placing = if worker_cores.len() == 1 {
+        format!("both engines on core {}, host on core {a}", worker_cores[0])
+    } else {
+        let per_worker: Vec<String> = worker_cores
+            .iter()
+            .enumerate()
+            .map(|(w, c)| {
+                let qps = homes.iter().filter(|h| h[0] == w).count();
+                format!("worker {w} on core {c} ({qps} QPs)")
+            })
+            .collect();
+        format!(
+            "{}; host on core {a}{}",
+            per_worker.join(", "),
+            if worker_cores.contains(&a) {
+                " (shared with a worker: this machine has fewer cores than workers + host)"
+            } else {
+                ""
+            }
+        )
+    };
     human(
         opts.json,
         &format!(
-            "bench {:?}: {} B messages, queue depth {}, {}, MTU {}, {}{}; both engines on core {b}, host on core {a}; buffers: {buffers}",
+            "bench {:?}: {} B messages, queue depth {} over {} queue pair{}, {}, MTU {}, {}{}; {placing}; buffers: {buffers}",
             opts.op,
             size,
             opts.qd,
+            lanes_n,
+            if lanes_n == 1 { "" } else { "s" },
             opts.rate
                 .map(|r| format!("{} ops/s intended", report::rate(r, "")))
                 .unwrap_or_else(|| "closed loop".into()),
@@ -491,40 +602,32 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let mut verifier = opts.verify.then(|| Verifier::new(size));
     let mut hist: [Latency; 3] = Default::default();
     let mut counts = [0u64; 3];
-    // Start times of outstanding operations, by wr_id modulo a power of two above the queue
-    // depth: at most `qd` are outstanding, so slots never collide (and no hashing per op).
-    let slots_len = (opts.qd * 2).next_power_of_two();
-    let mut started: Vec<Option<Instant>> = vec![None; slots_len];
-    // Operation ids of SENDs in flight, oldest first: receive k gets the k-th SEND.
-    let mut send_ids: Vec<u64> = vec![0; slots_len];
-    let (mut sends_posted, mut sends_received) = (0u64, 0u64);
-    let mut batch: Vec<WorkRequest> = Vec::with_capacity(opts.qd);
     // With --verify: landed bytes to check, as (operation id, which buffer, offset). They are
     // checked after the next batch is posted, so the engine has work while the host compares.
-    let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN);
-    // 0 WRITE, 1 READ, 2 SEND; and the buffer an operation's data comes from.
-    let kind_of = |id: u64| match opts.op {
+    let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
+    // 0 WRITE, 1 READ, 2 SEND (by the operation's number over all queue pairs); and the
+    // buffer an operation's data comes from.
+    let kind_of = |k: u64| match opts.op {
         BenchOp::Write => 0,
         BenchOp::Read => 1,
         BenchOp::Send => 2,
-        BenchOp::Mixed => id % 3,
+        BenchOp::Mixed => k % 3,
         BenchOp::Persist | BenchOp::Tagged | BenchOp::Placement => {
             unreachable!("`bench persist`, `tagged` and `placement` run in their own modules")
         }
     };
-    let source = |id: u64| if kind_of(id) == 1 { &remote } else { &src };
-    let mut recv_batch: Vec<RecvRequest> = Vec::with_capacity(opts.qd * 2);
     let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
-    let mut outstanding = 0usize;
     let mut errors = 0u64;
     let t0 = Instant::now();
     // When posting ends: the duration's end, or the moment `stop` is seen.
     let mut end = opts.duration.and_then(|d| t0.checked_add(d));
-    let mut next_id = 0u64;
+    // Operations posted over all queue pairs: operation k is due at t0 + k / rate.
+    let mut next_k = 0u64;
+    // The queue pair that takes the next operation of a closed loop.
+    let mut cursor = 0usize;
     let mut last_print = t0;
     let mut last_done = 0u64;
     let mut done = 0u64;
-    let mut recv_posted = 0u64;
     let uses_send = matches!(opts.op, BenchOp::Send | BenchOp::Mixed);
     loop {
         let now = Instant::now();
@@ -533,29 +636,50 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         }
         let ended = end.is_some_and(|e| now >= e);
         if uses_send {
-            // Keep B's receive queue a window ahead of the SENDs, before any of this round's
+            // Keep B's receive queues a window ahead of the SENDs, before any of this round's
             // SENDs is posted (filling sources can take longer than the RNR retries last).
-            recv_batch.clear();
-            while recv_posted < sends_posted + opts.qd as u64
-                && recv_batch.len() < recv_batch.capacity()
-            {
-                recv_batch.push(RecvRequest::new(
-                    recv_posted,
-                    recv.sgl(slot_of(recv_posted), opts.size),
-                ));
-                recv_posted += 1;
-            }
-            if let Err(full) = eb.qp.post_recv(&recv_batch) {
-                recv_posted -= (recv_batch.len() - full.posted) as u64;
+            for l in &mut lanes {
+                let lane = l.index;
+                l.recv_batch.clear();
+                while l.recv_posted < l.sends_posted + l.window as u64
+                    && l.recv_batch.len() < l.recv_batch.capacity()
+                {
+                    let slot = slot_of(lane, l.recv_posted);
+                    l.recv_batch
+                        .push(RecvRequest::new(l.recv_posted, recv.sgl(slot, opts.size)));
+                    l.recv_posted += 1;
+                }
+                if let Err(full) = l.rqp.post_recv(&l.recv_batch) {
+                    l.recv_posted -= (l.recv_batch.len() - full.posted) as u64;
+                }
             }
         }
-        // Post while there is room in the window and (with a rate) the next operation is due:
-        // the whole batch with one doorbell.
-        batch.clear();
-        while outstanding + batch.len() < opts.qd && !ended {
+        // Post while there is room in a window and (with a rate) the next operation is due:
+        // each queue pair's batch with one doorbell. Operations go to the queue pairs in turn.
+        for l in &mut lanes {
+            l.batch.clear();
+        }
+        let mut blocked = 0;
+        while !ended && blocked < lanes_n {
+            // With a rate, operation k belongs to queue pair k mod n and waits for it; closed,
+            // the next queue pair in turn that has room takes it.
+            let lane = match opts.rate {
+                Some(_) => (next_k % lanes_n as u64) as usize,
+                None => cursor,
+            };
+            let l = &mut lanes[lane];
+            if l.outstanding + l.batch.len() >= l.window {
+                if opts.rate.is_some() {
+                    break;
+                }
+                blocked += 1;
+                cursor = next_lane(cursor, lanes_n);
+                continue;
+            }
+            blocked = 0;
             let intended = match opts.rate {
                 // An operation due beyond any clock reading (a tiny rate) is never due.
-                Some(r) => match Duration::try_from_secs_f64(next_id as f64 / r)
+                Some(r) => match Duration::try_from_secs_f64(next_k as f64 / r)
                     .ok()
                     .and_then(|d| t0.checked_add(d))
                 {
@@ -567,43 +691,47 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             if intended > now {
                 break;
             }
-            let slot = slot_of(next_id);
+            let seq = l.next_seq;
+            let id = (seq << LANE_BITS) | lane as u64;
+            let slot = slot_of(lane, seq);
+            let kind = kind_of(next_k);
             if let Some(v) = verifier.as_mut() {
-                v.fill(next_id, source(next_id), slot);
+                v.fill(id, if kind == 1 { &remote } else { &src }, slot);
             }
-            let wr = match kind_of(next_id) {
+            let wr = match kind {
                 0 => WorkRequest::write(
-                    next_id,
+                    id,
                     src.sgl(slot, opts.size),
                     remote.addr() + slot as u64,
                     remote.rkey(),
                     None,
                 ),
                 1 => WorkRequest::read(
-                    next_id,
+                    id,
                     dst.sgl(slot, opts.size),
                     remote.addr() + slot as u64,
                     remote.rkey(),
                 ),
                 _ => {
-                    send_ids[sends_posted as usize & (slots_len - 1)] = next_id;
-                    sends_posted += 1;
-                    WorkRequest::send(next_id, src.sgl(slot, opts.size), None)
+                    let mask = l.mask();
+                    l.send_ids[l.sends_posted as usize & mask] = id;
+                    l.sends_posted += 1;
+                    WorkRequest::send(id, src.sgl(slot, opts.size), None)
                 }
             };
-            batch.push(wr);
-            started[next_id as usize & (slots_len - 1)] = Some(intended);
-            next_id += 1;
-            if verifier.is_some() && batch.len() == VERIFY_RING_EVERY {
+            l.batch.push(wr);
+            let mask = l.mask();
+            l.started[seq as usize & mask] = Some(intended);
+            l.next_seq += 1;
+            next_k += 1;
+            cursor = next_lane(cursor, lanes_n);
+            if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
                 // Filling takes time: ring for what is ready rather than for the whole batch.
-                post_batch(&mut ea.qp, &batch)?;
-                outstanding += batch.len();
-                batch.clear();
+                l.flush()?;
             }
         }
-        if !batch.is_empty() {
-            post_batch(&mut ea.qp, &batch)?;
-            outstanding += batch.len();
+        for l in &mut lanes {
+            l.flush()?;
         }
         if let Some(v) = verifier.as_mut() {
             for &(id, landed, slot) in &to_check {
@@ -611,45 +739,52 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             }
             to_check.clear();
         }
-        let n = ea.cq.poll(&mut wcs);
-        if n > 0 {
-            // One clock read per batch of completions: the work they did ended by now.
-            let polled_at = Instant::now();
-            for wc in &wcs[..n] {
-                let Some(t) = started[wc.wr_id as usize & (slots_len - 1)].take() else {
-                    continue;
-                };
-                outstanding -= 1;
-                if wc.status != WcStatus::Success {
-                    errors += 1;
-                    continue;
+        for l in &mut lanes {
+            let lane = l.index;
+            let n = l.cq.poll(&mut wcs);
+            if n > 0 {
+                // One clock read per batch of completions: the work they did ended by now.
+                let polled_at = Instant::now();
+                let mask = l.mask();
+                for wc in &wcs[..n] {
+                    let seq = wc.wr_id >> LANE_BITS;
+                    let Some(t) = l.started[seq as usize & mask].take() else {
+                        continue;
+                    };
+                    l.outstanding -= 1;
+                    if wc.status != WcStatus::Success {
+                        errors += 1;
+                        continue;
+                    }
+                    let k = op_index(wc.opcode);
+                    hist[k].record(polled_at.saturating_duration_since(t).as_nanos() as u64);
+                    counts[k] += 1;
+                    done += 1;
+                    if verifier.is_some() {
+                        let slot = slot_of(lane, seq);
+                        match wc.opcode {
+                            WcOpcode::RdmaWrite => to_check.push((wc.wr_id, Landed::Remote, slot)),
+                            WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
+                            _ => {}
+                        }
+                    }
                 }
-                let k = op_index(wc.opcode);
-                hist[k].record(polled_at.saturating_duration_since(t).as_nanos() as u64);
-                counts[k] += 1;
-                done += 1;
-                if verifier.is_some() {
-                    let slot = slot_of(wc.wr_id);
-                    match wc.opcode {
-                        WcOpcode::RdmaWrite => to_check.push((wc.wr_id, Landed::Remote, slot)),
-                        WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
-                        _ => {}
+            }
+            if uses_send {
+                let n = l.rcq.poll(&mut wcs);
+                let mask = l.mask();
+                for wc in &wcs[..n] {
+                    let id = l.send_ids[l.sends_received as usize & mask];
+                    l.sends_received += 1;
+                    if wc.status != WcStatus::Success {
+                        errors += 1;
+                    } else if verifier.is_some() {
+                        to_check.push((id, Landed::Received, slot_of(lane, wc.wr_id)));
                     }
                 }
             }
         }
-        if uses_send {
-            let n = eb.cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                let id = send_ids[sends_received as usize & (slots_len - 1)];
-                sends_received += 1;
-                if wc.status != WcStatus::Success {
-                    errors += 1;
-                } else if verifier.is_some() {
-                    to_check.push((id, Landed::Received, slot_of(wc.wr_id)));
-                }
-            }
-        }
+        let outstanding: usize = lanes.iter().map(|l| l.outstanding).sum();
         if now.duration_since(last_print) >= Duration::from_secs(1) {
             let dt = now.duration_since(last_print).as_secs_f64();
             human(
@@ -665,7 +800,8 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             last_print = now;
             last_done = done;
         }
-        if ended && outstanding == 0 && (!uses_send || sends_received == sends_posted) {
+        let receives_done = !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
+        if ended && outstanding == 0 && receives_done {
             break;
         }
         if end.is_some_and(|e| now.saturating_duration_since(e) >= Duration::from_secs(5)) {
@@ -682,6 +818,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     // Every operation has completed, so nothing more is on the way.
     let Stopped {
         workers,
+        cores,
         ports,
         capture,
     } = running.finish(opts.pcap.as_ref())?;
@@ -714,11 +851,93 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         results,
         errors,
         verify: verifier.map(|v| v.summary),
+        connections: lanes_n,
         workers,
+        cores,
         ports,
         capture,
         persist: None,
     })
+}
+
+/// The queue pair after `lane` of `n`, round robin (no division per operation).
+fn next_lane(lane: usize, n: usize) -> usize {
+    if lane + 1 >= n { 0 } else { lane + 1 }
+}
+
+/// Bits of an operation's id that name its queue pair (`--connections` is at most 256): the
+/// id of queue pair `index`'s operation `seq` is `seq << LANE_BITS | index`, taken apart with a
+/// shift rather than a division per completion.
+const LANE_BITS: u32 = 8;
+
+/// One queue pair of the bench: A's end (posts and completions) and B's (receives), with the
+/// share of the window, the buffers and the bookkeeping that belong to it.
+struct Lane {
+    index: usize,
+    /// Operations this queue pair keeps outstanding at most.
+    window: usize,
+    qp: crate::rdma::Qp,
+    cq: crate::rdma::Cq,
+    rqp: crate::rdma::Qp,
+    rcq: crate::rdma::Cq,
+    outstanding: usize,
+    next_seq: u64,
+    /// Start times of outstanding operations, by sequence number modulo a power of two above
+    /// the window: at most `window` are outstanding, so entries never collide (and no hashing
+    /// per operation).
+    started: Vec<Option<Instant>>,
+    /// Ids of SENDs in flight, oldest first: receive k gets the k-th SEND.
+    send_ids: Vec<u64>,
+    sends_posted: u64,
+    sends_received: u64,
+    recv_posted: u64,
+    batch: Vec<WorkRequest>,
+    recv_batch: Vec<RecvRequest>,
+}
+
+impl Lane {
+    fn new(
+        index: usize,
+        window: usize,
+        qp: crate::rdma::Qp,
+        cq: crate::rdma::Cq,
+        rqp: crate::rdma::Qp,
+        rcq: crate::rdma::Cq,
+    ) -> Lane {
+        let ring = (window * 2).next_power_of_two();
+        Lane {
+            index,
+            window,
+            qp,
+            cq,
+            rqp,
+            rcq,
+            outstanding: 0,
+            next_seq: 0,
+            started: vec![None; ring],
+            send_ids: vec![0; ring],
+            sends_posted: 0,
+            sends_received: 0,
+            recv_posted: 0,
+            batch: Vec::with_capacity(window),
+            recv_batch: Vec::with_capacity(window * 2),
+        }
+    }
+
+    fn mask(&self) -> usize {
+        self.started.len() - 1
+    }
+
+    /// Posts the batch with one doorbell.
+    fn flush(&mut self) -> Result<(), AppError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        post_batch(&mut self.qp, &self.batch)?;
+        self.outstanding += self.batch.len();
+        self.batch.clear();
+        Ok(())
+    }
 }
 
 /// Writes `h` to `path` in HdrHistogram's .hgrm format, in microseconds.
@@ -776,6 +995,7 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
         );
     }
     print_workers(&s.workers);
+    println!("  cores: {}", s.cores.line());
     report::port_table(&s.ports);
     if let Some(v) = &s.verify {
         println!(

@@ -125,9 +125,18 @@ enum Command {
         /// 1 KiB to 1 MiB).
         #[arg(long)]
         size: Option<u32>,
-        /// Operations outstanding at once.
+        /// Operations outstanding at once (in all: spread over the queue pairs).
         #[arg(long, default_value_t = 64)]
         qd: usize,
+        /// write, read, send, mixed: workers the two engines run on. 1: both engines on one
+        /// worker; N: N workers on N queues of each port, worker i holding the queue pairs
+        /// homed on it (on this 2-core machine N = 2 shares a core with the host).
+        #[arg(long, default_value_t = 1)]
+        cores: usize,
+        /// write, read, send, mixed: queue pairs between the engines (default: --cores; at
+        /// least --cores), homed round robin on the workers.
+        #[arg(long)]
+        connections: Option<usize>,
         /// Operations per second (default: closed loop, as fast as completions return).
         #[arg(long, allow_negative_numbers = true)]
         rate: Option<f64>,
@@ -178,6 +187,10 @@ enum Command {
         /// Seconds to serve (0: until Ctrl-C or SIGTERM).
         #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
         duration: f64,
+        /// Workers (over rdma.cores): rdma.core and the cores after it, one RX/TX queue of
+        /// the port and one queue pair each (QPN rdma.qpn + i on worker i).
+        #[arg(long)]
+        cores: Option<usize>,
         /// Capture the port into this pcapng file (Wireshark).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
@@ -358,6 +371,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
             file,
             size,
             qd,
+            cores,
+            connections,
             rate,
             duration,
             mtu,
@@ -410,7 +425,23 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 mode,
                 file,
                 part,
+                cores,
+                connections,
             };
+            if (cores != 1 || connections.is_some())
+                && !matches!(
+                    op,
+                    portico::bench::BenchOp::Write
+                        | portico::bench::BenchOp::Read
+                        | portico::bench::BenchOp::Send
+                        | portico::bench::BenchOp::Mixed
+                )
+            {
+                return Err(AppError::Usage(
+                    "--cores, --connections: only bench write, read, send and mixed take them"
+                        .into(),
+                ));
+            }
             if placement {
                 let summary = portico::bench::placement::run(&opts, interrupt_flag())?;
                 portico::bench::placement::print(&summary, json);
@@ -454,6 +485,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             region_file,
             simulate_power_loss,
             duration,
+            cores,
             pcap,
             eal,
         } => portico::peer::run_target(
@@ -461,6 +493,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             region_file,
             simulate_power_loss,
             seconds("--duration", duration)?,
+            cores,
             &eal,
             interrupt_flag(),
             pcap.as_deref(),

@@ -36,7 +36,9 @@ use crate::app::{
     AppError, DeviceArg, MemoryChoice, PortSummary, available_cores, check_pool_fits,
     plan_eal_args, port_summary,
 };
-use crate::config::peer::{PeerConfig, RECEIVE_LEN, load_peer, parse_mac, parse_mtu};
+use crate::config::peer::{
+    CoresKey, PeerConfig, RECEIVE_LEN, load_peer, parse_mac, parse_mtu, worker_cores,
+};
 use crate::config::{ConfigError, MemoryLimit, limits, vdev_driver};
 use crate::dataplane::{self, Eal, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
@@ -47,16 +49,24 @@ use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, Worke
 use crate::transport::{
     Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest, random_psn,
 };
+use crate::wire::rss;
 
 /// Mbufs in the engine's pool.
 const POOL_MBUFS: u32 = 8191;
 
-/// A running engine on one port, and the application's ends of it.
+/// A running engine on one port (on one worker or several), and the application's ends of it.
 struct Peer {
     runtime: Runtime,
     handle: RdmaHandle,
+    /// Queue pair 0 and its completion queue; the initiator's only one.
     qp: Qp,
     cq: Cq,
+    /// Queue pairs 1.. of a target on several workers, with their completion queues.
+    more: Vec<(Qp, Cq)>,
+    /// Per queue pair: its QPN, the peer's, its home worker and its UDP source port.
+    qps: Vec<QpPlace>,
+    /// The workers' cores.
+    workers: Vec<usize>,
     port: Port,
     capture: Option<Arc<CaptureSink>>,
     /// The first PSN this side sends.
@@ -75,6 +85,19 @@ fn finish_capture(
         }),
         _ => Ok(None),
     }
+}
+
+/// Where a queue pair of this engine lives, for the `ready` line.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct QpPlace {
+    qpn: u32,
+    peer_qpn: u32,
+    /// Its home worker, which is also its RX/TX queue on the port.
+    queue: usize,
+    core: usize,
+    /// The peer's queue its packets are steered to (by their UDP source port).
+    peer_queue: u16,
+    udp_src_port: u16,
 }
 
 fn load(path: &Path) -> Result<PeerConfig, AppError> {
@@ -178,7 +201,11 @@ fn is_pci(port: &str) -> bool {
 
 /// EAL's command line and memory for this config, and whether that memory holds the engine's
 /// mbuf pool: all known before EAL starts.
-fn plan(cfg: &PeerConfig, extra_eal: &[String]) -> Result<(Vec<String>, MemoryChoice), AppError> {
+fn plan(
+    cfg: &PeerConfig,
+    workers: &[usize],
+    extra_eal: &[String],
+) -> Result<(Vec<String>, MemoryChoice), AppError> {
     let r = &cfg.rdma;
     let device = if is_pci(&r.port) {
         DeviceArg::Pci(r.port.clone())
@@ -189,7 +216,7 @@ fn plan(cfg: &PeerConfig, extra_eal: &[String]) -> Result<(Vec<String>, MemoryCh
     let main = cores
         .iter()
         .copied()
-        .find(|&c| c != r.core)
+        .find(|c| !workers.contains(c))
         .unwrap_or(r.core);
     let mut user = cfg.eal.args.clone();
     user.extend(extra_eal.iter().cloned());
@@ -211,10 +238,14 @@ fn plan(cfg: &PeerConfig, extra_eal: &[String]) -> Result<(Vec<String>, MemoryCh
     Ok((args, memory))
 }
 
+/// Starts EAL and the engine on `workers` (one worker per core, each with RX/TX queue *i* of
+/// the port and the queue pairs homed on it). A target has one queue pair per worker (QPN
+/// `qpn + i` to the peer's `peer_qpn + i`, homed on worker *i*); an initiator has one.
 fn start(
     cfg_path: &Path,
     cfg: &PeerConfig,
     (args, memory): (Vec<String>, MemoryChoice),
+    workers: &[usize],
     json: bool,
     pcap: Option<&Path>,
 ) -> Result<Peer, AppError> {
@@ -242,27 +273,69 @@ fn start(
     let mac = parse_mac("rdma.mac", &r.mac).map_err(config_error)?;
     // Not promiscuous: the port takes the engine's address and frames for other hosts are
     // not the engine's business (it also drops them itself, counted as `wrong_mac`).
+    let n = workers.len().max(1);
+    let queues = n as u16;
     let port_cfg = PortConfig {
         promiscuous: false,
         mac: Some(mac.0),
+        rx_queues: queues,
+        tx_queues: queues,
         ..PortConfig::default()
     };
-    let port = Port::start(id, &port_cfg, pool.clone())?;
+    // With several queues, RSS under the key the peer computes source ports with.
+    let port = Port::start_rss(id, &port_cfg, Some(&rss::MLX5_DEFAULT_KEY), pool.clone())?;
 
-    let mut qp = QpConfig::new(r.qpn, r.peer_qpn);
-    qp.remote_mac = parse_mac("rdma.peer_mac", &r.peer_mac).map_err(config_error)?;
-    qp.remote_ip = r.peer_ip;
-    qp.pmtu = parse_mtu(r.mtu).map_err(config_error)?;
-    qp.timeout_ns = r.timeout_us * 1000;
-    qp.send_psn = r.psn.unwrap_or_else(random_psn);
-    qp.recv_psn = r.peer_psn;
-    qp.durable_writes = r.durable_writes;
-    let psn = qp.send_psn;
-    let mut node = RdmaNode::new(mac, r.ip);
-    let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);
-    let qp = node
-        .add_qp(qp, &cq, &cq)
-        .map_err(|e| bad(cfg_path, "rdma.qpn", e.to_string()))?;
+    let peer_mac = parse_mac("rdma.peer_mac", &r.peer_mac).map_err(config_error)?;
+    let pmtu = parse_mtu(r.mtu).map_err(config_error)?;
+    let peer_rss = rss::Rss::spread(r.peer_queues);
+    let mut nodes: Vec<RdmaNode> = (0..n).map(|_| RdmaNode::new(mac, r.ip)).collect();
+    let mut ends = Vec::with_capacity(n);
+    let mut places = Vec::with_capacity(n);
+    let mut psn = 0;
+    for i in 0..n {
+        let (qpn, peer_qpn) = (r.qpn + i as u32, r.peer_qpn + i as u32);
+        let mut qp = QpConfig::new(qpn, peer_qpn);
+        qp.remote_mac = peer_mac;
+        qp.remote_ip = r.peer_ip;
+        qp.pmtu = pmtu;
+        qp.timeout_ns = r.timeout_us * 1000;
+        qp.send_psn = r.psn.unwrap_or_else(random_psn);
+        qp.recv_psn = r.peer_psn;
+        qp.durable_writes = r.durable_writes;
+        let peer_queue = (r.peer_queue + i as u16) % r.peer_queues;
+        if r.peer_queues > 1 {
+            qp.udp_src_port = rss::source_port(&peer_rss, r.ip, r.peer_ip, peer_queue, qpn as u16)
+                .ok_or_else(|| {
+                    bad(
+                        cfg_path,
+                        "rdma.peer_queues",
+                        format!("no UDP source port reaches the peer's queue {peer_queue}"),
+                    )
+                })?;
+        }
+        if i == 0 {
+            psn = qp.send_psn;
+        }
+        places.push(QpPlace {
+            qpn,
+            peer_qpn,
+            queue: i,
+            core: workers[i],
+            peer_queue,
+            udp_src_port: qp.udp_src_port,
+        });
+        for (k, other) in nodes.iter_mut().enumerate() {
+            if k != i {
+                other.add_qp_homed_elsewhere(qpn);
+            }
+        }
+        let node = &mut nodes[i];
+        let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);
+        let qp = node
+            .add_qp(qp, &cq, &cq)
+            .map_err(|e| bad(cfg_path, "rdma.qpn", e.to_string()))?;
+        ends.push((qp, cq));
+    }
     let capture = match pcap {
         Some(path) => Some(Arc::new(
             CaptureSink::create(path, &[(port.id(), "rdma".to_string())]).map_err(|source| {
@@ -274,24 +347,37 @@ fn start(
         )),
         None => None,
     };
-    let (handle, control) = RdmaHandle::new();
-    let spec = WorkerSpec {
-        name: "rdma".into(),
-        core: Some(r.core),
-        rx: vec![port.rx_queue(0).expect("fresh port")],
-        tx: vec![(port.tx_queue(0).expect("fresh port"), TxPolicy::KeepUnsent)],
-        burst: 32,
-        stage: StageBox::new(RdmaStage::new(node, pool, control, 0)),
-        faults: None,
-        capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
-    };
-    let runtime = Runtime::start(vec![spec])?;
+    let (handle, controls) = RdmaHandle::sharded(n);
+    let mut specs = Vec::with_capacity(n);
+    for (i, (node, control)) in nodes.into_iter().zip(controls).enumerate() {
+        let q = i as u16;
+        specs.push(WorkerSpec {
+            name: if n == 1 {
+                "rdma".into()
+            } else {
+                format!("rdma{i}")
+            },
+            core: Some(workers[i]),
+            rx: vec![port.rx_queue(q).expect("fresh port")],
+            tx: vec![(port.tx_queue(q).expect("fresh port"), TxPolicy::KeepUnsent)],
+            burst: 32,
+            stage: StageBox::new(RdmaStage::new(node, pool.clone(), control, 0)),
+            faults: None,
+            capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+        });
+    }
+    let runtime = Runtime::start(specs)?;
+    let mut ends = ends.into_iter();
+    let (qp, cq) = ends.next().expect("one queue pair at least");
     Ok(Peer {
         capture,
         runtime,
         handle,
         qp,
         cq,
+        more: ends.collect(),
+        qps: places,
+        workers: workers.to_vec(),
         port,
         psn,
     })
@@ -462,17 +548,37 @@ impl PortTally {
 /// `portico target`: serves its region until `duration` ends or `stop` is set. With
 /// `simulate_power_loss` (`--simulate-power-loss`) or `rdma.simulate_power_loss`, the region
 /// file is mapped under pmem's power-loss simulator.
+///
+/// With `cores` (`--cores N`, over `rdma.cores`), or `rdma.cores`, the engine runs on several
+/// workers, one queue pair homed on each; receives are posted on queue pair 0.
+#[allow(clippy::too_many_arguments)]
 pub fn run_target(
     path: &Path,
     region_file: Option<PathBuf>,
     simulate_power_loss: bool,
     duration: Option<Duration>,
+    cores: Option<usize>,
     extra_eal: &[String],
     stop: Arc<AtomicBool>,
     pcap: Option<&Path>,
 ) -> Result<(), AppError> {
     // rdma.receives and the region's least length were checked with the config.
     let cfg = load(path)?;
+    let workers = match cores {
+        Some(n) => worker_cores(
+            "--cores",
+            cfg.rdma.core,
+            Some(&CoresKey::Count(n)),
+            &available_cores(),
+        ),
+        None => worker_cores(
+            "rdma.cores",
+            cfg.rdma.core,
+            cfg.rdma.cores.as_ref(),
+            &available_cores(),
+        ),
+    }
+    .map_err(|e| field_error(path, e))?;
     let file = choose_region_file(region_file, &cfg);
     let simulate = if simulate_power_loss {
         Some("--simulate-power-loss")
@@ -484,12 +590,12 @@ pub fn run_target(
     check_power_loss(simulate, file.as_ref().map(|(f, _)| f.as_path()))
         .map_err(|e| field_error(path, e))?;
     check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
-    let planned = plan(&cfg, extra_eal)?;
+    let planned = plan(&cfg, &workers, extra_eal)?;
     let file = file.map(|(f, _)| f);
     let half = cfg.rdma.region_len / 2;
     let receives = cfg.rdma.receives as usize;
     let map = map_region(path, &cfg, file.as_deref(), simulate.is_some())?;
-    let mut peer = start(path, &cfg, planned, true, pcap)?;
+    let mut peer = start(path, &cfg, planned, &workers, true, pcap)?;
     let access = target_access(&cfg);
     let mr = register(&peer, &cfg, &map, access)?;
     let recvs: Vec<RecvRequest> = (0..receives)
@@ -501,13 +607,17 @@ pub fn run_target(
             .map_err(|e| AppError::Failed(format!("posting receive buffers: {e}")))?;
     }
     let kind = map.kind();
+    let rss = peer.port.rss();
     println!(
         "{}",
         json!({"type": "ready", "qpn": peer.qp.qpn(), "psn": peer.psn, "addr": mr.addr(), "len": mr.len(),
                "rkey": mr.rkey(), "region": kind.to_string(), "dax": map.is_dax(),
                "simulated": kind.is_simulated(), "access": access_names(access),
                "durable_writes": cfg.rdma.durable_writes,
-               "file": file.as_ref().map(|f| f.display().to_string())})
+               "file": file.as_ref().map(|f| f.display().to_string()),
+               "cores": peer.workers, "qps": peer.qps,
+               "rss": {"queues": peer.workers.len(), "hash_fields": rss.hash_fields,
+                       "reta_size": rss.reta_size, "key_set": rss.key_set}})
     );
     let t0 = Instant::now();
     let mut completions = Vec::new();
@@ -527,6 +637,9 @@ pub fn run_target(
         && !peer.runtime.has_failed()
     {
         collect(&mut peer.cq, &mut completions);
+        for (_, cq) in &mut peer.more {
+            collect(cq, &mut completions);
+        }
         if let Ok(p) = port_summary(peer.port.id(), "rdma") {
             tally.sample(p);
         }
@@ -534,6 +647,9 @@ pub fn run_target(
     }
     let link = peer.port.link();
     collect(&mut peer.cq, &mut completions);
+    for (_, cq) in &mut peer.more {
+        collect(cq, &mut completions);
+    }
     // The first bytes of the region and of the first receive buffer, for checks from outside.
     let head = mr
         .to_vec(0, 64.min(mr.len()))
@@ -670,6 +786,20 @@ pub fn run_initiator(
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
     check_initiator_keys(&cfg).map_err(|e| field_error(path, e))?;
+    let workers = worker_cores(
+        "rdma.cores",
+        cfg.rdma.core,
+        cfg.rdma.cores.as_ref(),
+        &available_cores(),
+    )
+    .map_err(|e| field_error(path, e))?;
+    if workers.len() > 1 {
+        return Err(bad(
+            path,
+            "rdma.cores",
+            "portico initiator runs on one worker (portico target takes several)".into(),
+        ));
+    }
     if matches!(o.mode, InitiatorMode::Durable { .. }) && !cfg.rdma.durable_writes {
         return Err(bad(
             path,
@@ -704,10 +834,10 @@ pub fn run_initiator(
     }
     let file = choose_region_file(region_file, &cfg);
     check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
-    let planned = plan(&cfg, extra_eal)?;
+    let planned = plan(&cfg, &workers, extra_eal)?;
     let file = file.map(|(f, _)| f);
     let map = map_region(path, &cfg, file.as_deref(), false)?;
-    let mut peer = start(path, &cfg, planned, true, pcap)?;
+    let mut peer = start(path, &cfg, planned, &workers, true, pcap)?;
     let t_link = Instant::now();
     while !peer.port.link().up {
         if t_link.elapsed() > Duration::from_secs(30) {

@@ -473,11 +473,20 @@ fn bench_bounds_name_their_argument_with_exit_2() {
         // Enough for EAL, not for the engines' 16383 mbufs of 4 KiB frames.
         (&["--memory-mb", "70"], "--memory-mb"),
         (&["--verify", "--size", "1048576", "--qd", "64"], "--verify"),
+        (&["--cores", "0"], "--cores"),
+        (&["--cores", "17"], "--cores"),
+        (&["--cores", "2", "--connections", "1"], "--connections"),
+        (&["--cores", "2", "--qd", "1"], "--qd"),
     ] {
         let args = bench(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert_bad(&args, field, true);
     }
+    assert_bad(
+        &["bench", "persist", "--hugepages", "off", "--cores", "2"],
+        "--connections",
+        true,
+    );
 }
 
 #[test]
@@ -683,6 +692,22 @@ fn target_and_initiator_bounds_name_their_field_with_exit_2() {
             ),
             "eal.memory_mb",
         ),
+        (
+            with("t13.toml", "core = 0", "core = 0\ncores = 0"),
+            "rdma.cores",
+        ),
+        (
+            with("t14.toml", "core = 0", "core = 0\ncores = [0, 0]"),
+            "rdma.cores",
+        ),
+        (
+            with(
+                "t15.toml",
+                "core = 0",
+                "core = 0\npeer_queues = 2\npeer_queue = 5",
+            ),
+            "rdma.peer_queue",
+        ),
     ] {
         let args = target(&p, &[]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -696,6 +721,24 @@ fn target_and_initiator_bounds_name_their_field_with_exit_2() {
     assert_bad(
         &["target", "--config", good_path, "--duration", "-5"],
         "--duration",
+        true,
+    );
+    let args = target(&good, &["--cores", "17"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_bad(&args, "--cores", true);
+    // The initiator runs on one worker.
+    let two = with("t16.toml", "core = 0", "core = 0\ncores = 2");
+    assert_bad(
+        &[
+            "initiator",
+            "--config",
+            two.to_str().unwrap(),
+            "--rkey",
+            "1",
+            "--remote-addr",
+            "0x1000",
+        ],
+        "rdma.cores",
         true,
     );
     // A file to create larger than its file system's free space.

@@ -654,6 +654,7 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         unknown_qp,
         bad_pkey,
         wrong_source,
+        wrong_core,
         // Not about received frames.
         tx_packets: _,
         posted: _,
@@ -677,7 +678,8 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
             + wrong_transport
             + unknown_qp
             + bad_pkey
-            + wrong_source,
+            + wrong_source
+            + wrong_core,
     }
 }
 

@@ -6,6 +6,7 @@
 //!   checkers' verdicts;
 //! - [`fwd`]: `portico fwd`, raw forwarding between the probed ports;
 //! - [`ports`]: `portico ports`, and the size of the mbuf pool for the ports a run opens;
+//! - [`threads`]: where the host, the workers and EAL's own threads run (`/proc/self/task`);
 //! - [`monitor`]: the loop every run shares: start the workers, print live stats, stop on the
 //!   duration, a signal, finished work or a failed worker, drain, and collect the [`Summary`].
 //!
@@ -20,12 +21,14 @@ mod fwd;
 mod monitor;
 mod ports;
 mod scenario;
+mod threads;
 
 pub use eal::{DeviceArg, available_cores, plan_eal_args};
 pub use fwd::{FwdOpts, run_fwd};
 pub use monitor::{RunOpts, port_summary};
 pub use ports::{check_pool_fits, list_ports, pool_bytes, pool_size};
 pub use scenario::run_scenario;
+pub use threads::{CoresReport, ThreadPlace};
 
 pub use crate::summary::{
     CaptureSummary, CheckVerdict, MemoryChoice, PortSummary, StopReason, Summary,

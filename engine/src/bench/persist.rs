@@ -406,6 +406,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         a: mut ea,
         b: eb,
         running,
+        ..
     } = start_engines(opts, qp)?;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let map = |len: usize| {
@@ -688,6 +689,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
     };
     let Stopped {
         workers,
+        cores,
         ports,
         capture,
     } = running.finish(opts.pcap.as_ref())?;
@@ -717,7 +719,9 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         results,
         errors,
         verify: None,
+        connections: 1,
         workers,
+        cores,
         ports,
         capture,
         persist: Some(PersistSummary {

@@ -30,8 +30,22 @@ pub struct PeerConfig {
 pub struct RdmaSection {
     /// The port, as a vdev (`net_memif0,role=server,socket=/tmp/x.sock`) or a PCI address.
     pub port: String,
-    /// The core the engine's worker runs on.
+    /// The core the engine's worker runs on (the first worker's, with `cores`).
     pub core: usize,
+    /// Run the engine on several workers, one RX/TX queue pair of the port each
+    /// (`docs/rdma.md`, "N cores"): a count (`core` and the cores after it) or a list of
+    /// cores. Absent: one worker on `core`. `portico target` only.
+    #[serde(default)]
+    pub cores: Option<CoresKey>,
+    /// The peer's RX queues (its worker count): each queue pair's UDP source port is chosen
+    /// so that the peer's RSS gives its packets to the peer end's home queue. 1 by default.
+    #[serde(default = "one")]
+    pub peer_queues: u16,
+    /// The home queue, on the peer, of `peer_qpn` (the target's `ready` line gives it for each
+    /// of its queue pairs); queue pair *i* of this side goes to `(peer_queue + i) %
+    /// peer_queues`. 0 by default.
+    #[serde(default)]
+    pub peer_queue: u16,
     /// This side's MAC address, `aa:bb:cc:dd:ee:ff` (checked by [`parse_mac`]).
     pub mac: String,
     pub ip: Ipv4Addr,
@@ -84,6 +98,84 @@ pub struct RdmaSection {
     /// Needs a region file (`region_file` or `--region-file`).
     #[serde(default)]
     pub simulate_power_loss: bool,
+}
+
+/// `rdma.cores`: how many workers, or which cores.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum CoresKey {
+    Count(usize),
+    List(Vec<usize>),
+}
+
+/// The most workers (and queues) an engine runs on: as many as a `net_ring` port has queues,
+/// and far more than this machine has cores.
+pub const MAX_WORKERS: usize = 16;
+
+fn one() -> u16 {
+    1
+}
+
+/// The workers' cores for `cores` (`field` names it in errors: `rdma.cores` or `--cores`),
+/// `core` being the first worker's: a count takes `core` and the cores after it among
+/// `available` (wrapping round), a list is taken as it is. Every core must be available, none
+/// twice, 1..=[`MAX_WORKERS`] of them.
+pub fn worker_cores(
+    field: &str,
+    core: usize,
+    cores: Option<&CoresKey>,
+    available: &[usize],
+) -> Result<Vec<usize>, ConfigError> {
+    let list = match cores {
+        None => vec![core],
+        Some(CoresKey::Count(n)) => {
+            let n = *n;
+            if n == 0 || n > MAX_WORKERS {
+                return Err(err(
+                    field,
+                    format!("{n} workers: must be 1..={MAX_WORKERS}"),
+                ));
+            }
+            if n > available.len() {
+                return Err(err(
+                    field,
+                    format!(
+                        "{n} workers need {n} cores; this process may use {} ({})",
+                        available.len(),
+                        cores_text(available)
+                    ),
+                ));
+            }
+            let at = available.iter().position(|&c| c == core).unwrap_or(0);
+            (0..n)
+                .map(|i| available[(at + i) % available.len()])
+                .collect()
+        }
+        Some(CoresKey::List(list)) => {
+            if list.is_empty() || list.len() > MAX_WORKERS {
+                return Err(err(
+                    field,
+                    format!("a list of 1..={MAX_WORKERS} cores, one per worker"),
+                ));
+            }
+            list.clone()
+        }
+    };
+    for (i, c) in list.iter().enumerate() {
+        if !available.contains(c) {
+            return Err(err(
+                field,
+                format!(
+                    "core {c} does not exist (cores available: {})",
+                    cores_text(available)
+                ),
+            ));
+        }
+        if list[..i].contains(c) {
+            return Err(err(field, format!("core {c} is listed twice")));
+        }
+    }
+    Ok(list)
 }
 
 /// The smallest region: the target reads back 64 bytes at offset 0 and 64 at `region_len / 2`.
@@ -181,6 +273,35 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
                 "core {} does not exist (cores available: {})",
                 r.core,
                 cores_text(cores)
+            ),
+        ));
+    }
+    let workers = worker_cores("rdma.cores", r.core, r.cores.as_ref(), cores)?;
+    if u64::from(r.qpn) + workers.len() as u64 - 1 > u64::from(PSN_MASK)
+        || u64::from(r.peer_qpn) + workers.len() as u64 - 1 > u64::from(PSN_MASK)
+    {
+        return Err(err(
+            "rdma.qpn",
+            format!(
+                "{} queue pairs from {:#x} (peer {:#x}) run past 24 bits",
+                workers.len(),
+                r.qpn,
+                r.peer_qpn
+            ),
+        ));
+    }
+    if r.peer_queues == 0 || r.peer_queues as usize > MAX_WORKERS {
+        return Err(err(
+            "rdma.peer_queues",
+            format!("{} queues: must be 1..={MAX_WORKERS}", r.peer_queues),
+        ));
+    }
+    if r.peer_queue >= r.peer_queues {
+        return Err(err(
+            "rdma.peer_queue",
+            format!(
+                "queue {} of a peer with {} (peer_queues)",
+                r.peer_queue, r.peer_queues
             ),
         ));
     }
@@ -427,6 +548,60 @@ mod tests {
         }
         let e = parse_peer(&TARGET.replace("[rdma]", "memory_mb = 16\n[rdma]"), CORES).unwrap_err();
         assert_eq!(e.to_string(), "eal.memory_mb: must be at least 64");
+    }
+
+    #[test]
+    fn cores_are_a_count_or_a_list() {
+        let with = |line: &str| TARGET.replace("core = 1", &format!("core = 1\n{line}"));
+        let four = [0, 1, 2, 3];
+        let workers = |line: &str| {
+            let c = parse_peer(&with(line), &four).unwrap();
+            worker_cores("rdma.cores", c.rdma.core, c.rdma.cores.as_ref(), &four).unwrap()
+        };
+        assert_eq!(workers("cores = 3"), [1, 2, 3]);
+        assert_eq!(workers("cores = 4"), [1, 2, 3, 0], "wrapping round");
+        assert_eq!(workers("cores = [3, 0]"), [3, 0]);
+        let c = parse_peer(TARGET, CORES).unwrap();
+        assert_eq!(c.rdma.cores, None);
+        assert_eq!((c.rdma.peer_queues, c.rdma.peer_queue), (1, 0));
+        for (line, message) in [
+            ("cores = 0", "0 workers: must be 1..=16"),
+            (
+                "cores = 3",
+                "3 workers need 3 cores; this process may use 2 (0-1)",
+            ),
+            ("cores = [1, 1]", "core 1 is listed twice"),
+            (
+                "cores = [1, 7]",
+                "core 7 does not exist (cores available: 0-1)",
+            ),
+            ("cores = []", "a list of 1..=16 cores, one per worker"),
+        ] {
+            let e = parse_peer(&with(line), CORES).unwrap_err();
+            assert_eq!(
+                (e.field.as_str(), e.message.as_str()),
+                ("rdma.cores", message)
+            );
+        }
+        assert_eq!(
+            parse_peer(&with("cores = \"two\""), CORES)
+                .unwrap_err()
+                .field,
+            "rdma.cores"
+        );
+        let e = parse_peer(&with("peer_queues = 2\npeer_queue = 2"), CORES).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rdma.peer_queue: queue 2 of a peer with 2 (peer_queues)"
+        );
+        let e = parse_peer(&with("peer_queues = 0"), CORES).unwrap_err();
+        assert_eq!(e.field, "rdma.peer_queues");
+        let e = parse_peer(
+            &with("cores = 2").replace("qpn = 17", "qpn = 0xffffff"),
+            CORES,
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "rdma.qpn");
     }
 
     #[test]

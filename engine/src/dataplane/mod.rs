@@ -17,8 +17,8 @@ pub use lcore::{ThreadRegistration, lcore_id};
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{
-    LinkStatus, Port, PortConfig, PortInfo, PortStats, RxQueue, TxQueue, port_by_name, port_ids,
-    port_xstats, ring_pair,
+    LinkStatus, Port, PortConfig, PortInfo, PortStats, RING_MAX_QUEUES, RssState, RxQueue, TxQueue,
+    port_by_name, port_ids, port_xstats, ring_pair, ring_pair_queues,
 };
 
 use std::ffi::CStr;

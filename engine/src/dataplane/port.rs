@@ -60,6 +60,7 @@ impl Drop for PortInner {
 /// A configured, started port. Queue handles are taken once each.
 pub struct Port {
     inner: Arc<PortInner>,
+    rss: RssState,
     name: String,
     taken_rx: Mutex<Vec<bool>>,
     taken_tx: Mutex<Vec<bool>>,
@@ -110,11 +111,44 @@ fn check(what: impl FnOnce() -> String, rc: i32) -> Result<(), DpdkError> {
     }
 }
 
+/// `rte_ethdev.h`'s `RTE_ETH_RSS_IPV4` and `RTE_ETH_RSS_NONFRAG_IPV4_UDP` (bits 2 and 5; they
+/// are `RTE_BIT64()` macros, which bindgen does not evaluate).
+const RSS_IPV4: u64 = 1 << 2;
+const RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
+
+/// What receive-side scaling a port was started with (see [`Port::start_rss`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RssState {
+    /// The hash fields asked for and supported (`rss_hf`); 0: the driver has no RSS (ring,
+    /// memif, tap) and every packet goes to RX queue 0, or the port has one queue.
+    pub hash_fields: u64,
+    /// Entries of the redirection table the driver reports (0: none).
+    pub reta_size: u16,
+    /// The key asked for was set. False with RSS on means the driver takes keys of another
+    /// length (i40e and ice take 52 bytes) and hashes with its own: a peer must be given that
+    /// key to choose source ports.
+    pub key_set: bool,
+}
+
 impl Port {
     /// Configures port `id` with `cfg`, sets its queues up (RX buffers from `pool`) and starts it.
     pub fn start(id: u16, cfg: &PortConfig, pool: Arc<Mempool>) -> Result<Port, DpdkError> {
+        Port::start_rss(id, cfg, None, pool)
+    }
+
+    /// As [`Port::start`]; with `rss_key` and more than one RX queue, receive-side scaling is on
+    /// for IPv4 and IPv4 UDP (what the driver supports of the two) under that key, with the
+    /// driver's default redirection table (`reta[j] = j % rx_queues`). A driver without RSS
+    /// takes the port without it; [`Port::rss`] says what was applied.
+    pub fn start_rss(
+        id: u16,
+        cfg: &PortConfig,
+        rss_key: Option<&[u8; 40]>,
+        pool: Arc<Mempool>,
+    ) -> Result<Port, DpdkError> {
         let name = port_name(id).unwrap_or_else(|| format!("port{id}"));
         let info = port_info(id)?;
+        let raw = port_info_raw(id)?;
         if cfg.rx_queues == 0 && cfg.tx_queues == 0 {
             return Err(DpdkError {
                 what: format!("port {name}"),
@@ -136,11 +170,35 @@ impl Port {
                 ),
             });
         }
-        let conf = dpdk_sys::rte_eth_conf::default();
-        // SAFETY: valid port id (port_info succeeded); conf is a zeroed default config.
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        // DPDK copies the key during configuration; this copy outlives the call.
+        let mut key = rss_key.copied().unwrap_or([0; 40]);
+        let mut rss = RssState {
+            hash_fields: 0,
+            reta_size: 0,
+            key_set: false,
+        };
+        if rss_key.is_some() && cfg.rx_queues > 1 {
+            let hf = (RSS_IPV4 | RSS_NONFRAG_IPV4_UDP) & raw.flow_type_rss_offloads;
+            if hf != 0 {
+                conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+                conf.rx_adv_conf.rss_conf.rss_hf = hf;
+                if raw.hash_key_size == 0 || raw.hash_key_size as usize == key.len() {
+                    conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+                    conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
+                    rss.key_set = true;
+                }
+                rss.hash_fields = hf;
+            }
+        }
+        // SAFETY: valid port id (port_info succeeded); conf is a default config with, at most,
+        // RSS set, whose key pointer stays valid for the call.
         let rc =
             unsafe { dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf) };
         check(|| format!("configuring port {name}"), rc)?;
+        if rss.hash_fields != 0 {
+            rss.reta_size = port_info_raw(id).map(|i| i.reta_size).unwrap_or(0);
+        }
         let socket = socket_of(id);
         for q in 0..cfg.rx_queues {
             // SAFETY: configured port; NULL rxconf means the driver default; pool outlives the
@@ -182,6 +240,7 @@ impl Port {
         }
         Ok(Port {
             inner: Arc::new(PortInner { id, _pool: pool }),
+            rss,
             name,
             taken_rx: Mutex::new(vec![false; cfg.rx_queues as usize]),
             taken_tx: Mutex::new(vec![false; cfg.tx_queues as usize]),
@@ -190,6 +249,11 @@ impl Port {
 
     pub fn id(&self) -> u16 {
         self.inner.id
+    }
+
+    /// The receive-side scaling the port was started with.
+    pub fn rss(&self) -> RssState {
+        self.rss
     }
 
     /// Gives the port the name the user knows it by (the config's), instead of DPDK's
@@ -340,10 +404,7 @@ fn socket_of(id: u16) -> u32 {
 
 /// Driver, MAC, queues and link of port `id`.
 pub fn port_info(id: u16) -> Result<PortInfo, DpdkError> {
-    let mut info = dpdk_sys::rte_eth_dev_info::default();
-    // SAFETY: out pointer to a properly sized struct; the call validates the port id.
-    let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
-    check(|| format!("reading device info of port {id}"), rc)?;
+    let info = port_info_raw(id)?;
     let driver = if info.driver_name.is_null() {
         String::from("?")
     } else {
@@ -371,6 +432,15 @@ pub fn port_info(id: u16) -> Result<PortInfo, DpdkError> {
         tx_queues: info.nb_tx_queues,
         link: link_status(id),
     })
+}
+
+/// The driver's own `rte_eth_dev_info` of port `id`.
+fn port_info_raw(id: u16) -> Result<dpdk_sys::rte_eth_dev_info, DpdkError> {
+    let mut info = dpdk_sys::rte_eth_dev_info::default();
+    // SAFETY: out pointer to a properly sized struct; the call validates the port id.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
+    check(|| format!("reading device info of port {id}"), rc)?;
+    Ok(info)
 }
 
 /// Link state without waiting for auto-negotiation.
@@ -450,6 +520,29 @@ impl Port {
 /// Creates two `net_ring` ports joined back to back in this process: what `a` transmits, `b`
 /// receives, and the other way round. Returns their port ids.
 pub fn ring_pair(a: &str, b: &str, ring_size: u32) -> Result<(u16, u16), DpdkError> {
+    ring_pair_queues(a, b, ring_size, 1)
+}
+
+/// The most queues a `net_ring` port has (`RTE_PMD_RING_MAX_RX_RINGS` and `..._TX_RINGS` in
+/// DPDK's `rte_eth_ring.h`).
+pub const RING_MAX_QUEUES: u16 = 16;
+
+/// [`ring_pair`] with `queues` queue pairs on each port: what `a` transmits on TX queue *i*,
+/// `b` receives on RX queue *i*, and the other way round. There is no RSS on a ring: the queue
+/// a frame arrives on is the queue it was sent on (one ring per direction and queue).
+pub fn ring_pair_queues(
+    a: &str,
+    b: &str,
+    ring_size: u32,
+    queues: u16,
+) -> Result<(u16, u16), DpdkError> {
+    if queues == 0 || queues > RING_MAX_QUEUES {
+        return Err(DpdkError {
+            what: format!("ring ports {a} and {b}"),
+            code: 22,
+            text: format!("{queues} queues: a ring port has 1..={RING_MAX_QUEUES}"),
+        });
+    }
     let make_ring = |name: String| -> Result<*mut dpdk_sys::rte_ring, DpdkError> {
         let c = c_string("ring name", &name)?;
         // One producer (the sending port's TX queue) and one consumer (the peer's RX queue).
@@ -464,24 +557,43 @@ pub fn ring_pair(a: &str, b: &str, ring_size: u32) -> Result<(u16, u16), DpdkErr
             Ok(r)
         }
     };
-    // Ring names are limited to 29 bytes; derive short unique ones from the port names.
-    let ab = make_ring(format!("pr_{}", short(a, b)))?;
-    let ba = make_ring(format!("pr_{}", short(b, a)))?;
-    let from_rings = |name: &str, rx: *mut dpdk_sys::rte_ring, tx: *mut dpdk_sys::rte_ring| {
-        let c = c_string("port name", name)?;
-        // SAFETY: one valid ring each way; DPDK copies the arrays.
-        let id = unsafe { dpdk_sys::rte_eth_from_rings(c.as_ptr(), &rx, 1, &tx, 1, 0) };
-        if id < 0 {
-            Err(DpdkError::from_code(
-                format!("creating ring port {name}"),
-                id,
-            ))
-        } else {
-            Ok(id as u16)
-        }
+    // Ring names are limited to 29 bytes; derive short unique ones from the port names and
+    // the queue ("pr_" for queue 0 keeps the single-queue names as they were).
+    let ring_name = |from: &str, to: &str, q: u16| match q {
+        0 => format!("pr_{}", short(from, to)),
+        q => format!("pr{q}_{}", short(from, to)),
     };
-    let pa = from_rings(a, ba, ab)?;
-    let pb = from_rings(b, ab, ba)?;
+    let mut ab = Vec::with_capacity(queues as usize);
+    let mut ba = Vec::with_capacity(queues as usize);
+    for q in 0..queues {
+        ab.push(make_ring(ring_name(a, b, q))?);
+        ba.push(make_ring(ring_name(b, a, q))?);
+    }
+    let from_rings =
+        |name: &str, rx: &[*mut dpdk_sys::rte_ring], tx: &[*mut dpdk_sys::rte_ring]| {
+            let c = c_string("port name", name)?;
+            // SAFETY: `queues` valid rings each way; DPDK copies the arrays.
+            let id = unsafe {
+                dpdk_sys::rte_eth_from_rings(
+                    c.as_ptr(),
+                    rx.as_ptr(),
+                    rx.len() as u32,
+                    tx.as_ptr(),
+                    tx.len() as u32,
+                    0,
+                )
+            };
+            if id < 0 {
+                Err(DpdkError::from_code(
+                    format!("creating ring port {name}"),
+                    id,
+                ))
+            } else {
+                Ok(id as u16)
+            }
+        };
+    let pa = from_rings(a, &ba, &ab)?;
+    let pb = from_rings(b, &ab, &ba)?;
     Ok((pa, pb))
 }
 

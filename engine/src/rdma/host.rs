@@ -29,6 +29,15 @@ pub enum Control {
     Deregister {
         lkey: u32,
     },
+    /// Give this worker's replica of the engine's region table a region another replica
+    /// registered, under the same keys (an engine on several workers, see
+    /// [`RdmaHandle::sharded`]).
+    Install {
+        map: Arc<Mapping>,
+        offset: usize,
+        access: Access,
+        keys: MrKeys,
+    },
 }
 
 /// The worker's answer to a [`Control`] request.
@@ -64,59 +73,91 @@ pub enum HostError {
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An application's control handle on one RDMA engine.
+///
+/// An engine that runs on several workers has one control path per worker, each to that
+/// worker's shard ([`RdmaHandle::sharded`]). Every shard keeps its own replica of the region
+/// table, so that a queue pair on any worker resolves keys without a lock or a shared
+/// structure on the per-packet path. Registration is therefore broadcast: shard 0 registers
+/// and draws the keys, every other shard installs the region under the same keys, and the
+/// call returns once all have it. Deregistration goes to every shard and returns once each has
+/// let go of the region (a replica answers when no work of its own uses it any more).
 pub struct RdmaHandle {
-    path: Mutex<ControlPath>,
+    paths: Mutex<Vec<ControlPath>>,
     timeout: Duration,
 }
 
-/// The application's end of the control path, and the number of the last request.
+/// The application's end of one worker's control path, and the number of its last request.
 struct ControlPath {
     requests: Sender<(u64, Control)>,
     replies: Receiver<(u64, ControlReply)>,
     last: u64,
 }
 
-impl RdmaHandle {
-    /// A handle and the worker's end of its control path.
-    pub fn new() -> (RdmaHandle, ControlPort) {
-        let (req_tx, req_rx) = channel::bounded(64);
-        let (rep_tx, rep_rx) = channel::bounded(64);
-        (
-            RdmaHandle {
-                path: Mutex::new(ControlPath {
-                    requests: req_tx,
-                    replies: rep_rx,
-                    last: 0,
-                }),
-                timeout: ANSWER_TIMEOUT,
-            },
-            ControlPort {
-                requests: req_rx,
-                replies: rep_tx,
-            },
-        )
+impl ControlPath {
+    /// Sends `request`; returns its number.
+    fn send(&mut self, request: Control) -> Result<u64, HostError> {
+        self.last += 1;
+        self.requests
+            .send((self.last, request))
+            .map_err(|_| HostError::WorkerGone)?;
+        Ok(self.last)
     }
 
-    fn ask(&self, request: Control) -> Result<ControlReply, HostError> {
-        let mut path = self.path.lock().map_err(|_| HostError::WorkerGone)?;
-        path.last += 1;
-        let id = path.last;
-        path.requests
-            .send((id, request))
-            .map_err(|_| HostError::WorkerGone)?;
-        let deadline = std::time::Instant::now() + self.timeout;
+    /// The answer to request `id`, skipping late answers to requests whose callers gave up.
+    fn answer(&self, id: u64, timeout: Duration) -> Result<ControlReply, HostError> {
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match path.replies.recv_timeout(left) {
+            match self.replies.recv_timeout(left) {
                 Ok((n, reply)) if n == id => return Ok(reply),
                 // The late answer to a request whose caller timed out: not ours.
                 Ok(_) => continue,
-                Err(channel::RecvTimeoutError::Timeout) => {
-                    return Err(HostError::Timeout(self.timeout));
-                }
+                Err(channel::RecvTimeoutError::Timeout) => return Err(HostError::Timeout(timeout)),
                 Err(channel::RecvTimeoutError::Disconnected) => return Err(HostError::WorkerGone),
             }
         }
+    }
+}
+
+impl RdmaHandle {
+    /// A handle and the worker's end of its control path.
+    pub fn new() -> (RdmaHandle, ControlPort) {
+        let (handle, mut ports) = RdmaHandle::sharded(1);
+        (handle, ports.pop().expect("one port"))
+    }
+
+    /// A handle on an engine that runs on `shards` workers (at least one), and each worker's
+    /// end of its control path, in shard order.
+    pub fn sharded(shards: usize) -> (RdmaHandle, Vec<ControlPort>) {
+        let (paths, ports) = (0..shards.max(1))
+            .map(|_| {
+                let (req_tx, req_rx) = channel::bounded(64);
+                let (rep_tx, rep_rx) = channel::bounded(64);
+                (
+                    ControlPath {
+                        requests: req_tx,
+                        replies: rep_rx,
+                        last: 0,
+                    },
+                    ControlPort {
+                        requests: req_rx,
+                        replies: rep_tx,
+                    },
+                )
+            })
+            .unzip();
+        (
+            RdmaHandle {
+                paths: Mutex::new(paths),
+                timeout: ANSWER_TIMEOUT,
+            },
+            ports,
+        )
+    }
+
+    /// The workers (shards) the engine runs on.
+    pub fn shards(&self) -> usize {
+        self.paths.lock().map(|p| p.len()).unwrap_or(0)
     }
 
     /// Registers `len` bytes of `map` from `offset` with `access`. The keys name the bytes by
@@ -160,31 +201,96 @@ impl RdmaHandle {
         access: Access,
         iova: Option<u64>,
     ) -> Result<MemoryRegion, HostError> {
-        let reply = self.ask(Control::Register {
+        let mut paths = self.paths.lock().map_err(|_| HostError::WorkerGone)?;
+        let first = paths.first_mut().ok_or(HostError::WorkerGone)?;
+        let id = first.send(Control::Register {
             map: map.clone(),
             offset,
             len,
             access,
             iova,
         })?;
-        match reply {
-            ControlReply::Registered(Ok(keys)) => Ok(MemoryRegion {
-                keys,
+        let keys = match first.answer(id, self.timeout)? {
+            ControlReply::Registered(Ok(keys)) => keys,
+            ControlReply::Registered(Err(e)) => return Err(e.into()),
+            ControlReply::Deregistered(_) => return Err(HostError::WorkerGone),
+        };
+        // Every other shard installs it under the same keys: sent to all, then answered.
+        let mut asked = Vec::with_capacity(paths.len());
+        for p in paths.iter_mut().skip(1) {
+            asked.push(p.send(Control::Install {
                 map: map.clone(),
                 offset,
-            }),
-            ControlReply::Registered(Err(e)) => Err(e.into()),
-            ControlReply::Deregistered(_) => Err(HostError::WorkerGone),
+                access,
+                keys,
+            }));
+        }
+        let mut failure = None;
+        let mut installed = vec![true];
+        for (p, id) in paths.iter().skip(1).zip(asked) {
+            let outcome = id.and_then(|id| p.answer(id, self.timeout));
+            installed.push(matches!(outcome, Ok(ControlReply::Registered(Ok(_)))));
+            if failure.is_none() {
+                failure = match outcome {
+                    Ok(ControlReply::Registered(Ok(_))) => None,
+                    Ok(ControlReply::Registered(Err(e))) => Some(e.into()),
+                    Ok(ControlReply::Deregistered(_)) => Some(HostError::WorkerGone),
+                    Err(e) => Some(e),
+                };
+            }
+        }
+        if let Some(e) = failure {
+            // Not every shard has it: take it back out of those that do.
+            let _ = Self::deregister_on(&mut paths, keys.lkey, &installed, self.timeout);
+            return Err(e);
+        }
+        Ok(MemoryRegion {
+            keys,
+            map: map.clone(),
+            offset,
+        })
+    }
+
+    /// Deregisters `lkey` on the shards marked in `on`; true when every one of them had it.
+    fn deregister_on(
+        paths: &mut [ControlPath],
+        lkey: u32,
+        on: &[bool],
+        timeout: Duration,
+    ) -> Result<bool, HostError> {
+        let mut asked = Vec::with_capacity(paths.len());
+        for (p, &ask) in paths.iter_mut().zip(on) {
+            asked.push(if ask {
+                Some(p.send(Control::Deregister { lkey }))
+            } else {
+                None
+            });
+        }
+        let mut all = true;
+        let mut error = None;
+        for (p, id) in paths.iter().zip(asked) {
+            let Some(id) = id else { continue };
+            match id.and_then(|id| p.answer(id, timeout)) {
+                Ok(ControlReply::Deregistered(had)) => all &= had,
+                Ok(ControlReply::Registered(_)) => error = error.or(Some(HostError::WorkerGone)),
+                Err(e) => error = error.or(Some(e)),
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(all),
         }
     }
 
-    /// Deregisters `mr`, once no operation uses it any more. Its keys stop working at once.
+    /// Deregisters `mr`, once no operation uses it any more (on any of the engine's workers).
+    /// Its keys stop working at once.
     pub fn deregister(&self, mr: MemoryRegion) -> Result<(), HostError> {
         let lkey = mr.keys.lkey;
-        match self.ask(Control::Deregister { lkey })? {
-            ControlReply::Deregistered(true) => Ok(()),
-            ControlReply::Deregistered(false) => Err(HostError::NotRegistered(lkey)),
-            ControlReply::Registered(_) => Err(HostError::WorkerGone),
+        let mut paths = self.paths.lock().map_err(|_| HostError::WorkerGone)?;
+        let every = vec![true; paths.len()];
+        match Self::deregister_on(&mut paths, lkey, &every, self.timeout)? {
+            true => Ok(()),
+            false => Err(HostError::NotRegistered(lkey)),
         }
     }
 }
@@ -274,6 +380,77 @@ impl MemoryRegion {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rdma::RdmaNode;
+    use crate::wire::EthernetAddress;
+
+    /// Serves `port` with `node`'s control path until the handle goes away; returns the node.
+    fn serve(mut node: RdmaNode, port: ControlPort) -> std::thread::JoinHandle<RdmaNode> {
+        std::thread::spawn(move || {
+            while let Ok((id, request)) = port.requests.recv() {
+                if let Some(reply) = node.control(id, request) {
+                    port.replies.send(reply).unwrap();
+                }
+                node.take_replies(|r| port.replies.send(r).unwrap());
+            }
+            node
+        })
+    }
+
+    fn node() -> RdmaNode {
+        RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            std::net::Ipv4Addr::LOCALHOST,
+        )
+    }
+
+    #[test]
+    fn a_sharded_engine_registers_on_every_shard_or_on_none() {
+        let (handle, ports) = RdmaHandle::sharded(3);
+        assert_eq!(handle.shards(), 3);
+        let map = Arc::new(Mapping::anonymous(8192).unwrap());
+        // Shard 2's slot 1 is taken behind the handle's back: its table is out of step.
+        let mut odd = node();
+        let k0 = odd.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        odd.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        assert!(
+            odd.mem.deregister(k0.lkey),
+            "slot 0 free again, slot 1 taken"
+        );
+        let workers: Vec<_> = [node(), node(), odd]
+            .into_iter()
+            .zip(ports)
+            .map(|(n, p)| serve(n, p))
+            .collect();
+        let first = handle.register(&map, 0, 4096, Access::ALL).unwrap();
+        let refused = handle.register(&map, 4096, 4096, Access::ALL).unwrap_err();
+        assert_eq!(refused, HostError::Register(RegisterError::SlotTaken(1)));
+        drop(handle);
+        let nodes: Vec<RdmaNode> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        for (i, n) in nodes.iter().enumerate() {
+            // The first region resolves alike everywhere; the refused one nowhere.
+            assert!(
+                n.mem
+                    .check_remote(first.rkey(), first.addr(), 4096, Access::REMOTE_WRITE)
+                    .is_ok(),
+                "shard {i}"
+            );
+        }
+        let slot1 = crate::transport::Location {
+            region: 1,
+            offset: 0,
+        };
+        for n in &nodes[..2] {
+            assert_eq!(
+                n.mem.remote_name(slot1, Access::NONE),
+                None,
+                "shards 0 and 1 let go of the half-installed region"
+            );
+        }
+        assert!(
+            nodes[2].mem.remote_name(slot1, Access::NONE).is_some(),
+            "shard 2's own"
+        );
+    }
 
     #[test]
     fn a_late_reply_is_not_taken_for_the_next_request() {

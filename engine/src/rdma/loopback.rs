@@ -3,18 +3,26 @@
 //! The first connection's ends have one queue pair and one completion queue each (for their
 //! sends and their receives); further connections, when asked for, each have their own. A
 //! process can start several pairs under different names.
+//!
+//! With [`LoopbackOpts::workers`] both engines run on N workers instead: each port has N queue
+//! pairs (`ring_pair_queues`: TX queue *i* of one port feeds RX queue *i* of the other), and
+//! worker *i* serves queue *i* of both ports with shard *i* of both engines, the queue pairs
+//! homed on it (connection *c* on worker *c* mod N unless [`LoopbackOpts::homes`] says
+//! otherwise). Each queue pair's UDP source port is chosen so that the peer's RSS would give
+//! its packets to the peer end's home queue (`wire::rss`), as on a NIC.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use super::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage, TagConfig, TagPort};
-use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair};
+use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair_queues};
 use crate::runtime::{
     CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
     WorkerSpec,
 };
 use crate::transport::{QpConfig, random_psn};
 use crate::wire::EthernetAddress;
+use crate::wire::rss::{self, Rss};
 
 /// QP numbers of the two ends of the first connection.
 pub const QPN_A: u32 = 0x11;
@@ -54,6 +62,15 @@ pub struct LoopbackOpts {
     /// Tagged messaging on both engines (each gets a list-processing shard with these
     /// endpoints); set `qp.tagged` too for tagged queue pairs. A's rank is 0, B's 1.
     pub tags: Option<TagConfig>,
+    /// Run both engines on these cores, one worker each, each port with as many queues
+    /// (at most `dataplane::RING_MAX_QUEUES`); worker *i* holds shard *i* of both engines.
+    /// Empty: `cores` decides, one queue per port.
+    pub workers: Vec<usize>,
+    /// With `workers`: the home workers of connection *c*'s ends on A and on B (`homes[c]`);
+    /// connections beyond the list are homed round robin, on worker *c* mod N at both ends.
+    /// Ends homed on different indexes are a misconfiguration (their packets arrive at the
+    /// wrong worker and are dropped as `wrong_core`); tests make one on purpose.
+    pub homes: Vec<[usize; 2]>,
 }
 
 impl LoopbackOpts {
@@ -72,6 +89,19 @@ impl LoopbackOpts {
             connections: 1,
             pin_psn: false,
             tags: None,
+            workers: Vec::new(),
+            homes: Vec::new(),
+        }
+    }
+
+    /// Both engines on N workers, one per core of `cores` (see [`LoopbackOpts::workers`]),
+    /// with `connections` queue pairs homed round robin.
+    pub fn multicore(qp: QpConfig, cores: &[usize], connections: usize) -> LoopbackOpts {
+        let first = cores.first().copied().unwrap_or(0);
+        LoopbackOpts {
+            workers: cores.to_vec(),
+            connections,
+            ..LoopbackOpts::new(qp, [first, first])
         }
     }
 }
@@ -88,6 +118,8 @@ pub enum LoopbackError {
     Capture(std::io::Error),
     #[error("tagged messaging: {0}")]
     Tags(#[from] crate::lpe::LpeError),
+    #[error("{0}")]
+    Layout(String),
 }
 
 /// What the application holds of one end: the engine's control handle, the queue pair and
@@ -122,11 +154,41 @@ pub struct LoopbackPair {
     pub more: Vec<Connection>,
     /// The capture, when asked for: `finish()` it after the runtime has stopped.
     pub capture: Option<Arc<CaptureSink>>,
+    /// Per connection (0 first): the home workers of its ends on A and on B (index into
+    /// [`LoopbackOpts::workers`]; 0 for the other layouts).
+    pub homes: Vec<[usize; 2]>,
+    /// Per connection: the UDP source ports of its ends on A and on B.
+    pub source_ports: Vec<[u16; 2]>,
 }
 
 /// Starts the pair. EAL must be running.
 pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let name = &opts.name;
+    let sharded = !opts.workers.is_empty();
+    let shards = opts.workers.len().max(1);
+    if sharded && opts.tags.is_some() && shards > 1 {
+        return Err(LoopbackError::Layout(
+            "tagged messaging runs on one worker per engine (its list-processing shard is not split across cores)".into(),
+        ));
+    }
+    let queues = u16::try_from(shards)
+        .ok()
+        .filter(|&q| q <= crate::dataplane::RING_MAX_QUEUES)
+        .ok_or_else(|| {
+            LoopbackError::Layout(format!(
+                "{shards} workers: a ring port has at most {} queues",
+                crate::dataplane::RING_MAX_QUEUES
+            ))
+        })?;
+    let connections = opts.connections.max(1);
+    let homes: Vec<[usize; 2]> = (0..connections)
+        .map(|c| opts.homes.get(c).copied().unwrap_or([c % shards; 2]))
+        .collect();
+    if let Some(bad) = homes.iter().flatten().find(|&&h| h >= shards) {
+        return Err(LoopbackError::Layout(format!(
+            "home worker {bad} of {shards}"
+        )));
+    }
     let pool = Arc::new(Mempool::new(
         &format!("{name}_loopback"),
         16383,
@@ -134,25 +196,37 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         crate::rdma::FRAME_DATA_ROOM,
         -1,
     )?);
-    let (ia, ib) = ring_pair(&format!("{name}_a"), &format!("{name}_b"), 4096)?;
+    let (ia, ib) = ring_pair_queues(&format!("{name}_a"), &format!("{name}_b"), 4096, queues)?;
     let port_cfg = |mac: EthernetAddress| PortConfig {
         promiscuous: false,
         mac: Some(mac.0),
+        rx_queues: queues,
+        tx_queues: queues,
         ..PortConfig::default()
     };
+    // RSS as a NIC would be set up; a ring port has none and keeps queue-to-queue delivery.
+    let key = Some(&rss::MLX5_DEFAULT_KEY);
     let ports = [
-        Port::start(ia, &port_cfg(MAC_A), pool.clone())?.named("a"),
-        Port::start(ib, &port_cfg(MAC_B), pool.clone())?.named("b"),
+        Port::start_rss(ia, &port_cfg(MAC_A), key, pool.clone())?.named("a"),
+        Port::start_rss(ib, &port_cfg(MAC_B), key, pool.clone())?.named("b"),
     ];
+    // How each port spreads what it receives: the peer of a queue pair picks its source port
+    // for it.
+    let rss_of = Rss::spread(queues);
 
-    let mut node_a = RdmaNode::new(MAC_A, IP_A);
-    let mut node_b = RdmaNode::new(MAC_B, IP_B);
+    let mut nodes_a: Vec<RdmaNode> = (0..shards).map(|_| RdmaNode::new(MAC_A, IP_A)).collect();
+    let mut nodes_b: Vec<RdmaNode> = (0..shards).map(|_| RdmaNode::new(MAC_B, IP_B)).collect();
     let (tags_a, tags_b) = match &opts.tags {
-        Some(t) => (Some(node_a.enable_tags(t)?), Some(node_b.enable_tags(t)?)),
+        Some(t) => (
+            Some(nodes_a[0].enable_tags(t)?),
+            Some(nodes_b[0].enable_tags(t)?),
+        ),
         None => (None, None),
     };
+    let mut source_ports = Vec::with_capacity(connections);
     let mut connect = |i: usize| -> Result<Connection, LoopbackError> {
         let (qpn_a, qpn_b) = qpns(i);
+        let [home_a, home_b] = homes[i];
         let mut qa = opts.qp.clone();
         qa.local_qpn = qpn_a;
         qa.remote_qpn = qpn_b;
@@ -167,26 +241,48 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         qb.tag_rank = 1;
         qb.remote_mac = MAC_A;
         qb.remote_ip = IP_A;
-        let cq_a = node_a.create_cq(opts.cq_depth);
-        let cq_b = node_b.create_cq(opts.cq_depth);
+        if queues > 1 {
+            // Each end's packets must reach the other end's home queue.
+            let port = |src, dst, queue, qpn: u32| {
+                rss::source_port(&rss_of, src, dst, queue as u16, qpn as u16).ok_or_else(|| {
+                    LoopbackError::Layout(format!("no UDP source port reaches queue {queue}"))
+                })
+            };
+            qa.udp_src_port = port(IP_A, IP_B, home_b, qpn_a)?;
+            qb.udp_src_port = port(IP_B, IP_A, home_a, qpn_b)?;
+        }
+        source_ports.push([qa.udp_src_port, qb.udp_src_port]);
+        for (k, n) in nodes_a.iter_mut().enumerate() {
+            if k != home_a {
+                n.add_qp_homed_elsewhere(qpn_a);
+            }
+        }
+        for (k, n) in nodes_b.iter_mut().enumerate() {
+            if k != home_b {
+                n.add_qp_homed_elsewhere(qpn_b);
+            }
+        }
+        let (na, nb) = (&mut nodes_a[home_a], &mut nodes_b[home_b]);
+        let cq_a = na.create_cq(opts.cq_depth);
+        let cq_b = nb.create_cq(opts.cq_depth);
         Ok(Connection {
             a: End {
-                qp: node_a.add_qp(qa, &cq_a, &cq_a)?,
+                qp: na.add_qp(qa, &cq_a, &cq_a)?,
                 cq: cq_a,
             },
             b: End {
-                qp: node_b.add_qp(qb, &cq_b, &cq_b)?,
+                qp: nb.add_qp(qb, &cq_b, &cq_b)?,
                 cq: cq_b,
             },
         })
     };
     let first = connect(0)?;
-    let more = (1..opts.connections.max(1))
+    let more = (1..connections)
         .map(&mut connect)
         .collect::<Result<Vec<_>, _>>()?;
 
-    let (ha, ca) = RdmaHandle::new();
-    let (hb, cb) = RdmaHandle::new();
+    let (ha, ports_a) = RdmaHandle::sharded(shards);
+    let (hb, ports_b) = RdmaHandle::sharded(shards);
     let faults = |i: u64| {
         opts.faults.map(|f| {
             let f = FaultConfig {
@@ -196,10 +292,10 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             FaultInjector::new(&f, pool.clone())
         })
     };
-    let queues = |p: &Port| {
+    let queue = |p: &Port, q: u16| {
         (
-            p.rx_queue(0).expect("fresh port"),
-            (p.tx_queue(0).expect("fresh port"), TxPolicy::KeepUnsent),
+            p.rx_queue(q).expect("fresh port"),
+            (p.tx_queue(q).expect("fresh port"), TxPolicy::KeepUnsent),
         )
     };
     let capture = match &opts.pcap {
@@ -213,22 +309,49 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         None => None,
     };
     let tap = || capture.as_ref().map(|s| CaptureTap::new(s.clone()));
-    let (rx_a, tx_a) = queues(&ports[0]);
-    let (rx_b, tx_b) = queues(&ports[1]);
-    let specs = if opts.cores[0] == opts.cores[1] {
-        // Both engines on one core; on a 2-core machine the other core is the application's.
-        let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
-        vec![WorkerSpec {
-            name: name.clone(),
-            core: Some(opts.cores[0]),
-            rx: vec![rx_a, rx_b],
-            tx: vec![tx_a, tx_b],
-            burst: opts.burst,
-            stage: StageBox::new(stage),
-            faults: faults(0),
-            capture: tap(),
-        }]
+    let specs = if sharded || opts.cores[0] == opts.cores[1] {
+        // Worker i serves queue i of both ports with shard i of both engines. One worker
+        // without `workers`: both engines on one core, the other core is the application's.
+        let cores = if sharded {
+            opts.workers.clone()
+        } else {
+            vec![opts.cores[0]]
+        };
+        let shard_ports = ports_a.into_iter().zip(ports_b);
+        let mut specs = Vec::with_capacity(shards);
+        for (i, ((node_a, node_b), (ca, cb))) in nodes_a
+            .into_iter()
+            .zip(nodes_b)
+            .zip(shard_ports)
+            .enumerate()
+        {
+            let (rx_a, tx_a) = queue(&ports[0], i as u16);
+            let (rx_b, tx_b) = queue(&ports[1], i as u16);
+            let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
+            specs.push(WorkerSpec {
+                name: if sharded {
+                    format!("{name}{i}")
+                } else {
+                    name.clone()
+                },
+                core: Some(cores[i]),
+                rx: vec![rx_a, rx_b],
+                tx: vec![tx_a, tx_b],
+                burst: opts.burst,
+                stage: StageBox::new(stage),
+                faults: faults(i as u64),
+                capture: tap(),
+            });
+        }
+        specs
     } else {
+        let (rx_a, tx_a) = queue(&ports[0], 0);
+        let (rx_b, tx_b) = queue(&ports[1], 0);
+        let (node_a, node_b) = (nodes_a.remove(0), nodes_b.remove(0));
+        let (ca, cb) = (
+            ports_a.into_iter().next().expect("one shard"),
+            ports_b.into_iter().next().expect("one shard"),
+        );
         vec![
             WorkerSpec {
                 name: format!("{name}_a"),
@@ -269,5 +392,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         },
         more,
         capture,
+        homes,
+        source_ports,
     })
 }

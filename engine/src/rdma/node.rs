@@ -74,6 +74,10 @@ pub struct NodeCounters {
     pub bad_pkey: u64,
     /// Packets to a connected queue pair from an address that is not its peer's.
     pub wrong_source: u64,
+    /// RoCEv2 packets to a queue pair of this engine that is homed on another of its workers:
+    /// the NIC's RSS (or a flow rule) delivered them to the wrong queue. Dropped; the sender's
+    /// timer resends them, to the same wrong queue (see `docs/rdma.md`, "N cores").
+    pub wrong_core: u64,
     pub arp_replies: u64,
     pub tx_packets: u64,
     /// Work requests posted by the host and taken by the worker.
@@ -267,6 +271,9 @@ pub struct RdmaNode {
     persist_inline: bool,
     /// Tagged messaging: this engine's list-processing shard (seed 001).
     tags: Option<TagShard>,
+    /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
+    /// for a packet no queue pair here takes, to count it as `wrong_core`.
+    homed_elsewhere: Vec<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -293,6 +300,7 @@ impl RdmaNode {
             unsent_job: None,
             persist_inline: false,
             tags: None,
+            homed_elsewhere: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
@@ -381,6 +389,15 @@ impl RdmaNode {
         self.backlog.reserve(n);
         self.timers.reserve(2 * n + 16);
         Ok(host)
+    }
+
+    /// Notes that queue pair `qpn` of the same engine is homed on another worker (this node
+    /// is one shard of an engine that runs on several): a packet for it that arrives here is
+    /// dropped and counted as `wrong_core` rather than `unknown_qp`.
+    pub fn add_qp_homed_elsewhere(&mut self, qpn: u32) {
+        if let Err(at) = self.homed_elsewhere.binary_search(&qpn) {
+            self.homed_elsewhere.insert(at, qpn);
+        }
     }
 
     /// Registers memory directly (before the worker runs, or in tests).
@@ -497,8 +514,13 @@ impl RdmaNode {
             c.not_for_us += 1;
             return RxOutcome::Dropped;
         }
-        let Some(i) = self.qps.lookup(packet.bth().dest_qp()) else {
-            c.unknown_qp += 1;
+        let dest_qp = packet.bth().dest_qp();
+        let Some(i) = self.qps.lookup(dest_qp) else {
+            // Multi-core: a queue pair of this engine that another worker holds.
+            match self.homed_elsewhere.binary_search(&dest_qp) {
+                Ok(_) => c.wrong_core += 1,
+                Err(_) => c.unknown_qp += 1,
+            }
             return RxOutcome::Dropped;
         };
         let e = &mut self.qps.entries[i];
@@ -510,7 +532,6 @@ impl RdmaNode {
             }
         };
         let payload = packet.payload();
-        let e = &mut self.qps.entries[i];
         if let Err(why) = e.qp.admit(&repr) {
             *match why {
                 Inadmissible::PKey => &mut c.bad_pkey,
@@ -840,6 +861,12 @@ impl RdmaNode {
                 Some(iova) => self.mem.register_iova(map, offset, len, iova, access),
                 None => self.mem.register(map, offset, len, access),
             }),
+            Control::Install {
+                map,
+                offset,
+                access,
+                keys,
+            } => ControlReply::Registered(self.mem.install(map, offset, keys, access)),
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
                 None => ControlReply::Deregistered(false),
                 Some(slot) => {
@@ -1162,6 +1189,34 @@ pub(super) mod tests {
             n.add_qp(QpConfig::new(0x99, 1), &foreign, &cq),
             Err(AddQpError::UnknownCq(0))
         ));
+    }
+
+    #[test]
+    fn a_packet_for_a_queue_pair_homed_on_another_shard_is_counted_as_wrong_core() {
+        let (mut a, b) = pair();
+        // Another shard of B's engine: same address, without B's queue pair but told of it.
+        let mut other = RdmaNode::new(b.node.mac, b.node.ip);
+        let map = Arc::new(Mapping::anonymous(64).unwrap());
+        let src = a.node.register(map, 0, 64, Access::ALL).unwrap();
+        let sgl = crate::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::send(1, sgl, None)]).unwrap();
+        a.node.service(0);
+        let tx = a.node.poll_transmit(0).expect("the SEND");
+        let mut frame = vec![0u8; 2048];
+        let len = a.node.emit(&tx, &mut frame).unwrap();
+        assert_eq!(other.receive(0, &frame[..len]), RxOutcome::Dropped);
+        assert_eq!(
+            (other.counters.unknown_qp, other.counters.wrong_core),
+            (1, 0)
+        );
+        other.add_qp_homed_elsewhere(0x22);
+        other.add_qp_homed_elsewhere(0x22);
+        assert_eq!(other.receive(0, &frame[..len]), RxOutcome::Dropped);
+        assert_eq!(
+            (other.counters.unknown_qp, other.counters.wrong_core),
+            (1, 1)
+        );
+        assert_eq!(other.counters.delivered, 0);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::runtime::{Counters, Outputs, Stage};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 29] = [
+const COUNTER_NAMES: [&str; 30] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -32,6 +32,7 @@ const COUNTER_NAMES: [&str; 29] = [
     "wrong_transport",
     "bad_pkey",
     "wrong_source",
+    "wrong_core",
     "arp_replies",
     "completions",
     "retransmissions",
@@ -138,6 +139,7 @@ impl RdmaStage {
                 n.wrong_transport,
                 n.bad_pkey,
                 n.wrong_source,
+                n.wrong_core,
                 n.arp_replies,
                 n.completions,
                 e.node.retransmissions(),

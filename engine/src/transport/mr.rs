@@ -111,6 +111,10 @@ pub enum RegisterError {
     TooLarge(usize),
     #[error("no free region slot (at most {MAX_REGIONS} regions)")]
     TableFull,
+    /// [`MemoryTable::install`]: the keys' slot is taken here, or the two keys name different
+    /// slots (the replicas of an engine's table went out of step).
+    #[error("region slot {0} is not free in this replica of the region table")]
+    SlotTaken(u32),
 }
 
 /// A resolved place in the region table: which slot and the byte offset in the region.
@@ -338,6 +342,56 @@ impl MemoryTable {
             addr: iova,
             len: len as u64,
         })
+    }
+
+    /// Registers `keys.len` bytes of `map` from `offset` under exactly `keys` (named by
+    /// `keys.addr`): how an engine that runs on several workers gives every worker's replica of
+    /// its region table the region another replica registered, so that an rkey resolves the
+    /// same on every core. The keys' slot must be free here.
+    pub fn install(
+        &mut self,
+        map: Arc<Mapping>,
+        offset: usize,
+        keys: MrKeys,
+        access: Access,
+    ) -> Result<MrKeys, RegisterError> {
+        let len = usize::try_from(keys.len).unwrap_or(usize::MAX);
+        if offset.checked_add(len).is_none_or(|end| end > map.len()) {
+            return Err(RegisterError::OutOfMapping {
+                offset,
+                len,
+                size: map.len(),
+            });
+        }
+        let slot = key_slot(keys.lkey);
+        if slot != key_slot(keys.rkey) {
+            return Err(RegisterError::SlotTaken(slot));
+        }
+        let at = slot as usize;
+        if at >= MAX_REGIONS {
+            return Err(RegisterError::TableFull);
+        }
+        if self.regions.get(at).is_some_and(Option::is_some) {
+            return Err(RegisterError::SlotTaken(slot));
+        }
+        while self.regions.len() <= at {
+            self.regions.push(None);
+        }
+        while self.last_keys.len() <= at {
+            self.last_keys.push((u32::MAX, u32::MAX));
+        }
+        self.last_keys[at] = (keys.lkey & KEY_MASK, keys.rkey & KEY_MASK);
+        self.regions[at] = Some(Region {
+            map,
+            base: offset,
+            addr: keys.addr,
+            len: keys.len,
+            access,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+            retired: false,
+        });
+        Ok(keys)
     }
 
     /// First step of deregistration: the region's keys stop resolving, so no new request can
@@ -666,6 +720,63 @@ mod tests {
             "a seeded table is reproducible"
         );
         assert_ne!(keys(MemoryTable::seeded(7)), keys(MemoryTable::seeded(8)));
+    }
+
+    #[test]
+    fn an_installed_region_resolves_as_in_the_table_that_registered_it() {
+        // Two replicas of one engine's table: the first registers, the second installs.
+        let mut first = MemoryTable::new();
+        let mut second = MemoryTable::new();
+        let map = anon(8192);
+        first.register(anon(64), 0, 64, Access::ALL).unwrap();
+        let keys = first
+            .register_iova(map.clone(), 4096, 4096, 0x9000, Access::ALL)
+            .unwrap();
+        assert_eq!(key_slot(keys.rkey), 1);
+        assert_eq!(
+            second.install(map.clone(), 4096, keys, Access::ALL),
+            Ok(keys)
+        );
+        for mem in [&first, &second] {
+            let at = mem
+                .check_remote(keys.rkey, 0x9000 + 10, 100, Access::REMOTE_WRITE)
+                .unwrap();
+            assert_eq!(
+                at,
+                Location {
+                    region: 1,
+                    offset: 10
+                }
+            );
+            mem.place(at, b"shared");
+        }
+        let mut got = [0u8; 6];
+        map.read(4096 + 10, &mut got).unwrap();
+        assert_eq!(&got, b"shared");
+        assert_eq!(
+            second.install(map.clone(), 4096, keys, Access::ALL),
+            Err(RegisterError::SlotTaken(1)),
+            "the slot is taken now"
+        );
+        let mixed = MrKeys {
+            rkey: keys.rkey & KEY_MASK,
+            ..keys
+        };
+        assert_eq!(
+            MemoryTable::new().install(map.clone(), 0, mixed, Access::ALL),
+            Err(RegisterError::SlotTaken(1)),
+            "keys of two slots"
+        );
+        assert!(matches!(
+            MemoryTable::new().install(map, 8000, keys, Access::ALL),
+            Err(RegisterError::OutOfMapping { .. })
+        ));
+        // Removed from both, the slot takes new keys in the first and they install again.
+        assert!(first.deregister(keys.lkey) && second.deregister(keys.lkey));
+        let again = first.register(anon(64), 0, 64, Access::ALL).unwrap();
+        assert_eq!(key_slot(again.lkey), 1);
+        assert_ne!(again.rkey, keys.rkey);
+        assert!(second.install(anon(64), 0, again, Access::ALL).is_ok());
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub mod immdt;
 pub mod ipv4;
 pub mod reth;
 pub mod roce;
+pub mod rss;
 pub mod tag;
 pub mod template;
 pub mod udp;

@@ -1,0 +1,148 @@
+//! Where this process's threads run: the host thread, the pinned workers and the threads EAL
+//! starts for itself (its interrupt thread, the multi-process channel, telemetry), read from
+//! `/proc/self/task`. A benchmark reports it, so that a figure says which cores its threads
+//! shared: on a small machine EAL's service threads may sit on a worker's core.
+//!
+//! Each thread's allowed CPUs come from `Cpus_allowed_list` in its `status` and the CPU it
+//! last ran on from field 39 (`processor`) of its `stat`.
+
+use serde::Serialize;
+
+/// One thread: its name (`comm`, at most 15 bytes), its allowed CPUs as the kernel lists them
+/// (`0-1`, `3`), and the CPU it last ran on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadPlace {
+    pub name: String,
+    pub tid: u32,
+    pub cpus: String,
+    pub last_cpu: Option<u32>,
+}
+
+/// The threads of a run by role.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CoresReport {
+    /// The thread that called [`CoresReport::sample`] (the bench's host loop, EAL's main lcore).
+    pub host: Option<ThreadPlace>,
+    /// Threads named `portico-*`: the workers (and a flusher, when one runs).
+    pub workers: Vec<ThreadPlace>,
+    /// Every other thread: EAL's (`eal-intr-thread`, `rte_mp_handle`, `telemetry-v2`, ...), and
+    /// the `ctrl-c` crate's signal thread, which sleeps.
+    pub eal_threads: Vec<ThreadPlace>,
+}
+
+/// The allowed-CPU list of a `/proc/<pid>/task/<tid>/status` text.
+pub fn cpus_allowed(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// The CPU a thread last ran on, from its `stat` text: field 39, counted after the command
+/// name (which may hold spaces and parentheses, so the fields start after the last `)`).
+pub fn last_cpu(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts with field 3 (state); field 39 is the 37th from there.
+    rest.split_whitespace().nth(36)?.parse().ok()
+}
+
+fn read_place(task: &std::path::Path, tid: u32) -> Option<ThreadPlace> {
+    let name = std::fs::read_to_string(task.join("comm")).ok()?;
+    let status = std::fs::read_to_string(task.join("status")).ok()?;
+    let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+    Some(ThreadPlace {
+        name: name.trim_end().to_string(),
+        tid,
+        cpus: cpus_allowed(&status).unwrap_or_default(),
+        last_cpu: last_cpu(&stat),
+    })
+}
+
+/// The calling thread's id.
+fn own_tid() -> Option<u32> {
+    std::fs::read_link("/proc/thread-self")
+        .ok()?
+        .file_name()?
+        .to_str()?
+        .parse()
+        .ok()
+}
+
+impl CoresReport {
+    /// Reads every thread of this process now (while the workers run). Threads that end
+    /// while they are read are left out; no `/proc` (not Linux) gives an empty report.
+    pub fn sample() -> CoresReport {
+        let me = own_tid();
+        let mut report = CoresReport::default();
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return report;
+        };
+        let mut places: Vec<ThreadPlace> = dir
+            .flatten()
+            .filter_map(|e| {
+                let tid = e.file_name().to_str()?.parse().ok()?;
+                read_place(&e.path(), tid)
+            })
+            .collect();
+        places.sort_by_key(|p| p.tid);
+        for p in places {
+            if Some(p.tid) == me {
+                report.host = Some(p);
+            } else if p.name.starts_with("portico-") {
+                report.workers.push(p);
+            } else {
+                report.eal_threads.push(p);
+            }
+        }
+        report
+    }
+
+    /// One line: `host 0, workers portico-rdma0 0 (last 0), ...; EAL threads eal-intr-thread 0-1 ...`.
+    pub fn line(&self) -> String {
+        let place = |p: &ThreadPlace| match p.last_cpu {
+            Some(c) => format!("{} on {} (last {c})", p.name, p.cpus),
+            None => format!("{} on {}", p.name, p.cpus),
+        };
+        let list = |v: &[ThreadPlace]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.iter().map(place).collect::<Vec<_>>().join(", ")
+            }
+        };
+        format!(
+            "host {}; workers {}; EAL threads {}",
+            self.host.as_ref().map(place).unwrap_or_else(|| "?".into()),
+            list(&self.workers),
+            list(&self.eal_threads)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_and_stat_are_read() {
+        let status =
+            "Name:\tportico-rdma0\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed:\t1\n";
+        assert_eq!(cpus_allowed(status).as_deref(), Some("0-1"));
+        assert_eq!(cpus_allowed("Name:\tx\n"), None);
+        // A command name with a space and a parenthesis; processor (field 39) is 1.
+        let stat = "4242 (eal (intr) x) S 1 4242 4242 0 -1 4194368 100 0 0 0 5 6 0 0 20 0 4 0 \
+                    12345 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert_eq!(last_cpu(stat), Some(1));
+        assert_eq!(last_cpu("4242 (x) S 1 2"), None);
+        assert_eq!(last_cpu("no parenthesis"), None);
+    }
+
+    #[test]
+    fn this_process_is_sampled() {
+        let r = CoresReport::sample();
+        let host = r.host.clone().expect("the calling thread");
+        assert!(!host.cpus.is_empty());
+        assert!(host.last_cpu.is_some());
+        assert!(r.line().starts_with("host "));
+    }
+}
