@@ -366,6 +366,31 @@ fn bench_reports_throughput_and_latency_as_json() {
             "only drops, misses and errors: {p}"
         );
     }
+    // Where the threads ran: the host on its core, the worker on another, and EAL's control
+    // threads beside the host, never on a busy-polling worker's core.
+    let cores = &v["cores"];
+    let host = cores["host"]["cpus"].as_str().unwrap();
+    let workers: Vec<&str> = cores["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["cpus"].as_str().unwrap())
+        .collect();
+    assert_eq!(workers.len(), 1, "{cores}");
+    assert_ne!(workers[0], host, "{cores}");
+    let eal: Vec<&serde_json::Value> = cores["eal_threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] != "ctrl-c")
+        .collect();
+    assert!(!eal.is_empty(), "{cores}");
+    for t in eal {
+        assert_eq!(
+            t["cpus"], host,
+            "EAL's control threads on the host's core: {cores}"
+        );
+    }
     let text = std::fs::read_to_string(&hgrm).unwrap();
     std::fs::remove_file(&hgrm).unwrap();
     assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));

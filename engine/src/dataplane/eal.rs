@@ -51,6 +51,14 @@ impl Eal {
             .iter()
             .map(|a| CString::new(a.as_str()).map_err(|_| EalError::BadArgument(a.clone())))
             .collect::<Result<_, _>>()?;
+        // EAL places its control threads (interrupts, multi-process, telemetry) on the CPUs
+        // the process may use that no lcore holds, which on a small machine are the workers'
+        // cores. With the calling thread pinned to the main lcore first, that set is empty
+        // and EAL falls back to the main lcore's CPU: the control threads then share the
+        // host's core, never a busy-polling worker's (EAL pins this thread there anyway).
+        if let Some(main) = single_lcore(args) {
+            core_affinity::set_for_current(core_affinity::CoreId { id: main });
+        }
         // EAL may permute argv, so it gets its own array of pointers; the strings stay owned
         // by `owned` (EAL keeps no pointer to them after init returns).
         let mut argv: Vec<*mut c_char> = owned.iter().map(|c| c.as_ptr() as *mut c_char).collect();
@@ -83,5 +91,27 @@ impl Eal {
     /// The running EAL, if [`Eal::init`] succeeded in this process.
     pub fn get() -> Option<&'static EalInfo> {
         EAL.get()
+    }
+}
+
+/// The core of `-l N` or `--lcores N` when it names exactly one core (the main lcore).
+fn single_lcore(args: &[String]) -> Option<usize> {
+    let at = args.iter().position(|a| a == "-l" || a == "--lcores")?;
+    args.get(at + 1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod lcore_tests {
+    use super::single_lcore;
+
+    #[test]
+    fn one_named_lcore_is_found_and_lists_are_left_alone() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(single_lcore(&args(&["--no-huge", "-l", "3"])), Some(3));
+        assert_eq!(single_lcore(&args(&["--lcores", "0"])), Some(0));
+        assert_eq!(single_lcore(&args(&["-l", "0,1"])), None);
+        assert_eq!(single_lcore(&args(&["-l", "0-3"])), None);
+        assert_eq!(single_lcore(&args(&["-l"])), None);
+        assert_eq!(single_lcore(&args(&["-c", "0x3"])), None);
     }
 }
