@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use portico::dataplane::{Burst, Eal, Mempool, PoolLayout, Port, PortConfig, ring_pair};
+use portico::dataplane::{Burst, Eal, Mempool, PoolLayout, Port, PortConfig, PortInfo, ring_pair};
 use portico::traffic::frame::{self, FrameSpec};
 
 const PAGE: usize = 4096;
@@ -70,6 +70,8 @@ fn packed_pools_spread_mbufs_over_pages_and_carry_packets_intact() {
     // 1500-byte frames from the packed pool cross net_ring intact, some of them across a
     // page boundary.
     let (a, b) = ring_pair("lay_a", "lay_b", 512).unwrap();
+    // Ring links of a scenario are such ports: their driver is on the CPU-only list.
+    assert_eq!(PortInfo::read(a).unwrap().driver, "net_ring");
     let cfg = PortConfig {
         rx_desc: 256,
         tx_desc: 256,
