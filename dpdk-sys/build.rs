@@ -1,12 +1,21 @@
 //! Finds the system DPDK with pkg-config, compiles the C shim with DPDK's own `-march`/`-m`
 //! flags, and runs bindgen over the same headers with the same flags (a mismatch makes the
 //! shim fail to inline DPDK's AVX helpers, or bindgen disagree with the compiled layout).
+//!
+//! It also decides how `rx_burst`/`tx_burst` reach the PMD (see `src/lib.rs`): inline through
+//! `rte_eth_fp_ops` (cfg `portico_fp_inline`) only on the DPDK release whose `rte_eth_burst`
+//! code that Rust copy was audited against, and only when that DPDK was built without the
+//! fast-path debug checks and trace points the copy leaves out; otherwise through the C shim.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const MIN_VERSION: &str = "22.11";
+/// The DPDK release whose inline `rte_eth_rx_burst`/`rte_eth_tx_burst` the Rust copy in
+/// `src/lib.rs` follows (`rte_ethdev.h`, `rte_ethdev_core.h`). Any other release uses the shim
+/// until someone re-reads those two functions and the `rte_eth_fp_ops` layout for it.
+const FP_OPS_RELEASE: &str = "22.11";
 const INSTALL_HINT: &str =
     "run scripts/install-deps.sh (Debian: libdpdk-dev dpdk clang libclang-dev pkg-config)";
 
@@ -26,6 +35,9 @@ fn pkg_config(args: &[&str]) -> Option<String> {
 fn main() {
     println!("cargo::rerun-if-changed=csrc/portico_shim.c");
     println!("cargo::rerun-if-changed=csrc/portico_shim.h");
+    println!("cargo::rerun-if-changed=csrc/fp_probe.c");
+    println!("cargo::rustc-check-cfg=cfg(portico_fp_inline)");
+    println!("cargo::rustc-check-cfg=cfg(portico_rxtx_callbacks)");
     println!("cargo::rerun-if-env-changed=PKG_CONFIG_PATH");
 
     if pkg_config(&["--version"]).is_none() {
@@ -70,6 +82,50 @@ fn main() {
     }
     shim.compile("portico_shim");
 
+    // The build options of this DPDK that change what the inline burst functions do.
+    let mut probe = cc::Build::new();
+    probe.file("csrc/fp_probe.c").warnings(false);
+    for f in &compile_flags {
+        probe.flag(f);
+    }
+    let expanded = probe
+        .try_expand()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "preprocessing csrc/fp_probe.c failed ({e}): {INSTALL_HINT}"
+            ))
+        });
+    let has = |marker: &str| expanded.lines().any(|l| l.trim() == marker);
+    let callbacks = has("portico_probe_rxtx_callbacks");
+    let release = lib.version.split('.').take(2).collect::<Vec<_>>().join(".");
+    let shim_reason = if release != FP_OPS_RELEASE {
+        format!(
+            "DPDK {} is not {FP_OPS_RELEASE}, the release the inline copy follows",
+            lib.version
+        )
+    } else if let Some(opt) = [
+        ("portico_probe_debug_rx", "RTE_ETHDEV_DEBUG_RX"),
+        ("portico_probe_debug_tx", "RTE_ETHDEV_DEBUG_TX"),
+        ("portico_probe_trace_fp", "RTE_ENABLE_TRACE_FP"),
+    ]
+    .iter()
+    .find(|(marker, _)| has(marker))
+    {
+        format!(
+            "DPDK was built with {}, which the inline copy leaves out",
+            opt.1
+        )
+    } else {
+        String::new()
+    };
+    if shim_reason.is_empty() {
+        println!("cargo::rustc-cfg=portico_fp_inline");
+    }
+    if callbacks {
+        println!("cargo::rustc-cfg=portico_rxtx_callbacks");
+    }
+
     for path in &lib.link_paths {
         println!("cargo::rustc-link-search=native={}", path.display());
     }
@@ -94,8 +150,14 @@ fn main() {
         .allowlist_function("rte_thread_(register|unregister)")
         .allowlist_function("rte_pktmbuf_(pool_create|free_bulk)")
         .allowlist_function("rte_mempool_(free|avail_count|in_use_count|lookup)")
+        .allowlist_function("rte_mempool_(create_empty|set_ops_byname|populate_default|obj_iter)")
+        .allowlist_function("rte_mbuf_best_mempool_ops|rte_pktmbuf_(pool_init|init)")
+        .allowlist_type("rte_pktmbuf_pool_private")
+        .allowlist_var("RTE_MEMPOOL_F_NO_IOVA_CONTIG")
         .allowlist_function("rte_ring_(create|free)")
         .allowlist_function("rte_eth_from_rings")
+        .allowlist_var("rte_eth_fp_ops")
+        .allowlist_function("rte_eth_call_(rx|tx)_callbacks|rte_eth_add_(rx|tx)_callback")
         .allowlist_function("rte_eth_dev_(configure|start|stop|close|info_get|socket_id|count_avail|get_port_by_name|get_name_by_port|is_valid_port|set_mtu|default_mac_addr_set)")
         .allowlist_function("rte_eth_(rx_queue_setup|tx_queue_setup|macaddr_get|link_get_nowait|stats_get|stats_reset|xstats_get|xstats_get_names|xstats_reset|promiscuous_enable|find_next_owned_by|link_speed_to_str)")
         .allowlist_type("rte_mbuf")
@@ -127,8 +189,10 @@ fn main() {
         out.join("consts.rs"),
         format!(
             "/// DPDK version found by pkg-config at build time.\npub const DPDK_VERSION: &str = {:?};\n\
-             /// Directory EAL loads PMD shared objects from (empty if unknown).\npub const PMD_DIR: &str = {:?};\n",
-            lib.version, pmd_dir
+             /// Directory EAL loads PMD shared objects from (empty if unknown).\npub const PMD_DIR: &str = {:?};\n\
+             /// Why `rx_burst`/`tx_burst` call the C shim; empty when they reach the PMD inline.\n\
+             pub const FP_OPS_SHIM_REASON: &str = {:?};\n",
+            lib.version, pmd_dir, shim_reason
         ),
     )
     .expect("write consts.rs");

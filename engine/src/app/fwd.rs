@@ -14,7 +14,7 @@ use crate::traffic::{Forward, FwdMode};
 use super::AppError;
 use super::eal::{available_cores, main_core_for, plan_eal_args, start_eal};
 use super::monitor::{RunOpts, close_capture, execute, open_capture};
-use super::ports::{POOL_CACHE, check_pool_fits, pool_size};
+use super::ports::{POOL_CACHE, check_pool_fits, pool_layout, pool_size};
 
 /// Options of `portico fwd`.
 #[derive(Debug, Clone)]
@@ -109,12 +109,14 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
         ("--memory-mb", "--hugepages"),
         "--queues/--rxd/--txd",
     )?;
-    let pool = Arc::new(Mempool::new(
+    let layout = pool_layout(&ids)?;
+    let pool = Arc::new(Mempool::with_layout(
         "portico_fwd_pool",
         mbufs,
         POOL_CACHE,
         dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
         -1,
+        layout,
     )?);
     let ports: Vec<Port> = ids
         .iter()

@@ -2,7 +2,7 @@
 //! size of the mbuf pool for the ports a run opens.
 
 use crate::config::HugepageMode;
-use crate::dataplane::{self, PortConfig};
+use crate::dataplane::{self, PoolLayout, PortConfig, PortInfo};
 use crate::hugepages::HugepageStatus;
 use crate::summary::MemoryChoice;
 
@@ -38,6 +38,16 @@ pub fn pool_size(ports: &[PortConfig], workers: usize) -> u32 {
     let per_worker = POOL_CACHE as u64 + (dataplane::MAX_BURST as u64) * (ports.len() as u64 + 1);
     let n = (desc + workers as u64 * per_worker + 4096).next_power_of_two() - 1;
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The layout of a pool that only ports `ids` use: packed under `--no-huge` when all their
+/// drivers only touch buffers with the CPU (see [`PoolLayout`]).
+pub(super) fn pool_layout(ids: &[u16]) -> Result<PoolLayout, AppError> {
+    let drivers = ids
+        .iter()
+        .map(|&id| PortInfo::read(id).map(|i| i.driver))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(PoolLayout::for_drivers(drivers.iter().map(String::as_str)))
 }
 
 /// Buffers each lcore keeps in its mempool cache.

@@ -19,7 +19,7 @@ use crate::traffic::{Checker, Forward, Generator};
 use super::AppError;
 use super::eal::{DeviceArg, available_cores, main_core_for, plan_eal_args, start_eal};
 use super::monitor::{RunOpts, close_capture, execute, open_capture};
-use super::ports::{POOL_CACHE, check_pool_fits, pool_size};
+use super::ports::{POOL_CACHE, check_pool_fits, pool_layout, pool_size};
 
 /// Runs a scenario from a config file.
 pub fn run_scenario(
@@ -102,16 +102,21 @@ pub fn run_scenario(
         ids[b] = Some(pb);
     }
 
-    let pool = Arc::new(Mempool::new(
+    let ids: Vec<u16> = ids
+        .into_iter()
+        .map(|id| id.expect("every port resolved above"))
+        .collect();
+    let pool = Arc::new(Mempool::with_layout(
         "portico_pool",
         mbufs,
         POOL_CACHE,
         dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
         -1,
+        pool_layout(&ids)?,
     )?);
     let mut ports = Vec::new();
     for (i, cfg) in port_cfgs.iter().enumerate() {
-        let id = ids[i].expect("every port resolved above");
+        let id = ids[i];
         let port = Port::start(id, cfg, pool.clone())?.named(&scenario.ports[i].name);
         ports.push(port);
     }

@@ -159,10 +159,10 @@ impl Burst {
     pub fn rx(&mut self, q: &mut RxQueue, max: usize) -> usize {
         let n = max.min(self.spare()) as u16;
         let dst = self.len;
-        // SAFETY: the PMD writes at most n valid, owned mbuf pointers into free slots.
-        let got = unsafe {
-            dpdk_sys::portico_rx_burst(q.port_id(), q.queue_id(), self.raw_slots().add(dst), n)
-        };
+        // SAFETY: the queue handle proves a started port and a configured queue that only this
+        // thread polls; the PMD writes at most n valid, owned mbuf pointers into free slots.
+        let got =
+            unsafe { dpdk_sys::rx_burst(q.port_id(), q.queue_id(), self.raw_slots().add(dst), n) };
         let got = got as usize;
         self.len += got;
         if let Some(b) = self.known_bytes {
@@ -181,10 +181,16 @@ impl Burst {
         }
         let before = self.bytes();
         let n = self.len as u16;
-        // SAFETY: passes n owned mbufs; the PMD takes ownership of the first `sent`.
+        // SAFETY: the queue handle proves a started port and a configured queue used by this
+        // thread only; passes n owned mbufs, and the PMD takes ownership of the first `sent`.
         let sent =
-            unsafe { dpdk_sys::portico_tx_burst(q.port_id(), q.queue_id(), self.raw_slots(), n) }
-                as usize;
+            unsafe { dpdk_sys::tx_burst(q.port_id(), q.queue_id(), self.raw_slots(), n) } as usize;
+        if sent == self.len {
+            // The usual case: everything left. No tail to move or to count.
+            self.len = 0;
+            self.known_bytes = Some(0);
+            return (sent, before);
+        }
         // SAFETY: slots sent..len are still ours; move them to the front. The sent ones are
         // forgotten (the PMD frees them after transmission).
         unsafe {
@@ -195,11 +201,7 @@ impl Burst {
             )
         };
         self.len -= sent;
-        let left = if self.len == 0 {
-            0
-        } else {
-            Self::sum(self.as_slice())
-        };
+        let left = Self::sum(self.as_slice());
         self.known_bytes = Some(left);
         (sent, before - left)
     }

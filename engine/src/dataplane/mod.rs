@@ -15,7 +15,7 @@ pub use burst::{Burst, Drain, MAX_BURST};
 pub use eal::{Eal, EalError, EalInfo};
 pub use lcore::{ThreadRegistration, lcore_id};
 pub use mbuf::Mbuf;
-pub use mempool::Mempool;
+pub use mempool::{Mempool, PoolLayout};
 pub use port::{
     LinkStatus, Port, PortConfig, PortInfo, PortStats, RING_MAX_QUEUES, RssState, RxQueue, TxQueue,
     port_by_name, port_ids, port_xstats, ring_pair, ring_pair_queues,

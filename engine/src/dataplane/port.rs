@@ -69,14 +69,18 @@ pub struct Port {
 /// The right to poll one RX queue. `Send` (it moves to its worker) but not `Sync`: one
 /// queue, one polling thread, as PMDs require.
 pub struct RxQueue {
-    port: Arc<PortInner>,
+    /// Keeps the port started; `port_id` is a copy of its id, so that a burst does not
+    /// first load the id through this pointer.
+    _port: Arc<PortInner>,
+    port_id: u16,
     queue: u16,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 /// The right to transmit on one TX queue; `Send`, not `Sync`, as [`RxQueue`].
 pub struct TxQueue {
-    port: Arc<PortInner>,
+    _port: Arc<PortInner>,
+    port_id: u16,
     queue: u16,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -84,7 +88,7 @@ pub struct TxQueue {
 impl RxQueue {
     #[inline]
     pub fn port_id(&self) -> u16 {
-        self.port.id
+        self.port_id
     }
     #[inline]
     pub fn queue_id(&self) -> u16 {
@@ -95,7 +99,7 @@ impl RxQueue {
 impl TxQueue {
     #[inline]
     pub fn port_id(&self) -> u16 {
-        self.port.id
+        self.port_id
     }
     #[inline]
     pub fn queue_id(&self) -> u16 {
@@ -275,7 +279,8 @@ impl Port {
             return None;
         }
         Some(RxQueue {
-            port: self.inner.clone(),
+            _port: self.inner.clone(),
+            port_id: self.inner.id,
             queue: q,
             _not_sync: PhantomData,
         })
@@ -289,7 +294,8 @@ impl Port {
             return None;
         }
         Some(TxQueue {
-            port: self.inner.clone(),
+            _port: self.inner.clone(),
+            port_id: self.inner.id,
             queue: q,
             _not_sync: PhantomData,
         })
