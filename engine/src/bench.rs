@@ -511,9 +511,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     qp.pmtu = opts.mtu;
     qp.max_send_wr = 128;
     qp.max_recv_wr = 128;
-    // A window of large READ responses takes longer than the 100 µs default to drain on one
-    // software core; a longer timeout keeps retransmissions for real losses.
-    qp.timeout_ns = 1_000_000;
+    // The retransmission timeout is QpConfig's: adaptive, 250 µs to 100 ms (docs/transport.md).
     let Engines {
         memory,
         cores: (a, _),

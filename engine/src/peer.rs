@@ -299,6 +299,7 @@ fn start(
         qp.remote_ip = r.peer_ip;
         qp.pmtu = pmtu;
         qp.timeout_ns = r.timeout_us * 1000;
+        qp.max_timeout_ns = r.max_timeout_us() * 1000;
         qp.send_psn = r.psn.unwrap_or_else(random_psn);
         qp.recv_psn = r.peer_psn;
         qp.durable_writes = r.durable_writes;

@@ -75,6 +75,7 @@ fn two_workers_each_serve_only_their_own_queue_pairs() {
     qp.pmtu = Mtu::M1024;
     // Nothing is lost on a ring: a timer that never fires keeps the packet counts exact.
     qp.timeout_ns = 2_000_000_000;
+    qp.max_timeout_ns = qp.timeout_ns;
     let mut opts = LoopbackOpts::multicore(qp.clone(), &workers, 4);
     opts.name = "mc".into();
     let mut pair = loopback::start(&opts).expect("the engines start on two workers");

@@ -77,9 +77,15 @@ pub struct RdmaSection {
     /// working directory. Absent: anonymous memory.
     #[serde(default)]
     pub region_file: Option<PathBuf>,
-    /// Retransmission timeout in microseconds (1..=[`MAX_TIMEOUT_US`]).
+    /// The shortest retransmission timeout in microseconds (1..=[`MAX_TIMEOUT_US`]), and the
+    /// one used until the first round trip has been measured ([`QpConfig::timeout_ns`]).
     #[serde(default = "default_timeout_us")]
     pub timeout_us: u64,
+    /// The longest timeout the measured round trip may ask for, in microseconds (before
+    /// backoff). Absent: [`DEFAULT_MAX_TIMEOUT_US`], or `timeout_us` if that is longer. Equal
+    /// to `timeout_us`: a fixed timer. See [`RdmaSection::max_timeout_us`].
+    #[serde(default, rename = "max_timeout_us")]
+    pub max_timeout: Option<u64>,
     /// target: receive buffers of 4 KiB to post in the upper half of the region, for SENDs
     /// (at most [`max_receives`], the depth of the receive queue).
     #[serde(default)]
@@ -187,6 +193,18 @@ pub const RECEIVE_LEN: usize = 4096;
 /// The longest retransmission timeout, in microseconds (one minute).
 pub const MAX_TIMEOUT_US: u64 = 60_000_000;
 
+/// The ceiling of the adaptive retransmission timeout unless the config names one (100 ms).
+pub const DEFAULT_MAX_TIMEOUT_US: u64 = 100_000;
+
+impl RdmaSection {
+    /// The ceiling of the adaptive retransmission timeout, in microseconds
+    /// ([`QpConfig::max_timeout_ns`]).
+    pub fn max_timeout_us(&self) -> u64 {
+        self.max_timeout
+            .unwrap_or(DEFAULT_MAX_TIMEOUT_US.max(self.timeout_us))
+    }
+}
+
 /// Receive buffers a target may post at once: the depth of its queue pair's receive queue.
 pub fn max_receives() -> usize {
     QpConfig::new(0, 0).max_recv_wr
@@ -264,6 +282,15 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
         return Err(err(
             "rdma.timeout_us",
             format!("must be 1..={MAX_TIMEOUT_US} microseconds"),
+        ));
+    }
+    if !(r.timeout_us..=MAX_TIMEOUT_US).contains(&r.max_timeout_us()) {
+        return Err(err(
+            "rdma.max_timeout_us",
+            format!(
+                "must be timeout_us ({})..={MAX_TIMEOUT_US} microseconds",
+                r.timeout_us
+            ),
         ));
     }
     if !cores.contains(&r.core) {
@@ -391,6 +418,7 @@ mod tests {
         );
         assert_eq!(c.rdma.mtu, 1024);
         assert_eq!(c.rdma.timeout_us, 1000);
+        assert_eq!(c.rdma.max_timeout_us(), 100_000);
         assert_eq!(c.rdma.receives, 0);
         assert_eq!(c.rdma.region_file, None, "anonymous memory by default");
         assert!(!c.rdma.durable_writes && !c.rdma.durable_region);
@@ -546,6 +574,19 @@ mod tests {
                 "rdma.timeout_us: must be 1..=60000000 microseconds"
             );
         }
+        let with = |t: &str| TARGET.replace("region_addr", &format!("{t}\nregion_addr"));
+        for t in ["max_timeout_us = 999", "max_timeout_us = 60000001"] {
+            let e = parse_peer(&with(t), CORES).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "rdma.max_timeout_us: must be timeout_us (1000)..=60000000 microseconds"
+            );
+        }
+        // A fixed timer; and a timeout above the default ceiling raises the ceiling with it.
+        let c = parse_peer(&with("max_timeout_us = 1000"), CORES).unwrap();
+        assert_eq!(c.rdma.max_timeout_us(), 1000);
+        let c = parse_peer(&with("timeout_us = 200000"), CORES).unwrap();
+        assert_eq!(c.rdma.max_timeout_us(), 200_000);
         let e = parse_peer(&TARGET.replace("[rdma]", "memory_mb = 16\n[rdma]"), CORES).unwrap_err();
         assert_eq!(e.to_string(), "eal.memory_mb: must be at least 64");
     }

@@ -428,6 +428,15 @@ impl RdmaNode {
             .sum()
     }
 
+    /// Retransmitted packets found not to have been needed, over all queue pairs.
+    pub fn spurious_retransmissions(&self) -> u64 {
+        self.qps
+            .entries
+            .iter()
+            .map(|e| e.qp.requester().spurious_retransmissions())
+            .sum()
+    }
+
     /// The ARP reply written by the last [`RxOutcome::ArpReply`].
     pub fn arp_reply(&self, len: usize) -> &[u8] {
         &self.arp[..len]

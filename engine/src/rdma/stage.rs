@@ -9,6 +9,10 @@
 //! - emits what the ready queue pairs want to send, straight from the application's memory
 //!   into fresh mbufs, until the TX burst is full;
 //! - hands the iteration's completions to the host's completion rings.
+//!
+//! The nodes are told the time by a [`WorkerClock`]: the TSC, except that time the worker did
+//! not run (descheduled by the kernel, or stuck in a long iteration) counts for little, so that
+//! the transport's retransmission timers measure the peer's silence, not the worker's own.
 
 use std::sync::Arc;
 
@@ -19,7 +23,7 @@ use crate::runtime::{Counters, Outputs, Stage};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 30] = [
+const COUNTER_NAMES: [&str; 32] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -50,11 +54,58 @@ const COUNTER_NAMES: [&str; 30] = [
     "tag_not_ready",
     "tag_wrong_engine",
     "tag_events_lost",
+    "spurious_retransmissions",
+    // The stage's own.
+    "stalls",
     "alloc_failures",
 ];
 
-/// Slot of mbuf allocation failures: the last one.
+/// Slots of the stage's own counters: the last two.
+const STALLS: usize = COUNTER_NAMES.len() - 2;
 const ALLOC_FAILURES: usize = COUNTER_NAMES.len() - 1;
+
+/// The most one step of the [`WorkerClock`] counts: longer than a busy loop iteration takes
+/// (up to about 50 µs with bursts of 4 KiB frames on this machine), far shorter than a worker
+/// descheduled by the kernel is away (0.5 to 15 ms on a shared 2-vCPU machine).
+pub const MAX_STEP_NS: u64 = 50_000;
+
+/// The time the transport is told: nanoseconds of a real clock, except that a gap of more
+/// than [`MAX_STEP_NS`] between two readings counts as `MAX_STEP_NS`.
+///
+/// A worker that does not run neither receives nor answers. Had its timers counted the time
+/// it was away, every queue pair whose ACKs were waiting in an RX ring (or whose peer, on the
+/// same worker, had not read its requests yet) would time out the moment the worker ran again,
+/// and resend a whole window the peer already had. With this clock a timer fires only after
+/// the worker has spent its timeout serving its queues without hearing from the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerClock {
+    real: u64,
+    now: u64,
+    /// Gaps longer than `MAX_STEP_NS`.
+    pub stalls: u64,
+}
+
+impl WorkerClock {
+    /// A clock reading 0 at the real time `real`.
+    pub fn new(real: u64) -> WorkerClock {
+        WorkerClock {
+            real,
+            now: 0,
+            stalls: 0,
+        }
+    }
+
+    /// The worker time at the real time `real` (a monotonic reading).
+    pub fn advance(&mut self, real: u64) -> u64 {
+        let step = real.saturating_sub(self.real);
+        self.real = self.real.max(real);
+        if step > MAX_STEP_NS {
+            self.stalls += 1;
+        }
+        self.now += step.min(MAX_STEP_NS);
+        self.now
+    }
+}
 
 /// Mbufs allocated at once for transmission.
 const TX_ALLOC: usize = 32;
@@ -81,6 +132,7 @@ pub struct RdmaStage {
     pool: Arc<Mempool>,
     polls: u64,
     alloc_failures: u64,
+    clock: WorkerClock,
     tsc0: u64,
     /// Nanoseconds per TSC tick, 32.32 fixed point.
     ns_per_tick: u64,
@@ -99,6 +151,7 @@ impl RdmaStage {
             pool,
             polls: 0,
             alloc_failures: 0,
+            clock: WorkerClock::new(0),
             tsc0: rdtsc(),
             ns_per_tick: ((1_000_000_000u128 << 32) / u128::from(tsc_hz().max(1))) as u64,
         }
@@ -115,14 +168,16 @@ impl RdmaStage {
         self
     }
 
-    /// Nanoseconds since the stage started: TSC ticks times a 32.32 fixed-point factor, so
-    /// no division per call.
-    fn now_ns(&self) -> u64 {
-        ((rdtsc().saturating_sub(self.tsc0) as u128 * self.ns_per_tick as u128) >> 32) as u64
+    /// The worker time: nanoseconds since the stage started (TSC ticks times a 32.32
+    /// fixed-point factor, so no division per call), stalls not counted.
+    fn now_ns(&mut self) -> u64 {
+        let real =
+            ((rdtsc().saturating_sub(self.tsc0) as u128 * self.ns_per_tick as u128) >> 32) as u64;
+        self.clock.advance(real)
     }
 
     fn publish(&self, c: &mut Counters) {
-        let mut sum = [0u64; ALLOC_FAILURES];
+        let mut sum = [0u64; STALLS];
         for e in &self.engines {
             let n = &e.node.counters;
             let t = e.node.tags().map(|t| t.counters).unwrap_or_default();
@@ -156,11 +211,13 @@ impl RdmaStage {
                 t.not_ready,
                 t.wrong_engine,
                 t.events_lost,
+                e.node.spurious_retransmissions(),
             ]) {
                 *s += v;
             }
         }
         c.stage[..sum.len()].copy_from_slice(&sum);
+        c.stage[STALLS] = self.clock.stalls;
         c.stage[ALLOC_FAILURES] = self.alloc_failures;
     }
 }
@@ -241,5 +298,88 @@ impl Stage for RdmaStage {
 
     fn on_stop(&mut self, c: &mut Counters) {
         self.publish(c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rdma::node::tests::pair_with;
+    use crate::transport::{Access, SgList, WorkRequest};
+    use pmem::Mapping;
+
+    /// Both engines on one worker, in the loop's order: each receives what the other sent in
+    /// the previous iteration, then each runs its timers and transmits. Returns A's
+    /// retransmissions and spurious retransmissions after 32 WRITEs of which the worker was
+    /// descheduled for 3 ms right after sending them; `clock` turns real time into the
+    /// nodes' time.
+    fn stalled_window(mut clock: impl FnMut(u64) -> u64) -> (u64, u64) {
+        let (mut a, mut b) = pair_with(256, |_| {});
+        let map = Arc::new(Mapping::anonymous(1 << 16).unwrap());
+        let src = a
+            .node
+            .register(map.clone(), 0, 1 << 15, Access::ALL)
+            .unwrap();
+        let dst = b.node.register(map, 1 << 15, 1 << 15, Access::ALL).unwrap();
+        let wrs: Vec<_> = (0..32u64)
+            .map(|i| {
+                let sgl = SgList::one(src.lkey, src.addr, 64);
+                WorkRequest::write(i, sgl, dst.addr + 64 * i, dst.rkey, None)
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        let (mut to_a, mut to_b): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+        // Real times of the iterations: 1 µs apart, with a 3 ms gap after the first.
+        let times = (0..20u64).map(|k| if k == 0 { 0 } else { 3_000_000 + k * 1_000 });
+        for real in times {
+            let now = clock(real);
+            for f in to_a.drain(..) {
+                a.node.receive(now, &f);
+            }
+            for f in to_b.drain(..) {
+                b.node.receive(now, &f);
+            }
+            for (node, out) in [(&mut a.node, &mut to_b), (&mut b.node, &mut to_a)] {
+                node.service(now);
+                while let Some(tx) = node.poll_transmit(now) {
+                    let mut frame = vec![0u8; tx.frame_len()];
+                    node.emit(&tx, &mut frame).unwrap();
+                    out.push(frame);
+                }
+                node.flush_completions();
+            }
+        }
+        let done = std::iter::from_fn(|| a.cq.poll_one()).count();
+        assert_eq!(done, 32, "every WRITE completed");
+        (a.node.retransmissions(), a.node.spurious_retransmissions())
+    }
+
+    #[test]
+    fn a_descheduled_worker_does_not_time_out_its_own_peer() {
+        let mut c = WorkerClock::new(0);
+        assert_eq!(stalled_window(|real| c.advance(real)), (0, 0));
+        // Counted in real time, the 3 ms the worker was away expire A's 250 µs timer before B,
+        // on the same worker, has read the window: all of it is resent, for nothing.
+        assert_eq!(stalled_window(|real| real), (32, 32));
+    }
+
+    #[test]
+    fn the_worker_clock_counts_a_stall_as_one_step() {
+        let mut c = WorkerClock::new(1_000);
+        assert_eq!(c.advance(1_000), 0);
+        assert_eq!(c.advance(21_000), 20_000);
+        assert_eq!(
+            c.advance(71_000),
+            70_000,
+            "a step of exactly the limit counts whole"
+        );
+        // Descheduled for 3 ms: the gap counts as one step.
+        assert_eq!(c.advance(3_071_000), 70_000 + MAX_STEP_NS);
+        assert_eq!(c.stalls, 1);
+        assert_eq!(c.advance(3_081_000), 80_000 + MAX_STEP_NS);
+        // A reading from before the last one (another core's TSC) moves nothing.
+        assert_eq!(c.advance(3_000_000), 80_000 + MAX_STEP_NS);
+        assert_eq!(c.advance(3_091_000), 90_000 + MAX_STEP_NS);
+        assert_eq!(c.stalls, 1);
     }
 }

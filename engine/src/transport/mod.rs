@@ -28,6 +28,7 @@ pub mod psn;
 pub mod qp;
 pub mod requester;
 pub mod responder;
+pub mod rto;
 pub mod sge;
 pub mod tagged;
 
@@ -111,9 +112,14 @@ pub struct QpConfig {
     /// The responder ACKs after this many unacknowledged packets even
     /// without AckReq.
     pub ack_coalesce: u32,
-    /// Base retransmission timeout.
+    /// The shortest retransmission timeout, and the one used until the first round trip has
+    /// been measured. The timeout adapts to the measured round trip time (`SRTT + 4 RTTVAR`,
+    /// see [`rto`]) but never goes below this.
     pub timeout_ns: u64,
-    /// The timeout doubles per consecutive expiry up to `timeout << max_backoff_shift`.
+    /// The longest timeout the round trip estimate may ask for (before backoff); set it to
+    /// `timeout_ns` for a fixed timer.
+    pub max_timeout_ns: u64,
+    /// The timeout doubles per consecutive expiry, at most this many times.
     pub max_backoff_shift: u32,
     /// Consecutive timeouts without progress tolerated before RetryExceeded.
     pub retry_limit: u32,
@@ -143,7 +149,8 @@ pub struct QpConfig {
 
 impl QpConfig {
     /// A configuration with conservative defaults: MTU 1024, 128-deep queues,
-    /// 64 packets in flight, AckReq every 16 packets, 100 µs timeout, 7 retries.
+    /// 64 packets in flight, AckReq every 16 packets, a retransmission timeout that adapts to
+    /// the round trip between 250 µs and 100 ms, 7 retries.
     pub fn new(local_qpn: u32, remote_qpn: u32) -> QpConfig {
         QpConfig {
             local_qpn,
@@ -166,7 +173,8 @@ impl QpConfig {
             max_rd_atomic: 16,
             ack_req_every: 16,
             ack_coalesce: 32,
-            timeout_ns: 100_000,
+            timeout_ns: 250_000,
+            max_timeout_ns: 100_000_000,
             max_backoff_shift: 6,
             retry_limit: 7,
             rnr_retry_limit: 7,
@@ -219,6 +227,9 @@ impl QpConfig {
         }
         if self.timeout_ns == 0 || self.durable_timeout_ns == 0 || self.max_backoff_shift > 20 {
             return bad("timeout");
+        }
+        if self.max_timeout_ns < self.timeout_ns {
+            return bad("max_timeout");
         }
         if self.rnr_timer_code > 31 || self.dscp > 0x3f {
             return bad("rnr_timer_code/dscp");

@@ -41,6 +41,9 @@ pub struct QpStats {
     pub tx_requests: u64,
     /// Request packets sent again (go-back-N, timeout, RNR retry).
     pub retransmissions: u64,
+    /// Retransmitted packets the responder already had: acknowledged sooner after they were
+    /// sent again than half the shortest round trip measured (see `transport::rto`).
+    pub spurious_retransmissions: u64,
     pub acks_received: u64,
     pub seq_naks_received: u64,
     pub rnr_naks_received: u64,
@@ -91,6 +94,7 @@ impl QpStats {
     fn merge(&mut self, o: &QpStats) {
         self.tx_requests += o.tx_requests;
         self.retransmissions += o.retransmissions;
+        self.spurious_retransmissions += o.spurious_retransmissions;
         self.acks_received += o.acks_received;
         self.seq_naks_received += o.seq_naks_received;
         self.rnr_naks_received += o.rnr_naks_received;

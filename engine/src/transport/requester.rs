@@ -11,7 +11,8 @@
 //! everything before its PSN and rewinds the cursor there; an RNR NAK does the
 //! same after the RNR timer; other NAKs fail the WQE and the QP. The
 //! retransmission timer rewinds to `snd_una` with exponential backoff and
-//! gives up after `retry_limit` expiries without progress.
+//! gives up after `retry_limit` expiries without progress; its timeout follows
+//! the measured round trip time ([`super::rto`]).
 //!
 //! A durable WRITE (Portico's extension) is acknowledged twice: the receipt ACK moves the
 //! window like any ACK, and the WQE stays at the front of the queue, *held*, until the durable
@@ -30,6 +31,7 @@ use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
+use super::rto::{Resent, RttEstimator};
 use super::sge::{Gather, LocalError};
 use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind};
 
@@ -128,6 +130,12 @@ pub struct Requester {
     high_psn: u32,
     /// Consecutive timer expiries / RNR NAKs without progress.
     retries: u32,
+    /// The round trip estimate behind the retransmission timeout.
+    rtt: RttEstimator,
+    /// The packet being timed for a round trip sample: its PSN and when it left.
+    timed: Option<(u32, u64)>,
+    /// Retransmitted packets whose acknowledgement has not been judged yet.
+    resent: Resent,
     rnr_retries: u32,
     deadline: Option<u64>,
     rnr_until: Option<u64>,
@@ -162,6 +170,9 @@ impl Requester {
             snd_una: cfg.send_psn,
             high_psn: cfg.send_psn,
             retries: 0,
+            rtt: RttEstimator::default(),
+            timed: None,
+            resent: Resent::default(),
             rnr_retries: 0,
             deadline: None,
             rnr_until: None,
@@ -190,6 +201,21 @@ impl Requester {
     /// Request packets sent again so far.
     pub fn retransmissions(&self) -> u64 {
         self.stats.retransmissions
+    }
+
+    /// Retransmitted packets found not to have been needed.
+    pub fn spurious_retransmissions(&self) -> u64 {
+        self.stats.spurious_retransmissions
+    }
+
+    /// The round trip estimate.
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// The retransmission timeout the next armed timer gets.
+    pub fn rto(&self, cfg: &QpConfig) -> u64 {
+        self.rtt.rto(cfg)
     }
 
     /// Work requests posted and not completed.
@@ -381,10 +407,6 @@ impl Requester {
             .min()
     }
 
-    fn rto(&self, cfg: &QpConfig) -> u64 {
-        cfg.timeout_ns << self.retries.min(cfg.max_backoff_shift)
-    }
-
     fn durable_rto(&self, cfg: &QpConfig) -> u64 {
         cfg.durable_timeout_ns << self.dur_retries.min(cfg.max_backoff_shift)
     }
@@ -553,7 +575,8 @@ impl Requester {
                 self.since_ack_req = 0;
                 self.tx_psn = psn::add(wqe.first_psn, wqe.npsn);
                 self.tx_idx += 1;
-                self.note_sent(now, cfg, psn, psns);
+                // Timed when its first response comes back.
+                self.note_sent(now, cfg, psn, psns, true);
                 out
             }
             WrKind::Send { .. }
@@ -618,7 +641,9 @@ impl Requester {
                 if last {
                     self.tx_idx += 1;
                 }
-                self.note_sent(now, cfg, psn, 1);
+                // Timed only with AckReq: an ACK for a packet without it may wait for a later
+                // one, which would lengthen the sample.
+                self.note_sent(now, cfg, psn, 1, ack_req);
                 OutPacket { repr, payload }
             }
         };
@@ -648,20 +673,33 @@ impl Requester {
         }
     }
 
-    fn note_sent(&mut self, now: u64, cfg: &QpConfig, psn: u32, n: u32) {
+    /// A request packet holding PSNs `[psn, psn + n)` left at `now`; `timed`: it may be the
+    /// round trip sample (its acknowledgement comes without waiting for a later packet).
+    fn note_sent(&mut self, now: u64, cfg: &QpConfig, psn: u32, n: u32, timed: bool) {
         self.stats.tx_requests += 1;
         let end = psn::add(psn, n);
         if psn::before(psn, self.high_psn) {
             self.stats.retransmissions += 1;
+            self.resent.note(now, psn, n);
             if psn::before(self.high_psn, end) {
                 self.high_psn = end;
             }
         } else {
             self.high_psn = end;
+            if timed && self.timed.is_none() {
+                self.timed = Some((psn, now));
+            }
         }
         if self.deadline.is_none() {
-            self.deadline = Some(now + self.rto(cfg));
+            self.deadline = Some(now + self.rtt.rto(cfg));
         }
+    }
+
+    /// The cursor goes back to resend: no packet sent so far may be timed any more (Karn's
+    /// rule), and the retransmissions to judge start afresh.
+    fn abandon_sample(&mut self) {
+        self.timed = None;
+        self.resent.clear();
     }
 
     /// Handle an ACK, NAK or READ response addressed to this QP.
@@ -808,6 +846,11 @@ impl Requester {
                 {
                     self.dur_retries = 0;
                 }
+                if psn::diff(psn, self.snd_una) == -1 {
+                    // It acknowledges nothing new: the responder's answer to a request it
+                    // already had.
+                    self.stats.spurious_retransmissions += self.resent.repeated(psn);
+                }
                 self.ack_through(now, cfg, psn, cq);
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -832,6 +875,7 @@ impl Requester {
                 // timer sleeps meanwhile (the peer is alive, only busy).
                 self.rnr_until = Some(now + u64::from(aeth::rnr_timer_usec(timer_code)) * 1000);
                 self.deadline = None;
+                self.abandon_sample();
                 self.seek(psn);
                 self.rewound_to = Some(psn);
             }
@@ -951,15 +995,25 @@ impl Requester {
         self.advance_una(now, cfg, psn::add(psn, 1));
     }
 
-    /// Move `snd_una` forward to `una`; progress resets retries and the timer.
+    /// Move `snd_una` forward to `una`; progress resets retries and the timer, judges the
+    /// retransmissions it acknowledges and ends the round trip sample it covers.
     fn advance_una(&mut self, now: u64, cfg: &QpConfig, una: u32) {
         if psn::before(self.snd_una, una) {
+            self.stats.spurious_retransmissions += self.resent.acknowledged(now, una, &self.rtt);
+            if let Some((p, sent)) = self.timed
+                && psn::before(p, una)
+            {
+                self.rtt.sample(now.saturating_sub(sent));
+                self.timed = None;
+                // Sent after the last retransmission: the answers to those came before.
+                self.resent.clear();
+            }
             self.snd_una = una;
             self.retries = 0;
             self.rnr_retries = 0;
             self.rewound_to = None;
             self.deadline = if psn::before(self.snd_una, self.high_psn) {
-                Some(now + self.rto(cfg))
+                Some(now + self.rtt.rto(cfg))
             } else {
                 None
             };
@@ -977,6 +1031,7 @@ impl Requester {
         self.stats.go_back_n += 1;
         self.rewound_to = Some(psn);
         if psn::before(psn, self.tx_psn) {
+            self.abandon_sample();
             self.seek(psn);
         }
     }
@@ -1026,9 +1081,11 @@ impl Requester {
             self.deadline = None;
             return Outcome::Fatal(WcStatus::RetryExceeded, self.snd_una);
         }
+        self.rtt.back_off(cfg);
+        self.abandon_sample();
         self.seek(self.snd_una);
         self.rewound_to = Some(self.snd_una);
-        self.deadline = Some(now + self.rto(cfg));
+        self.deadline = Some(now + self.rtt.rto(cfg));
         Outcome::Ok
     }
 

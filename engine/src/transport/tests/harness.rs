@@ -337,6 +337,13 @@ impl Sim {
         self.queue.push(Reverse((arrival, self.seq, side, frame)));
     }
 
+    /// Nothing `from` sends leaves before `until`: what it sends meanwhile waits, in order,
+    /// as it would in the RX ring of a receiver that is not running.
+    pub fn freeze_link(&mut self, from: Side, until: u64) {
+        let free = &mut self.link_free[from as usize];
+        *free = (*free).max(until);
+    }
+
     /// Put raw frame bytes on the wire as if `from` had sent them.
     pub fn inject(&mut self, from: Side, frame: Vec<u8>) {
         self.enqueue(self.now + self.latency_ns, from, frame);

@@ -5,6 +5,7 @@
 mod harness;
 mod persistence;
 mod prop;
+mod rto;
 mod scenarios;
 mod soak;
 
