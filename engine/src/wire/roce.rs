@@ -669,7 +669,14 @@ impl RoceRepr {
             &mut buf[BTH_OFFSET..EXT_OFFSET],
         ));
 
-        let mut at = EXT_OFFSET;
+        self.write_ext_headers(&mut buf[EXT_OFFSET..]);
+        header_len
+    }
+
+    /// Write the extension headers `self` carries, in wire order, at the start of `buf`
+    /// (which holds at least `self.bth.opcode.headers().len()` bytes): what follows the BTH.
+    pub(super) fn write_ext_headers(&self, buf: &mut [u8]) {
+        let mut at = 0;
         if let Some(r) = &self.feth {
             r.emit(&mut feth::Packet::new_unchecked(
                 &mut buf[at..at + feth::HEADER_LEN],
@@ -697,7 +704,6 @@ impl RoceRepr {
         if self.bth.opcode.headers().cnp {
             buf[at..at + bth::CNP_RESERVED_LEN].fill(0);
         }
-        header_len
     }
 
     /// Write the whole frame (headers, payload, pad, ICRC) into `buf` and return

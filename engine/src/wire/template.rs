@@ -29,7 +29,6 @@ use super::ipv4;
 use super::roce::{BASE_HEADER_LEN, RoceRepr, pad_for};
 use super::udp;
 use super::{Error, Layer, Result, ensure_len};
-use super::{aeth, feth, immdt, reth};
 
 const IP: usize = super::ethernet::HEADER_LEN;
 const UDP: usize = IP + ipv4::HEADER_LEN;
@@ -261,35 +260,7 @@ impl HeaderTemplate {
             reg ^= table[usize::from(byte)];
         }
 
-        // Extension headers, in wire order.
-        let mut at = BASE_HEADER_LEN;
-        if let Some(r) = &repr.feth {
-            r.emit(&mut feth::Packet::new_unchecked(
-                &mut frame[at..at + feth::HEADER_LEN],
-            ));
-            at += feth::HEADER_LEN;
-        }
-        if let Some(r) = &repr.reth {
-            r.emit(&mut reth::Packet::new_unchecked(
-                &mut frame[at..at + reth::HEADER_LEN],
-            ));
-            at += reth::HEADER_LEN;
-        }
-        if let Some(r) = &repr.aeth {
-            r.emit(&mut aeth::Packet::new_unchecked(
-                &mut frame[at..at + aeth::HEADER_LEN],
-            ));
-            at += aeth::HEADER_LEN;
-        }
-        if let Some(r) = &repr.immdt {
-            r.emit(&mut immdt::Packet::new_unchecked(
-                &mut frame[at..at + immdt::HEADER_LEN],
-            ));
-            at += immdt::HEADER_LEN;
-        }
-        if ext.cnp {
-            frame[at..at + bth::CNP_RESERVED_LEN].fill(0);
-        }
+        repr.write_ext_headers(&mut frame[BASE_HEADER_LEN..header_len]);
 
         let (covered, trailer) = frame.split_at_mut(header_len + payload_len);
         fill(&mut covered[header_len..]);
