@@ -90,6 +90,17 @@ pub enum Payload {
     Exact(usize),
 }
 
+impl Payload {
+    /// Whether a payload of `len` bytes (pad not counted) is allowed.
+    pub const fn allows(self, len: usize) -> bool {
+        match self {
+            Payload::None => len == 0,
+            Payload::Any => true,
+            Payload::Exact(n) => len == n,
+        }
+    }
+}
+
 /// The extension headers that follow the BTH for one opcode, in wire order:
 /// FETH, RETH, AETH, ImmDt, CNP reserved bytes; then the payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -574,12 +574,7 @@ impl RoceRepr {
                 });
             }
         }
-        let allowed = match headers.payload {
-            Payload::None => payload_len == 0,
-            Payload::Any => true,
-            Payload::Exact(n) => payload_len == n,
-        };
-        if !allowed {
+        if !headers.payload.allows(payload_len) {
             return Err(Error::BadPayloadLen {
                 opcode: opcode.as_u8(),
                 len: payload_len,

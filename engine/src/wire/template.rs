@@ -23,7 +23,7 @@
 //! [`super::roce::RoceRepr::emit`] writes, byte for byte; the tests compare the two on every
 //! opcode and on arbitrary field values.
 
-use super::bth::{self, Opcode, Payload};
+use super::bth::{self, Opcode};
 use super::icrc::{self, Crc32, ICRC_LEN, LRH_SEED};
 use super::ipv4;
 use super::roce::{BASE_HEADER_LEN, RoceRepr, pad_for};
@@ -202,12 +202,7 @@ impl HeaderTemplate {
             // The full check names the missing or extra header.
             repr.validate(payload_len)?;
         }
-        let allowed = match ext.payload {
-            Payload::None => payload_len == 0,
-            Payload::Any => true,
-            Payload::Exact(n) => payload_len == n,
-        };
-        if !allowed {
+        if !ext.payload.allows(payload_len) {
             return Err(Error::BadPayloadLen {
                 opcode: opcode.as_u8(),
                 len: payload_len,
@@ -365,6 +360,7 @@ mod tests {
     use super::*;
     use crate::wire::aeth::{AethRepr, Syndrome};
     use crate::wire::bth::BthRepr;
+    use crate::wire::bth::Payload;
     use crate::wire::immdt::ImmDtRepr;
     use crate::wire::ipv4::Ecn;
     use crate::wire::reth::RethRepr;
