@@ -303,16 +303,8 @@ impl QueuePair {
             need: total,
             have,
         })?;
-        if !self.template.matches(&pkt.repr) {
-            // Not this queue pair's flow (nothing the transport makes today): the generic way.
-            let hlen = pkt.repr.emit_headers(buf, plen)?;
-            let (frame, trailer) = buf.split_at_mut(hlen + plen);
-            if let Some(p) = &pkt.payload {
-                self.copy_payload(p, mem, &mut frame[hlen..]);
-            }
-            crate::wire::roce::emit_trailer_after(frame, plen, trailer)?;
-            return Ok(total);
-        }
+        // Every packet this queue pair makes comes from `QpConfig::header`, the template's
+        // flow; one that did not would be refused by the template's own check.
         self.template.emit(&pkt.repr, plen, buf, |body| {
             if let Some(p) = &pkt.payload {
                 self.copy_payload(p, mem, body);

@@ -735,19 +735,6 @@ pub fn emit_trailer(headers: &[u8], segments: &[&[u8]], trailer: &mut [u8]) -> R
     Ok(pad + ICRC_LEN)
 }
 
-/// Write the pad bytes and the ICRC after a frame whose headers and `payload_len` payload
-/// bytes are contiguous in `frame` (headers from the frame start): the ICRC is computed over
-/// the frame in one pass. `trailer` must hold `pad + 4` bytes; the count written is returned.
-pub fn emit_trailer_after(frame: &[u8], payload_len: usize, trailer: &mut [u8]) -> Result<usize> {
-    ensure_len(Layer::Buffer, BASE_HEADER_LEN + payload_len, frame.len())?;
-    let pad = usize::from(pad_for(payload_len));
-    ensure_len(Layer::Buffer, pad + ICRC_LEN, trailer.len())?;
-    let crc = icrc_over(frame, &[], pad);
-    trailer[..pad].fill(0);
-    trailer[pad..pad + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
-    Ok(pad + ICRC_LEN)
-}
-
 /// Check, verify and decode a frame in one call; returns the headers and the
 /// payload (without pad).
 pub fn parse_frame(frame: &[u8]) -> Result<(RoceRepr, &[u8])> {
@@ -1460,7 +1447,7 @@ mod tests {
             assert_eq!(icrc_over(&frame[..n - ICRC_LEN], &[], 0), want, "len {len}");
             let mut trailer = [0u8; 8];
             let pad = usize::from(pad_for(len));
-            let t = emit_trailer_after(&frame[..hl + len], len, &mut trailer).unwrap();
+            let t = emit_trailer(&frame[..hl], &[&frame[hl..hl + len]], &mut trailer).unwrap();
             assert_eq!(t, pad + ICRC_LEN);
             assert_eq!(trailer[..t], frame[hl + len..n], "len {len}");
         }
