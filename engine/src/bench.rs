@@ -35,6 +35,7 @@ use crate::transport::{
     Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
 };
 
+pub mod congestion;
 pub mod persist;
 pub mod placement;
 pub mod tagged;

@@ -16,6 +16,7 @@
 pub mod app;
 pub mod bench;
 pub mod capture;
+pub mod cc;
 pub mod config;
 #[allow(unsafe_code)]
 pub mod dataplane;

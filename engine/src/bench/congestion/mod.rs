@@ -1,0 +1,3 @@
+//! `portico bench congestion` (to be written).
+
+pub mod report;

@@ -1,0 +1,1 @@
+//! What a congestion run measured (to be written).

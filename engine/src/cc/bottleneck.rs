@@ -1,0 +1,1 @@
+//! The bottleneck emulator (to be written).
