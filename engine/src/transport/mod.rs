@@ -272,6 +272,7 @@ impl QpConfig {
             reth: None,
             aeth: None,
             immdt: None,
+            ceth: None,
         }
     }
 }

@@ -62,6 +62,7 @@ macro_rules! fixed_header_view {
 pub mod aeth;
 pub mod arp;
 pub mod bth;
+pub mod ceth;
 pub mod ethernet;
 pub mod feth;
 pub mod icrc;
@@ -77,6 +78,7 @@ pub mod udp;
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use arp::{ArpOp, ArpRepr};
 pub use bth::{BthRepr, ExtHeaders, Opcode, Payload};
+pub use ceth::{CethRepr, Level};
 pub use ethernet::{EtherType, EthernetAddress, EthernetRepr};
 pub use feth::{FethRepr, Placement, Selectivity};
 pub use immdt::ImmDtRepr;
@@ -103,6 +105,8 @@ pub enum Layer {
     Feth,
     /// The 16 reserved bytes that follow the BTH of a CNP.
     Cnp,
+    /// The congestion extension header after an ACK's AETH (Portico's extension).
+    Ceth,
     /// The tag header at the start of a tagged SEND's payload (Portico's extension).
     Tag,
     Icrc,
@@ -123,6 +127,7 @@ impl core::fmt::Display for Layer {
             Layer::ImmDt => "ImmDt",
             Layer::Feth => "FETH",
             Layer::Cnp => "CNP",
+            Layer::Ceth => "CETH",
             Layer::Tag => "tag header",
             Layer::Icrc => "ICRC",
             Layer::Buffer => "output buffer",

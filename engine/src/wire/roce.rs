@@ -35,6 +35,7 @@ use core::ops::Range;
 
 use super::aeth::{self, AethRepr};
 use super::bth::{self, BthRepr, Opcode, Payload};
+use super::ceth::{self, CethRepr};
 use super::ethernet::{self, EtherType, EthernetAddress};
 use super::feth::{self, FethRepr};
 use super::icrc::{self, ICRC_LEN, Icrc};
@@ -118,6 +119,8 @@ struct Layout {
     aeth: Option<usize>,
     immdt: Option<usize>,
     cnp: Option<usize>,
+    /// A CETH after the AETH of an ACK with BECN set (Portico's extension, `wire::ceth`).
+    ceth: Option<usize>,
     payload: Range<usize>,
     pad: Range<usize>,
     icrc: usize,
@@ -229,6 +232,16 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         let aeth = take(headers.aeth, Layer::Aeth, aeth::HEADER_LEN)?;
         let immdt = take(headers.immdt, Layer::ImmDt, immdt::HEADER_LEN)?;
         let cnp = take(headers.cnp, Layer::Cnp, bth::CNP_RESERVED_LEN)?;
+        // An ACK with BECN set carries the congestion state in a CETH when bytes follow its
+        // AETH (before the ICRC); with none, it is a plain congestion-flagged ACK.
+        let ceth = if opcode == Opcode::Acknowledge && bth.becn() && udp_end - at > ICRC_LEN {
+            let c = ceth::Packet::new_checked(&frame[at..udp_end - ICRC_LEN])?;
+            let start = at;
+            at += c.header_len();
+            Some(start)
+        } else {
+            None
+        };
 
         ensure_len(Layer::Icrc, ICRC_LEN, udp_end - at)?;
         let icrc = udp_end - ICRC_LEN;
@@ -263,6 +276,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
             aeth,
             immdt,
             cnp,
+            ceth,
             payload: at..payload_end,
             pad: payload_end..icrc,
             icrc,
@@ -326,6 +340,13 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     pub fn immdt(&self) -> Option<immdt::Packet<&[u8]>> {
         self.header_at(self.layout.immdt, immdt::HEADER_LEN)
             .map(immdt::Packet::new_unchecked)
+    }
+
+    /// The CETH of an ACK that carries one (checked by `new_checked`).
+    pub fn ceth(&self) -> Option<ceth::Packet<&[u8]>> {
+        self.layout
+            .ceth
+            .map(|at| ceth::Packet::new_unchecked(&self.bytes()[at..self.layout.payload.start]))
     }
 
     /// The 16 reserved bytes of a CNP.
@@ -466,6 +487,8 @@ pub struct RoceRepr {
     pub reth: Option<RethRepr>,
     pub aeth: Option<AethRepr>,
     pub immdt: Option<ImmDtRepr>,
+    /// The congestion extension header: only on an ACK with BECN set (Portico's extension).
+    pub ceth: Option<CethRepr>,
 }
 
 impl RoceRepr {
@@ -541,12 +564,21 @@ impl RoceRepr {
             reth: packet.reth().map(|p| RethRepr::parse(&p)).transpose()?,
             aeth: packet.aeth().map(|p| AethRepr::parse(&p)).transpose()?,
             immdt: packet.immdt().map(|p| ImmDtRepr::parse(&p)).transpose()?,
+            ceth: packet.ceth().map(|p| CethRepr::parse(&p)).transpose()?,
         })
     }
 
     /// Length of all headers, Ethernet through the last extension header.
     pub const fn header_len(&self) -> usize {
-        BASE_HEADER_LEN + self.bth.opcode.headers().len()
+        BASE_HEADER_LEN + self.bth.opcode.headers().len() + self.ceth_len()
+    }
+
+    /// Length of the CETH, 0 without one.
+    pub const fn ceth_len(&self) -> usize {
+        match &self.ceth {
+            Some(c) => c.buffer_len(),
+            None => 0,
+        }
     }
 
     /// Length of the whole frame for a payload of `payload_len` bytes.
@@ -573,6 +605,16 @@ impl RoceRepr {
                     present,
                 });
             }
+        }
+        if let Some(c) = &self.ceth {
+            if opcode != Opcode::Acknowledge || !self.bth.becn {
+                return Err(Error::HeaderMismatch {
+                    opcode: opcode.as_u8(),
+                    layer: Layer::Ceth,
+                    present: true,
+                });
+            }
+            c.validate()?;
         }
         if !headers.payload.allows(payload_len) {
             return Err(Error::BadPayloadLen {
@@ -698,6 +740,10 @@ impl RoceRepr {
         }
         if self.bth.opcode.headers().cnp {
             buf[at..at + bth::CNP_RESERVED_LEN].fill(0);
+            at += bth::CNP_RESERVED_LEN;
+        }
+        if let Some(c) = &self.ceth {
+            c.emit(&mut buf[at..at + c.buffer_len()]);
         }
     }
 
@@ -862,6 +908,7 @@ mod tests {
             reth: None,
             aeth: None,
             immdt: None,
+            ceth: None,
         }
     }
 
@@ -1090,6 +1137,100 @@ mod tests {
         let (repr, _) = parse_frame(&frame).unwrap();
         assert_eq!(repr.ip.ecn, Ecn::Ce);
         assert!(repr.bth.fecn && repr.bth.becn);
+    }
+
+    /// An ACK that carries the congestion state (docs/wire.md §17): BECN set, a two-word CETH
+    /// after the AETH (moderate, at the receiver, 5 of 32 marked, 48 000 bytes queued).
+    fn ack_with_ceth() -> RoceRepr {
+        let mut b = bth(Opcode::Acknowledge, 0x000111, false, 0x000a0b);
+        b.becn = true;
+        RoceRepr {
+            aeth: Some(AethRepr {
+                syndrome: Syndrome::Ack { credit_code: 0x1f },
+                msn: 0x000042,
+            }),
+            ceth: Some(CethRepr {
+                level: crate::wire::Level::Moderate,
+                location: ceth::Location::Receiver,
+                service: ceth::service::RC_WRITE_SEND,
+                marked: 5,
+                window: 32,
+                queue_bytes: Some(48_000),
+                delay_ns: None,
+            }),
+            ..repr(b)
+        }
+    }
+
+    /// The frame of [`ack_with_ceth`]; its IPv4 checksum and ICRC were computed independently
+    /// (Python's `zlib.crc32` over the masked headers, the recipe of §12).
+    const ACK_CETH: &str = "020000000002 020000000001 0800
+        456a 0038 1234 4000 4011 a4c3 c0a80101 c0a80102
+        c123 12b7 0024 0000
+        11 00 ffff 40 000111 00 000a0b
+        1f000042
+        12 90 05 20 0000bb80
+        c57d79bb";
+
+    #[test]
+    fn test_ack_with_ceth_golden() {
+        let frame = hex(ACK_CETH);
+        let r = ack_with_ceth();
+        let mut buf = [0u8; 128];
+        let n = r.emit(&mut buf, &[]).unwrap();
+        assert_eq!(&buf[..n], &frame[..]);
+        let (back, payload) = parse_frame(&frame).unwrap();
+        assert_eq!(back, r);
+        assert!(payload.is_empty());
+        let p = RocePacket::new_checked(&frame[..]).unwrap();
+        assert_eq!(p.ceth().unwrap().queue_bytes(), Some(48_000));
+        // The per-QP template writes the same bytes.
+        let t = crate::wire::template::HeaderTemplate::new(&r).unwrap();
+        let mut out = [0u8; 128];
+        assert_eq!(t.emit(&r, 0, &mut out, |_| {}).unwrap(), n);
+        assert_eq!(&out[..n], &frame[..]);
+    }
+
+    #[test]
+    fn test_ceth_only_where_the_indicator_says() {
+        // BECN set and nothing after the AETH: an InfiniBand-style congestion-flagged ACK.
+        let mut plain = ack_with_ceth();
+        plain.ceth = None;
+        let mut buf = [0u8; 128];
+        let n = plain.emit(&mut buf, &[]).unwrap();
+        assert_eq!(parse_frame(&buf[..n]).unwrap().0, plain);
+        // A CETH on an ACK without BECN, or on another opcode, is refused on emit...
+        let mut no_becn = ack_with_ceth();
+        no_becn.bth.becn = false;
+        assert_eq!(
+            no_becn.emit(&mut buf, &[]).unwrap_err(),
+            Error::HeaderMismatch {
+                opcode: 0x11,
+                layer: Layer::Ceth,
+                present: true
+            }
+        );
+        // ... and the bytes of one after an ACK without BECN are an ACK payload: malformed.
+        let mut frame = hex(ACK_CETH);
+        frame[BTH_OFFSET + 4] = 0;
+        assert_eq!(
+            RocePacket::new_checked(&frame[..]).unwrap_err(),
+            Error::BadPayloadLen {
+                opcode: 0x11,
+                len: 8
+            }
+        );
+        // A CETH whose length field runs past the ICRC is truncated, by name.
+        let mut frame = hex(ACK_CETH);
+        frame[EXT_OFFSET + 4] = 0x13;
+        assert_eq!(
+            RocePacket::new_checked(&frame[..]).unwrap_err(),
+            Error::Truncated {
+                layer: Layer::Ceth,
+                need: 12,
+                have: 8
+            }
+        );
     }
 
     #[test]
@@ -1520,6 +1661,7 @@ mod tests {
                     }),
                     aeth: h.aeth.then_some(aeth),
                     immdt: h.immdt.then_some(ImmDtRepr { data: imm }),
+                    ceth: None,
                 };
                 (repr, payload)
             })

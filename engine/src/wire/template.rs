@@ -111,6 +111,7 @@ fn flow_of(repr: &RoceRepr) -> RoceRepr {
         reth: None,
         aeth: None,
         immdt: None,
+        ceth: None,
         ..*repr
     }
 }
@@ -198,6 +199,7 @@ impl HeaderTemplate {
             || ext.reth != repr.reth.is_some()
             || ext.aeth != repr.aeth.is_some()
             || ext.immdt != repr.immdt.is_some()
+            || (repr.ceth.is_some() && (opcode != Opcode::Acknowledge || !repr.bth.becn))
         {
             // The full check names the missing or extra header.
             repr.validate(payload_len)?;
@@ -208,7 +210,7 @@ impl HeaderTemplate {
                 len: payload_len,
             });
         }
-        let header_len = BASE_HEADER_LEN + ext.len();
+        let header_len = BASE_HEADER_LEN + ext.len() + repr.ceth_len();
         let pad = pad_for(payload_len);
         let total = header_len + payload_len + usize::from(pad) + ICRC_LEN;
         let ip_len = total - IP;
@@ -399,6 +401,7 @@ mod tests {
             reth: None,
             aeth: None,
             immdt: None,
+            ceth: None,
         }
     }
 
