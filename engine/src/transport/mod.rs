@@ -37,6 +37,8 @@ mod tests;
 
 use core::net::Ipv4Addr;
 
+use crate::cc::CcConfig;
+
 use crate::wire::bth::DEFAULT_PKEY;
 use crate::wire::feth::{Placement, Selectivity};
 use crate::wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
@@ -145,6 +147,10 @@ pub struct QpConfig {
     /// Tagged sends longer than this go by rendezvous (envelope and first chunk, the target
     /// READs the rest); up to it, eagerly.
     pub rndv_threshold: u32,
+    /// Congestion control, negotiated per queue pair (both ends the same mode): `none`,
+    /// `dcqcn` (CNPs) or `ack` (the congestion state in ACKs, Portico's extension: a standard
+    /// peer is only ever given `none` or `dcqcn`).
+    pub cc: CcConfig,
 }
 
 impl QpConfig {
@@ -184,6 +190,7 @@ impl QpConfig {
             tagged: false,
             tag_rank: 0,
             rndv_threshold: 16 * 1024,
+            cc: CcConfig::default(),
         }
     }
 
@@ -237,6 +244,7 @@ impl QpConfig {
         if self.pkey & 0x7fff == 0 {
             return bad("pkey");
         }
+        self.cc.validate().map_err(|field| ConfigError { field })?;
         Ok(())
     }
 

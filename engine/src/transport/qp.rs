@@ -8,9 +8,10 @@
 //! status, everything else still posted completes with a flush error, and
 //! later posts complete with a flush error at once.
 
-use crate::wire::RoceRepr;
+use crate::cc::{CcMode, Notifier};
 use crate::wire::bth::Opcode;
 use crate::wire::template::HeaderTemplate;
+use crate::wire::{Ecn, RoceRepr};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
@@ -82,6 +83,17 @@ pub struct QpStats {
     pub tagged_received: u64,
     /// Tagged SENDs whose tag header did not parse (answered "invalid request").
     pub bad_tag_headers: u64,
+    // Congestion control.
+    /// Requests that arrived marked CE.
+    pub ce_received: u64,
+    /// ACKs sent with BECN (and a CETH): `cc = ack`.
+    pub becn_acks_sent: u64,
+    /// ACKs received with BECN.
+    pub becn_acks_received: u64,
+    /// CNPs sent (`cc = dcqcn`).
+    pub cnps_sent: u64,
+    /// CNPs received (acted on with `cc = dcqcn`, ignored otherwise).
+    pub cnps_received: u64,
     // Both.
     pub rx_packets: u64,
     /// Packets for another QP number, or received in the error state.
@@ -119,6 +131,11 @@ impl QpStats {
         self.reexecuted_reads += o.reexecuted_reads;
         self.out_of_sequence += o.out_of_sequence;
         self.dropped_requests += o.dropped_requests;
+        self.ce_received += o.ce_received;
+        self.becn_acks_sent += o.becn_acks_sent;
+        self.becn_acks_received += o.becn_acks_received;
+        self.cnps_sent += o.cnps_sent;
+        self.cnps_received += o.cnps_received;
         self.rx_packets += o.rx_packets;
         self.rx_dropped += o.rx_dropped;
     }
@@ -135,7 +152,17 @@ pub struct QueuePair {
     /// The headers every packet of this queue pair shares, prepared once: packets are
     /// emitted by patching it ([`HeaderTemplate`]).
     template: HeaderTemplate,
+    /// The receiver's side of congestion control: CE marks of arriving requests turned into
+    /// ACK state or CNPs.
+    notifier: Notifier,
+    /// A CNP to send (`cc = dcqcn`), and the template of its headers (the CNP's DSCP and ECN
+    /// are the ConnectX capture's, not the queue pair's).
+    cnp_due: bool,
+    cnp_template: Option<HeaderTemplate>,
 }
+
+/// The DSCP of CNPs, as ConnectX NICs send them (and NVIDIA's firmware default).
+pub const CNP_DSCP: u8 = 48;
 
 impl QueuePair {
     /// Create a QP in the Ready state. All queues are allocated here, at
@@ -144,9 +171,19 @@ impl QueuePair {
         cfg.validate()?;
         let template = HeaderTemplate::new(&cfg.header(Opcode::SendOnly, 0, false))
             .map_err(|_| ConfigError { field: "addresses" })?;
+        let cnp_template = match cfg.cc.mode {
+            CcMode::Dcqcn => Some(
+                HeaderTemplate::new(&cnp_header(&cfg))
+                    .map_err(|_| ConfigError { field: "addresses" })?,
+            ),
+            _ => None,
+        };
         Ok(QueuePair {
             req: Requester::new(&cfg),
             resp: Responder::new(&cfg),
+            notifier: Notifier::new(&cfg.cc),
+            cnp_due: false,
+            cnp_template,
             cfg,
             state: QpState::Ready,
             stats: QpStats::default(),
@@ -252,10 +289,39 @@ impl QueuePair {
         });
     }
 
-    /// The next response to transmit: an ACK, a NAK or a READ response. Responses never wait
-    /// behind requests, whatever paces the requests.
+    /// The receiver's side of congestion control.
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    /// The depth of the receiving engine's own ingress queue (a bottleneck in front of it),
+    /// which the CETH reports.
+    pub fn note_ingress_queue(&mut self, bytes: Option<u32>) {
+        self.notifier.set_ingress_queue(bytes);
+    }
+
+    /// The next response to transmit: a CNP, an ACK, a NAK or a READ response. Responses
+    /// never wait behind requests, whatever paces the requests. With `cc = ack` every ACK
+    /// carries the congestion state: BECN and a CETH while congested, neither once clear.
     pub fn poll_response(&mut self) -> Option<OutPacket> {
-        self.resp.poll_transmit(&self.cfg)
+        if self.cnp_due {
+            self.cnp_due = false;
+            self.stats.cnps_sent += 1;
+            return Some(OutPacket {
+                repr: cnp_header(&self.cfg),
+                payload: None,
+            });
+        }
+        let mut p = self.resp.poll_transmit(&self.cfg)?;
+        if p.repr.bth.opcode == Opcode::Acknowledge && self.notifier.carries_state() {
+            let (becn, ceth) = self.notifier.ack_state();
+            p.repr.bth.becn = becn;
+            p.repr.ceth = ceth;
+            if becn {
+                self.stats.becn_acks_sent += 1;
+            }
+        }
+        Some(p)
     }
 
     /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
@@ -304,8 +370,13 @@ impl QueuePair {
             have,
         })?;
         // Every packet this queue pair makes comes from `QpConfig::header`, the template's
-        // flow; one that did not would be refused by the template's own check.
-        self.template.emit(&pkt.repr, plen, buf, |body| {
+        // flow (CNPs from `cnp_header`, theirs); one that did not would be refused by the
+        // template's own check.
+        let template = match (&self.cnp_template, pkt.repr.bth.opcode) {
+            (Some(t), Opcode::Cnp) => t,
+            _ => &self.template,
+        };
+        template.emit(&pkt.repr, plen, buf, |body| {
             if let Some(p) = &pkt.payload {
                 self.copy_payload(p, mem, body);
             }
@@ -364,12 +435,22 @@ impl QueuePair {
         }
         let opcode = repr.bth.opcode;
         if opcode.is_request() {
+            let ce = repr.ip.ecn == Ecn::Ce;
+            if ce {
+                self.stats.ce_received += 1;
+            }
+            let notice = self.notifier.on_packet(now, ce);
+            self.cnp_due |= notice.cnp;
             let verdict = self
                 .resp
                 .on_request(&self.cfg, repr, payload, mem, cq, tags);
             if verdict == Verdict::Fatal {
                 self.enter_error(None, cq);
                 return;
+            }
+            if notice.ack_now {
+                // The level changed: the sender hears it now, not at the next coalesced ACK.
+                self.resp.request_ack();
             }
             if let Some(cookie) = self.resp.tag_done.take() {
                 self.req.rendezvous_done(&self.cfg, cookie, cq);
@@ -381,6 +462,10 @@ impl QueuePair {
             if let Outcome::Fatal(status, psn) = outcome {
                 self.enter_error(Some((status, psn)), cq);
             }
+        } else if opcode == Opcode::Cnp {
+            // Acted on by DCQCN; a queue pair without it counts it and goes on.
+            self.stats.cnps_received += 1;
+            self.req.cc.on_cnp(now);
         } else {
             self.stats.rx_dropped += 1;
         }
@@ -463,6 +548,18 @@ impl QueuePair {
         self.req.fail(&self.cfg, blame, cq);
         self.resp.fail(&self.cfg, cq);
     }
+}
+
+/// The headers of a CNP to the peer, in the format of the ConnectX-4 Lx capture
+/// (`docs/wire.md` §10): BECN set, PSN 0, DSCP 48 with ECT(0), TTL 64, DF, UDP checksum 0,
+/// 16 reserved zero bytes. The UDP source port is the queue pair's own (ConnectX writes 0),
+/// so that a multi-queue peer's RSS brings the CNP to the queue pair's home core.
+fn cnp_header(cfg: &QpConfig) -> RoceRepr {
+    let mut repr = cfg.header(Opcode::Cnp, 0, false);
+    repr.ip.dscp = CNP_DSCP;
+    repr.ip.ecn = Ecn::Ect0;
+    repr.bth.becn = true;
+    repr
 }
 
 /// The completion status of a local buffer that failed its checks.

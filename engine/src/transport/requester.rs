@@ -28,6 +28,7 @@ use crate::wire::feth::FethRepr;
 use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr, TagHeader, TagKind, tag};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use crate::cc::RateControl;
 use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
@@ -153,6 +154,9 @@ pub struct Requester {
     internal: usize,
     /// Rendezvous pulls that completed (token, whether successfully), for the engine.
     pulled: VecDeque<(u64, bool)>,
+    /// Congestion control: the controller the queue pair negotiated and the pacer that holds
+    /// its requests to the controller's rate.
+    pub(crate) cc: RateControl,
     /// Requester counters (the responder fields stay zero).
     pub(crate) stats: QpStats,
 }
@@ -184,6 +188,8 @@ impl Requester {
             probe: false,
             internal: 0,
             pulled: VecDeque::with_capacity(if cfg.tagged { INTERNAL_RESERVE } else { 0 }),
+            // The window's unit: a full packet's frame (headers, RETH, ICRC and all).
+            cc: RateControl::new(&cfg.cc, cfg.pmtu.bytes() + 78),
             stats: QpStats::default(),
         }
     }
@@ -400,9 +406,19 @@ impl Requester {
         self.sq.iter().take(self.head).filter(|w| w.waits()).count()
     }
 
+    /// The congestion controller and pacer.
+    pub fn cc(&self) -> &RateControl {
+        &self.cc
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<u64> {
-        [self.deadline, self.rnr_until, self.dur_deadline]
-            .into_iter()
+        [
+            self.deadline,
+            self.rnr_until,
+            self.dur_deadline,
+            self.cc.next_deadline(),
+        ]
+        .into_iter()
             .flatten()
             .min()
     }
@@ -482,10 +498,11 @@ impl Requester {
         if self.probe {
             if let Some(out) = self.probe_packet(cfg) {
                 let frame_len = out.frame_len();
-                if !budget.fits(frame_len) {
+                if !budget.fits(frame_len) || !self.cc.may_send(now) {
                     return None;
                 }
                 budget.charge(frame_len);
+                self.cc.on_sent(now, frame_len);
                 self.probe = false;
                 self.stats.tx_requests += 1;
                 self.stats.retransmissions += 1;
@@ -495,8 +512,21 @@ impl Requester {
             self.probe = false;
         }
         let wqe = self.sq.get(self.tx_idx)?;
+        if !self.cc.may_send(now) {
+            return None;
+        }
         let psn = self.tx_psn;
         let outstanding = psn::diff(psn, self.snd_una).max(0) as u32;
+        // The window: the configured cap, or less while congestion control has set one.
+        let max_in_flight = match self.cc.window_packets() {
+            Some(w) if w < cfg.max_in_flight => {
+                if outstanding >= w {
+                    self.cc.note_windowed();
+                }
+                w
+            }
+            _ => cfg.max_in_flight,
+        };
         let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
         let mtu = cfg.pmtu.bytes();
         let out = match wqe.kind {
@@ -508,7 +538,7 @@ impl Requester {
                 let psn = psn::add(wqe.first_psn, k);
                 let psns = wqe.npsn - k;
                 // A READ larger than the whole window may go alone.
-                if outstanding > 0 && outstanding + psns > cfg.max_in_flight {
+                if outstanding > 0 && outstanding + psns > max_in_flight {
                     return None;
                 }
                 let reads = self.sq.range(self.head..self.tx_idx);
@@ -588,7 +618,7 @@ impl Requester {
                     WrKind::Send { imm } | WrKind::Write { imm, .. } => imm,
                     _ => None,
                 };
-                if outstanding >= cfg.max_in_flight {
+                if outstanding >= max_in_flight {
                     return None;
                 }
                 let offset = k * mtu;
@@ -605,7 +635,7 @@ impl Requester {
                 // the responder never sits on the ACK we are waiting for.
                 let ack_req = last
                     || since_ack_req >= cfg.ack_req_every
-                    || outstanding + 1 >= cfg.max_in_flight;
+                    || outstanding + 1 >= max_in_flight;
                 let mut repr = cfg.header(opcode, psn, ack_req);
                 if first
                     && let WrKind::Write {
@@ -647,6 +677,7 @@ impl Requester {
                 OutPacket { repr, payload }
             }
         };
+        self.cc.on_sent(now, out.frame_len());
         Some(out)
     }
 
@@ -719,6 +750,11 @@ impl Requester {
                     return Outcome::Ok;
                 };
                 self.stats.last_msn = msn;
+                if repr.bth.becn {
+                    self.stats.becn_acks_received += 1;
+                }
+                self.cc
+                    .on_ack(now, repr.bth.becn, repr.ceth.as_ref(), self.rtt.min_rtt());
                 self.on_aeth(now, cfg, syndrome, psn, cq)
             }
             Opcode::RdmaReadResponseFirst
@@ -1055,6 +1091,7 @@ impl Requester {
     /// Timer expiry: retransmit from `snd_una` with a doubled timeout, or
     /// give up after `retry_limit` expiries without progress.
     pub(crate) fn on_timer(&mut self, now: u64, cfg: &QpConfig) -> Outcome {
+        self.cc.on_timer(now);
         if let Some(d) = self.dur_deadline
             && now >= d
         {

@@ -171,6 +171,14 @@ impl Responder {
         }
     }
 
+    /// Owe an ACK for what arrived so far now, whatever the coalescing says (congestion
+    /// control: a change of level goes out at once).
+    pub(crate) fn request_ack(&mut self) {
+        if self.unacked > 0 {
+            self.ack_due = true;
+        }
+    }
+
     /// The next PSN the responder accepts.
     pub fn expected_psn(&self) -> u32 {
         self.epsn

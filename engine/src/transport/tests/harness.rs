@@ -121,7 +121,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    fn new(cfg: QpConfig) -> Endpoint {
+    pub fn new(cfg: QpConfig) -> Endpoint {
         Endpoint {
             qp: QueuePair::new(cfg).expect("valid config"),
             mem: MemoryTable::new(),
@@ -168,7 +168,7 @@ impl Endpoint {
     }
 }
 
-type Filter = Box<dyn FnMut(Side, &RoceRepr) -> Fate>;
+type Filter<T = Fate> = Box<dyn FnMut(Side, &RoceRepr) -> T>;
 
 /// A packet on the wire: arrival time, sequence number (FIFO tie-break),
 /// sender, frame bytes.
@@ -191,6 +191,11 @@ pub struct Sim {
     pub tracing: bool,
     /// Decides the fate of each emitted packet before random faults apply.
     pub filter: Option<Filter>,
+    /// Marks the packets it returns true for with ECN CE (as a congested switch does: the
+    /// IPv4 ECN bits and checksum rewritten, the ICRC untouched).
+    pub marker: Option<Filter<bool>>,
+    /// Packets marked CE.
+    pub marked: u64,
     /// Largest `in_flight()` of each requester seen right after an emission.
     pub max_in_flight: [u32; 2],
     queue: BinaryHeap<InFlight>,
@@ -225,6 +230,8 @@ impl Sim {
             trace: Vec::new(),
             tracing: true,
             filter: None,
+            marker: None,
+            marked: 0,
             max_in_flight: [0; 2],
             queue: BinaryHeap::new(),
             seq: 0,
@@ -308,6 +315,14 @@ impl Sim {
         if fate == Fate::Drop || self.rng.chance(self.faults.drop) {
             self.wire.dropped += 1;
             return;
+        }
+        if let Some(m) = self.marker.as_mut()
+            && m(side, repr)
+        {
+            let mut p = wire::RocePacket::new_checked(&mut frame[..]).expect("own frame");
+            p.ipv4_mut().set_ecn(wire::Ecn::Ce);
+            p.ipv4_mut().fill_checksum();
+            self.marked += 1;
         }
         if self.rng.chance(self.faults.corrupt) {
             // Flip a byte the ICRC covers and the structural checks do not

@@ -2,6 +2,7 @@
 //! each protocol behaviour, a bounded soak with random faults, and a
 //! property test over random work-request sequences.
 
+mod congestion;
 mod harness;
 mod persistence;
 mod prop;
