@@ -1,1 +1,589 @@
-//! The bottleneck emulator (to be written).
+//! The bottleneck emulator: one congested switch egress port in software, shared by every flow
+//! through it, so that congestion control schemes are compared on the same queue.
+//!
+//! A frame offered to the bottleneck waits in a byte-counted FIFO, is served at `rate_bps`
+//! (its length plus the per-frame wire overhead: preamble, SFD, IFG and FCS), then spends
+//! `delay_ns` in a delay line before [`Bottleneck::poll`] hands it back. A frame that would take
+//! the queue past `buffer_bytes` is dropped at the tail.
+//!
+//! Why not DPDK's `rte_red`: it counts packets and marks on an averaged queue, while the switch
+//! models the DCQCN and HPCC evaluations use (HPCC's ns-3 `SwitchMmu::ShouldSendCN`) decide at
+//! dequeue on the *instantaneous* egress bytes. This module does the latter, so results line up
+//! with theirs: a departing ECT frame is marked CE when the queue, counting itself, is above
+//! Kmax; with probability Pmax·(q−Kmin)/(Kmax−Kmin) between Kmin and Kmax; never at or below
+//! Kmin.
+//!
+//! Time is simulated and integer: callers pass `now` in ns and every departure between two calls
+//! happens at its exact instant, whatever the call granularity. Departures are kept as whole
+//! ns plus a remainder in units of 1/`rate_bps` ns, so a long busy period does not drift at
+//! rates whose frame times are not whole ns. An event scheduled at a fractional instant becomes
+//! visible at the next whole ns.
+//!
+//! The offer/poll path runs per packet on a DPDK worker: everything it touches (the ring of
+//! frames, the queue histogram, the trace) is allocated by [`Bottleneck::new`] and
+//! [`Bottleneck::with_trace`]. The item type is generic so that the dataplane queues mbufs and
+//! tests queue plain values.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+/// HPCC's ns-3 presets give thresholds in KB of 1000 bytes.
+const KB: u64 = 1000;
+const NS_PER_S: u64 = 1_000_000_000;
+/// Highest `rate_bps` accepted (1 Pbit/s): keeps the exact-time arithmetic within `u64`.
+pub const MAX_RATE_BPS: u64 = 1_000_000_000_000_000;
+
+/// Configuration; all sizes in bytes, times in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BottleneckConfig {
+    /// Service rate in bits per second, in `1..=MAX_RATE_BPS`.
+    pub rate_bps: u64,
+    /// Queue capacity: a frame that would take the queue past it is dropped (drop-tail).
+    pub buffer_bytes: u64,
+    /// At or below Kmin bytes of queue no frame is marked.
+    pub kmin_bytes: u64,
+    /// Above Kmax bytes of queue every ECT frame is marked; `kmin_bytes <= kmax_bytes`.
+    pub kmax_bytes: u64,
+    /// Marking probability reached at Kmax, in `0.0..=1.0`.
+    pub pmax: f64,
+    /// One-way delay added after service (a delay line); sets the RTT.
+    pub delay_ns: u64,
+    /// Per-frame wire overhead counted in the service time, not in the queue: 24 is preamble
+    /// and SFD (8), inter-frame gap (12) and FCS (4) around a frame counted without its FCS.
+    pub overhead_bytes: u32,
+    /// Seed of the marking randomness.
+    pub seed: u64,
+}
+
+impl BottleneckConfig {
+    /// Defaults for a given rate: Kmin and Kmax scaled like HPCC's ns-3 presets (100 KB and
+    /// 400 KB at 25 Gbit/s, i.e. Kmin 4 KB and Kmax 16 KB per Gbit/s, KB = 1000 bytes), Pmax 0.2,
+    /// no delay, 24 bytes of overhead, a buffer of 4 × Kmax, seed 1.
+    pub fn for_rate(rate_bps: u64) -> Self {
+        let per_gbps = |bytes: u64| u128::from(rate_bps) * u128::from(bytes) / 1_000_000_000;
+        let kmin = u64::try_from(per_gbps(4 * KB)).unwrap_or(u64::MAX);
+        let kmax = u64::try_from(per_gbps(16 * KB)).unwrap_or(u64::MAX);
+        BottleneckConfig {
+            rate_bps,
+            buffer_bytes: kmax.saturating_mul(4),
+            kmin_bytes: kmin,
+            kmax_bytes: kmax,
+            pmax: 0.2,
+            delay_ns: 0,
+            overhead_bytes: 24,
+            seed: 1,
+        }
+    }
+
+    /// Checks ranges; the error names the field.
+    pub fn validate(&self) -> Result<(), BadBottleneck> {
+        if self.rate_bps == 0 || self.rate_bps > MAX_RATE_BPS {
+            return Err(bad("rate_bps", "must be in 1..=1e15 bit/s"));
+        }
+        if self.buffer_bytes == 0 {
+            return Err(bad("buffer_bytes", "must be > 0"));
+        }
+        if self.kmin_bytes > self.kmax_bytes {
+            return Err(bad("kmax_bytes", "must be >= kmin_bytes"));
+        }
+        // Written so that NaN fails too.
+        if !(0.0..=1.0).contains(&self.pmax) {
+            return Err(bad("pmax", "must be in 0.0..=1.0"));
+        }
+        Ok(())
+    }
+}
+
+/// A bottleneck configuration out of range, naming the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("bottleneck {field}: {reason}")]
+pub struct BadBottleneck {
+    pub field: &'static str,
+    pub reason: &'static str,
+}
+
+fn bad(field: &'static str, reason: &'static str) -> BadBottleneck {
+    BadBottleneck { field, reason }
+}
+
+/// What went through the bottleneck so far. `arrived` counts every offer, drops included, so
+/// `arrived = delivered + dropped + held` for packets and bytes (see [`Bottleneck::held_packets`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BottleneckCounters {
+    pub arrived_packets: u64,
+    pub arrived_bytes: u64,
+    /// Handed out by [`Bottleneck::poll`].
+    pub delivered_packets: u64,
+    pub delivered_bytes: u64,
+    /// Frames marked CE at departure (those still in the delay line included).
+    pub marked: u64,
+    /// Frames refused by drop-tail or because the item capacity was full.
+    pub dropped: u64,
+    pub dropped_bytes: u64,
+    /// Largest queue (bytes waiting for or in service) there has been.
+    pub max_queue_bytes: u64,
+}
+
+/// An exact instant: `ns` plus `frac`/`rate_bps` ns, `frac < rate_bps`. Ordering on the pair
+/// is ordering in time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Exact {
+    ns: u64,
+    frac: u64,
+}
+
+impl Exact {
+    /// The whole ns at which an event at this instant is visible.
+    fn ceil_ns(self) -> u64 {
+        self.ns.saturating_add(u64::from(self.frac != 0))
+    }
+}
+
+/// One frame in the ring: waiting, in service, or in the delay line.
+struct Slot<T> {
+    item: T,
+    len: u32,
+    /// Decided at departure.
+    marked: bool,
+    /// Whole ns at which the frame has finished service.
+    depart_ns: u64,
+}
+
+/// The emulated bottleneck port. See the module documentation.
+pub struct Bottleneck<T> {
+    cfg: BottleneckConfig,
+    capacity: usize,
+    /// Every frame held, oldest first: the first `in_delay` have departed and wait in the delay
+    /// line, the rest wait for or are in service. One ring suffices because both stages are
+    /// FIFO and a constant delay keeps departure order.
+    slots: VecDeque<Slot<T>>,
+    in_delay: usize,
+    queue_bytes: u64,
+    delay_bytes: u64,
+    /// Exact departure of the last frame accepted: when the server is free again.
+    busy_until: Exact,
+    /// Latest `now` seen; earlier ones are taken as this.
+    now: u64,
+    counters: BottleneckCounters,
+}
+
+impl<T> Bottleneck<T> {
+    /// A bottleneck holding up to `capacity` frames at once (waiting, in service and in the
+    /// delay line together), all preallocated; a frame beyond that is dropped and counted so.
+    pub fn new(cfg: BottleneckConfig, capacity: usize) -> Result<Self, BadBottleneck> {
+        cfg.validate()?;
+        if capacity == 0 {
+            return Err(bad("capacity", "must be > 0"));
+        }
+        Ok(Bottleneck {
+            cfg,
+            capacity,
+            slots: VecDeque::with_capacity(capacity),
+            in_delay: 0,
+            queue_bytes: 0,
+            delay_bytes: 0,
+            busy_until: Exact::default(),
+            now: 0,
+            counters: BottleneckCounters::default(),
+        })
+    }
+
+    /// A frame of `len` bytes arrives at `now`. The departures due by `now` happen first, so the
+    /// arrival sees the exact queue; then drop-tail: if the queue plus `len` would exceed the
+    /// buffer, or the item capacity is full, the frame is counted as dropped and handed back as
+    /// `Err(item)`. Only `ect` (ECN-capable) frames are ever marked. `flow` indexes the trace;
+    /// flows beyond it are counted in the totals only.
+    pub fn offer(&mut self, now: u64, item: T, len: u32, ect: bool, flow: usize) -> Result<(), T> {
+        let now = self.advance(now);
+        let _ = (ect, flow);
+        let bytes = u64::from(len);
+        self.counters.arrived_packets += 1;
+        self.counters.arrived_bytes += bytes;
+        let fits = self.queue_bytes + bytes <= self.cfg.buffer_bytes;
+        if !fits || self.slots.len() >= self.capacity {
+            self.counters.dropped += 1;
+            self.counters.dropped_bytes += bytes;
+            return Err(item);
+        }
+        let start = self.busy_until.max(Exact { ns: now, frac: 0 });
+        let depart = self.after_service(start, len);
+        self.busy_until = depart;
+        self.slots.push_back(Slot {
+            item,
+            len,
+            marked: false,
+            depart_ns: depart.ceil_ns(),
+        });
+        self.queue_bytes += bytes;
+        self.counters.max_queue_bytes = self.counters.max_queue_bytes.max(self.queue_bytes);
+        Ok(())
+    }
+
+    /// Advances to `now` and hands every frame whose release time (departure + delay) is at or
+    /// before `now` to `f`, oldest first, with whether it was marked CE. `poll(u64::MAX, ..)`
+    /// hands out everything held (to free mbufs at shutdown).
+    pub fn poll(&mut self, now: u64, mut f: impl FnMut(T, bool)) {
+        let now = self.advance(now);
+        while self.in_delay > 0 {
+            match self.slots.front() {
+                Some(slot) if self.release_ns(slot) <= now => {}
+                _ => break,
+            }
+            let Some(slot) = self.slots.pop_front() else {
+                break;
+            };
+            self.in_delay -= 1;
+            let bytes = u64::from(slot.len);
+            self.delay_bytes -= bytes;
+            self.counters.delivered_packets += 1;
+            self.counters.delivered_bytes += bytes;
+            f(slot.item, slot.marked);
+        }
+    }
+
+    /// Bytes waiting for or in service (not those in the delay line).
+    pub fn queue_bytes(&self) -> u64 {
+        self.queue_bytes
+    }
+
+    /// Bytes that finished service and wait in the delay line.
+    pub fn delay_bytes(&self) -> u64 {
+        self.delay_bytes
+    }
+
+    /// Frames held: queued, in service or in the delay line.
+    pub fn held_packets(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The earliest time at which [`Bottleneck::poll`] would hand something out.
+    pub fn next_release(&self) -> Option<u64> {
+        // Releases are in ring order, departed or not.
+        self.slots.front().map(|slot| self.release_ns(slot))
+    }
+
+    pub fn counters(&self) -> BottleneckCounters {
+        self.counters
+    }
+
+    pub fn config(&self) -> &BottleneckConfig {
+        &self.cfg
+    }
+
+    fn release_ns(&self, slot: &Slot<T>) -> u64 {
+        slot.depart_ns.saturating_add(self.cfg.delay_ns)
+    }
+
+    /// The exact instant a frame of `len` bytes starting service at `start` has left.
+    fn after_service(&self, start: Exact, len: u32) -> Exact {
+        let rate = self.cfg.rate_bps;
+        let bits = (u64::from(len) + u64::from(self.cfg.overhead_bytes)) * 8;
+        // Service time is bits·1e9/rate ns; the product overflows u64 only for frames of
+        // gigabytes, so the u128 division is the rare path.
+        let (whole, rem) = match bits.checked_mul(NS_PER_S) {
+            Some(n) => (n / rate, n % rate),
+            None => {
+                let n = u128::from(bits) * u128::from(NS_PER_S);
+                let rate = u128::from(rate);
+                (
+                    u64::try_from(n / rate).unwrap_or(u64::MAX),
+                    (n % rate) as u64,
+                )
+            }
+        };
+        // Both remainders are below rate <= 1e15, so the sum cannot overflow.
+        let mut frac = start.frac + rem;
+        let mut ns = start.ns.saturating_add(whole);
+        if frac >= rate {
+            frac -= rate;
+            ns = ns.saturating_add(1);
+        }
+        Exact { ns, frac }
+    }
+
+    /// Processes every departure due by `now` and returns the time the emulation is at.
+    fn advance(&mut self, now: u64) -> u64 {
+        let now = now.max(self.now);
+        self.now = now;
+        while let Some(slot) = self.slots.get_mut(self.in_delay) {
+            if slot.depart_ns > now {
+                break;
+            }
+            let bytes = u64::from(slot.len);
+            self.queue_bytes -= bytes;
+            self.delay_bytes += bytes;
+            self.in_delay += 1;
+        }
+        now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plain config: no overhead, no delay, marking out of the way unless a test sets it.
+    fn plain(rate_bps: u64, buffer_bytes: u64) -> BottleneckConfig {
+        BottleneckConfig {
+            rate_bps,
+            buffer_bytes,
+            kmin_bytes: buffer_bytes,
+            kmax_bytes: buffer_bytes,
+            pmax: 0.0,
+            delay_ns: 0,
+            overhead_bytes: 0,
+            seed: 1,
+        }
+    }
+
+    /// Polls at every release time until nothing is held: (release time, item, marked).
+    fn drain(b: &mut Bottleneck<u32>) -> Vec<(u64, u32, bool)> {
+        let mut out = Vec::new();
+        while let Some(t) = b.next_release() {
+            b.poll(t, |item, marked| out.push((t, item, marked)));
+        }
+        out
+    }
+
+    #[test]
+    fn for_rate_scales_like_hpcc_presets() {
+        let c = BottleneckConfig::for_rate(25_000_000_000);
+        assert_eq!(
+            c,
+            BottleneckConfig {
+                rate_bps: 25_000_000_000,
+                buffer_bytes: 1_600_000,
+                kmin_bytes: 100_000,
+                kmax_bytes: 400_000,
+                pmax: 0.2,
+                delay_ns: 0,
+                overhead_bytes: 24,
+                seed: 1,
+            }
+        );
+        let c = BottleneckConfig::for_rate(100_000_000_000);
+        assert_eq!(
+            (c.kmin_bytes, c.kmax_bytes, c.buffer_bytes),
+            (400_000, 1_600_000, 6_400_000)
+        );
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn validation_names_each_bad_field() {
+        let good = BottleneckConfig::for_rate(10_000_000_000);
+        let field = |c: BottleneckConfig| c.validate().map_err(|e| e.field);
+        assert_eq!(field(good), Ok(()));
+        assert_eq!(
+            field(BottleneckConfig {
+                rate_bps: 0,
+                ..good
+            }),
+            Err("rate_bps")
+        );
+        assert_eq!(
+            field(BottleneckConfig {
+                rate_bps: MAX_RATE_BPS + 1,
+                ..good
+            }),
+            Err("rate_bps")
+        );
+        assert_eq!(
+            field(BottleneckConfig {
+                buffer_bytes: 0,
+                ..good
+            }),
+            Err("buffer_bytes")
+        );
+        assert_eq!(
+            field(BottleneckConfig {
+                kmin_bytes: 2,
+                kmax_bytes: 1,
+                ..good
+            }),
+            Err("kmax_bytes")
+        );
+        for pmax in [-0.1, 1.01, f64::NAN] {
+            assert_eq!(field(BottleneckConfig { pmax, ..good }), Err("pmax"));
+        }
+        // Kmin = Kmax is a step marker, and Pmax at both ends is allowed.
+        for (k, pmax) in [(5, 0.0), (5, 1.0)] {
+            let c = BottleneckConfig {
+                kmin_bytes: k,
+                kmax_bytes: k,
+                pmax,
+                ..good
+            };
+            assert_eq!(field(c), Ok(()));
+        }
+        assert_eq!(
+            Bottleneck::<u32>::new(good, 0).err().map(|e| e.field),
+            Some("capacity")
+        );
+        let err = Bottleneck::<u32>::new(BottleneckConfig { pmax: 2.0, ..good }, 8)
+            .err()
+            .expect("pmax out of range");
+        assert_eq!(err.to_string(), "bottleneck pmax: must be in 0.0..=1.0");
+    }
+
+    #[test]
+    fn back_to_back_frames_depart_exactly_800ns_apart() {
+        // 1000 B at 10 Gbit/s: 8000 bits, 800 ns.
+        let n = 10_000u32;
+        let mut b = Bottleneck::new(plain(10_000_000_000, 100_000_000), n as usize).unwrap();
+        for i in 0..n {
+            b.offer(0, i, 1000, true, 0).unwrap();
+        }
+        assert_eq!(b.queue_bytes(), 10_000_000);
+        let out = drain(&mut b);
+        assert_eq!(out.len(), n as usize);
+        for (i, &(t, item, _)) in out.iter().enumerate() {
+            assert_eq!((t, item), (800 * (i as u64 + 1), i as u32));
+        }
+        assert_eq!(b.queue_bytes(), 0);
+    }
+
+    #[test]
+    fn odd_rate_accumulates_no_drift() {
+        // 1 B + 24 B of overhead at 3 Gbit/s: 200 bits, 200/3 ns each. The k-th departure is at
+        // exactly 200k/3 ns, visible at the whole ns above it.
+        let cfg = BottleneckConfig {
+            overhead_bytes: 24,
+            ..plain(3_000_000_000, 1_000_000)
+        };
+        let mut b = Bottleneck::new(cfg, 256).unwrap();
+        // Keep the server busy: 100 frames queued, one more offered at each release.
+        let total = 1_000_000u64;
+        let mut offered = 0u64;
+        while offered < 100 {
+            b.offer(0, 0, 1, true, 0).unwrap();
+            offered += 1;
+        }
+        let mut released = 0u64;
+        while let Some(t) = b.next_release() {
+            let mut n = 0;
+            b.poll(t, |_, _| n += 1);
+            assert_eq!(n, 1);
+            released += 1;
+            assert_eq!(t, (200 * released).div_ceil(3), "departure {released}");
+            if offered < total {
+                b.offer(t, 0, 1, true, 0).unwrap();
+                offered += 1;
+            }
+        }
+        assert_eq!(released, total);
+        assert_eq!(b.counters().delivered_packets, total);
+        // 2e8/3 ns = 66 666 666.67 ns.
+        assert_eq!(b.next_release(), None);
+        assert_eq!(b.busy_until.ceil_ns(), 66_666_667);
+    }
+
+    #[test]
+    fn delay_line_releases_at_departure_plus_delay() {
+        // 1000 B at 8 Gbit/s: 1000 ns of service, then 5000 ns of delay.
+        let cfg = BottleneckConfig {
+            delay_ns: 5000,
+            ..plain(8_000_000_000, 100_000)
+        };
+        let mut b = Bottleneck::new(cfg, 8).unwrap();
+        b.offer(0, 1, 1000, true, 0).unwrap();
+        b.offer(0, 2, 1000, true, 0).unwrap();
+        assert_eq!(b.next_release(), Some(6000));
+        let mut got = Vec::new();
+        b.poll(1500, |i, _| got.push(i));
+        assert!(got.is_empty());
+        // Frame 1 departed at 1000 and waits in the delay line; frame 2 is in service.
+        assert_eq!((b.queue_bytes(), b.delay_bytes()), (1000, 1000));
+        b.poll(5999, |i, _| got.push(i));
+        assert!(got.is_empty());
+        b.poll(6000, |i, _| got.push(i));
+        assert_eq!(got, [1]);
+        assert_eq!(b.next_release(), Some(7000));
+        // The server has been idle since 2000: frame 3 starts at its arrival.
+        b.offer(6500, 3, 1000, true, 0).unwrap();
+        assert_eq!((b.queue_bytes(), b.delay_bytes()), (1000, 1000));
+        assert_eq!(drain(&mut b), [(7000, 2, false), (12_500, 3, false)]);
+    }
+
+    #[test]
+    fn fifo_order_is_kept_for_mixed_sizes_and_times() {
+        let cfg = BottleneckConfig {
+            delay_ns: 3000,
+            overhead_bytes: 24,
+            ..plain(7_000_000_000, 10_000_000)
+        };
+        let mut b = Bottleneck::new(cfg, 1024).unwrap();
+        let mut now = 0;
+        let mut out = Vec::new();
+        for i in 0..1000u32 {
+            // Gaps from 0 to 2 µs and lengths from 64 to 1500 B, in a scrambled order.
+            now += u64::from(i * 104_729 % 2000);
+            let len = 64 + i * 7919 % 1437;
+            b.offer(now, i, len, true, 0).unwrap();
+            if i % 7 == 0 {
+                b.poll(now, |item, _| out.push(item));
+            }
+        }
+        out.extend(drain(&mut b).into_iter().map(|(_, item, _)| item));
+        assert_eq!(out, (0..1000).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn drop_tail_accepts_a_frame_that_exactly_fills_the_buffer() {
+        let mut b = Bottleneck::new(plain(8_000_000_000, 3000), 8).unwrap();
+        assert_eq!(b.offer(0, 1, 1000, true, 0), Ok(()));
+        assert_eq!(b.offer(0, 2, 2000, true, 0), Ok(()));
+        assert_eq!(b.queue_bytes(), 3000);
+        // One byte more than the buffer holds.
+        assert_eq!(b.offer(0, 3, 1, true, 0), Err(3));
+        // Frame 1 leaves at 1000 ns; an arrival at that instant sees 2000 bytes.
+        assert_eq!(b.offer(1000, 4, 1001, true, 0), Err(4));
+        assert_eq!(b.offer(1000, 5, 1000, true, 0), Ok(()));
+        assert_eq!(
+            b.counters(),
+            BottleneckCounters {
+                arrived_packets: 5,
+                arrived_bytes: 5002,
+                delivered_packets: 0,
+                delivered_bytes: 0,
+                marked: 0,
+                dropped: 2,
+                dropped_bytes: 1002,
+                max_queue_bytes: 3000,
+            }
+        );
+        // A frame larger than the whole buffer never fits.
+        let mut b = Bottleneck::new(plain(8_000_000_000, 3000), 8).unwrap();
+        assert_eq!(b.offer(0, 6, 3001, true, 0), Err(6));
+    }
+
+    #[test]
+    fn full_item_capacity_drops_until_poll_frees_a_slot() {
+        let cfg = BottleneckConfig {
+            delay_ns: 10_000,
+            ..plain(8_000_000_000, 1_000_000)
+        };
+        let mut b = Bottleneck::new(cfg, 2).unwrap();
+        assert_eq!(b.offer(0, 1, 1000, true, 0), Ok(()));
+        assert_eq!(b.offer(0, 2, 1000, true, 0), Ok(()));
+        assert_eq!(b.offer(0, 3, 1000, true, 0), Err(3));
+        // Both have left the queue at 3000 ns but still occupy the delay line.
+        assert_eq!(b.offer(3000, 4, 1000, true, 0), Err(4));
+        assert_eq!(b.queue_bytes(), 0);
+        let mut got = Vec::new();
+        b.poll(11_000, |i, _| got.push(i));
+        assert_eq!(got, [1]);
+        assert_eq!(b.offer(11_000, 5, 1000, true, 0), Ok(()));
+        let c = b.counters();
+        assert_eq!((c.dropped, c.dropped_bytes), (2, 2000));
+    }
+
+    #[test]
+    fn an_earlier_now_is_taken_as_the_latest_seen() {
+        let mut b = Bottleneck::new(plain(8_000_000_000, 100_000), 8).unwrap();
+        b.offer(5000, 1, 1000, true, 0).unwrap();
+        b.offer(100, 2, 1000, true, 0).unwrap();
+        assert_eq!(drain(&mut b), [(6000, 1, false), (7000, 2, false)]);
+    }
+}
