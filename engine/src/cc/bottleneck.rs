@@ -140,10 +140,53 @@ impl Exact {
     }
 }
 
+/// SplitMix64 (Steele, Lea and Flood): a 64-bit counter through a mixing function; small,
+/// fast, and deterministic for a seed, which is all marking needs.
+#[derive(Debug, Clone)]
+struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1), from the top 53 bits (an f64 mantissa).
+    fn next_unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// Whether an ECT frame departing with `q` bytes in the queue (itself included) is marked CE:
+/// always above Kmax, never at or below Kmin, in between with probability rising linearly from
+/// 0 to Pmax. Draws from `rng` only in between, so the draws depend on the queue alone.
+fn mark_at(cfg: &BottleneckConfig, rng: &mut SplitMix64, q: u64) -> bool {
+    if q > cfg.kmax_bytes {
+        true
+    } else if q > cfg.kmin_bytes {
+        // Here kmax > kmin, so the division is defined.
+        let p = cfg.pmax * (q - cfg.kmin_bytes) as f64 / (cfg.kmax_bytes - cfg.kmin_bytes) as f64;
+        rng.next_unit() < p
+    } else {
+        false
+    }
+}
+
 /// One frame in the ring: waiting, in service, or in the delay line.
 struct Slot<T> {
     item: T,
     len: u32,
+    /// ECN-capable transport: only these are marked.
+    ect: bool,
     /// Decided at departure.
     marked: bool,
     /// Whole ns at which the frame has finished service.
@@ -165,6 +208,7 @@ pub struct Bottleneck<T> {
     busy_until: Exact,
     /// Latest `now` seen; earlier ones are taken as this.
     now: u64,
+    rng: SplitMix64,
     counters: BottleneckCounters,
 }
 
@@ -185,6 +229,7 @@ impl<T> Bottleneck<T> {
             delay_bytes: 0,
             busy_until: Exact::default(),
             now: 0,
+            rng: SplitMix64::new(cfg.seed),
             counters: BottleneckCounters::default(),
         })
     }
@@ -196,7 +241,7 @@ impl<T> Bottleneck<T> {
     /// flows beyond it are counted in the totals only.
     pub fn offer(&mut self, now: u64, item: T, len: u32, ect: bool, flow: usize) -> Result<(), T> {
         let now = self.advance(now);
-        let _ = (ect, flow);
+        let _ = flow;
         let bytes = u64::from(len);
         self.counters.arrived_packets += 1;
         self.counters.arrived_bytes += bytes;
@@ -212,6 +257,7 @@ impl<T> Bottleneck<T> {
         self.slots.push_back(Slot {
             item,
             len,
+            ect,
             marked: false,
             depart_ns: depart.ceil_ns(),
         });
@@ -309,6 +355,13 @@ impl<T> Bottleneck<T> {
         while let Some(slot) = self.slots.get_mut(self.in_delay) {
             if slot.depart_ns > now {
                 break;
+            }
+            // Marking at dequeue on the instantaneous queue, the departing frame included. It is
+            // exact however late this runs: an arrival first processes the departures due by its
+            // time, so no frame arriving after this departure is in `queue_bytes` yet.
+            if slot.ect && mark_at(&self.cfg, &mut self.rng, self.queue_bytes) {
+                slot.marked = true;
+                self.counters.marked += 1;
             }
             let bytes = u64::from(slot.len);
             self.queue_bytes -= bytes;
@@ -577,6 +630,163 @@ mod tests {
         assert_eq!(b.offer(11_000, 5, 1000, true, 0), Ok(()));
         let c = b.counters();
         assert_eq!((c.dropped, c.dropped_bytes), (2, 2000));
+    }
+
+    /// Holds the queue at `depth` frames of 1000 B (8 Gbit/s, 1000 ns each): one frame is offered
+    /// at every departure, after it, so every departure sees `depth` × 1000 bytes. Returns which
+    /// of `departures` departures were marked.
+    fn marks_at_held_depth(
+        cfg: BottleneckConfig,
+        depth: u32,
+        departures: usize,
+        ect: bool,
+    ) -> Vec<bool> {
+        let cfg = BottleneckConfig {
+            rate_bps: 8_000_000_000,
+            buffer_bytes: 10_000_000,
+            overhead_bytes: 0,
+            delay_ns: 0,
+            ..cfg
+        };
+        let mut b = Bottleneck::new(cfg, depth as usize + 1).unwrap();
+        for i in 0..depth {
+            b.offer(0, i, 1000, ect, 0).unwrap();
+        }
+        let mut marks = Vec::with_capacity(departures);
+        while marks.len() < departures {
+            let t = b.next_release().unwrap();
+            assert_eq!(b.queue_bytes(), u64::from(depth) * 1000);
+            b.poll(t, |_, marked| marks.push(marked));
+            b.offer(t, 0, 1000, ect, 0).unwrap();
+        }
+        assert_eq!(
+            b.counters().marked,
+            marks.iter().filter(|&&m| m).count() as u64
+        );
+        marks
+    }
+
+    fn count(marks: &[bool]) -> usize {
+        marks.iter().filter(|&&m| m).count()
+    }
+
+    fn ramp(kmin_bytes: u64, kmax_bytes: u64, pmax: f64, seed: u64) -> BottleneckConfig {
+        BottleneckConfig {
+            kmin_bytes,
+            kmax_bytes,
+            pmax,
+            seed,
+            ..plain(8_000_000_000, 10_000_000)
+        }
+    }
+
+    #[test]
+    fn never_marked_at_or_below_kmin() {
+        // 30 000 bytes at each departure, Kmin exactly there, Pmax 1.
+        let marks = marks_at_held_depth(ramp(30_000, 60_000, 1.0, 1), 30, 10_000, true);
+        assert_eq!(count(&marks), 0);
+        let marks = marks_at_held_depth(ramp(31_000, 60_000, 1.0, 1), 30, 10_000, true);
+        assert_eq!(count(&marks), 0);
+    }
+
+    #[test]
+    fn always_marked_above_kmax() {
+        // One byte above Kmax, Pmax 0: the ramp does not matter there.
+        let marks = marks_at_held_depth(ramp(10_000, 29_999, 0.0, 1), 30, 10_000, true);
+        assert_eq!(count(&marks), 10_000);
+        // A step marker (Kmin = Kmax) marks above and never at the step.
+        let marks = marks_at_held_depth(ramp(29_999, 29_999, 0.0, 1), 30, 1000, true);
+        assert_eq!(count(&marks), 1000);
+        let marks = marks_at_held_depth(ramp(30_000, 30_000, 1.0, 1), 30, 1000, true);
+        assert_eq!(count(&marks), 0);
+    }
+
+    #[test]
+    fn non_ect_frames_are_never_marked() {
+        let marks = marks_at_held_depth(ramp(0, 0, 1.0, 1), 30, 10_000, false);
+        assert_eq!(count(&marks), 0);
+    }
+
+    #[test]
+    fn marked_fraction_between_kmin_and_kmax_follows_the_ramp() {
+        // q = 30 000 between Kmin 10 000 and Kmax 50 000 with Pmax 0.2: p = 0.2 · 20/40 = 0.1.
+        // Over n = 100 000 departures the count is binomial, sd = sqrt(n p (1-p)) ≈ 94.9; the
+        // seeded run must land within 4 sd (±380) of n p, and its exact count pins the PRNG.
+        let n = 100_000;
+        let marked = count(&marks_at_held_depth(
+            ramp(10_000, 50_000, 0.2, 1),
+            30,
+            n,
+            true,
+        ));
+        assert!(marked.abs_diff(10_000) <= 380, "{marked}");
+        assert_eq!(marked, 9912, "golden count for seed 1");
+        // At Kmax itself p = Pmax = 0.2: sd ≈ 126.5, 4 sd = ±506.
+        let marked = count(&marks_at_held_depth(
+            ramp(10_000, 30_000, 0.2, 1),
+            30,
+            n,
+            true,
+        ));
+        assert!(marked.abs_diff(20_000) <= 506, "{marked}");
+        assert_eq!(marked, 19_928, "golden count for seed 1");
+    }
+
+    #[test]
+    fn marks_are_determined_by_the_seed() {
+        let cfg = ramp(10_000, 50_000, 0.2, 1);
+        let a = marks_at_held_depth(cfg, 30, 10_000, true);
+        assert_eq!(a, marks_at_held_depth(cfg, 30, 10_000, true));
+        let b = marks_at_held_depth(BottleneckConfig { seed: 2, ..cfg }, 30, 10_000, true);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn splitmix64_matches_its_reference_sequence() {
+        // The first outputs for seed 0 of the published SplitMix64 reference.
+        let mut rng = SplitMix64::new(0);
+        assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(rng.next_u64(), 0x06c4_5d18_8009_454f);
+    }
+
+    #[test]
+    fn marks_do_not_depend_on_poll_granularity() {
+        // The same arrivals polled once at the end or at every ns give the same marks: the
+        // queue each departure sees is exact either way.
+        let cfg = BottleneckConfig {
+            overhead_bytes: 24,
+            ..ramp(2_000, 12_000, 0.5, 3)
+        };
+        let arrivals: Vec<(u64, u32)> = (0..400u32)
+            .map(|i| {
+                (
+                    u64::from(i) * 600 + u64::from(i * 7919 % 500),
+                    200 + i * 104_729 % 1300,
+                )
+            })
+            .collect();
+        let run = |poll_every_ns: bool| {
+            let mut b = Bottleneck::new(cfg, 512).unwrap();
+            let mut out = Vec::new();
+            let mut t = 0;
+            for &(at, len) in &arrivals {
+                if poll_every_ns {
+                    while t < at {
+                        b.poll(t, |i, m| out.push((i, m)));
+                        t += 1;
+                    }
+                }
+                b.offer(at, len, len, true, 0).unwrap();
+            }
+            b.poll(u64::MAX, |i, m| out.push((i, m)));
+            (out, b.counters())
+        };
+        let (coarse, c1) = run(false);
+        let (fine, c2) = run(true);
+        assert_eq!(coarse, fine);
+        assert_eq!(c1, c2);
+        assert!(c1.marked > 0 && c1.marked < 400, "{}", c1.marked);
     }
 
     #[test]
