@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// HPCC's ns-3 presets give thresholds in KB of 1000 bytes.
@@ -125,6 +126,96 @@ pub struct BottleneckCounters {
     pub max_queue_bytes: u64,
 }
 
+/// Per-bin record of what happened at the bottleneck, preallocated by
+/// [`Bottleneck::with_trace`]. Bin `b` covers `[b·bin_ns, (b+1)·bin_ns)` of simulated time; an
+/// event lands in the bin of its instant (a departure at the whole ns it is visible).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Trace {
+    pub bin_ns: u64,
+    pub bins: usize,
+    pub flows: usize,
+    /// `bins × flows`, index `b·flows + f`: bytes of flow `f` offered in bin `b`, drops
+    /// included.
+    pub arrived: Vec<u64>,
+    /// Per bin: bytes that finished service.
+    pub departed: Vec<u64>,
+    /// Per bin: the largest queue seen at an event, 0 if none: after an arrival (enqueued or
+    /// dropped), and at a departure with the departing frame still counted. With at least one
+    /// event in the bin that is the largest queue the bin had at any instant.
+    pub queue_max: Vec<u32>,
+    /// Per bin: frames marked CE at departure.
+    pub marks: Vec<u32>,
+    /// Per bin: frames dropped at arrival.
+    pub drops: Vec<u32>,
+    /// Arrivals and departures past the last bin, not recorded in the bins.
+    pub overflow: u64,
+}
+
+impl Trace {
+    fn new(bin_ns: u64, bins: usize, flows: usize) -> Self {
+        assert!(bin_ns > 0, "trace bins must be at least 1 ns");
+        let cells = bins
+            .checked_mul(flows)
+            .expect("trace bins × flows fits in memory");
+        Trace {
+            bin_ns,
+            bins,
+            flows,
+            arrived: vec![0; cells],
+            departed: vec![0; bins],
+            queue_max: vec![0; bins],
+            marks: vec![0; bins],
+            drops: vec![0; bins],
+            overflow: 0,
+        }
+    }
+
+    /// Bytes of `flow` offered in `bin`.
+    pub fn arrived_bytes(&self, bin: usize, flow: usize) -> u64 {
+        self.arrived[bin * self.flows + flow]
+    }
+
+    /// The bin an event at `t` lands in, or `None` (counted as overflow) past the last one.
+    fn bin(&mut self, t: u64) -> Option<usize> {
+        match usize::try_from(t / self.bin_ns) {
+            Ok(b) if b < self.bins => Some(b),
+            _ => {
+                self.overflow += 1;
+                None
+            }
+        }
+    }
+
+    fn see_queue(&mut self, b: usize, queue_bytes: u64) {
+        let q = u32::try_from(queue_bytes).unwrap_or(u32::MAX);
+        self.queue_max[b] = self.queue_max[b].max(q);
+    }
+
+    fn arrival(&mut self, t: u64, flow: usize, bytes: u64, queue_after: u64, dropped: bool) {
+        let Some(b) = self.bin(t) else {
+            return;
+        };
+        if flow < self.flows {
+            self.arrived[b * self.flows + flow] += bytes;
+        }
+        self.see_queue(b, queue_after);
+        if dropped {
+            self.drops[b] = self.drops[b].saturating_add(1);
+        }
+    }
+
+    fn departure(&mut self, t: u64, bytes: u64, queue: u64, marked: bool) {
+        let Some(b) = self.bin(t) else {
+            return;
+        };
+        self.departed[b] += bytes;
+        self.see_queue(b, queue);
+        if marked {
+            self.marks[b] = self.marks[b].saturating_add(1);
+        }
+    }
+}
+
 /// An exact instant: `ns` plus `frac`/`rate_bps` ns, `frac < rate_bps`. Ordering on the pair
 /// is ordering in time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -210,6 +301,9 @@ pub struct Bottleneck<T> {
     now: u64,
     rng: SplitMix64,
     counters: BottleneckCounters,
+    /// Queue bytes seen by each arrival, before it is enqueued or dropped.
+    arrival_queue: Histogram<u64>,
+    trace: Option<Trace>,
 }
 
 impl<T> Bottleneck<T> {
@@ -220,6 +314,11 @@ impl<T> Bottleneck<T> {
         if capacity == 0 {
             return Err(bad("capacity", "must be > 0"));
         }
+        // The queue never exceeds the buffer; two significant digits (1 % quantisation) keep
+        // the histogram at a few KB whatever the buffer.
+        let top = cfg.buffer_bytes.clamp(2, u64::MAX / 2);
+        let arrival_queue =
+            Histogram::new_with_bounds(1, top, 2).expect("bounds 1..=top with top >= 2 are valid");
         Ok(Bottleneck {
             cfg,
             capacity,
@@ -231,7 +330,19 @@ impl<T> Bottleneck<T> {
             now: 0,
             rng: SplitMix64::new(cfg.seed),
             counters: BottleneckCounters::default(),
+            arrival_queue,
+            trace: None,
         })
+    }
+
+    /// Adds a per-bin trace of `bins` bins of `bin_ns` from time 0 for flows `0..flows`, all
+    /// preallocated here.
+    ///
+    /// # Panics
+    /// If `bin_ns` is 0.
+    pub fn with_trace(mut self, bin_ns: u64, bins: usize, flows: usize) -> Self {
+        self.trace = Some(Trace::new(bin_ns, bins, flows));
+        self
     }
 
     /// A frame of `len` bytes arrives at `now`. The departures due by `now` happen first, so the
@@ -241,14 +352,18 @@ impl<T> Bottleneck<T> {
     /// flows beyond it are counted in the totals only.
     pub fn offer(&mut self, now: u64, item: T, len: u32, ect: bool, flow: usize) -> Result<(), T> {
         let now = self.advance(now);
-        let _ = flow;
         let bytes = u64::from(len);
         self.counters.arrived_packets += 1;
         self.counters.arrived_bytes += bytes;
+        // In range by construction: the queue stays within the buffer.
+        self.arrival_queue.saturating_record(self.queue_bytes);
         let fits = self.queue_bytes + bytes <= self.cfg.buffer_bytes;
         if !fits || self.slots.len() >= self.capacity {
             self.counters.dropped += 1;
             self.counters.dropped_bytes += bytes;
+            if let Some(trace) = &mut self.trace {
+                trace.arrival(now, flow, bytes, self.queue_bytes, true);
+            }
             return Err(item);
         }
         let start = self.busy_until.max(Exact { ns: now, frac: 0 });
@@ -263,6 +378,9 @@ impl<T> Bottleneck<T> {
         });
         self.queue_bytes += bytes;
         self.counters.max_queue_bytes = self.counters.max_queue_bytes.max(self.queue_bytes);
+        if let Some(trace) = &mut self.trace {
+            trace.arrival(now, flow, bytes, self.queue_bytes, false);
+        }
         Ok(())
     }
 
@@ -311,6 +429,16 @@ impl<T> Bottleneck<T> {
 
     pub fn counters(&self) -> BottleneckCounters {
         self.counters
+    }
+
+    /// The queue bytes at or below which `q` percent (0..=100) of the arrivals found the queue,
+    /// drops included; two significant digits (the highest value of the histogram bucket).
+    pub fn queue_percentile(&self, q: f64) -> u64 {
+        self.arrival_queue.value_at_percentile(q)
+    }
+
+    pub fn trace(&self) -> Option<&Trace> {
+        self.trace.as_ref()
     }
 
     pub fn config(&self) -> &BottleneckConfig {
@@ -364,6 +492,9 @@ impl<T> Bottleneck<T> {
                 self.counters.marked += 1;
             }
             let bytes = u64::from(slot.len);
+            if let Some(trace) = &mut self.trace {
+                trace.departure(slot.depart_ns, bytes, self.queue_bytes, slot.marked);
+            }
             self.queue_bytes -= bytes;
             self.delay_bytes += bytes;
             self.in_delay += 1;
@@ -374,6 +505,9 @@ impl<T> Bottleneck<T> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use proptest::test_runner::RngSeed;
+
     use super::*;
 
     /// A plain config: no overhead, no delay, marking out of the way unless a test sets it.
@@ -787,6 +921,178 @@ mod tests {
         assert_eq!(coarse, fine);
         assert_eq!(c1, c2);
         assert!(c1.marked > 0 && c1.marked < 400, "{}", c1.marked);
+    }
+
+    #[test]
+    fn hdrhistogram_records_zero_with_lowest_bound_one() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 1000, 2).unwrap();
+        h.record(0).unwrap();
+        h.record(0).unwrap();
+        h.record(7).unwrap();
+        assert_eq!((h.len(), h.min(), h.count_at(0)), (3, 0, 2));
+        assert_eq!(h.value_at_percentile(50.0), 0);
+        assert_eq!(h.value_at_percentile(100.0), 7);
+    }
+
+    #[test]
+    fn queue_percentile_of_a_known_sequence() {
+        // 50 B at 0.8 Gbit/s: 500 ns each. Four arrivals at 0 see 0, 50, 100 and 150 bytes; one
+        // at 10 µs, when all have left, sees 0; at 20 µs a 200 B frame sees 0 and a 51 B one,
+        // dropped (200 + 51 > 250), sees 200. Below 256 the histogram is exact.
+        let mut b = Bottleneck::new(plain(800_000_000, 250), 8).unwrap();
+        for i in 0..4 {
+            b.offer(0, i, 50, true, 0).unwrap();
+        }
+        b.offer(10_000, 4, 50, true, 0).unwrap();
+        b.offer(20_000, 5, 200, true, 0).unwrap();
+        assert_eq!(b.offer(20_000, 6, 51, true, 0), Err(6));
+        // Sorted: 0, 0, 0, 50, 100, 150, 200; the value at q is the ceil(q·7/100)-th.
+        assert_eq!(b.arrival_queue.len(), 7);
+        let p = |q| b.queue_percentile(q);
+        assert_eq!(
+            [
+                p(0.0),
+                p(40.0),
+                p(50.0),
+                p(60.0),
+                p(80.0),
+                p(90.0),
+                p(100.0)
+            ],
+            [0, 0, 50, 100, 150, 200, 200]
+        );
+    }
+
+    #[test]
+    fn queue_percentile_is_quantised_to_two_significant_digits() {
+        // 300 frames of 1000 B queued at once; the 301st arrival sees 300 000 bytes, which the
+        // histogram holds in the bucket 299 008..=301 055 (steps of 2048 above 2^18).
+        let mut b = Bottleneck::new(plain(8_000_000_000, 400_000), 512).unwrap();
+        for i in 0..301 {
+            b.offer(0, i, 1000, true, 0).unwrap();
+        }
+        assert_eq!(b.queue_percentile(100.0), 301_055);
+        assert_eq!(b.queue_percentile(0.0), 0);
+    }
+
+    #[test]
+    fn trace_bins_events_by_their_time() {
+        // 8 Gbit/s, 1 µs bins, 3 bins, flows 0 and 1; CE above 1000 bytes only (Pmax 0).
+        let cfg = BottleneckConfig {
+            kmin_bytes: 0,
+            kmax_bytes: 1000,
+            ..plain(8_000_000_000, 3000)
+        };
+        let mut b = Bottleneck::new(cfg, 8).unwrap().with_trace(1000, 3, 2);
+        b.offer(0, 1, 1000, true, 0).unwrap(); // departs at 1000 seeing 2500: CE
+        b.offer(0, 2, 1000, true, 1).unwrap(); // departs at 2000 seeing 1500: CE
+        assert_eq!(b.offer(500, 3, 1500, true, 1), Err(3)); // 2000 + 1500 > 3000
+        b.offer(500, 4, 500, true, 5).unwrap(); // no such flow; departs at 2500 seeing 500
+        b.poll(3000, |_, _| {});
+        b.offer(3000, 5, 1000, true, 0).unwrap(); // past the last bin, and so is its departure
+        assert_eq!(drain(&mut b).len(), 1);
+        let t = b.trace().unwrap();
+        assert_eq!(t.arrived, [1000, 2500, 0, 0, 0, 0]);
+        assert_eq!(t.arrived_bytes(0, 1), 2500);
+        assert_eq!(t.departed, [0, 1000, 1500]);
+        assert_eq!(t.queue_max, [2500, 2500, 1500]);
+        assert_eq!(t.marks, [0, 1, 1]);
+        assert_eq!(t.drops, [1, 0, 0]);
+        assert_eq!(t.overflow, 2);
+        assert_eq!(b.counters().marked, 2);
+    }
+
+    /// One step of random traffic: an offer (or only a poll) `dt` ns after the last step.
+    #[derive(Debug, Clone)]
+    struct Step {
+        dt: u64,
+        len: u32,
+        ect: bool,
+        flow: usize,
+        poll_only: bool,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            0u64..3000,
+            1u32..2000,
+            any::<bool>(),
+            0usize..5,
+            proptest::bool::weighted(0.2),
+        )
+            .prop_map(|(dt, len, ect, flow, poll_only)| Step {
+                dt,
+                len,
+                ect,
+                flow,
+                poll_only,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 200,
+            rng_seed: RngSeed::Fixed(0x00b0_771e),
+            ..ProptestConfig::default()
+        })]
+
+        /// Nothing is created or lost: every frame offered is delivered, dropped or still held,
+        /// after every call; and the trace adds up to the counters.
+        #[test]
+        fn counters_conserve_frames_and_the_trace_adds_up(
+            steps in proptest::collection::vec(step(), 1..300),
+            capacity in 1usize..40,
+        ) {
+            let cfg = BottleneckConfig {
+                delay_ns: 2500,
+                overhead_bytes: 24,
+                ..ramp(4000, 12_000, 0.5, 9)
+            };
+            let cfg = BottleneckConfig { buffer_bytes: 20_000, ..cfg };
+            // 1 µs bins over 2 ms: more than the steps and the drain can take.
+            let mut b = Bottleneck::new(cfg, capacity).unwrap().with_trace(1000, 2000, 4);
+            let mut now = 0;
+            let mut untraced_flow_bytes = 0;
+            let check = |b: &Bottleneck<u32>| {
+                let c = b.counters();
+                prop_assert_eq!(
+                    c.arrived_packets,
+                    c.delivered_packets + c.dropped + b.held_packets() as u64
+                );
+                prop_assert_eq!(
+                    c.arrived_bytes,
+                    c.delivered_bytes + c.dropped_bytes + b.queue_bytes() + b.delay_bytes()
+                );
+                prop_assert!(b.queue_bytes() <= cfg.buffer_bytes);
+                prop_assert!(b.queue_bytes() <= c.max_queue_bytes);
+                prop_assert!(b.held_packets() <= capacity);
+                Ok(())
+            };
+            for s in &steps {
+                now += s.dt;
+                if s.poll_only {
+                    b.poll(now, |_, _| {});
+                } else {
+                    if s.flow >= 4 {
+                        untraced_flow_bytes += u64::from(s.len);
+                    }
+                    let _ = b.offer(now, 0, s.len, s.ect, s.flow);
+                }
+                check(&b)?;
+            }
+            b.poll(u64::MAX, |_, _| {});
+            check(&b)?;
+            prop_assert_eq!(b.held_packets(), 0);
+            let c = b.counters();
+            prop_assert_eq!(b.arrival_queue.len(), c.arrived_packets);
+            let t = b.trace().unwrap();
+            prop_assert_eq!(t.overflow, 0);
+            prop_assert_eq!(t.arrived.iter().sum::<u64>() + untraced_flow_bytes, c.arrived_bytes);
+            prop_assert_eq!(t.departed.iter().sum::<u64>(), c.delivered_bytes);
+            prop_assert_eq!(t.marks.iter().map(|&m| u64::from(m)).sum::<u64>(), c.marked);
+            prop_assert_eq!(t.drops.iter().map(|&d| u64::from(d)).sum::<u64>(), c.dropped);
+            prop_assert_eq!(t.queue_max.iter().map(|&q| u64::from(q)).max(), Some(c.max_queue_bytes));
+        }
     }
 
     #[test]
