@@ -1095,6 +1095,121 @@ mod tests {
         }
     }
 
+    /// Four flows each at 10 Gbit/s into a 10 Gbit/s bottleneck for 100 µs: every 800 ns each
+    /// flow offers 1000 B (no overhead), all four at the same instant. Returns the queue found
+    /// before each group of four, after the departure due at that instant.
+    fn incast(b: &mut Bottleneck<u32>) -> Vec<u64> {
+        let mut before = Vec::new();
+        for k in 0..125u64 {
+            let t = 800 * k;
+            b.poll(t, |_, _| {});
+            before.push(b.queue_bytes());
+            for flow in 0..4 {
+                let _ = b.offer(t, flow as u32, 1000, true, flow);
+            }
+        }
+        before
+    }
+
+    fn ten_gbps(buffer_bytes: u64) -> BottleneckConfig {
+        BottleneckConfig {
+            buffer_bytes,
+            overhead_bytes: 0,
+            ..BottleneckConfig::for_rate(10_000_000_000)
+        }
+    }
+
+    #[test]
+    fn incast_queue_grows_at_30_gbps_and_departures_keep_the_line_rate() {
+        // 640 KB of buffer (the 10 Gbit/s default) is not reached in 100 µs.
+        let mut b = Bottleneck::new(ten_gbps(640_000), 1024)
+            .unwrap()
+            .with_trace(8000, 13, 4);
+        let before = incast(&mut b);
+        // 4000 B in and 1000 B out per 800 ns: 3000 B per 800 ns is 30 Gbit/s.
+        for (k, &q) in before.iter().enumerate() {
+            assert_eq!(q, 3000 * k as u64, "group {k}");
+        }
+        // At 100 µs: 30 Gbit/s × 100 µs = 375 000 bytes.
+        b.poll(100_000, |_, _| {});
+        assert_eq!(b.queue_bytes(), 375_000);
+        b.poll(103_999, |_, _| {});
+        let t = b.trace().unwrap();
+        // 10 Gbit/s × 8 µs = 10 000 bytes a bin; bin 0 loses the first 800 ns of service.
+        let mut line_rate = [10_000u64; 13];
+        line_rate[0] = 9000;
+        assert_eq!(t.departed, line_rate);
+        for flow in 0..4 {
+            let arrived: Vec<u64> = (0..13).map(|bin| t.arrived_bytes(bin, flow)).collect();
+            let mut offered = [10_000u64; 13];
+            offered[12] = 5000;
+            assert_eq!(arrived, offered, "flow {flow}");
+        }
+        assert_eq!(t.overflow, 0);
+        let c = b.counters();
+        assert_eq!(
+            (c.arrived_packets, c.dropped, c.max_queue_bytes),
+            (500, 0, 376_000)
+        );
+    }
+
+    #[test]
+    fn incast_fills_the_buffer_then_drops_at_the_tail() {
+        let mut b = Bottleneck::new(ten_gbps(100_000), 1024).unwrap();
+        let before = incast(&mut b);
+        // Growth at 30 Gbit/s until the group at 25.6 µs fills the 100 000 B exactly; from
+        // then on one departure per 800 ns makes room for one of the four frames.
+        for (k, &q) in before.iter().enumerate() {
+            assert_eq!(q, (3000 * k as u64).min(99_000), "group {k}");
+        }
+        let c = b.counters();
+        // Groups 33..=124 each drop three frames.
+        assert_eq!((c.dropped, c.dropped_bytes), (276, 276_000));
+        assert_eq!(c.max_queue_bytes, 100_000);
+        assert_eq!(b.queue_bytes(), 100_000);
+    }
+
+    #[test]
+    fn offer_and_poll_do_not_allocate() {
+        let cfg = BottleneckConfig {
+            delay_ns: 2000,
+            ..BottleneckConfig::for_rate(10_000_000_000)
+        };
+        let mut b = Bottleneck::new(cfg, 512)
+            .unwrap()
+            .with_trace(10_000, 100, 4);
+        let mut delivered = 0u64;
+        let info = allocation_counter::measure(|| {
+            // 1500 B every 1000 ns at 10 Gbit/s (1219.2 ns of service): the queue builds past
+            // Kmax to the 640 000 B buffer, then drops at the tail; flows beyond the trace and
+            // times past its last bin too.
+            for i in 0..100_000u64 {
+                let now = 1000 * i;
+                let _ = b.offer(now, i as u32, 1500, true, (i % 6) as usize);
+                b.poll(now, |_, _| delivered += 1);
+            }
+            b.poll(u64::MAX, |_, _| delivered += 1);
+        });
+        assert_eq!(info.count_total, 0);
+        // By the last offer at 99 999 000 ns the server, busy throughout, has finished
+        // floor(99 999 000 / 1219.2) = 82 020 frames and holds 426 (639 000 B, the buffer less
+        // one frame); the final poll hands those out too. The mark count is the seed-1 golden.
+        assert_eq!(
+            b.counters(),
+            BottleneckCounters {
+                arrived_packets: 100_000,
+                arrived_bytes: 150_000_000,
+                delivered_packets: 82_446,
+                delivered_bytes: 123_669_000,
+                marked: 81_906,
+                dropped: 17_554,
+                dropped_bytes: 26_331_000,
+                max_queue_bytes: 639_000,
+            }
+        );
+        assert_eq!(delivered, 82_446);
+    }
+
     #[test]
     fn an_earlier_now_is_taken_as_the_latest_seen() {
         let mut b = Bottleneck::new(plain(8_000_000_000, 100_000), 8).unwrap();
