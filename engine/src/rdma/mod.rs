@@ -28,10 +28,10 @@ pub mod tagged;
 mod tagged_tests;
 
 pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, RdmaHandle};
-pub use node::{AddQpError, NodeCounters, RdmaNode, RxOutcome, Tx};
+pub use node::{AddQpError, CcCounters, NodeCounters, RdmaNode, RxOutcome, Tx};
 pub use placed::{PlaceError, Placed};
 pub use rings::{Cq, Qp, QueueFull};
-pub use stage::RdmaStage;
+pub use stage::{Ingress, IngressReport, RdmaStage};
 pub use tagged::{
     TagCommand, TagCommandError, TagConfig, TagCounters, TagEntry, TagEvent, TagEventKind, TagPort,
     TagShard,

@@ -274,8 +274,23 @@ pub struct RdmaNode {
     /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
     /// for a packet no queue pair here takes, to count it as `wrong_core`.
     homed_elsewhere: Vec<u32>,
+    /// The depth of a bottleneck in front of this engine's receive path, when one tells it
+    /// (the CETH of `cc = ack` reports it).
+    ingress_queue: Option<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
+}
+
+/// Congestion-control counters summed over an engine's queue pairs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CcCounters {
+    pub ce_received: u64,
+    pub becn_acks_sent: u64,
+    pub becn_acks_received: u64,
+    pub cnps_sent: u64,
+    pub cnps_received: u64,
+    /// Times a request waited for the pacer.
+    pub paced: u64,
 }
 
 impl RdmaNode {
@@ -301,6 +316,7 @@ impl RdmaNode {
             persist_inline: false,
             tags: None,
             homed_elsewhere: Vec::new(),
+            ingress_queue: None,
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
@@ -428,6 +444,26 @@ impl RdmaNode {
             .sum()
     }
 
+    /// Congestion-control counters over all queue pairs.
+    pub fn cc_counters(&self) -> CcCounters {
+        let mut c = CcCounters::default();
+        for e in &self.qps.entries {
+            let s = e.qp.stats();
+            c.ce_received += s.ce_received;
+            c.becn_acks_sent += s.becn_acks_sent;
+            c.becn_acks_received += s.becn_acks_received;
+            c.cnps_sent += s.cnps_sent;
+            c.cnps_received += s.cnps_received;
+            c.paced += e.qp.requester().cc().stats.paced;
+        }
+        c
+    }
+
+    /// The depth in bytes of the bottleneck in front of this engine's receive path, now.
+    pub fn set_ingress_queue(&mut self, bytes: Option<u32>) {
+        self.ingress_queue = bytes;
+    }
+
     /// Retransmitted packets found not to have been needed, over all queue pairs.
     pub fn spurious_retransmissions(&self) -> u64 {
         self.qps
@@ -547,6 +583,9 @@ impl RdmaNode {
                 Inadmissible::Source => &mut c.wrong_source,
             } += 1;
             return RxOutcome::Dropped;
+        }
+        if self.ingress_queue.is_some() {
+            e.qp.note_ingress_queue(self.ingress_queue);
         }
         match &mut self.tags {
             Some(tags) => {

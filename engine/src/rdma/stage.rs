@@ -14,16 +14,18 @@
 //! not run (descheduled by the kernel, or stuck in a long iteration) counts for little, so that
 //! the transport's retransmission timers measure the peer's silence, not the worker's own.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::host::ControlPort;
 use super::{RdmaNode, RxOutcome};
-use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
+use crate::cc::bottleneck::{Bottleneck, BottleneckCounters, Trace};
+use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outputs, Stage};
+use crate::wire::{self, Ecn};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 32] = [
+const COUNTER_NAMES: [&str; 38] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -55,14 +57,80 @@ const COUNTER_NAMES: [&str; 32] = [
     "tag_wrong_engine",
     "tag_events_lost",
     "spurious_retransmissions",
-    // The stage's own.
+    // Congestion control, over the queue pairs.
+    "ce_received",
+    "becn_acks_sent",
+    "cnps_sent",
+    "cnps_received",
+    // The stage's own: the bottleneck in front of an engine, if any, then the clock and
+    // the pool.
+    "bottleneck_marked",
+    "bottleneck_dropped",
     "stalls",
     "alloc_failures",
 ];
 
-/// Slots of the stage's own counters: the last two.
+/// Slots of the stage's own counters: the last four.
+const MARKED: usize = COUNTER_NAMES.len() - 4;
+const DROPPED: usize = COUNTER_NAMES.len() - 3;
 const STALLS: usize = COUNTER_NAMES.len() - 2;
 const ALLOC_FAILURES: usize = COUNTER_NAMES.len() - 1;
+
+/// A bottleneck in front of one engine's receive path ([`crate::cc::bottleneck`]): every
+/// frame that input receives waits in it, is served at its rate, may be marked CE or dropped,
+/// and reaches the engine after its delay. The engine is told the queue's depth.
+pub struct Ingress {
+    /// The input (and engine) it sits in front of.
+    pub input: usize,
+    pub bottleneck: Bottleneck<Mbuf>,
+    /// The trace's flow of each queue pair: `flows[i]` is the QPN (the BTH's destination QP
+    /// as the engine receives it) of flow `i`.
+    pub flows: Vec<u32>,
+    /// Where the stage leaves what the bottleneck measured when it stops.
+    pub report: Arc<Mutex<Option<IngressReport>>>,
+}
+
+/// What a bottleneck measured over a run.
+#[derive(Debug, Clone)]
+pub struct IngressReport {
+    pub counters: BottleneckCounters,
+    pub queue_p50_bytes: u64,
+    pub queue_p99_bytes: u64,
+    pub queue_max_bytes: u64,
+    pub trace: Option<Trace>,
+}
+
+/// The flow of a frame: the index of its destination QP in `flows`, or `flows.len()`.
+fn flow_of(frame: &[u8], flows: &[u32]) -> usize {
+    const DEST_QP: usize = wire::roce::BASE_HEADER_LEN - 12 + 5;
+    let Some(q) = frame.get(DEST_QP..DEST_QP + 3) else {
+        return flows.len();
+    };
+    let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
+    flows.iter().position(|&f| f == qpn).unwrap_or(flows.len())
+}
+
+/// Whether an IPv4 frame is ECN-capable (ECT(0), ECT(1) or already CE).
+fn ect(frame: &[u8]) -> bool {
+    frame.len() > 15 && frame[12..14] == [0x08, 0x00] && frame[15] & 3 != 0
+}
+
+/// Marks an IPv4 frame CE and mends its header checksum (RFC 1624), as a switch does; the
+/// ICRC does not cover either.
+fn mark_ce(frame: &mut [u8]) {
+    if frame.len() < 34 {
+        return;
+    }
+    let old = u16::from_be_bytes([frame[14], frame[15]]);
+    frame[15] |= Ecn::Ce.bits();
+    let new = u16::from_be_bytes([frame[14], frame[15]]);
+    let sum = u16::from_be_bytes([frame[24], frame[25]]);
+    // HC' = ~(~HC + ~m + m')
+    let mut acc = u32::from(!sum) + u32::from(!old) + u32::from(new);
+    acc = (acc & 0xffff) + (acc >> 16);
+    acc = (acc & 0xffff) + (acc >> 16);
+    frame[24..26].copy_from_slice(&(!(acc as u16)).to_be_bytes());
+}
 
 /// The most one step of the [`WorkerClock`] counts: longer than a busy loop iteration takes
 /// (up to about 50 µs with bursts of 4 KiB frames on this machine), far shorter than a worker
@@ -126,6 +194,7 @@ struct Engine {
 /// One or more RDMA engines on one worker. Engine *i* receives what input *i* receives.
 pub struct RdmaStage {
     engines: Vec<Engine>,
+    ingress: Option<Ingress>,
     /// Fresh mbufs for transmission, allocated in bulk (one mempool call per 32 frames).
     /// Declared before `pool` so that it is freed first.
     fresh: Burst,
@@ -147,6 +216,7 @@ impl RdmaStage {
                 control,
                 output,
             }],
+            ingress: None,
             fresh: Burst::new(),
             pool,
             polls: 0,
@@ -166,6 +236,34 @@ impl RdmaStage {
             output,
         });
         self
+    }
+
+    /// Puts a bottleneck in front of input `ingress.input`.
+    pub fn with_ingress(mut self, ingress: Ingress) -> Self {
+        self.ingress = Some(ingress);
+        self
+    }
+
+    /// Hands the frames the bottleneck releases by `now` to their engine.
+    fn release(&mut self, now: u64) {
+        let Some(ing) = &mut self.ingress else {
+            return;
+        };
+        let Some(e) = self.engines.get_mut(ing.input) else {
+            return;
+        };
+        let node = &mut e.node;
+        ing.bottleneck.poll(now, |mut m, marked| {
+            if marked {
+                mark_ce(m.data_mut());
+            }
+            // ARP goes through as well; a reply to it is not sent from here (the peer
+            // resolved the address before the flows started).
+            node.receive(now, m.data());
+        });
+        node.set_ingress_queue(Some(
+            ing.bottleneck.queue_bytes().min(u64::from(u32::MAX - 1)) as u32,
+        ));
     }
 
     /// The worker time: nanoseconds since the stage started (TSC ticks times a 32.32
@@ -217,6 +315,24 @@ impl RdmaStage {
             }
         }
         c.stage[..sum.len()].copy_from_slice(&sum);
+        let mut cc = [0u64; 4];
+        for e in &self.engines {
+            let n = e.node.cc_counters();
+            for (s, v) in cc.iter_mut().zip([
+                n.ce_received,
+                n.becn_acks_sent,
+                n.cnps_sent,
+                n.cnps_received,
+            ]) {
+                *s += v;
+            }
+        }
+        c.stage[sum.len()..sum.len() + 4].copy_from_slice(&cc);
+        if let Some(ing) = &self.ingress {
+            let b = ing.bottleneck.counters();
+            c.stage[MARKED] = b.marked;
+            c.stage[DROPPED] = b.dropped;
+        }
         c.stage[STALLS] = self.clock.stalls;
         c.stage[ALLOC_FAILURES] = self.alloc_failures;
     }
@@ -233,6 +349,17 @@ impl Stage for RdmaStage {
 
     fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
+        if let Some(ing) = &mut self.ingress
+            && ing.input == input
+        {
+            for m in burst.drain() {
+                let (len, ect, flow) = (m.len() as u32, ect(m.data()), flow_of(m.data(), &ing.flows));
+                // A frame the buffer has no room for is freed here: dropped at the tail.
+                let _ = ing.bottleneck.offer(now, m, len, ect, flow);
+            }
+            self.release(now);
+            return;
+        }
         let Some(e) = self.engines.get_mut(input) else {
             return;
         };
@@ -256,6 +383,7 @@ impl Stage for RdmaStage {
 
     fn on_poll(&mut self, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
+        self.release(now);
         for e in &mut self.engines {
             for (id, request) in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
                 if let Some(reply) = e.node.control(id, request) {
@@ -298,6 +426,21 @@ impl Stage for RdmaStage {
 
     fn on_stop(&mut self, c: &mut Counters) {
         self.publish(c);
+        if let Some(ing) = &mut self.ingress {
+            let b = &ing.bottleneck;
+            let report = IngressReport {
+                counters: b.counters(),
+                queue_p50_bytes: b.queue_percentile(50.0),
+                queue_p99_bytes: b.queue_percentile(99.0),
+                queue_max_bytes: b.counters().max_queue_bytes,
+                trace: b.trace().cloned(),
+            };
+            if let Ok(mut slot) = ing.report.lock() {
+                *slot = Some(report);
+            }
+            // Free what is still held while the pool is alive.
+            ing.bottleneck.poll(u64::MAX, |m, _| drop(m));
+        }
     }
 }
 

@@ -10,10 +10,10 @@ use serde::Serialize;
 use super::fault::FaultCounts;
 
 /// How many stage-defined counters a worker has room for.
-pub const STAGE_COUNTERS: usize = 32;
+pub const STAGE_COUNTERS: usize = 40;
 
 /// A worker's counters, as it keeps them while running.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
     pub rx_packets: u64,
     pub rx_bytes: u64,
@@ -30,9 +30,24 @@ pub struct Counters {
     pub faults: FaultCounts,
 }
 
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            rx_packets: 0,
+            rx_bytes: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
+            drops: 0,
+            empty_polls: 0,
+            loops: 0,
+            stage: [0; STAGE_COUNTERS],
+            faults: FaultCounts::default(),
+        }
+    }
+}
+
 /// The published copy of a worker's [`Counters`].
 #[repr(align(128))]
-#[derive(Default)]
 pub struct SharedCounters {
     rx_packets: AtomicU64,
     rx_bytes: AtomicU64,
@@ -43,6 +58,22 @@ pub struct SharedCounters {
     loops: AtomicU64,
     stage: [AtomicU64; STAGE_COUNTERS],
     faults: [AtomicU64; 4],
+}
+
+impl Default for SharedCounters {
+    fn default() -> Self {
+        SharedCounters {
+            rx_packets: AtomicU64::new(0),
+            rx_bytes: AtomicU64::new(0),
+            tx_packets: AtomicU64::new(0),
+            tx_bytes: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
+            empty_polls: AtomicU64::new(0),
+            loops: AtomicU64::new(0),
+            stage: std::array::from_fn(|_| AtomicU64::new(0)),
+            faults: Default::default(),
+        }
+    }
 }
 
 impl SharedCounters {
