@@ -1,5 +1,5 @@
 //! What a congestion run measured: the figures of one congestion-control scheme's run,
-//! computed from the time series the bench recorded.
+//! computed from the time series the bench recorded, and the series themselves as CSV.
 //!
 //! A [`Run`] is binned: bin *b* covers `[b·bin_ns, (b+1)·bin_ns)`, and every instant a figure
 //! names is a bin end, so a figure is exact to one bin. The definitions below are the contract
@@ -48,7 +48,10 @@
 //! without a schedule entry is active for the whole run, and a run without bins or a bin width
 //! has empty series. A figure that cannot be computed is `None` (null in the JSON), never NaN.
 
+use std::fmt;
+use std::io::{self, BufWriter, Write};
 use std::ops::Range;
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -470,6 +473,63 @@ fn us(ns: u64) -> f64 {
     ns as f64 / NS_PER_US
 }
 
+/// The runs' series as CSV: `cc,time_us,aggregate_gbps,queue_bytes,marks,drops,flow_0_gbps,…`
+/// with as many flow columns as the run with the most flows has (empty where a run has fewer),
+/// one row per bin per run. Time is the bin's end; rates are [`rate_series`]; the queue is
+/// the bin's largest.
+pub fn write_csv(path: &Path, runs: &[Run]) -> io::Result<()> {
+    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    write_csv_to(&mut out, runs)?;
+    out.flush()
+}
+
+fn write_csv_to(out: &mut impl Write, runs: &[Run]) -> io::Result<()> {
+    let columns = runs.iter().map(|r| r.flows).max().unwrap_or(0);
+    write!(out, "cc,time_us,aggregate_gbps,queue_bytes,marks,drops")?;
+    for f in 0..columns {
+        write!(out, ",flow_{f}_gbps")?;
+    }
+    writeln!(out)?;
+    for run in runs {
+        let everyone: Vec<usize> = (0..run.flows).collect();
+        let aggregate = rate_series(run, &everyone);
+        let per_flow: Vec<Vec<f64>> = everyone.iter().map(|&f| rate_series(run, &[f])).collect();
+        let cc = CsvField(&run.cc);
+        for (b, &bps) in aggregate.iter().enumerate() {
+            let queue = run.queue_max.get(b).copied().unwrap_or(0);
+            let marks = run.marks.get(b).copied().unwrap_or(0);
+            let drops = run.drops.get(b).copied().unwrap_or(0);
+            write!(
+                out,
+                "{cc},{},{},{queue},{marks},{drops}",
+                us(run.bin_end_ns(b)),
+                bps / NS_PER_S
+            )?;
+            for f in 0..columns {
+                match per_flow.get(f) {
+                    Some(rates) => write!(out, ",{}", rates[b] / NS_PER_S)?,
+                    None => write!(out, ",")?,
+                }
+            }
+            writeln!(out)?;
+        }
+    }
+    Ok(())
+}
+
+/// A CSV field, quoted when it holds a separator, a quote or a line break.
+struct CsvField<'a>(&'a str);
+
+impl fmt::Display for CsvField<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.contains([',', '"', '\n', '\r']) {
+            write!(f, "\"{}\"", self.0.replace('"', "\"\""))
+        } else {
+            f.write_str(self.0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -888,5 +948,113 @@ mod tests {
         };
         assert_eq!(partial.bins(), 2);
         assert_eq!(rate_series(&partial, &[0, 1]), [32e9, 16e9]);
+    }
+
+    fn csv_text(runs: &[Run]) -> String {
+        let mut out = Vec::new();
+        write_csv_to(&mut out, runs).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A three-flow run of two bins, each flow sending 1000, 2000, 3000 B per bin.
+    fn three_flows() -> Run {
+        Run {
+            cc: "ack".into(),
+            bin_ns: 2 * BIN_NS,
+            flows: 3,
+            arrived: vec![1000, 2000, 3000, 1000, 2000, 3000],
+            departed: vec![6000, 6000],
+            queue_max: vec![100, 200],
+            marks: vec![1, 2],
+            drops: vec![3, 4],
+            rate_window_ns: 2_000,
+            ..Run::default()
+        }
+    }
+
+    #[test]
+    fn csv_has_the_header_and_one_row_per_bin_per_run() {
+        let csv = csv_text(&[two_flows(), three_flows()]);
+        let mut lines = csv.lines();
+        assert_eq!(
+            lines.next(),
+            Some(
+                "cc,time_us,aggregate_gbps,queue_bytes,marks,drops,flow_0_gbps,flow_1_gbps,flow_2_gbps"
+            )
+        );
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 20 + 2);
+        assert!(rows.iter().all(|r| r.len() == 9));
+        assert_eq!(rows.iter().filter(|r| r[0] == "dcqcn").count(), 20);
+        assert_eq!(rows.iter().filter(|r| r[0] == "ack").count(), 2);
+    }
+
+    #[test]
+    fn csv_parses_back_to_the_numbers() {
+        let runs = [two_flows(), three_flows()];
+        let csv = csv_text(&runs);
+        let rows: Vec<Vec<String>> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').map(str::to_owned).collect())
+            .collect();
+        let number = |s: &str| s.parse::<f64>().unwrap();
+
+        // The two-flow run, bin 10: 11 µs, 6.4 Gbit/s (3.2 each), 3600 B queued; its third
+        // flow column is empty.
+        let row = &rows[10];
+        assert_eq!(row[0], "dcqcn");
+        let numbers: Vec<f64> = row[1..8].iter().map(|s| number(s)).collect();
+        assert_eq!(numbers, [11.0, 6.4, 3600.0, 0.0, 0.0, 3.2, 3.2]);
+        assert_eq!(row[8], "");
+        // Every row of it agrees with the series.
+        let aggregate = rate_series(&runs[0], &[0, 1]);
+        for (b, row) in rows[..20].iter().enumerate() {
+            assert_eq!(number(&row[1]), (b + 1) as f64);
+            assert_eq!(number(&row[2]), aggregate[b] / 1e9);
+            assert_eq!(number(&row[3]), f64::from(runs[0].queue_max[b]));
+        }
+
+        // The three-flow run (2 µs bins, a 2 µs window), bin 1: 4, 8 and 12 Gbit/s.
+        let row = &rows[21];
+        assert_eq!(row[0], "ack");
+        let numbers: Vec<f64> = row[1..].iter().map(|s| number(s)).collect();
+        assert_eq!(numbers, [4.0, 24.0, 200.0, 2.0, 4.0, 4.0, 8.0, 12.0]);
+    }
+
+    #[test]
+    fn csv_quotes_a_label_with_a_comma_or_quote() {
+        let run = Run {
+            cc: "dcqcn, \"tuned\"".into(),
+            ..one_flow(&[1000], 1_000)
+        };
+        let csv = csv_text(&[run]);
+        assert_eq!(
+            csv.lines().nth(1),
+            Some("\"dcqcn, \"\"tuned\"\"\",1,8,0,0,0,8")
+        );
+    }
+
+    #[test]
+    fn csv_of_no_runs_is_the_header_alone() {
+        assert_eq!(
+            csv_text(&[]),
+            "cc,time_us,aggregate_gbps,queue_bytes,marks,drops\n"
+        );
+    }
+
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("portico-report-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn write_csv_writes_the_file_and_reports_a_bad_path() {
+        let path = temp_path("series.csv");
+        write_csv(&path, &[two_flows()]).unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(written, csv_text(&[two_flows()]));
+        let missing = temp_path("no-such-dir").join("series.csv");
+        assert!(write_csv(&missing, &[two_flows()]).is_err());
     }
 }
