@@ -1,5 +1,6 @@
 //! What a congestion run measured: the figures of one congestion-control scheme's run,
-//! computed from the time series the bench recorded, and the series themselves as CSV.
+//! computed from the time series the bench recorded, and the series themselves as CSV and as
+//! an SVG plot with the schemes side by side.
 //!
 //! A [`Run`] is binned: bin *b* covers `[b·bin_ns, (b+1)·bin_ns)`, and every instant a figure
 //! names is a bin end, so a figure is exact to one bin. The definitions below are the contract
@@ -53,6 +54,9 @@ use std::io::{self, BufWriter, Write};
 use std::ops::Range;
 use std::path::Path;
 
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
 use serde::Serialize;
 
 /// Messages of at most this many bytes count as small in the FCT split.
@@ -528,6 +532,278 @@ impl fmt::Display for CsvField<'_> {
             f.write_str(self.0)
         }
     }
+}
+
+/// Width of one run's column in the SVG, pixels.
+const SVG_COLUMN_WIDTH: u32 = 500;
+const SVG_HEIGHT: u32 = 800;
+
+/// The runs side by side as an SVG: one column per run, captioned with its `cc`; on top the
+/// per-flow send rates, the aggregate (thick, black) and the bottleneck rate (dashed); below,
+/// the queue with Kmin and Kmax (dashed). Gray verticals are the flows' joins and leaves. Every
+/// column has the same axes, so the schemes compare at a glance.
+pub fn write_svg(path: &Path, runs: &[Run], title: &str) -> io::Result<()> {
+    std::fs::write(path, render_svg(runs, title)?)
+}
+
+fn render_svg(runs: &[Run], title: &str) -> io::Result<String> {
+    let width = SVG_COLUMN_WIDTH * u32::try_from(runs.len().max(3)).unwrap_or(u32::MAX / 1000);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, SVG_HEIGHT)).into_drawing_area();
+        draw(&root, runs, title).map_err(drawing_error)?;
+        root.present().map_err(drawing_error)?;
+    }
+    Ok(svg)
+}
+
+/// The backend writes into a string, so a drawing error is not one of the file's.
+fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> io::Error {
+    io::Error::other(format!("drawing the plot: {e}"))
+}
+
+/// What a column plots, in the plot's units (µs, Gbit/s, KB).
+struct Plotted {
+    times_us: Vec<f64>,
+    aggregate_gbps: Vec<f64>,
+    flows_gbps: Vec<Vec<f64>>,
+    queue_kb: Vec<f64>,
+    /// Joins and leaves within the recording.
+    events_us: Vec<f64>,
+}
+
+impl Plotted {
+    fn of(run: &Run) -> Plotted {
+        let gbps = |rates: Vec<f64>| rates.into_iter().map(|bps| bps / NS_PER_S).collect();
+        let end = run.end_ns();
+        let mut events_us: Vec<f64> = (0..run.flows)
+            .flat_map(|f| {
+                let (join, leave) = run.interval(f);
+                [join, leave]
+            })
+            .filter(|&t| t > 0 && t < end)
+            .map(us)
+            .collect();
+        events_us.sort_by(f64::total_cmp);
+        events_us.dedup();
+        Plotted {
+            times_us: (0..run.bins()).map(|b| us(run.bin_end_ns(b))).collect(),
+            aggregate_gbps: gbps(rate_series(run, &(0..run.flows).collect::<Vec<_>>())),
+            flows_gbps: (0..run.flows)
+                .map(|f| gbps(rate_series(run, &[f])))
+                .collect(),
+            queue_kb: (0..run.bins())
+                .map(|b| kb(u64::from(run.queue_max.get(b).copied().unwrap_or(0))))
+                .collect(),
+            events_us,
+        }
+    }
+
+    /// The points of a series, starting from (0, 0): nothing was sent and nothing queued
+    /// before the run.
+    fn line<'a>(&'a self, values: &'a [f64]) -> impl Iterator<Item = (f64, f64)> + Clone + 'a {
+        std::iter::once((0.0, 0.0)).chain(self.times_us.iter().copied().zip(values.iter().copied()))
+    }
+}
+
+fn kb(bytes: u64) -> f64 {
+    bytes as f64 / 1e3
+}
+
+/// The largest of `values` with headroom above it, so lines do not run along the plot's top
+/// (1 when there is nothing above zero, so the axis still has a range).
+fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
+    let top = values.filter(|v| v.is_finite()).fold(0.0, f64::max);
+    if top > 0.0 { top * 1.1 } else { 1.0 }
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type DrawResult = Result<(), DrawingAreaErrorKind<io::Error>>;
+
+/// Font sizes as given to plotters (its SVG backend draws text at about 0.8 of them).
+const TITLE_FONT: u32 = 26;
+const CAPTION_FONT: u32 = 24;
+const LABEL_FONT: u32 = 16;
+
+/// The flows' line colors, in turn: saturated and far apart, so thin lines stay readable and
+/// distinct from the black aggregate and the red bottleneck.
+const FLOW_COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(23, 190, 207),
+];
+
+fn draw(root: &Area<'_>, runs: &[Run], title: &str) -> DrawResult {
+    root.fill(&WHITE)?;
+    let body = root.titled(title, ("sans-serif", TITLE_FONT))?;
+    if runs.is_empty() {
+        body.draw(&Text::new("no runs", (20, 20), ("sans-serif", LABEL_FONT)))?;
+        return Ok(());
+    }
+    let plotted: Vec<Plotted> = runs.iter().map(Plotted::of).collect();
+    // Time runs to the end of the longest recording, with no headroom: nothing is after it.
+    let x_max = runs.iter().map(|r| us(r.end_ns())).fold(0.0, f64::max);
+    let x_max = if x_max > 0.0 { x_max } else { 1.0 };
+    let rate_max = axis_top(
+        runs.iter()
+            .map(|r| r.bottleneck_bps as f64 / NS_PER_S)
+            .chain(plotted.iter().flat_map(|p| {
+                p.aggregate_gbps
+                    .iter()
+                    .chain(p.flows_gbps.iter().flatten())
+                    .copied()
+            })),
+    );
+    let queue_max = axis_top(
+        runs.iter()
+            .map(|r| kb(r.kmax_bytes))
+            .chain(plotted.iter().flat_map(|p| p.queue_kb.iter().copied())),
+    );
+    // The legend goes where it names every flow: on the first run with the most flows.
+    let most_flows = runs.iter().map(|r| r.flows).max().unwrap_or(0);
+    let legend_column = runs.iter().position(|r| r.flows == most_flows);
+    let cells = body.split_evenly((2, runs.len()));
+    let (rates, queues) = cells.split_at(runs.len());
+    for (i, (run, p)) in runs.iter().zip(&plotted).enumerate() {
+        let legend = legend_column == Some(i);
+        draw_rates(&rates[i], run, p, (0.0..x_max, 0.0..rate_max), legend)?;
+        draw_queue(&queues[i], run, p, (0.0..x_max, 0.0..queue_max))?;
+    }
+    Ok(())
+}
+
+/// A chart with its axes, its grid and the flows' joins and leaves (gray verticals).
+fn chart<'a>(
+    area: &Area<'a>,
+    caption: Option<&str>,
+    p: &Plotted,
+    (x, y): (Range<f64>, Range<f64>),
+    y_desc: &str,
+) -> Result<Chart<'a>, DrawingAreaErrorKind<io::Error>> {
+    let mut builder = ChartBuilder::on(area);
+    if let Some(caption) = caption {
+        builder.caption(caption, ("sans-serif", CAPTION_FONT));
+    }
+    let top = y.end;
+    let mut chart = builder
+        .margin(12)
+        // Room for the last time label, centred on the right edge.
+        .margin_right(30)
+        .x_label_area_size(50)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x, y)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (µs)")
+        .y_desc(y_desc)
+        .x_labels(6)
+        .x_label_formatter(&|us| format!("{us:.0}"))
+        .y_labels(6)
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .label_style(("sans-serif", LABEL_FONT))
+        .axis_desc_style(("sans-serif", LABEL_FONT))
+        .draw()?;
+    for &t in &p.events_us {
+        chart.draw_series(LineSeries::new(
+            [(t, 0.0), (t, top)],
+            RGBColor(170, 170, 170).stroke_width(1),
+        ))?;
+    }
+    Ok(chart)
+}
+
+/// A legend entry: a short stroke in the series' style.
+fn legend_stroke(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style)
+}
+
+fn draw_rates(
+    area: &Area<'_>,
+    run: &Run,
+    p: &Plotted,
+    axes: (Range<f64>, Range<f64>),
+    legend: bool,
+) -> DrawResult {
+    let x = axes.0.clone();
+    let mut chart = chart(area, Some(&run.cc), p, axes, "send rate (Gbit/s)")?;
+    for (f, rates) in p.flows_gbps.iter().enumerate() {
+        let style = FLOW_COLORS[f % FLOW_COLORS.len()].stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(p.line(rates), style))?
+            .label(format!("flow {f}"))
+            .legend(legend_stroke(style));
+    }
+    let style = BLACK.stroke_width(3);
+    chart
+        .draw_series(LineSeries::new(p.line(&p.aggregate_gbps), style))?
+        .label("aggregate")
+        .legend(legend_stroke(style));
+    let bottleneck = run.bottleneck_bps as f64 / NS_PER_S;
+    let style = RED.stroke_width(2);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(x.start, bottleneck), (x.end, bottleneck)],
+            8,
+            5,
+            style,
+        ))?
+        .label("bottleneck")
+        .legend(legend_stroke(style));
+    // One legend is enough: every column draws its series in the same colors.
+    if legend {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", LABEL_FONT))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    Ok(())
+}
+
+fn draw_queue(
+    area: &Area<'_>,
+    run: &Run,
+    p: &Plotted,
+    axes: (Range<f64>, Range<f64>),
+) -> DrawResult {
+    let x = axes.0.clone();
+    let mut chart = chart(area, None, p, axes, "queue (KB)")?;
+    chart.draw_series(LineSeries::new(
+        p.line(&p.queue_kb),
+        RGBColor(40, 40, 120).stroke_width(2),
+    ))?;
+    let thresholds = [
+        ("Kmin", run.kmin_bytes, RGBColor(230, 140, 0)),
+        ("Kmax", run.kmax_bytes, RED),
+    ];
+    for (name, bytes, color) in thresholds {
+        let level = kb(bytes);
+        chart.draw_series(DashedLineSeries::new(
+            [(x.start, level), (x.end, level)],
+            8,
+            5,
+            color.stroke_width(2),
+        ))?;
+        // The name just above the line, at its left end.
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((x.start, level))
+                + Text::new(
+                    name,
+                    (6, -20),
+                    ("sans-serif", LABEL_FONT).into_font().color(&color),
+                ),
+        ))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1056,5 +1332,60 @@ mod tests {
         assert_eq!(written, csv_text(&[two_flows()]));
         let missing = temp_path("no-such-dir").join("series.csv");
         assert!(write_csv(&missing, &[two_flows()]).is_err());
+    }
+
+    /// The contents of the SVG's text elements, trimmed.
+    fn svg_texts(svg: &str) -> Vec<&str> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|element| {
+                let (_, rest) = element.split_once('>')?;
+                let (text, _) = rest.split_once("</text>")?;
+                Some(text.trim())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn svg_has_a_column_per_run_with_its_label() {
+        let mut runs = vec![two_flows(), two_flows(), three_flows()];
+        runs[0].cc = "none".into();
+        let path = temp_path("plot.svg");
+        write_svg(&path, &runs, "congestion: 2 flows").unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+        assert!(svg.trim_end().ends_with("</svg>"));
+        let texts = svg_texts(&svg);
+        for label in [
+            "none",
+            "dcqcn",
+            "ack",
+            "congestion: 2 flows",
+            "time (µs)",
+            "queue (KB)",
+        ] {
+            assert!(texts.contains(&label), "no {label} in {texts:?}");
+        }
+        // One legend, in the column of the three-flow run; the Kmin and Kmax names on each of
+        // the three queue charts.
+        assert_eq!(texts.iter().filter(|&&t| t == "aggregate").count(), 1);
+        assert!(texts.contains(&"flow 2"));
+        assert_eq!(texts.iter().filter(|&&t| t == "Kmin").count(), 3);
+    }
+
+    #[test]
+    fn svg_of_odd_runs_is_still_written() {
+        for runs in [
+            vec![],
+            vec![Run::default()],
+            vec![Run::default(), two_flows()],
+        ] {
+            let svg = render_svg(&runs, "<odd> & empty").unwrap();
+            assert!(svg.starts_with("<svg"));
+            assert!(svg_texts(&svg).contains(&"&lt;odd&gt; &amp; empty"));
+        }
+        let missing = temp_path("no-such-dir").join("plot.svg");
+        assert!(write_svg(&missing, &[two_flows()], "t").is_err());
     }
 }
