@@ -20,6 +20,9 @@
 //! - **`reaction_us`**: from `congested_from` to the first bin end at or after it at which the
 //!   aggregate send rate is at or below the bottleneck rate. From then on the queue no longer
 //!   grows: that is what reacting means for the link, whatever the scheme did to get there.
+//!   A flow leaving lowers the aggregate too, so a scheme that never reacts (`none`) reads as
+//!   the time to the first leave after `congested_from`, not as None: read it with the
+//!   schedule (the instants are in the figures and in the plot).
 //! - **`competing_left`**: the last flow to leave is the one (or the ones) with the latest
 //!   leave time; `competing_left` is the latest leave time among the others, the end of the
 //!   competition. None with fewer than two flows, or when all leave together.
