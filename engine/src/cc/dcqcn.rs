@@ -37,7 +37,7 @@ pub struct DcqcnParams {
     pub min_rate_bps: u64,
     /// The increase timer.
     pub rate_increase_ns: u64,
-    /// The increase byte counter.
+    /// The increase byte counter; 0: none, the stages count timer expiries only (B = T).
     pub byte_counter: u64,
     /// F: rounds of fast recovery.
     pub fast_recovery: u32,
@@ -54,8 +54,9 @@ impl DcqcnParams {
     /// g = 1/256, R_AI 5 Mbit/s and R_HAI 50 Mbit/s per 25 Gbit/s, one round of fast
     /// recovery), with NVIDIA's firmware defaults where the simulator has none (initial α
     /// 1023/1024, at most a halving per cut, 1 Mbit/s minimum rate). The CNP interval equals
-    /// the cut period: a CNP more often than the sender may act on it is wasted. The byte
-    /// counter is the DCQCN paper's 10 MB.
+    /// the cut period: a CNP more often than the sender may act on it is wasted. The stages
+    /// count timer expiries only (no byte counter): the paper's 10 MB counter would not expire
+    /// once in the few milliseconds a flow spends below its line rate here.
     pub const fn vendor() -> DcqcnParams {
         DcqcnParams {
             cnp_interval_ns: 4_000,
@@ -66,7 +67,7 @@ impl DcqcnParams {
             min_dec_permille: 500,
             min_rate_bps: 1_000_000,
             rate_increase_ns: 300_000,
-            byte_counter: 10_000_000,
+            byte_counter: 0,
             fast_recovery: 1,
             rai_bps: 5_000_000,
             rhai_bps: 50_000_000,
@@ -98,13 +99,12 @@ impl DcqcnParams {
 
     /// The first field out of range, by name.
     pub fn validate(&self) -> Result<(), &'static str> {
-        let checks: [(&'static str, bool); 8] = [
+        let checks: [(&'static str, bool); 7] = [
             ("cnp_interval_us", self.cnp_interval_ns > 0),
             ("g", (1..=1024).contains(&self.g_1024)),
             ("alpha_init", self.alpha_init_1024 <= 1024),
             ("alpha_update_us", self.alpha_update_ns > 0),
             ("rate_increase_us", self.rate_increase_ns > 0),
-            ("byte_counter", self.byte_counter > 0),
             ("min_dec_permille", self.min_dec_permille <= 1000),
             ("step_line_bps", self.step_line_bps > 0),
         ];
@@ -256,7 +256,12 @@ impl Dcqcn {
     fn increase(&mut self) {
         self.increases += 1;
         let f = self.p.fast_recovery;
-        let (t, b) = (self.timer_count, self.byte_count);
+        let t = self.timer_count;
+        let b = if self.p.byte_counter == 0 {
+            t
+        } else {
+            self.byte_count
+        };
         if t.max(b) < f {
             // Fast recovery: halve the distance to the target.
         } else if t.min(b) > f {
@@ -275,7 +280,7 @@ impl Dcqcn {
 
     /// `bytes` were sent: the byte counter may expire (true when the rate changed).
     pub fn on_sent(&mut self, bytes: usize) -> bool {
-        if self.timer_at.is_none() {
+        if self.timer_at.is_none() || self.p.byte_counter == 0 {
             return false;
         }
         self.bytes += bytes as u64;

@@ -12,9 +12,10 @@
 //! its packets to the peer end's home queue (`wire::rss`), as on a NIC.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage, TagConfig, TagPort};
+use super::{Cq, Ingress, IngressReport, Qp, RdmaHandle, RdmaNode, RdmaStage, TagConfig, TagPort};
+use crate::cc::bottleneck::{Bottleneck, BottleneckConfig};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair_queues};
 use crate::runtime::{
     CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
@@ -71,6 +72,21 @@ pub struct LoopbackOpts {
     /// Ends homed on different indexes are a misconfiguration (their packets arrive at the
     /// wrong worker and are dropped as `wrong_core`); tests make one on purpose.
     pub homes: Vec<[usize; 2]>,
+    /// A bottleneck in front of engine B's receive path (both engines on one worker only):
+    /// every connection's A-to-B traffic shares it.
+    pub bottleneck: Option<BottleneckSpec>,
+}
+
+/// The bottleneck [`LoopbackOpts::bottleneck`] asks for.
+#[derive(Debug, Clone)]
+pub struct BottleneckSpec {
+    pub config: BottleneckConfig,
+    /// Frames it may hold at once (queue and delay line).
+    pub capacity: usize,
+    /// A per-bin trace: bin length (ns) and bins; the flows are the connections.
+    pub trace: Option<(u64, usize)>,
+    /// Filled with what it measured when the worker stops.
+    pub report: Arc<Mutex<Option<IngressReport>>>,
 }
 
 impl LoopbackOpts {
@@ -91,6 +107,7 @@ impl LoopbackOpts {
             tags: None,
             workers: Vec::new(),
             homes: Vec::new(),
+            bottleneck: None,
         }
     }
 
@@ -181,6 +198,28 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             ))
         })?;
     let connections = opts.connections.max(1);
+    let one_worker = !sharded && opts.cores[0] == opts.cores[1];
+    if opts.bottleneck.is_some() && !one_worker {
+        return Err(LoopbackError::Layout(
+            "a bottleneck needs both engines on one worker".into(),
+        ));
+    }
+    let mut ingress = match &opts.bottleneck {
+        Some(b) => {
+            let mut bn = Bottleneck::new(b.config, b.capacity)
+                .map_err(|e| LoopbackError::Layout(e.to_string()))?;
+            if let Some((bin_ns, bins)) = b.trace {
+                bn = bn.with_trace(bin_ns, bins, connections);
+            }
+            Some(Ingress {
+                input: 1,
+                bottleneck: bn,
+                flows: (0..connections).map(|i| qpns(i).1).collect(),
+                report: b.report.clone(),
+            })
+        }
+        None => None,
+    };
     let homes: Vec<[usize; 2]> = (0..connections)
         .map(|c| opts.homes.get(c).copied().unwrap_or([c % shards; 2]))
         .collect();
@@ -327,7 +366,11 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         {
             let (rx_a, tx_a) = queue(&ports[0], i as u16);
             let (rx_b, tx_b) = queue(&ports[1], i as u16);
-            let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
+            let mut stage =
+                RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
+            if let Some(ing) = ingress.take() {
+                stage = stage.with_ingress(ing);
+            }
             specs.push(WorkerSpec {
                 name: if sharded {
                     format!("{name}{i}")

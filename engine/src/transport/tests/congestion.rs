@@ -235,14 +235,15 @@ fn dcqcn_sends_at_most_one_cnp_per_interval_and_the_sender_cuts_and_recovers() {
     assert!(min_rate < LINE, "a CNP cut the rate");
     // No ACK ever carries congestion state under DCQCN.
     assert_eq!(sim.count(Side::B, |r| r.ceth.is_some()), 0);
-    // Once the CNPs stop, the increase timer raises the rate, slowly: with no traffic the
-    // byte counter stands still, so only additive steps of 2 Mbit/s every 300 µs (the vendor
-    // preset's 5 Mbit/s per 25 Gbit/s) follow the fast-recovery round.
+    // Once the CNPs stop, the increase timer (300 µs) raises the rate step by step: fast
+    // recovery, additive, then hyper increase, back to the line rate in milliseconds.
     let idle_rate = sim.a.qp.requester().cc().rate_bps().unwrap();
     let t = sim.now;
-    sim.run_until(30_000_000, |s| s.now >= t + 30_000_000);
+    sim.run_until(1_000_000, |s| s.now >= t + 1_000_000);
     let later = sim.a.qp.requester().cc().rate_bps().unwrap();
     assert!(later > idle_rate && later < LINE, "{idle_rate} -> {later}");
+    sim.run_until(100_000_000, |s| s.a.qp.requester().cc().rate_bps() == Some(LINE));
+    assert_eq!(sim.a.qp.requester().cc().rate_bps(), Some(LINE));
 }
 
 #[test]
