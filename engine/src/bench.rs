@@ -58,6 +58,9 @@ pub enum BenchOp {
     /// Header + data to a target's buffer list: the placement planner's one coalesced WRITE
     /// against two WRITEs and naive coalescing ([`placement`], run by [`placement::run`]).
     Placement,
+    /// N flows into one target through an ECN-marking bottleneck, under each congestion
+    /// control scheme ([`congestion`], run by [`congestion::run`]).
+    Congestion,
 }
 
 #[derive(Debug, Clone)]
@@ -445,9 +448,12 @@ fn usage(msg: String) -> AppError {
 /// Runs the benchmark until its duration is over or `stop` is set, and returns its summary
 /// (printed by the caller).
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
-    if matches!(opts.op, BenchOp::Tagged | BenchOp::Placement) {
+    if matches!(
+        opts.op,
+        BenchOp::Tagged | BenchOp::Placement | BenchOp::Congestion
+    ) {
         return Err(usage(
-            "bench tagged and bench placement have their own summaries: run them with bench::tagged::run and bench::placement::run".into(),
+            "bench tagged, placement and congestion have their own summaries: run them with bench::tagged::run, bench::placement::run and bench::congestion::run".into(),
         ));
     }
     if !opts.part.is_empty() {
@@ -611,7 +617,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         BenchOp::Read => 1,
         BenchOp::Send => 2,
         BenchOp::Mixed => k % 3,
-        BenchOp::Persist | BenchOp::Tagged | BenchOp::Placement => {
+        BenchOp::Persist | BenchOp::Tagged | BenchOp::Placement | BenchOp::Congestion => {
             unreachable!("`bench persist`, `tagged` and `placement` run in their own modules")
         }
     };

@@ -166,6 +166,48 @@ enum Command {
         /// MiB of memory under --no-huge.
         #[arg(long, default_value_t = 1024)]
         memory_mb: u32,
+        /// congestion: the schemes to run, one after the other (default none,dcqcn,ack).
+        #[arg(long = "cc", value_enum, value_delimiter = ',')]
+        cc: Vec<portico::cc::CcMode>,
+        /// congestion: flows (queue pairs) into the target (default 4).
+        #[arg(long)]
+        flows: Option<usize>,
+        /// congestion: the bottleneck's service rate (default 10).
+        #[arg(long)]
+        bottleneck_gbps: Option<f64>,
+        /// congestion: the senders' line rate, their rate while uncongested (default: the
+        /// bottleneck's).
+        #[arg(long)]
+        line_gbps: Option<f64>,
+        /// congestion: the round trip the bottleneck's delay line sets (default 20).
+        #[arg(long)]
+        rtt_us: Option<f64>,
+        /// congestion: ECN marking starts above this queue (default 4 KB per Gbit/s).
+        #[arg(long)]
+        kmin_kb: Option<f64>,
+        /// congestion: every packet is marked above this queue (default 16 KB per Gbit/s).
+        #[arg(long)]
+        kmax_kb: Option<f64>,
+        /// congestion: the marking probability at Kmax (default 0.2).
+        #[arg(long)]
+        pmax: Option<f64>,
+        /// congestion: the bottleneck's buffer; beyond it, drop-tail (default 4 x Kmax).
+        #[arg(long)]
+        buffer_kb: Option<f64>,
+        /// congestion: each flow's start-end in µs, comma-separated (default: flow 0
+        /// 0-16000, the others 1000-5000).
+        #[arg(long)]
+        schedule: Option<String>,
+        /// congestion: DCQCN's parameters, vendor (ConnectX-like, the default) or paper.
+        #[arg(long, value_enum)]
+        dcqcn: Option<portico::bench::congestion::DcqcnPreset>,
+        /// congestion: the moving-average window of the rates, µs (default RTT / 2).
+        #[arg(long)]
+        rate_window_us: Option<f64>,
+        /// congestion: the directory for congestion.csv and congestion.svg (default
+        /// ./congestion).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
         /// Extra EAL arguments.
         #[arg(last = true)]
         eal: Vec<String>,
@@ -383,7 +425,39 @@ fn run(cli: Cli) -> Result<(), AppError> {
             hugepages,
             memory_mb,
             eal,
+            cc,
+            flows,
+            bottleneck_gbps,
+            line_gbps,
+            rtt_us,
+            kmin_kb,
+            kmax_kb,
+            pmax,
+            buffer_kb,
+            schedule,
+            dcqcn,
+            rate_window_us,
+            out,
         } => {
+            let congestion = op == portico::bench::BenchOp::Congestion;
+            let given = !cc.is_empty()
+                || flows.is_some()
+                || bottleneck_gbps.is_some()
+                || line_gbps.is_some()
+                || rtt_us.is_some()
+                || kmin_kb.is_some()
+                || kmax_kb.is_some()
+                || pmax.is_some()
+                || buffer_kb.is_some()
+                || schedule.is_some()
+                || dcqcn.is_some()
+                || rate_window_us.is_some()
+                || out.is_some();
+            if given && !congestion {
+                return Err(AppError::Usage(
+                    "--cc, --flows, --bottleneck-gbps, --line-gbps, --rtt-us, --kmin-kb, --kmax-kb, --pmax, --buffer-kb, --schedule, --dcqcn, --rate-window-us, --out: only bench congestion takes them".into(),
+                ));
+            }
             let mtu = match mtu {
                 256 => Mtu::M256,
                 512 => Mtu::M512,
@@ -441,6 +515,35 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     "--cores, --connections: only bench write, read, send and mixed take them"
                         .into(),
                 ));
+            }
+            if congestion {
+                let d = portico::bench::congestion::CongestionArgs::default();
+                let args = portico::bench::congestion::CongestionArgs {
+                    schemes: if cc.is_empty() { d.schemes } else { cc },
+                    flows: flows.unwrap_or(d.flows),
+                    bottleneck_gbps: bottleneck_gbps.unwrap_or(d.bottleneck_gbps),
+                    line_gbps,
+                    rtt_us: rtt_us.unwrap_or(d.rtt_us),
+                    kmin_kb,
+                    kmax_kb,
+                    pmax: pmax.unwrap_or(d.pmax),
+                    buffer_kb,
+                    schedule,
+                    dcqcn: dcqcn.unwrap_or(d.dcqcn),
+                    out,
+                    rate_window_us,
+                    seed: d.seed,
+                };
+                let summary = portico::bench::congestion::run(&opts, &args, interrupt_flag())?;
+                portico::bench::congestion::print(&summary, json);
+                return if summary.errors > 0 {
+                    Err(AppError::CheckFailed(format!(
+                        "{} congestion-bench messages did not complete successfully",
+                        summary.errors
+                    )))
+                } else {
+                    Ok(())
+                };
             }
             if placement {
                 let summary = portico::bench::placement::run(&opts, interrupt_flag())?;

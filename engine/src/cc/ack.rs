@@ -44,7 +44,7 @@ impl Default for AckParams {
             window_ns: 20_000,
             light_permille: 62,
             moderate_permille: 250,
-            rate_permille: [1000, 500, 250, 125],
+            rate_permille: [1000, 250, 125, 62],
             queue_window: true,
         }
     }

@@ -185,6 +185,14 @@ impl RateControl {
         }
     }
 
+    /// How many full packets the pacer lets go in `ns` at its current rate (`None`: no
+    /// pacer).
+    pub fn packets_within(&self, ns: u64) -> Option<u32> {
+        let p = self.pacer.as_ref()?;
+        let bits = u128::from(p.rate_bps()) * u128::from(ns) / 1_000_000_000;
+        Some((bits / (u128::from(self.mtu_frame) * 8)).min(u128::from(u32::MAX)) as u32)
+    }
+
     /// Whether a request packet may go at `now`; if not, the pacer's ready time becomes a
     /// deadline ([`RateControl::next_deadline`]).
     pub fn may_send(&mut self, now: u64) -> bool {
@@ -450,6 +458,9 @@ mod tests {
         assert_eq!(due, 7010);
         assert!(!rc.on_timer(due - 1));
         assert!(rc.on_timer(due));
+        // At 1 Gbit/s, 1000-byte frames are 8 µs apart: 31 of them span a quarter of a
+        // 1 ms timeout.
+        assert_eq!(rc.packets_within(250_000), Some(31));
         // A clear ACK restores the line rate at once.
         rc.on_ack(20, false, None, None);
         assert_eq!(rc.rate_bps(), Some(8_000_000_000));

@@ -211,11 +211,14 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             if let Some((bin_ns, bins)) = b.trace {
                 bn = bn.with_trace(bin_ns, bins, connections);
             }
+            let bins = b.trace.map_or(0, |(_, bins)| bins);
             Some(Ingress {
                 input: 1,
                 bottleneck: bn,
                 flows: (0..connections).map(|i| qpns(i).1).collect(),
                 report: b.report.clone(),
+                senders: (0..connections).map(|i| qpns(i).0).collect(),
+                rates: vec![0; bins * connections],
             })
         }
         None => None,

@@ -88,6 +88,12 @@ pub struct Ingress {
     pub flows: Vec<u32>,
     /// Where the stage leaves what the bottleneck measured when it stops.
     pub report: Arc<Mutex<Option<IngressReport>>>,
+    /// The senders whose controller rates are sampled into `rates`: QPNs on engine 0, one
+    /// per flow (the flows' other ends).
+    pub senders: Vec<u32>,
+    /// Per bin of the trace and flow (`bin * flows + flow`): the rate the sender's congestion
+    /// controller set, last seen in the bin (0: not seen, or no controller). Preallocated.
+    pub rates: Vec<u64>,
 }
 
 /// What a bottleneck measured over a run.
@@ -98,6 +104,8 @@ pub struct IngressReport {
     pub queue_p99_bytes: u64,
     pub queue_max_bytes: u64,
     pub trace: Option<Trace>,
+    /// [`Ingress::rates`].
+    pub rates: Vec<u64>,
 }
 
 /// The flow of a frame: the index of its destination QP in `flows`, or `flows.len()`.
@@ -264,6 +272,20 @@ impl RdmaStage {
         node.set_ingress_queue(Some(
             ing.bottleneck.queue_bytes().min(u64::from(u32::MAX - 1)) as u32,
         ));
+        // The senders' controller rates, for the bench's figures.
+        if let (Some(t), Some(sender)) = (ing.bottleneck.trace(), self.engines.first()) {
+            let bin = (now / t.bin_ns) as usize;
+            let n = ing.senders.len();
+            if let Some(row) = ing.rates.get_mut(bin * n..(bin + 1) * n) {
+                for (r, &qpn) in row.iter_mut().zip(&ing.senders) {
+                    *r = sender
+                        .node
+                        .qp(qpn)
+                        .and_then(|q| q.requester().cc().rate_bps())
+                        .unwrap_or(0);
+                }
+            }
+        }
     }
 
     /// The worker time: nanoseconds since the stage started (TSC ticks times a 32.32
@@ -434,6 +456,7 @@ impl Stage for RdmaStage {
                 queue_p99_bytes: b.queue_percentile(99.0),
                 queue_max_bytes: b.counters().max_queue_bytes,
                 trace: b.trace().cloned(),
+                rates: std::mem::take(&mut ing.rates),
             };
             if let Ok(mut slot) = ing.report.lock() {
                 *slot = Some(report);

@@ -406,6 +406,16 @@ impl Requester {
         self.sq.iter().take(self.head).filter(|w| w.waits()).count()
     }
 
+    /// Packets between two AckReqs: `ack_req_every`, or fewer while the pacer spaces packets
+    /// so far apart that as many would span more than a quarter of the retransmission
+    /// timeout (a flow cut to a low rate would otherwise time out waiting for its ACK).
+    fn ack_req_every(&self, cfg: &QpConfig) -> u32 {
+        match self.cc.packets_within(self.rtt.rto(cfg) / 4) {
+            Some(n) => n.clamp(1, cfg.ack_req_every),
+            None => cfg.ack_req_every,
+        }
+    }
+
     /// The congestion controller and pacer.
     pub fn cc(&self) -> &RateControl {
         &self.cc
@@ -634,7 +644,7 @@ impl Requester {
                 // packets, and on the packet that fills the window, so that
                 // the responder never sits on the ACK we are waiting for.
                 let ack_req = last
-                    || since_ack_req >= cfg.ack_req_every
+                    || since_ack_req >= self.ack_req_every(cfg)
                     || outstanding + 1 >= max_in_flight;
                 let mut repr = cfg.header(opcode, psn, ack_req);
                 if first

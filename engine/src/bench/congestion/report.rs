@@ -20,9 +20,9 @@
 //! - **`reaction_us`**: from `congested_from` to the first bin end at or after it at which the
 //!   aggregate send rate is at or below the bottleneck rate. From then on the queue no longer
 //!   grows: that is what reacting means for the link, whatever the scheme did to get there.
-//!   A flow leaving lowers the aggregate too, so a scheme that never reacts (`none`) reads as
-//!   the time to the first leave after `congested_from`, not as None: read it with the
-//!   schedule (the instants are in the figures and in the plot).
+//!   Only instants at which at least two flows are still active count: a flow leaving lowers
+//!   the aggregate too, and a scheme that never reacts (`none`, or one overwhelmed while the
+//!   flows compete) has no reaction time (None).
 //! - **`competing_left`**: the last flow to leave is the one (or the ones) with the latest
 //!   leave time; `competing_left` is the latest leave time among the others, the end of the
 //!   competition. None with fewer than two flows, or when all leave together.
@@ -101,6 +101,10 @@ pub struct Run {
     pub marks_total: u64,
     /// (message size bytes, completion time ns) of every message of the mixed-size workload.
     pub fct: Vec<(u32, u64)>,
+    /// bins × flows, like `arrived`: the rate (bit/s) each sender's congestion controller had
+    /// set, last seen in the bin; 0 where none was seen (carried forward) or the scheme has no
+    /// controller. Empty: not recorded.
+    pub set_rates: Vec<u64>,
 }
 
 impl Run {
@@ -267,6 +271,13 @@ pub struct Figures {
     pub congested_from_us: Option<f64>,
     /// The instant `recovery_us` starts from, µs.
     pub competing_left_us: Option<f64>,
+    /// What `reaction_us` and `recovery_us` read: `"controller"`, the rates the senders'
+    /// controllers set, or `"measured"`, the moving average of the bytes sent (schemes
+    /// without a controller).
+    pub rate_basis: &'static str,
+    /// The same two figures from the measured rates, whatever the basis.
+    pub measured_reaction_us: Option<f64>,
+    pub measured_recovery_us: Option<f64>,
 }
 
 /// The figures of one run.
@@ -274,21 +285,49 @@ pub fn figures(run: &Run) -> Figures {
     let bottleneck_bps = run.bottleneck_bps as f64;
 
     let everyone: Vec<usize> = (0..run.flows).collect();
-    let aggregate = rate_series(run, &everyone);
+    let measured = rate_series(run, &everyone);
+    let controlled = set_rate_series(run, &everyone);
+    let aggregate = controlled.clone().unwrap_or_else(|| measured.clone());
     let congested_from = congested_from_ns(run);
-    let reacted = congested_from
-        .and_then(|from| first_bin_end_from(run, from, &aggregate, |bps| bps <= bottleneck_bps));
+    // Only while the flows still compete: a flow leaving also lowers the aggregate, and a
+    // scheme that never reacts has no reaction time.
+    let reacted = congested_from.and_then(|from| {
+        aggregate
+            .iter()
+            .enumerate()
+            .map(|(b, &bps)| (run.bin_end_ns(b), bps))
+            .find(|&(t, bps)| t >= from && run.active_at(t) >= 2 && bps <= bottleneck_bps)
+            .map(|(t, _)| t)
+    });
+
+    let measured_reacted = congested_from.and_then(|from| {
+        measured
+            .iter()
+            .enumerate()
+            .map(|(b, &bps)| (run.bin_end_ns(b), bps))
+            .find(|&(t, bps)| t >= from && run.active_at(t) >= 2 && bps <= bottleneck_bps)
+            .map(|(t, _)| t)
+    });
 
     let competing_left = competing_left_ns(run);
-    let recovered = competing_left.and_then(|left| {
-        let remaining: Vec<usize> = (0..run.flows)
+    let remaining: Vec<usize> = competing_left.map_or(Vec::new(), |left| {
+        (0..run.flows)
             .filter(|&f| run.interval(f).1 > left)
-            .collect();
-        let rate = rate_series(run, &remaining);
-        first_bin_end_from(run, left, &rate, |bps| {
-            bps >= RECOVERED_FRACTION * bottleneck_bps
-        })
+            .collect()
     });
+    let recovered_in = |rate: &[f64]| {
+        competing_left.and_then(|left| {
+            first_bin_end_from(run, left, rate, |bps| {
+                bps >= RECOVERED_FRACTION * bottleneck_bps
+            })
+        })
+    };
+    let measured_recovered = recovered_in(&rate_series(run, &remaining));
+    let recovered = match set_rate_series(run, &remaining) {
+        Some(rate) if controlled.is_some() => recovered_in(&rate),
+        _ => measured_recovered,
+    };
+    let since = |from: Option<u64>, to: Option<u64>| from.zip(to).map(|(f, t)| us(t - f));
 
     let flows = flow_figures(run);
     let (small, large): (Vec<_>, Vec<_>) = run
@@ -314,7 +353,42 @@ pub fn figures(run: &Run) -> Figures {
         fct_large: fct_figures(large.iter().map(|&(_, ns)| ns)),
         congested_from_us: congested_from.map(us),
         competing_left_us: competing_left.map(us),
+        rate_basis: if controlled.is_some() {
+            "controller"
+        } else {
+            "measured"
+        },
+        measured_reaction_us: since(congested_from, measured_reacted),
+        measured_recovery_us: since(competing_left, measured_recovered),
     }
+}
+
+/// The summed controller rates (bit/s) of the given flows at the end of each bin, each flow's
+/// last value carried forward over bins without one; `None` when the run recorded none (no
+/// controller).
+pub fn set_rate_series(run: &Run, flows: &[usize]) -> Option<Vec<f64>> {
+    let bins = run.bins();
+    if run.set_rates.len() < bins * run.flows || run.set_rates.iter().all(|&r| r == 0) {
+        return None;
+    }
+    let mut out = vec![0.0; bins];
+    for &f in flows.iter().filter(|&&f| f < run.flows) {
+        let mut last = 0u64;
+        for (b, o) in out.iter_mut().enumerate() {
+            let r = run.set_rates[b * run.flows + f];
+            if r != 0 {
+                last = r;
+            }
+            // A flow counts only while it is on: before its first and after its last bytes
+            // its controller's rate sends nothing.
+            let t = run.bin_end_ns(b);
+            let (join, leave) = run.interval(f);
+            if t > join && t <= leave {
+                *o += last as f64;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Moving-average rate (bit/s) of the given flows at the end of each bin: bytes in the last
@@ -496,11 +570,18 @@ fn write_csv_to(out: &mut impl Write, runs: &[Run]) -> io::Result<()> {
     for f in 0..columns {
         write!(out, ",flow_{f}_gbps")?;
     }
+    for f in 0..columns {
+        write!(out, ",flow_{f}_set_gbps")?;
+    }
     writeln!(out)?;
     for run in runs {
         let everyone: Vec<usize> = (0..run.flows).collect();
         let aggregate = rate_series(run, &everyone);
         let per_flow: Vec<Vec<f64>> = everyone.iter().map(|&f| rate_series(run, &[f])).collect();
+        let set: Vec<Option<Vec<f64>>> = everyone
+            .iter()
+            .map(|&f| set_rate_series(run, &[f]))
+            .collect();
         let cc = CsvField(&run.cc);
         for (b, &bps) in aggregate.iter().enumerate() {
             let queue = run.queue_max.get(b).copied().unwrap_or(0);
@@ -516,6 +597,12 @@ fn write_csv_to(out: &mut impl Write, runs: &[Run]) -> io::Result<()> {
                 match per_flow.get(f) {
                     Some(rates) => write!(out, ",{}", rates[b] / NS_PER_S)?,
                     None => write!(out, ",")?,
+                }
+            }
+            for f in 0..columns {
+                match set.get(f) {
+                    Some(Some(rates)) => write!(out, ",{}", rates[b] / NS_PER_S)?,
+                    _ => write!(out, ",")?,
                 }
             }
             writeln!(out)?;
@@ -858,6 +945,7 @@ mod tests {
             drops_total: 0,
             marks_total: 17,
             fct: Vec::new(),
+            set_rates: Vec::new(),
         }
     }
 
@@ -1258,12 +1346,13 @@ mod tests {
         assert_eq!(
             lines.next(),
             Some(
-                "cc,time_us,aggregate_gbps,queue_bytes,marks,drops,flow_0_gbps,flow_1_gbps,flow_2_gbps"
+                "cc,time_us,aggregate_gbps,queue_bytes,marks,drops,flow_0_gbps,flow_1_gbps,flow_2_gbps,flow_0_set_gbps,flow_1_set_gbps,flow_2_set_gbps"
             )
         );
         let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
         assert_eq!(rows.len(), 20 + 2);
-        assert!(rows.iter().all(|r| r.len() == 9));
+        // Without controller rates the set columns are empty.
+        assert!(rows.iter().all(|r| r.len() == 12 && r[9..].iter().all(|c| c.is_empty())));
         assert_eq!(rows.iter().filter(|r| r[0] == "dcqcn").count(), 20);
         assert_eq!(rows.iter().filter(|r| r[0] == "ack").count(), 2);
     }
@@ -1297,7 +1386,7 @@ mod tests {
         // The three-flow run (2 µs bins, a 2 µs window), bin 1: 4, 8 and 12 Gbit/s.
         let row = &rows[21];
         assert_eq!(row[0], "ack");
-        let numbers: Vec<f64> = row[1..].iter().map(|s| number(s)).collect();
+        let numbers: Vec<f64> = row[1..9].iter().map(|s| number(s)).collect();
         assert_eq!(numbers, [4.0, 24.0, 200.0, 2.0, 4.0, 4.0, 8.0, 12.0]);
     }
 
@@ -1310,7 +1399,7 @@ mod tests {
         let csv = csv_text(&[run]);
         assert_eq!(
             csv.lines().nth(1),
-            Some("\"dcqcn, \"\"tuned\"\"\",1,8,0,0,0,8")
+            Some("\"dcqcn, \"\"tuned\"\"\",1,8,0,0,0,8,")
         );
     }
 
@@ -1391,4 +1480,38 @@ mod tests {
         let missing = temp_path("no-such-dir").join("plot.svg");
         assert!(write_svg(&missing, &[two_flows()], "t").is_err());
     }
+    #[test]
+    fn with_controller_rates_reaction_and_recovery_read_them() {
+        // The two-flow run, with controller rates: flow 0 at 8 Gbit/s, cut to 3 at bin 9 (its
+        // end, 10 µs, is 2 µs after the queue passed Kmin at 8 µs); flow 1 at 5 from its join;
+        // flow 0 back to 8 in bin 16 (end 17 µs, 2 µs after flow 1 left at 15 µs).
+        let mut run = two_flows();
+        let bins = run.bins();
+        let mut rates = vec![0u64; bins * 2];
+        for b in 0..bins {
+            rates[b * 2] = match b {
+                0..=8 => 8_000_000_000,
+                9..=15 => 3_000_000_000,
+                _ => 8_000_000_000,
+            };
+            if b == 5 {
+                rates[b * 2 + 1] = 5_000_000_000; // then carried forward
+            }
+        }
+        run.set_rates = rates;
+        let f = figures(&run);
+        assert_eq!(f.rate_basis, "controller");
+        assert_eq!(f.reaction_us, Some(2.0));
+        assert_eq!(f.recovery_us, Some(2.0));
+        let sum = set_rate_series(&run, &[0, 1]).unwrap();
+        assert_eq!(sum[4], 8e9, "flow 1 not on yet");
+        assert_eq!(sum[6], 13e9);
+        assert_eq!(sum[9], 8e9);
+        let without = Run {
+            set_rates: Vec::new(),
+            ..run
+        };
+        assert_eq!(figures(&without).rate_basis, "measured");
+    }
 }
+
