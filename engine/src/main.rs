@@ -195,7 +195,7 @@ enum Command {
         #[arg(long)]
         buffer_kb: Option<f64>,
         /// congestion: each flow's start-end in µs, comma-separated (default: flow 0
-        /// 0-16000, the others 1000-5000).
+        /// 0-20000, the others 1000-5000).
         #[arg(long)]
         schedule: Option<String>,
         /// congestion: DCQCN's parameters, vendor (ConnectX-like, the default) or paper.

@@ -32,6 +32,18 @@ pub struct AckParams {
     pub rate_permille: [u32; 4],
     /// Sender: size the window from the queue depth a CETH reports.
     pub queue_window: bool,
+    /// Receiver: one window per queue pair, or one for the whole port (every queue pair's
+    /// ACKs then carry the port's level: flows through the same congested ingress are told
+    /// at once, not each when a mark happens to hit one of its own packets).
+    pub scope: EcnScope,
+}
+
+/// What the receiver's ECN window covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EcnScope {
+    QueuePair,
+    Port,
 }
 
 impl Default for AckParams {
@@ -41,11 +53,12 @@ impl Default for AckParams {
     fn default() -> Self {
         AckParams {
             window_packets: 32,
-            window_ns: 20_000,
+            window_ns: 50_000,
             light_permille: 62,
             moderate_permille: 250,
             rate_permille: [1000, 250, 125, 62],
             queue_window: true,
+            scope: EcnScope::Port,
         }
     }
 }
@@ -155,6 +168,10 @@ impl EcnMonitor {
         self.level
     }
 
+    pub fn scope(&self) -> EcnScope {
+        self.p.scope
+    }
+
     /// (marked, packets) in the window.
     pub fn ratio(&self) -> (u32, u32) {
         (self.marked, self.len)
@@ -162,6 +179,16 @@ impl EcnMonitor {
 
     /// The CETH an ACK sent now carries: `None` when the level is none (the ACK goes without
     /// the indicator). `queue_bytes` is the receiver's own ingress queue, when it has one.
+    /// The window's state, to hand to a queue pair that uses a port-wide window.
+    pub fn shared(&self, changed: bool) -> SharedLevel {
+        SharedLevel {
+            level: self.level,
+            marked: self.marked,
+            window: self.len,
+            changed,
+        }
+    }
+
     pub fn ceth(&self, queue_bytes: Option<u32>) -> Option<CethRepr> {
         (self.level != Level::None).then(|| CethRepr {
             level: self.level,
@@ -173,6 +200,35 @@ impl EcnMonitor {
             service: crate::wire::ceth::service::RC_WRITE_SEND,
             marked: self.marked.min(255) as u8,
             window: self.len.min(255) as u8,
+            queue_bytes,
+            delay_ns: None,
+        })
+    }
+}
+
+/// A port-wide window's verdict on the packet a queue pair just received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SharedLevel {
+    pub level: Level,
+    pub marked: u32,
+    pub window: u32,
+    /// The level changed with this packet.
+    pub changed: bool,
+}
+
+impl SharedLevel {
+    /// The CETH an ACK sent now carries (see [`EcnMonitor::ceth`]).
+    pub fn ceth(&self, queue_bytes: Option<u32>) -> Option<CethRepr> {
+        (self.level != Level::None).then(|| CethRepr {
+            level: self.level,
+            location: if queue_bytes.is_some() {
+                Location::Receiver
+            } else {
+                Location::Unknown
+            },
+            service: crate::wire::ceth::service::RC_WRITE_SEND,
+            marked: self.marked.min(255) as u8,
+            window: self.window.min(255) as u8,
             queue_bytes,
             delay_ns: None,
         })
@@ -317,7 +373,11 @@ mod tests {
 
     #[test]
     fn the_sender_sets_its_rate_from_the_level_and_restores_at_once() {
-        let mut s = AckSender::new(&AckParams::default(), 10_000_000_000);
+        let p = AckParams {
+            rate_permille: [1000, 500, 250, 125],
+            ..AckParams::default()
+        };
+        let mut s = AckSender::new(&p, 10_000_000_000);
         let ceth = |level| CethRepr {
             level,
             ..CethRepr::default()

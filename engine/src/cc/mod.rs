@@ -20,7 +20,7 @@ pub mod bottleneck;
 pub mod dcqcn;
 pub mod pacer;
 
-pub use ack::{AckParams, AckSender, EcnMonitor};
+pub use ack::{AckParams, AckSender, EcnMonitor, EcnScope, SharedLevel};
 pub use dcqcn::{CnpPacer, Dcqcn, DcqcnParams};
 pub use pacer::Pacer;
 
@@ -84,7 +84,7 @@ impl Default for CcConfig {
         CcConfig {
             mode: CcMode::None,
             line_rate_bps: 100_000_000_000,
-            burst_ns: 16_000,
+            burst_ns: 50_000,
             ack: AckParams::default(),
             dcqcn: DcqcnParams::vendor(),
         }
@@ -336,6 +336,11 @@ pub struct Notifier {
     watch: Watch,
     /// The receiver's own ingress queue, when something told it (the bottleneck stage).
     ingress_queue: Option<u32>,
+    /// The port-wide window's verdict on the last packet, when the engine keeps one
+    /// ([`EcnScope::Port`]): it stands in for this queue pair's own window.
+    shared: Option<SharedLevel>,
+    /// The level this queue pair's last ACK said (port scope).
+    said: Option<Level>,
     pub stats: NotifierStats,
 }
 
@@ -349,6 +354,8 @@ impl Notifier {
         Notifier {
             watch,
             ingress_queue: None,
+            shared: None,
+            said: None,
             stats: NotifierStats::default(),
         }
     }
@@ -358,6 +365,18 @@ impl Notifier {
         self.ingress_queue = bytes;
     }
 
+    /// Whether this queue pair's ACKs follow a port-wide window (`ack` with
+    /// [`EcnScope::Port`]).
+    pub fn port_scoped(&self) -> bool {
+        matches!(&self.watch, Watch::Ack(m) if m.scope() == EcnScope::Port)
+    }
+
+    /// The port-wide window's verdict on the packet about to be handed to
+    /// [`Notifier::on_packet`].
+    pub fn set_shared(&mut self, shared: SharedLevel) {
+        self.shared = Some(shared);
+    }
+
     /// A data packet arrived at `now`, `ce` if it was marked.
     pub fn on_packet(&mut self, now: u64, ce: bool) -> Notice {
         if ce {
@@ -365,6 +384,19 @@ impl Notifier {
         }
         match &mut self.watch {
             Watch::None => Notice::default(),
+            Watch::Ack(_) if self.shared.is_some() => {
+                let s = self.shared.expect("checked");
+                // The port's level changed, or this queue pair's ACKs still say another.
+                let said = self.said;
+                let ack_now = s.changed || said != Some(s.level);
+                if ack_now {
+                    self.stats.level_changes += 1;
+                }
+                Notice {
+                    ack_now,
+                    cnp: false,
+                }
+            }
             Watch::Ack(m) => {
                 let changed = m.on_packet(now, ce);
                 if changed {
@@ -396,14 +428,16 @@ impl Notifier {
     }
 
     /// For an ACK sent now: its BECN bit and CETH.
-    pub fn ack_state(&self) -> (bool, Option<CethRepr>) {
-        match &self.watch {
-            Watch::Ack(m) => {
-                let c = m.ceth(self.ingress_queue);
-                (c.is_some(), c)
+    pub fn ack_state(&mut self) -> (bool, Option<CethRepr>) {
+        let c = match (&self.watch, &self.shared) {
+            (Watch::Ack(_), Some(s)) => {
+                self.said = Some(s.level);
+                s.ceth(self.ingress_queue)
             }
-            _ => (false, None),
-        }
+            (Watch::Ack(m), None) => m.ceth(self.ingress_queue),
+            _ => return (false, None),
+        };
+        (c.is_some(), c)
     }
 }
 
@@ -433,6 +467,10 @@ mod tests {
             mode: CcMode::Ack,
             line_rate_bps: 8_000_000_000, // 1 byte/ns
             burst_ns: 1_000,
+            ack: AckParams {
+                rate_permille: [1000, 500, 250, 125],
+                ..AckParams::default()
+            },
             ..CcConfig::default()
         };
         let mut n = Notifier::new(&cfg);
@@ -488,4 +526,32 @@ mod tests {
         rc.on_timer(300_000);
         assert!(rc.rate_bps().unwrap() > cut);
     }
+    #[test]
+    fn a_port_wide_window_speaks_for_every_queue_pair() {
+        let cfg = CcConfig {
+            mode: CcMode::Ack,
+            ..CcConfig::default()
+        };
+        let mut port = EcnMonitor::new(&cfg.ack);
+        let (mut a, mut b) = (Notifier::new(&cfg), Notifier::new(&cfg));
+        assert!(a.port_scoped());
+        // A mark on a packet of queue pair A moves the port's level; A's ACK goes now...
+        let changed = port.on_packet(0, true);
+        a.set_shared(port.shared(changed));
+        assert!(a.on_packet(0, true).ack_now);
+        let (becn, ceth) = a.ack_state();
+        assert!(becn);
+        assert_eq!(ceth.unwrap().level, Level::Heavy);
+        // ... and so does B's at its next packet, though that one was not marked: its ACKs
+        // have not said the port's level yet.
+        let changed = port.on_packet(10, false);
+        assert!(!changed, "1 of 2 is still heavy");
+        b.set_shared(port.shared(changed));
+        assert!(b.on_packet(10, false).ack_now);
+        assert_eq!(b.ack_state().1.unwrap().marked, 1);
+        // Said once, the same level does not ask for another ACK.
+        b.set_shared(port.shared(false));
+        assert!(!b.on_packet(20, false).ack_now);
+    }
 }
+

@@ -277,6 +277,8 @@ pub struct RdmaNode {
     /// The depth of a bottleneck in front of this engine's receive path, when one tells it
     /// (the CETH of `cc = ack` reports it).
     ingress_queue: Option<u32>,
+    /// The port-wide ECN window of `cc = ack` queue pairs that use one (made with the first).
+    port_ecn: Option<crate::cc::EcnMonitor>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -317,6 +319,7 @@ impl RdmaNode {
             tags: None,
             homed_elsewhere: Vec::new(),
             ingress_queue: None,
+            port_ecn: None,
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
@@ -586,6 +589,14 @@ impl RdmaNode {
         }
         if self.ingress_queue.is_some() {
             e.qp.note_ingress_queue(self.ingress_queue);
+        }
+        if repr.bth.opcode.is_request() && e.qp.port_scoped_ecn() {
+            let cfg = &e.qp.config().cc.ack;
+            let m = self
+                .port_ecn
+                .get_or_insert_with(|| crate::cc::EcnMonitor::new(cfg));
+            let changed = m.on_packet(now, repr.ip.ecn == wire::Ecn::Ce);
+            e.qp.set_shared_level(m.shared(changed));
         }
         match &mut self.tags {
             Some(tags) => {

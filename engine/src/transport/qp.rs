@@ -294,6 +294,17 @@ impl QueuePair {
         &self.notifier
     }
 
+    /// Whether this queue pair's ACKs follow the engine's port-wide ECN window.
+    pub fn port_scoped_ecn(&self) -> bool {
+        self.notifier.port_scoped()
+    }
+
+    /// The port-wide ECN window's verdict on the packet about to be handed to
+    /// [`QueuePair::on_packet`].
+    pub fn set_shared_level(&mut self, shared: crate::cc::SharedLevel) {
+        self.notifier.set_shared(shared);
+    }
+
     /// The depth of the receiving engine's own ingress queue (a bottleneck in front of it),
     /// which the CETH reports.
     pub fn note_ingress_queue(&mut self, bytes: Option<u32>) {

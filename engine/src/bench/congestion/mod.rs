@@ -86,7 +86,7 @@ pub struct CongestionArgs {
     pub kmax_kb: Option<f64>,
     pub pmax: f64,
     pub buffer_kb: Option<f64>,
-    /// Per flow, `start-end` in µs, comma-separated; default: flow 0 from 0 to 16 000, the
+    /// Per flow, `start-end` in µs, comma-separated; default: flow 0 from 0 to 20 000, the
     /// others from 1 000 to 5 000.
     pub schedule: Option<String>,
     pub dcqcn: DcqcnPreset,
@@ -227,7 +227,7 @@ fn parse_schedule(s: &str, flows: usize) -> Result<Vec<(u64, u64)>, AppError> {
 
 fn default_schedule(flows: usize) -> Vec<(u64, u64)> {
     (0..flows)
-        .map(|f| if f == 0 { (0, 16_000) } else { (1_000, 5_000) })
+        .map(|f| if f == 0 { (0, 20_000) } else { (1_000, 5_000) })
         .collect()
 }
 
@@ -772,9 +772,10 @@ pub fn print(s: &CongestionBenchSummary, json: bool) {
         c.params.flows, c.params.bottleneck_gbps, c.params.rtt_us, s.seconds, s.errors
     );
     println!(
-        "  {:<6} {:>11} {:>11} {:>9} {:>9} {:>6} {:>6} {:>7} {:>6} {:>10} {:>10} {:>6}",
+        "  {:<6} {:>11} {:>9} {:>11} {:>9} {:>9} {:>6} {:>6} {:>7} {:>6} {:>10} {:>10} {:>6}",
         "cc",
         "reaction µs",
+        "from mark",
         "recovery µs",
         "q p50 KB",
         "q p99 KB",
@@ -793,9 +794,10 @@ pub fn print(s: &CongestionBenchSummary, json: bool) {
     for sc in &c.schemes {
         let f = &sc.figures;
         println!(
-            "  {:<6} {:>11} {:>11} {:>9.1} {:>9.1} {:>6} {:>6} {:>7} {:>6} {:>10} {:>10} {:>6}",
+            "  {:<6} {:>11} {:>9} {:>11} {:>9.1} {:>9.1} {:>6} {:>6} {:>7} {:>6} {:>10} {:>10} {:>6}",
             f.cc,
             o(f.reaction_us, 1),
+            o(f.reaction_from_mark_us, 1),
             o(f.recovery_us, 1),
             f.queue_p50_bytes as f64 / 1000.0,
             f.queue_p99_bytes as f64 / 1000.0,

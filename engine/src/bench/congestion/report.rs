@@ -277,6 +277,11 @@ pub struct Figures {
     pub rate_basis: &'static str,
     /// The same two figures from the measured rates, whatever the basis.
     pub measured_reaction_us: Option<f64>,
+    /// From the first CE mark at or after `congested_from` (no scheme can be told before
+    /// it) to the same instant `reaction_us` ends at: the scheme's own share of the reaction,
+    /// the rest being the time the marker took to mark (HPCC's evaluation measures from the
+    /// first marked dequeue).
+    pub reaction_from_mark_us: Option<f64>,
     pub measured_recovery_us: Option<f64>,
 }
 
@@ -328,6 +333,13 @@ pub fn figures(run: &Run) -> Figures {
         _ => measured_recovered,
     };
     let since = |from: Option<u64>, to: Option<u64>| from.zip(to).map(|(f, t)| us(t - f));
+    let first_mark = congested_from.and_then(|from| {
+        (0..run.bins())
+            .find(|&b| {
+                run.bin_end_ns(b) >= from && run.marks.get(b).copied().unwrap_or(0) > 0
+            })
+            .map(|b| run.bin_end_ns(b))
+    });
 
     let flows = flow_figures(run);
     let (small, large): (Vec<_>, Vec<_>) = run
@@ -359,6 +371,10 @@ pub fn figures(run: &Run) -> Figures {
             "measured"
         },
         measured_reaction_us: since(congested_from, measured_reacted),
+        reaction_from_mark_us: match (first_mark, reacted) {
+            (Some(m), Some(r)) => Some(us(r.saturating_sub(m))),
+            _ => None,
+        },
         measured_recovery_us: since(competing_left, measured_recovered),
     }
 }

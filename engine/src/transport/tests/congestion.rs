@@ -4,7 +4,7 @@
 use super::harness::{Endpoint, Faults, Sim, Side};
 use super::{A_BASE, B_BASE, pattern, write};
 use crate::transport::{Access, MrKeys};
-use crate::cc::{CcConfig, CcMode};
+use crate::cc::{AckParams, CcConfig, CcMode, EcnScope};
 use crate::transport::{Mtu, QpConfig, WcStatus};
 use crate::wire::{self, Ecn, Level, Opcode};
 
@@ -17,6 +17,15 @@ fn config(mode: CcMode) -> QpConfig {
     cfg.cc = CcConfig {
         mode,
         line_rate_bps: LINE,
+        burst_ns: 16_000,
+        // A 20 µs window and rates of 1/2, 1/4, 1/8 of the line (the numbers below follow
+        // from them); one queue pair's own window (no engine keeps a port-wide one here).
+        ack: AckParams {
+            window_ns: 20_000,
+            rate_permille: [1000, 500, 250, 125],
+            scope: EcnScope::QueuePair,
+            ..AckParams::default()
+        },
         ..CcConfig::default()
     };
     cfg
