@@ -34,6 +34,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process; boxing the bench's many options would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run a scenario from a TOML config (ports, workers, generator/checker/forwarding).
     Run {

@@ -265,16 +265,18 @@ impl AckSender {
             (true, Some(c)) => c.level.max(Level::Light),
             (true, None) => Level::Light,
         };
-        self.window_bytes = match (self.p.queue_window, ceth.and_then(|c| c.queue_bytes), rtt_ns)
-        {
+        self.window_bytes = match (
+            self.p.queue_window,
+            ceth.and_then(|c| c.queue_bytes),
+            rtt_ns,
+        ) {
             (true, Some(q), Some(rtt)) if level != Level::None => {
                 let bdp = (u128::from(self.line_bps) * u128::from(rtt) / 8_000_000_000) as u64;
                 Some(bdp.saturating_sub(u64::from(q)))
             }
             _ => None,
         };
-        let rate = (u128::from(self.line_bps)
-            * u128::from(self.p.rate_permille[level as usize])
+        let rate = (u128::from(self.line_bps) * u128::from(self.p.rate_permille[level as usize])
             / 1000) as u64;
         self.level = level;
         let changed = rate != self.rate_bps;
@@ -334,7 +336,10 @@ mod tests {
                 m.level()
             })
             .collect();
-        assert_eq!(levels, [Level::Heavy, Level::Heavy, Level::Heavy, Level::Heavy]);
+        assert_eq!(
+            levels,
+            [Level::Heavy, Level::Heavy, Level::Heavy, Level::Heavy]
+        );
         let levels: Vec<_> = (4..8)
             .map(|k| {
                 m.on_packet(120 + 10 * k, false);

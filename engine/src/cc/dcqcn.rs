@@ -363,7 +363,10 @@ mod tests {
         assert!(rp.on_cnp(0));
         let g: f64 = 4.0 / 1024.0;
         let alpha = (1.0 - g) * 1023.0 / 1024.0 + g;
-        assert!(close(rp.rate_bps() as f64, (LINE as f64 * (1.0 - alpha / 2.0)).floor()));
+        assert!(close(
+            rp.rate_bps() as f64,
+            (LINE as f64 * (1.0 - alpha / 2.0)).floor()
+        ));
         assert!(!rp.on_cnp(3_999));
         assert!(rp.on_cnp(4_000));
         assert_eq!(rp.cuts, 2);

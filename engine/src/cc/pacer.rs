@@ -99,10 +99,7 @@ mod tests {
             }
         }
         // The full 2000-byte bucket lets three go at once (the third into debt), then one per µs.
-        assert_eq!(
-            sent,
-            [0, 0, 0, 1000, 2000, 3000, 4000, 5000, 6000, 7000]
-        );
+        assert_eq!(sent, [0, 0, 0, 1000, 2000, 3000, 4000, 5000, 6000, 7000]);
     }
 
     #[test]

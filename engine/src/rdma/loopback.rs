@@ -369,8 +369,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         {
             let (rx_a, tx_a) = queue(&ports[0], i as u16);
             let (rx_b, tx_b) = queue(&ports[1], i as u16);
-            let mut stage =
-                RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
+            let mut stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
             if let Some(ing) = ingress.take() {
                 stage = stage.with_ingress(ing);
             }

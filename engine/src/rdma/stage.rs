@@ -70,7 +70,8 @@ const COUNTER_NAMES: [&str; 38] = [
     "alloc_failures",
 ];
 
-/// Slots of the stage's own counters: the last four.
+/// Slots of the congestion counters (four), then of the stage's own (the last four).
+const CC: usize = COUNTER_NAMES.len() - 8;
 const MARKED: usize = COUNTER_NAMES.len() - 4;
 const DROPPED: usize = COUNTER_NAMES.len() - 3;
 const STALLS: usize = COUNTER_NAMES.len() - 2;
@@ -297,7 +298,7 @@ impl RdmaStage {
     }
 
     fn publish(&self, c: &mut Counters) {
-        let mut sum = [0u64; STALLS];
+        let mut sum = [0u64; CC];
         for e in &self.engines {
             let n = &e.node.counters;
             let t = e.node.tags().map(|t| t.counters).unwrap_or_default();
@@ -349,7 +350,7 @@ impl RdmaStage {
                 *s += v;
             }
         }
-        c.stage[sum.len()..sum.len() + 4].copy_from_slice(&cc);
+        c.stage[CC..MARKED].copy_from_slice(&cc);
         if let Some(ing) = &self.ingress {
             let b = ing.bottleneck.counters();
             c.stage[MARKED] = b.marked;
@@ -375,7 +376,8 @@ impl Stage for RdmaStage {
             && ing.input == input
         {
             for m in burst.drain() {
-                let (len, ect, flow) = (m.len() as u32, ect(m.data()), flow_of(m.data(), &ing.flows));
+                let (len, ect, flow) =
+                    (m.len() as u32, ect(m.data()), flow_of(m.data(), &ing.flows));
                 // A frame the buffer has no room for is freed here: dropped at the tail.
                 let _ = ing.bottleneck.offer(now, m, len, ect, flow);
             }
@@ -527,6 +529,31 @@ mod tests {
         // Counted in real time, the 3 ms the worker was away expire A's 250 µs timer before B,
         // on the same worker, has read the window: all of it is resent, for nothing.
         assert_eq!(stalled_window(|real| real), (32, 32));
+    }
+
+    #[test]
+    fn a_frame_marked_ce_keeps_a_valid_checksum_and_icrc() {
+        let cfg = crate::transport::QpConfig::new(1, 2);
+        let repr = cfg.header(crate::wire::Opcode::SendOnly, 7, true);
+        let mut frame = vec![0u8; repr.buffer_len(100)];
+        repr.emit(&mut frame, &[0x5a; 100]).unwrap();
+        assert!(ect(&frame));
+        mark_ce(&mut frame);
+        let (back, _) = crate::wire::parse_frame(&frame).expect("checksum and ICRC hold");
+        assert_eq!(back.ip.ecn, Ecn::Ce);
+        assert_eq!(back.ip.dscp, cfg.dscp, "the DSCP is untouched");
+        // Not ECN-capable: not ECT.
+        frame[15] &= !3;
+        assert!(!ect(&frame));
+    }
+
+    #[test]
+    fn the_counter_slots_follow_the_names() {
+        assert_eq!(COUNTER_NAMES[CC], "ce_received");
+        assert_eq!(COUNTER_NAMES[MARKED], "bottleneck_marked");
+        assert_eq!(COUNTER_NAMES[DROPPED], "bottleneck_dropped");
+        assert_eq!(COUNTER_NAMES[STALLS], "stalls");
+        assert!(COUNTER_NAMES.len() <= crate::runtime::STAGE_COUNTERS);
     }
 
     #[test]

@@ -28,13 +28,13 @@ use crate::wire::feth::FethRepr;
 use crate::wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr, TagHeader, TagKind, tag};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
-use crate::cc::RateControl;
 use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
 use super::rto::{Resent, RttEstimator};
 use super::sge::{Gather, LocalError};
 use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind};
+use crate::cc::RateControl;
 
 /// A posted send work request with its PSN range.
 #[derive(Debug, Clone, Copy)]
@@ -429,8 +429,8 @@ impl Requester {
             self.cc.next_deadline(),
         ]
         .into_iter()
-            .flatten()
-            .min()
+        .flatten()
+        .min()
     }
 
     fn durable_rto(&self, cfg: &QpConfig) -> u64 {

@@ -249,7 +249,10 @@ impl CethRepr {
                 value: u64::from(self.service),
             });
         }
-        for (field, v) in [("queue_bytes", self.queue_bytes), ("delay_ns", self.delay_ns)] {
+        for (field, v) in [
+            ("queue_bytes", self.queue_bytes),
+            ("delay_ns", self.delay_ns),
+        ] {
             if v == Some(UNKNOWN) {
                 return Err(Error::BadField {
                     layer: Layer::Ceth,

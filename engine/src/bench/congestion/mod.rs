@@ -302,7 +302,7 @@ fn resolve(opts: &BenchOpts, args: &CongestionArgs) -> Result<CongestionParams, 
     let kb = |v: Option<f64>, field: &str, default: u64| -> Result<u64, AppError> {
         match v {
             None => Ok(default),
-            Some(k) if k >= 0.0 && k <= 1e6 => Ok((k * 1000.0) as u64),
+            Some(k) if (0.0..=1e6).contains(&k) => Ok((k * 1000.0) as u64),
             Some(_) => Err(usage(format!("{field}: must be 0..=1000000 KB"))),
         }
     };
@@ -428,7 +428,10 @@ pub fn run(
         workers.extend(s.workers);
         ports.extend(s.ports);
     }
-    let dir = args.out.clone().unwrap_or_else(|| PathBuf::from("congestion"));
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("congestion"));
     let files = std::fs::create_dir_all(&dir).and_then(|_| {
         let csv = dir.join("congestion.csv");
         let svg = dir.join("congestion.svg");
@@ -446,10 +449,7 @@ pub fn run(
         Ok((csv, svg))
     });
     let (csv, svg) = match files {
-        Ok((c, s)) => (
-            Some(c.display().to_string()),
-            Some(s.display().to_string()),
-        ),
+        Ok((c, s)) => (Some(c.display().to_string()), Some(s.display().to_string())),
         Err(e) => {
             return Err(AppError::Failed(format!(
                 "writing the time series into {}: {e}",
@@ -628,7 +628,8 @@ fn run_scheme(
             let n = f.cq.poll(&mut wcs);
             let done_at = Instant::now();
             for wc in &wcs[..n] {
-                let Some(Some((size, posted))) = f.slots.get_mut(wc.wr_id as usize).map(|s| s.take())
+                let Some(Some((size, posted))) =
+                    f.slots.get_mut(wc.wr_id as usize).map(|s| s.take())
                 else {
                     continue;
                 };

@@ -335,9 +335,7 @@ pub fn figures(run: &Run) -> Figures {
     let since = |from: Option<u64>, to: Option<u64>| from.zip(to).map(|(f, t)| us(t - f));
     let first_mark = congested_from.and_then(|from| {
         (0..run.bins())
-            .find(|&b| {
-                run.bin_end_ns(b) >= from && run.marks.get(b).copied().unwrap_or(0) > 0
-            })
+            .find(|&b| run.bin_end_ns(b) >= from && run.marks.get(b).copied().unwrap_or(0) > 0)
             .map(|b| run.bin_end_ns(b))
     });
 
@@ -1368,7 +1366,10 @@ mod tests {
         let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
         assert_eq!(rows.len(), 20 + 2);
         // Without controller rates the set columns are empty.
-        assert!(rows.iter().all(|r| r.len() == 12 && r[9..].iter().all(|c| c.is_empty())));
+        assert!(
+            rows.iter()
+                .all(|r| r.len() == 12 && r[9..].iter().all(|c| c.is_empty()))
+        );
         assert_eq!(rows.iter().filter(|r| r[0] == "dcqcn").count(), 20);
         assert_eq!(rows.iter().filter(|r| r[0] == "ack").count(), 2);
     }
@@ -1530,4 +1531,3 @@ mod tests {
         assert_eq!(figures(&without).rate_basis, "measured");
     }
 }
-

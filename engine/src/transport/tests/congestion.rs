@@ -1,10 +1,10 @@
 //! Congestion control between two queue pairs: the receiver's signal (ACK state or CNPs) from
 //! the CE marks a switch put on the requests, and the sender's rate that follows it.
 
-use super::harness::{Endpoint, Faults, Sim, Side};
+use super::harness::{Endpoint, Faults, Side, Sim};
 use super::{A_BASE, B_BASE, pattern, write};
-use crate::transport::{Access, MrKeys};
 use crate::cc::{AckParams, CcConfig, CcMode, EcnScope};
+use crate::transport::{Access, MrKeys};
 use crate::transport::{Mtu, QpConfig, WcStatus};
 use crate::wire::{self, Ecn, Level, Opcode};
 
@@ -44,8 +44,15 @@ fn writes_to(cfg: QpConfig, peer: Option<QpConfig>, n: u64) -> (Sim, MrKeys) {
     for i in 0..n {
         let off = i * 1024;
         assert!(sim.a.mem.write(a.lkey, off, &pattern(i, 1024)));
-        sim.a
-            .post_send(write(i, a.lkey, A_BASE + off, 1024, B_BASE + off, b.rkey, None));
+        sim.a.post_send(write(
+            i,
+            a.lkey,
+            A_BASE + off,
+            1024,
+            B_BASE + off,
+            b.rkey,
+            None,
+        ));
     }
     (sim, b)
 }
@@ -93,14 +100,20 @@ fn ack_mode_acks_carry_the_level_and_the_sender_follows_at_once() {
         .filter(|(s, r, _)| *s == Side::B && r.bth.opcode == Opcode::Acknowledge)
         .map(|(_, r, _)| *r)
         .collect();
-    let first = acks.iter().position(|r| r.bth.becn).expect("a congested ACK");
+    let first = acks
+        .iter()
+        .position(|r| r.bth.becn)
+        .expect("a congested ACK");
     assert_eq!(acks[first].bth.psn, 40);
     // One mark among the 26 packets of the 20 µs window (800 ns apart): light.
     let c = acks[first].ceth.unwrap();
     assert_eq!((c.level, c.marked, c.window), (Level::Light, 1, 26));
     // Every congested ACK carries a CETH; no clear one does.
     assert!(acks.iter().all(|r| r.bth.becn == r.ceth.is_some()));
-    assert_eq!(b.becn_acks_sent as usize, acks.iter().filter(|r| r.bth.becn).count());
+    assert_eq!(
+        b.becn_acks_sent as usize,
+        acks.iter().filter(|r| r.bth.becn).count()
+    );
     assert_eq!(sim.a.qp.stats().becn_acks_received, b.becn_acks_sent);
     // After the marks stop, the first clear ACK restores the line rate: the sender ends there,
     // having been at rates from the table on the way.
@@ -109,8 +122,15 @@ fn ack_mode_acks_carry_the_level_and_the_sender_follows_at_once() {
     let cc = sim.a.qp.requester().cc();
     assert_eq!(cc.rate_bps(), Some(LINE));
     assert!(cc.stats.restores >= 1);
-    assert!(rates.contains(&(LINE / 8)), "heavy: 1/8 of the line, {rates:?}");
-    assert!(rates.iter().all(|r| [LINE, LINE / 2, LINE / 4, LINE / 8].contains(r)));
+    assert!(
+        rates.contains(&(LINE / 8)),
+        "heavy: 1/8 of the line, {rates:?}"
+    );
+    assert!(
+        rates
+            .iter()
+            .all(|r| [LINE, LINE / 2, LINE / 4, LINE / 8].contains(r))
+    );
     assert_eq!(sim.wire.dropped, 0);
     assert_eq!(sim.a.qp.stats().retransmissions, 0);
 }
@@ -123,7 +143,9 @@ fn the_ack_scheme_paces_the_sender_to_its_rate() {
     let n = 300;
     let (mut sim, bk) = writes(config(CcMode::Ack), n);
     sim.serialize_ns = 0;
-    sim.marker = Some(Box::new(|side, r| side == Side::A && r.bth.opcode.is_request()));
+    sim.marker = Some(Box::new(|side, r| {
+        side == Side::A && r.bth.opcode.is_request()
+    }));
     let t0 = sim.now;
     assert!(sim.run_until(100_000_000, |s| s.a.done.len() as u64 == n));
     let elapsed = sim.now - t0;
@@ -144,7 +166,9 @@ fn a_standard_peer_gets_standard_acks() {
     let n = 100;
     let peer = config(CcMode::None).mirrored();
     let (mut sim, bk) = writes_to(config(CcMode::Ack), Some(peer), n);
-    sim.marker = Some(Box::new(|side, r| side == Side::A && r.bth.opcode.is_request()));
+    sim.marker = Some(Box::new(|side, r| {
+        side == Side::A && r.bth.opcode.is_request()
+    }));
     sim.run_idle(50_000_000);
     assert_eq!(sim.count(Side::B, |r| r.bth.becn || r.ceth.is_some()), 0);
     assert_eq!(sim.count(Side::B, |r| r.bth.opcode == Opcode::Cnp), 0);
@@ -237,7 +261,7 @@ fn dcqcn_sends_at_most_one_cnp_per_interval_and_the_sender_cuts_and_recovers() {
     // the last marked arrival.
     let cnps = sim.count(Side::B, |r| r.bth.opcode == Opcode::Cnp) as u64;
     assert_eq!(cnps, b.cnps_sent);
-    assert!(cnps >= 1 && cnps < 200, "{cnps} CNPs for 200 marks");
+    assert!((1..200).contains(&cnps), "{cnps} CNPs for 200 marks");
     let notifier = sim.b.qp.notifier().stats;
     assert_eq!(notifier.cnps + notifier.cnps_suppressed, 200);
     assert_eq!(sim.a.qp.stats().cnps_received, cnps);
@@ -251,7 +275,9 @@ fn dcqcn_sends_at_most_one_cnp_per_interval_and_the_sender_cuts_and_recovers() {
     sim.run_until(1_000_000, |s| s.now >= t + 1_000_000);
     let later = sim.a.qp.requester().cc().rate_bps().unwrap();
     assert!(later > idle_rate && later < LINE, "{idle_rate} -> {later}");
-    sim.run_until(100_000_000, |s| s.a.qp.requester().cc().rate_bps() == Some(LINE));
+    sim.run_until(100_000_000, |s| {
+        s.a.qp.requester().cc().rate_bps() == Some(LINE)
+    });
     assert_eq!(sim.a.qp.requester().cc().rate_bps(), Some(LINE));
 }
 
@@ -271,7 +297,9 @@ fn a_cnp_from_a_standard_peer_throttles_portico() {
     }
     frame[..6].copy_from_slice(&cfg.local_mac.0);
     frame[6..12].copy_from_slice(&cfg.remote_mac.0);
-    let icrc = wire::RocePacket::new_checked(&frame[..]).unwrap().compute_icrc();
+    let icrc = wire::RocePacket::new_checked(&frame[..])
+        .unwrap()
+        .compute_icrc();
     let at = frame.len() - 4;
     frame[at..].copy_from_slice(&wire::icrc::to_wire(icrc));
     sim.inject(Side::B, frame);

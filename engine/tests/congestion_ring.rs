@@ -1,0 +1,198 @@
+//! Congestion control on the dataplane: two flows (queue pairs) between two engines on a
+//! `net_ring` link, through a bottleneck in front of the target's receive path (2 Gbit/s, a
+//! 20 µs delay, ECN marking between Kmin and Kmax), under each scheme. The flows first send
+//! together (twice what the bottleneck serves), then the first goes on alone.
+//!
+//! - `ack`: the target's ACKs carry the level (BECN and a CETH); the senders' rates go down
+//!   from the line rate while they compete, and the one left alone is back at the line rate
+//!   at the end. Nothing is dropped and every byte lands.
+//! - `dcqcn`: the target sends CNPs and the senders cut.
+//! - `none`: packets are marked, nobody is told, nobody slows down.
+//!
+//! No timing is asserted: what the run shows is read from the counters and from the rates the
+//! senders' controllers had, as the bottleneck traced them.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{host_on_first_core, pattern, serial, shared_eal};
+use pmem::Mapping;
+use portico::cc::bottleneck::BottleneckConfig;
+use portico::cc::{CcConfig, CcMode};
+use portico::rdma::loopback::{self, BottleneckSpec, LoopbackOpts};
+use portico::rdma::{Cq, IngressReport, Qp};
+use portico::runtime::WorkerReport;
+use portico::transport::{Access, Mtu, QpConfig, SgList, WcStatus, WorkRequest};
+
+const LINE: u64 = 2_000_000_000;
+const MSG: usize = 64 << 10;
+/// Messages each flow sends while both compete, and flow 0 alone afterwards.
+const TOGETHER: usize = 24;
+const ALONE: usize = 24;
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Outcome {
+    workers: Vec<WorkerReport>,
+    report: IngressReport,
+}
+
+fn counter(o: &Outcome, name: &str) -> u64 {
+    o.workers.iter().filter_map(|w| w.counter(name)).sum()
+}
+
+/// Posts `n` WRITEs of `MSG` bytes from slot `first` on, on `qp`.
+fn post(qp: &mut Qp, src: u32, src_addr: u64, dst_addr: u64, rkey: u32, first: usize, n: usize) {
+    for k in first..first + n {
+        let off = (k * MSG) as u64;
+        let wr = WorkRequest::write(
+            k as u64,
+            SgList::one(src, src_addr + off, MSG as u32),
+            dst_addr + off,
+            rkey,
+            None,
+        );
+        while qp.post_send(&[wr]).is_err() {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn wait_all(cq: &mut Cq, n: usize) {
+    for i in 0..n {
+        let wc = cq
+            .wait_one(WAIT)
+            .unwrap_or_else(|| panic!("completion {i} of {n} within {WAIT:?}"));
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+}
+
+fn run(mode: CcMode, name: &str) -> Outcome {
+    let _one = serial();
+    let cores = shared_eal();
+    host_on_first_core();
+    let mut qp = QpConfig::new(0, 0);
+    qp.pmtu = Mtu::M4096;
+    qp.max_send_wr = 64;
+    qp.cc = CcConfig {
+        mode,
+        line_rate_bps: LINE,
+        ..CcConfig::default()
+    };
+    let slot = Arc::new(Mutex::new(None));
+    let mut opts = LoopbackOpts::new(qp, [*cores.last().unwrap(); 2]);
+    opts.name = name.into();
+    opts.connections = 2;
+    opts.cq_depth = 128;
+    opts.bottleneck = Some(BottleneckSpec {
+        config: BottleneckConfig {
+            delay_ns: 20_000,
+            ..BottleneckConfig::for_rate(LINE)
+        },
+        capacity: 4096,
+        trace: Some((1_000, 200_000)),
+        report: slot.clone(),
+    });
+    let pair = loopback::start(&opts).expect("engines start");
+    let per_flow = (TOGETHER + ALONE) * MSG;
+    let a_map = Arc::new(Mapping::anonymous(2 * per_flow).unwrap());
+    let b_map = Arc::new(Mapping::anonymous(2 * per_flow).unwrap());
+    for f in 0..2 {
+        a_map
+            .write(f * per_flow, &pattern(per_flow, f as u64 + 1))
+            .unwrap();
+    }
+    let src = pair.a.engine.register_all(&a_map, Access::ALL).unwrap();
+    let dst = pair.b.engine.register_all(&b_map, Access::ALL).unwrap();
+    let (mut qa, mut ca) = (pair.a.qp, pair.a.cq);
+    let mut more = pair.more;
+    let c1 = more.remove(0);
+    let (mut qb, mut cb) = (c1.a.qp, c1.a.cq);
+    let base = |f: usize| {
+        (
+            src.addr() + (f * per_flow) as u64,
+            dst.addr() + (f * per_flow) as u64,
+        )
+    };
+    // Both flows at once, then flow 0 alone.
+    let (s0, d0) = base(0);
+    let (s1, d1) = base(1);
+    post(&mut qa, src.lkey(), s0, d0, dst.rkey(), 0, TOGETHER);
+    post(&mut qb, src.lkey(), s1, d1, dst.rkey(), 0, TOGETHER);
+    wait_all(&mut ca, TOGETHER);
+    wait_all(&mut cb, TOGETHER);
+    post(&mut qa, src.lkey(), s0, d0, dst.rkey(), TOGETHER, ALONE);
+    wait_all(&mut ca, ALONE);
+    // Every byte of both flows landed where it was written to.
+    for f in 0..2 {
+        let len = if f == 0 { per_flow } else { TOGETHER * MSG };
+        let mut got = vec![0u8; len];
+        b_map.read(f * per_flow, &mut got).unwrap();
+        assert!(
+            got == pattern(per_flow, f as u64 + 1)[..len],
+            "flow {f}'s bytes landed"
+        );
+    }
+    let workers = pair.runtime.join().expect("workers stop");
+    let report = slot
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the bottleneck's report");
+    Outcome { workers, report }
+}
+
+/// Per flow, the controller rates the trace saw (bins where one was seen).
+fn rates(o: &Outcome, flow: usize) -> Vec<u64> {
+    o.report
+        .rates
+        .chunks(2)
+        .map(|row| row[flow])
+        .filter(|&r| r > 0)
+        .collect()
+}
+
+#[test]
+fn ack_carries_the_congestion_and_the_senders_follow_it() {
+    let o = run(CcMode::Ack, "cgack");
+    let b = o.report.counters;
+    assert!(b.marked > 0, "the bottleneck marked: {b:?}");
+    assert_eq!(b.dropped, 0, "nothing dropped: {b:?}");
+    assert!(counter(&o, "ce_received") > 0);
+    assert!(counter(&o, "becn_acks_sent") > 0, "congested ACKs went out");
+    assert_eq!(counter(&o, "cnps_sent"), 0);
+    // Each sender was below its line rate while the two competed, and flow 0, alone at the
+    // end, is back at it.
+    for f in 0..2 {
+        let r = rates(&o, f);
+        assert!(r.iter().any(|&x| x < LINE), "flow {f} slowed down");
+    }
+    assert_eq!(rates(&o, 0).last(), Some(&LINE), "flow 0 restored");
+}
+
+#[test]
+fn dcqcn_answers_marks_with_cnps_and_the_senders_cut() {
+    let o = run(CcMode::Dcqcn, "cgdcqcn");
+    assert!(o.report.counters.marked > 0);
+    let sent = counter(&o, "cnps_sent");
+    assert!(sent > 0, "CNPs went out");
+    assert_eq!(
+        counter(&o, "cnps_received"),
+        sent,
+        "and each reached its sender"
+    );
+    assert_eq!(counter(&o, "becn_acks_sent"), 0);
+    for f in 0..2 {
+        assert!(rates(&o, f).iter().any(|&x| x < LINE), "flow {f} cut");
+    }
+}
+
+#[test]
+fn without_congestion_control_marks_change_nothing() {
+    let o = run(CcMode::None, "cgnone");
+    assert!(o.report.counters.marked > 0);
+    assert!(counter(&o, "ce_received") > 0);
+    assert_eq!(counter(&o, "becn_acks_sent") + counter(&o, "cnps_sent"), 0);
+    assert!(o.report.rates.iter().all(|&r| r == 0), "no controller");
+}
