@@ -175,26 +175,26 @@ enum Command {
         #[arg(long)]
         flows: Option<usize>,
         /// congestion: the bottleneck's service rate (default 10).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         bottleneck_gbps: Option<f64>,
         /// congestion: the senders' line rate, their rate while uncongested (default: the
         /// bottleneck's).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         line_gbps: Option<f64>,
         /// congestion: the round trip the bottleneck's delay line sets (default 20).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         rtt_us: Option<f64>,
         /// congestion: ECN marking starts above this queue (default 4 KB per Gbit/s).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         kmin_kb: Option<f64>,
         /// congestion: every packet is marked above this queue (default 16 KB per Gbit/s).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         kmax_kb: Option<f64>,
         /// congestion: the marking probability at Kmax (default 0.2).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         pmax: Option<f64>,
         /// congestion: the bottleneck's buffer; beyond it, drop-tail (default 4 x Kmax).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         buffer_kb: Option<f64>,
         /// congestion: each flow's start-end in µs, comma-separated (default: flow 0
         /// 0-20000, the others 1000-5000).
@@ -204,7 +204,7 @@ enum Command {
         #[arg(long, value_enum)]
         dcqcn: Option<portico::bench::congestion::DcqcnPreset>,
         /// congestion: the moving-average window of the rates, µs (default RTT / 2).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         rate_window_us: Option<f64>,
         /// congestion: the directory for congestion.csv and congestion.svg (default
         /// ./congestion).

@@ -1024,3 +1024,117 @@ fn bench_tagged_runs_every_part_as_json() {
     assert!(!v["workers"].as_array().unwrap().is_empty(), "{v}");
     assert_eq!(v["ports"].as_array().unwrap().len(), 4, "two pairs: {v}");
 }
+
+#[test]
+fn bench_congestion_reports_each_scheme_and_writes_the_series_and_the_plot() {
+    let dir = std::env::temp_dir().join(format!("portico-congestion-{}", std::process::id()));
+    let out = portico(&[
+        "bench",
+        "congestion",
+        "--cc",
+        "none,ack",
+        "--flows",
+        "2",
+        "--bottleneck-gbps",
+        "2",
+        "--schedule",
+        "0-3000,500-1500",
+        "--mtu",
+        "4096",
+        "--qd",
+        "4",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "1024",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(
+        (v["type"].as_str(), v["op"].as_str()),
+        (Some("bench"), Some("congestion"))
+    );
+    assert_eq!(v["errors"], 0, "{v}");
+    let ops: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["congestion-none", "congestion-ack"]);
+    let c = &v["congestion"];
+    assert_eq!(c["params"]["flows"], 2);
+    assert_eq!(c["params"]["kmin_bytes"], 8000, "4 KB per Gbit/s");
+    let schemes = c["schemes"].as_array().unwrap();
+    for (s, cc) in schemes.iter().zip(["none", "ack"]) {
+        assert_eq!(s["cc"], cc);
+        for key in [
+            "reaction_us",
+            "recovery_us",
+            "queue_p50_bytes",
+            "queue_p99_bytes",
+            "utilization",
+            "drops",
+            "jain",
+            "fct",
+            "flows",
+        ] {
+            assert!(s.get(key).is_some(), "{cc}: {key} in {s}");
+        }
+        assert!(s["messages"].as_u64().unwrap() > 0, "{s}");
+        assert!(
+            s["bottleneck"]["arrived_packets"].as_u64().unwrap() > 0,
+            "{s}"
+        );
+    }
+    assert_eq!(schemes[0]["rate_basis"], "measured");
+    assert_eq!(schemes[1]["rate_basis"], "controller");
+    let csv = std::fs::read_to_string(dir.join("congestion.csv")).unwrap();
+    assert!(csv.starts_with("cc,time_us,aggregate_gbps,queue_bytes,marks,drops,flow_0_gbps"));
+    assert!(csv.lines().any(|l| l.starts_with("ack,")));
+    let svg = std::fs::read_to_string(dir.join("congestion.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    for label in ["none", "ack"] {
+        assert!(
+            svg.lines().any(|l| l.trim() == label),
+            "{label} captions a column"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_congestion_bounds_name_their_argument_with_exit_2() {
+    let bench = |extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["bench", "congestion", "--hugepages", "off"];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect()
+    };
+    for (extra, field) in [
+        (&["--flows", "0"][..], "--flows"),
+        (&["--flows", "17"], "--flows"),
+        (&["--bottleneck-gbps", "0"], "--bottleneck-gbps"),
+        (&["--rtt-us", "-1"], "--rtt-us"),
+        (&["--pmax", "1.5"], "--pmax"),
+        (&["--kmin-kb", "200", "--kmax-kb", "100"], "--kmin-kb"),
+        (&["--schedule", "0-100"], "--schedule"),
+        (&["--flows", "2", "--schedule", "0-100,50-10"], "--schedule"),
+    ] {
+        let args = bench(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_bad(&args, field, true);
+    }
+    // The congestion options belong to bench congestion alone.
+    assert_bad(
+        &["bench", "write", "--hugepages", "off", "--flows", "2"],
+        "--out",
+        true,
+    );
+}
