@@ -92,8 +92,9 @@ pub struct Ingress {
     /// The senders whose controller rates are sampled into `rates`: QPNs on engine 0, one
     /// per flow (the flows' other ends).
     pub senders: Vec<u32>,
-    /// Per bin of the trace and flow (`bin * flows + flow`): the rate the sender's congestion
-    /// controller set, last seen in the bin (0: not seen, or no controller). Preallocated.
+    /// Per bin of the trace and flow (`bin * flows + flow`): the lowest rate the sender's
+    /// congestion controller had at the polls in the bin (0: not seen, or no controller).
+    /// Preallocated.
     pub rates: Vec<u64>,
 }
 
@@ -107,6 +108,9 @@ pub struct IngressReport {
     pub trace: Option<Trace>,
     /// [`Ingress::rates`].
     pub rates: Vec<u64>,
+    /// Per sender, when the stage stopped: its controller's counters and rate (`None`: no
+    /// controller).
+    pub senders: Vec<(crate::cc::CcStats, Option<u64>)>,
 }
 
 /// The flow of a frame: the index of its destination QP in `flows`, or `flows.len()`.
@@ -279,11 +283,14 @@ impl RdmaStage {
             let n = ing.senders.len();
             if let Some(row) = ing.rates.get_mut(bin * n..(bin + 1) * n) {
                 for (r, &qpn) in row.iter_mut().zip(&ing.senders) {
-                    *r = sender
+                    let rate = sender
                         .node
                         .qp(qpn)
                         .and_then(|q| q.requester().cc().rate_bps())
                         .unwrap_or(0);
+                    if *r == 0 || rate < *r {
+                        *r = rate;
+                    }
                 }
             }
         }
@@ -459,6 +466,21 @@ impl Stage for RdmaStage {
                 queue_max_bytes: b.counters().max_queue_bytes,
                 trace: b.trace().cloned(),
                 rates: std::mem::take(&mut ing.rates),
+                senders: ing
+                    .senders
+                    .iter()
+                    .map(|&qpn| {
+                        let cc = self
+                            .engines
+                            .first()
+                            .and_then(|e| e.node.qp(qpn))
+                            .map(|q| q.requester().cc());
+                        (
+                            cc.map(|c| c.stats).unwrap_or_default(),
+                            cc.and_then(|c| c.rate_bps()),
+                        )
+                    })
+                    .collect(),
             };
             if let Ok(mut slot) = ing.report.lock() {
                 *slot = Some(report);
