@@ -277,8 +277,11 @@ pub struct RdmaNode {
     /// The depth of a bottleneck in front of this engine's receive path, when one tells it
     /// (the CETH of `cc = ack` reports it).
     ingress_queue: Option<u32>,
-    /// The port-wide ECN window of `cc = ack` queue pairs that use one (made with the first).
+    /// The port-wide ECN window of `cc = ack` queue pairs that use one (made with the first),
+    /// and those queue pairs' slots: a change of the port's level is told to all of them at
+    /// once, each in an ACK of its own.
     port_ecn: Option<crate::cc::EcnMonitor>,
+    port_ecn_qps: Vec<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -320,6 +323,7 @@ impl RdmaNode {
             homed_elsewhere: Vec::new(),
             ingress_queue: None,
             port_ecn: None,
+            port_ecn_qps: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
@@ -384,6 +388,9 @@ impl RdmaNode {
         }
         let qp = QueuePair::new(cfg.clone())?;
         let slot = self.qps.entries.len();
+        if qp.port_scoped_ecn() {
+            self.port_ecn_qps.push(slot as u32);
+        }
         let (host, rings) = rings::qp_rings(
             qpn,
             slot as u32,
@@ -590,13 +597,14 @@ impl RdmaNode {
         if self.ingress_queue.is_some() {
             e.qp.note_ingress_queue(self.ingress_queue);
         }
+        let mut level_changed = false;
         if repr.bth.opcode.is_request() && e.qp.port_scoped_ecn() {
             let cfg = &e.qp.config().cc.ack;
             let m = self
                 .port_ecn
                 .get_or_insert_with(|| crate::cc::EcnMonitor::new(cfg));
-            let changed = m.on_packet(now, repr.ip.ecn == wire::Ecn::Ce);
-            e.qp.set_shared_level(m.shared(changed));
+            level_changed = m.on_packet(now, repr.ip.ecn == wire::Ecn::Ce);
+            e.qp.set_shared_level(m.shared(level_changed));
         }
         match &mut self.tags {
             Some(tags) => {
@@ -616,7 +624,31 @@ impl RdmaNode {
         self.tag_outcomes(i as u32);
         self.make_ready(i as u32);
         self.arm(i as u32);
+        if level_changed {
+            self.tell_port_level(i as u32);
+        }
         RxOutcome::Delivered
+    }
+
+    /// The port's ECN level changed with a packet of queue pair `from`: every other queue
+    /// pair that follows the port's window says so now, in an ACK of its own (a repeat of its
+    /// last one if nothing new arrived), instead of at its next packet, which may be queued
+    /// behind the congestion itself.
+    fn tell_port_level(&mut self, from: u32) {
+        let Some(m) = &self.port_ecn else {
+            return;
+        };
+        let shared = m.shared(true);
+        for k in 0..self.port_ecn_qps.len() {
+            let slot = self.port_ecn_qps[k];
+            if slot == from {
+                continue;
+            }
+            let e = &mut self.qps.entries[slot as usize];
+            if e.qp.announce_level(shared) {
+                self.make_ready(slot);
+            }
+        }
     }
 
     /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.

@@ -305,6 +305,17 @@ impl QueuePair {
         self.notifier.set_shared(shared);
     }
 
+    /// The port's level changed through another queue pair's packet: owe an ACK that says it
+    /// (a repeat of the last one when nothing new arrived). False when this queue pair has
+    /// received nothing yet or is in the error state (nothing to acknowledge).
+    pub fn announce_level(&mut self, shared: crate::cc::SharedLevel) -> bool {
+        if self.state != QpState::Ready {
+            return false;
+        }
+        self.notifier.set_shared(shared);
+        self.resp.repeat_ack()
+    }
+
     /// The depth of the receiving engine's own ingress queue (a bottleneck in front of it),
     /// which the CETH reports.
     pub fn note_ingress_queue(&mut self, bytes: Option<u32>) {

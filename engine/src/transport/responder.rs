@@ -179,6 +179,16 @@ impl Responder {
         }
     }
 
+    /// Owe an ACK now even if nothing arrived since the last one (it repeats the last PSN):
+    /// congestion control has something new to say. False before anything was received.
+    pub(crate) fn repeat_ack(&mut self) -> bool {
+        if self.msn == 0 && self.unacked == 0 && !self.ack_due {
+            return false;
+        }
+        self.ack_due = true;
+        true
+    }
+
     /// The next PSN the responder accepts.
     pub fn expected_psn(&self) -> u32 {
         self.epsn
