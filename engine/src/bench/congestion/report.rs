@@ -667,10 +667,15 @@ fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>)
 }
 
 /// What a column plots, in the plot's units (µs, Gbit/s, KB).
+/// Points per plotted series, at most.
+const PLOT_POINTS: usize = 1500;
+
 struct Plotted {
     times_us: Vec<f64>,
     aggregate_gbps: Vec<f64>,
     flows_gbps: Vec<Vec<f64>>,
+    /// The rates the flows' controllers set, when recorded.
+    set_gbps: Vec<Vec<f64>>,
     queue_kb: Vec<f64>,
     /// Joins and leaves within the recording.
     events_us: Vec<f64>,
@@ -690,14 +695,33 @@ impl Plotted {
             .collect();
         events_us.sort_by(f64::total_cmp);
         events_us.dedup();
+        // At most PLOT_POINTS points a series (a long run has tens of thousands of bins):
+        // rates averaged over each group of bins, the queue its largest value (a peak stays
+        // visible).
+        let group = run.bins().div_ceil(PLOT_POINTS).max(1);
+        let mean = |v: Vec<f64>| -> Vec<f64> {
+            v.chunks(group)
+                .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+                .collect()
+        };
+        let queue: Vec<f64> = (0..run.bins())
+            .map(|b| kb(u64::from(run.queue_max.get(b).copied().unwrap_or(0))))
+            .collect();
         Plotted {
-            times_us: (0..run.bins()).map(|b| us(run.bin_end_ns(b))).collect(),
-            aggregate_gbps: gbps(rate_series(run, &(0..run.flows).collect::<Vec<_>>())),
-            flows_gbps: (0..run.flows)
-                .map(|f| gbps(rate_series(run, &[f])))
+            times_us: (0..run.bins())
+                .step_by(group)
+                .map(|b| us(run.bin_end_ns((b + group - 1).min(run.bins() - 1))))
                 .collect(),
-            queue_kb: (0..run.bins())
-                .map(|b| kb(u64::from(run.queue_max.get(b).copied().unwrap_or(0))))
+            aggregate_gbps: mean(gbps(rate_series(run, &(0..run.flows).collect::<Vec<_>>()))),
+            flows_gbps: (0..run.flows)
+                .map(|f| mean(gbps(rate_series(run, &[f]))))
+                .collect(),
+            set_gbps: (0..run.flows)
+                .filter_map(|f| set_rate_series(run, &[f]).map(|r| mean(gbps(r))))
+                .collect(),
+            queue_kb: queue
+                .chunks(group)
+                .map(|c| c.iter().copied().fold(0.0, f64::max))
                 .collect(),
             events_us,
         }
@@ -843,6 +867,15 @@ fn draw_rates(
             .draw_series(LineSeries::new(p.line(rates), style))?
             .label(format!("flow {f}"))
             .legend(legend_stroke(style));
+    }
+    for (f, rates) in p.set_gbps.iter().enumerate() {
+        let style = FLOW_COLORS[f % FLOW_COLORS.len()].mix(0.6).stroke_width(1);
+        let series = chart.draw_series(DashedLineSeries::new(p.line(rates), 4, 3, style))?;
+        if f == 0 {
+            series
+                .label("controller rate (dashed)")
+                .legend(legend_stroke(style));
+        }
     }
     let style = BLACK.stroke_width(3);
     chart
