@@ -312,11 +312,11 @@ pub struct TaggedBenchSummary {
     pub tagged: TaggedSummary,
 }
 
-/// xorshift64*: the sender's choice of receive.
-struct Rng(u64);
+/// xorshift64*: the sender's choice of receive (and `bench congestion`'s message sizes).
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;

@@ -168,6 +168,7 @@ impl EcnMonitor {
         self.level
     }
 
+    /// Whether the window is the queue pair's or the port's.
     pub fn scope(&self) -> EcnScope {
         self.p.scope
     }
@@ -177,8 +178,6 @@ impl EcnMonitor {
         (self.marked, self.len)
     }
 
-    /// The CETH an ACK sent now carries: `None` when the level is none (the ACK goes without
-    /// the indicator). `queue_bytes` is the receiver's own ingress queue, when it has one.
     /// The window's state, to hand to a queue pair that uses a port-wide window.
     pub fn shared(&self, changed: bool) -> SharedLevel {
         SharedLevel {
@@ -189,20 +188,10 @@ impl EcnMonitor {
         }
     }
 
+    /// The CETH an ACK sent now carries: `None` when the level is none (the ACK goes without
+    /// the indicator). `queue_bytes` is the receiver's own ingress queue, when it has one.
     pub fn ceth(&self, queue_bytes: Option<u32>) -> Option<CethRepr> {
-        (self.level != Level::None).then(|| CethRepr {
-            level: self.level,
-            location: if queue_bytes.is_some() {
-                Location::Receiver
-            } else {
-                Location::Unknown
-            },
-            service: crate::wire::ceth::service::RC_WRITE_SEND,
-            marked: self.marked.min(255) as u8,
-            window: self.len.min(255) as u8,
-            queue_bytes,
-            delay_ns: None,
-        })
+        self.shared(false).ceth(queue_bytes)
     }
 }
 

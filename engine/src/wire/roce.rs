@@ -790,13 +790,13 @@ pub fn parse_frame(frame: &[u8]) -> Result<(RoceRepr, &[u8])> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::aeth::{NakCode, Syndrome};
     use crate::wire::feth::{Placement, Selectivity};
     use proptest::prelude::*;
 
-    fn hex(s: &str) -> Vec<u8> {
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len())
             .step_by(2)
@@ -808,7 +808,7 @@ mod tests {
     /// (`test/contrib/roce.uts`) as transcribed in
     /// `reference/roce-cc-persist-anchors.md` §1.7. Captured from real hardware,
     /// so its ICRC is the independent check of our recipe.
-    const CNP_CX4LX: &str = "e41d2dab2bc2 7cfe90643b32 0800
+    pub(crate) const CNP_CX4LX: &str = "e41d2dab2bc2 7cfe90643b32 0800
         45c2003c718c40004011 9161 0a001101 0a001201
         000012b700280000
         8100ffff4000011800000000

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::tagged::Rng;
 use super::{BenchOpts, OpResult, Running, WCS_LEN, human, print_json, print_workers, usage};
 use crate::app::{
     AppError, MemoryChoice, PortSummary, available_cores, check_pool_fits, plan_eal_args,
@@ -231,30 +232,17 @@ fn default_schedule(flows: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn size(&mut self) -> u32 {
-        let total: u32 = SIZE_MIX.iter().map(|&(_, w)| w).sum();
-        let mut pick = (self.next() % u64::from(total)) as u32;
-        for &(size, w) in &SIZE_MIX {
-            if pick < w {
-                return size;
-            }
-            pick -= w;
+/// A size drawn from [`SIZE_MIX`] by its weights.
+fn draw_size(rng: &mut Rng) -> u32 {
+    let total: u32 = SIZE_MIX.iter().map(|&(_, w)| w).sum();
+    let mut pick = (rng.next() % u64::from(total)) as u32;
+    for &(size, w) in &SIZE_MIX {
+        if pick < w {
+            return size;
         }
-        SIZE_MIX[0].0
+        pick -= w;
     }
+    SIZE_MIX[0].0
 }
 
 /// One flow on the host's side.
@@ -610,7 +598,7 @@ fn run_scheme(
                     if s.is_some() {
                         continue;
                     }
-                    let size = f.rng.size();
+                    let size = draw_size(&mut f.rng);
                     let off = (i * per_flow + k * MAX_MESSAGE) as u64;
                     let wr = WorkRequest::write(
                         k as u64,
@@ -850,7 +838,7 @@ mod tests {
         let mut r = Rng(7);
         let mut counts = std::collections::BTreeMap::new();
         for _ in 0..100_000 {
-            *counts.entry(r.size()).or_insert(0u32) += 1;
+            *counts.entry(draw_size(&mut r)).or_insert(0u32) += 1;
         }
         for (size, w) in SIZE_MIX {
             let got = f64::from(counts[&size]) / 100_000.0;

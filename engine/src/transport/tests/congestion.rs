@@ -177,21 +177,7 @@ fn a_standard_peer_gets_standard_acks() {
     check_landed(&sim, bk, n);
 }
 
-/// The CNP a ConnectX-4 Lx sent (scapy's RoCE test vector; docs/wire.md §14).
-const CNP_CX4LX: &str = "e41d2dab2bc2 7cfe90643b32 0800
-    45c2003c718c40004011 9161 0a001101 0a001201
-    000012b700280000
-    8100ffff4000011800000000
-    00000000000000000000000000000000
-    82fd002a";
-
-fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use crate::wire::roce::tests::{CNP_CX4LX, hex};
 
 #[test]
 fn portico_cnps_have_the_format_of_the_connectx_capture() {
