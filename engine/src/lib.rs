@@ -28,6 +28,7 @@ pub mod placement;
 pub mod rdma;
 pub mod report;
 pub mod runtime;
+pub mod shaper;
 pub mod summary;
 pub mod traffic;
 pub mod transport;

@@ -1,0 +1,145 @@
+//! A token bucket in bytes, refilled at a rate in bit/s from times in ns, capped at a burst.
+//!
+//! Tokens are kept in integer units of 1/8e9 byte, so that `rate_bps * dt_ns` adds exactly
+//! what accrued: no rounding drifts over a long run, and tests can assert exact byte counts.
+//! Like a pacer, a bucket that is not in debt may send a packet of any size and go negative by
+//! it ([`TokenBucket::conforms`]); the inbound (absorb) bucket instead asks for the whole
+//! charge up front ([`TokenBucket::fits`]), since it promises room for data not yet arrived.
+
+/// Token units per byte: one byte is 8 bits, and a rate in bit/s times ns is bits * 1e9.
+const UNITS_PER_BYTE: i128 = 8_000_000_000;
+
+/// A byte token bucket; times in ns (monotonic, starting at the time given to `new`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    rate_bps: u64,
+    depth: i128,
+    tokens: i128,
+    last: u64,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`: `burst_bytes` of tokens, refilled at `rate_bps`.
+    pub fn new(rate_bps: u64, burst_bytes: u64, now: u64) -> TokenBucket {
+        let depth = burst_bytes as i128 * UNITS_PER_BYTE;
+        TokenBucket {
+            rate_bps,
+            depth,
+            tokens: depth,
+            last: now,
+        }
+    }
+
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps
+    }
+
+    pub fn burst_bytes(&self) -> u64 {
+        (self.depth / UNITS_PER_BYTE) as u64
+    }
+
+    /// The tokens (in units) the bucket holds at `t >= last`, without moving `last`.
+    fn level_at(&self, t: u64) -> i128 {
+        if self.tokens >= self.depth {
+            return self.tokens;
+        }
+        let gained = (self.rate_bps as i128).saturating_mul((t - self.last) as i128);
+        self.tokens.saturating_add(gained).min(self.depth)
+    }
+
+    fn refill(&mut self, now: u64) {
+        // A time before the last one (a caller's clocks disagreeing) adds nothing.
+        if now > self.last {
+            self.tokens = self.level_at(now);
+            self.last = now;
+        }
+    }
+
+    /// Whole bytes of tokens at `now`, rounded down (negative while in debt).
+    pub fn tokens(&mut self, now: u64) -> i64 {
+        self.refill(now);
+        self.tokens.div_euclid(UNITS_PER_BYTE) as i64
+    }
+
+    /// Whether a packet may go at `now`: the bucket is not in debt.
+    pub fn conforms(&mut self, now: u64) -> bool {
+        self.refill(now);
+        self.tokens >= 0
+    }
+
+    /// Whether `bytes` can be charged at `now` without going into debt.
+    pub fn fits(&mut self, now: u64, bytes: u64) -> bool {
+        self.refill(now);
+        self.tokens >= bytes as i128 * UNITS_PER_BYTE
+    }
+
+    /// Takes `bytes` at `now`; the bucket may go into debt.
+    pub fn charge(&mut self, now: u64, bytes: u64) {
+        self.refill(now);
+        self.tokens -= bytes as i128 * UNITS_PER_BYTE;
+    }
+
+    /// The first time `>= now` at which the bucket holds `bytes` of tokens (0 for "not in
+    /// debt"); `None` if it never will (no rate, or more than the burst).
+    pub fn ready_at(&self, now: u64, bytes: u64) -> Option<u64> {
+        let t = now.max(self.last);
+        let need = bytes as i128 * UNITS_PER_BYTE;
+        let level = self.level_at(t);
+        if level >= need {
+            return Some(t);
+        }
+        if need > self.depth || self.rate_bps == 0 {
+            return None;
+        }
+        let rate = self.rate_bps as i128;
+        let wait = (need - level + rate - 1) / rate;
+        u64::try_from(wait).ok().map(|w| t.saturating_add(w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refills_at_the_rate_up_to_the_burst() {
+        // 8 Gbit/s is one byte per ns.
+        let mut b = TokenBucket::new(8_000_000_000, 1000, 0);
+        assert_eq!(b.tokens(0), 1000);
+        b.charge(0, 1000);
+        assert_eq!(b.tokens(0), 0);
+        assert_eq!(b.tokens(250), 250);
+        assert_eq!(b.tokens(999), 999);
+        assert_eq!(b.tokens(5000), 1000, "capped at the burst");
+    }
+
+    #[test]
+    fn goes_into_debt_by_one_packet_and_waits_it_out() {
+        let mut b = TokenBucket::new(8_000_000_000, 1000, 0);
+        assert!(b.conforms(0));
+        b.charge(0, 1500);
+        assert_eq!(b.tokens(0), -500);
+        assert!(!b.conforms(499));
+        assert_eq!(b.ready_at(0, 0), Some(500));
+        assert!(b.conforms(500));
+        assert_eq!(b.ready_at(500, 0), Some(500));
+        assert_eq!(b.ready_at(500, 1000), Some(1500));
+        assert!(!b.fits(1499, 1000));
+        assert!(b.fits(1500, 1000));
+        assert_eq!(b.ready_at(1500, 1001), None, "beyond the burst");
+    }
+
+    #[test]
+    fn fractional_rates_are_exact_over_time() {
+        // 1 Mbit/s: 1 byte per 8000 ns; 3 bytes accrue over 24 000 ns, not 2.999.
+        let mut b = TokenBucket::new(1_000_000, 100, 0);
+        b.charge(0, 100);
+        assert_eq!(b.tokens(7999), 0);
+        assert_eq!(b.tokens(8000), 1);
+        assert_eq!(b.tokens(24_000), 3);
+        assert_eq!(b.ready_at(24_000, 10), Some(80_000));
+        let z = TokenBucket::new(0, 100, 0);
+        assert_eq!(z.ready_at(0, 100), Some(0));
+        assert_eq!(z.ready_at(0, 101), None);
+    }
+}

@@ -1,0 +1,634 @@
+//! The traffic shaper core (issue 14, part 1): which message-chopping unit sends the next
+//! packet, so that traffic classes get their bandwidth shares, no MCU starves its class-mates,
+//! and READ responses never arrive faster than the host can absorb them.
+//!
+//! Seed 000 (data request management), in this module's terms:
+//! - **Command queues → flow queues**: [`Shaper::enqueue`] hashes a [`Command`]'s flow key into
+//!   one of a fixed set of bounded flow queues, so the commands of one flow stay in order; a full
+//!   flow queue refuses the command and hands it back ([`Refused::Full`]).
+//! - **MCUs (message-chopping units)**: each MCU holds one flow queue at a time and cuts that
+//!   queue's commands into MTU-sized packets; a flow queue with commands and no MCU waits in
+//!   FIFO order for one to come free (when an MCU's flow queue runs dry).
+//! - **Shaper arbitration** ([`Shaper::next`]): strict-priority classes first (bounded by their
+//!   ceiling, so they cannot shut out everyone else forever); then the classes whose *assured*
+//!   token bucket has tokens, round robin; then those served only up to their *ceiling*; within
+//!   a class, deficit round robin over its MCUs, so an MCU with large packets cannot take more
+//!   than its quantum per round. An MCU at its outstanding-packet cap is skipped until
+//!   [`Shaper::completed`] reports responses/ACKs.
+//! - **GET pacing by response size**: a GET (RDMA READ) is cut into request packets each pulling
+//!   back up to one MTU of response; the expected response bytes are charged to an inbound
+//!   ("absorb") bucket at issue. An MCU whose next request would pull back more than the bucket
+//!   holds is skipped and the others are served; it goes again once its response fits. PUT data
+//!   is charged to the outbound (class) buckets only.
+//!
+//! The shape follows HPE's Cassini NIC: per-class buckets with an assured and a ceiling rate,
+//! inbound buckets charged with the expected response size, per-MCU outstanding caps (64 by
+//! default there), and counters of how often an MCU/class waited for outbound tokens, inbound
+//! tokens and its cap ([`Counters::waited_out`], [`Counters::waited_in`],
+//! [`Counters::waited_cap`], after Cassini's `NO_OUT_CRD`, `NO_IN_CRD` and outstanding stalls).
+//!
+//! Pure and driven with times in ns: the caller calls [`Shaper::next`] when the link can take a
+//! packet and sets its timer with [`Shaper::next_ready_at`] when nothing may go. Sizes are
+//! payload bytes (headers are the caller's business). Everything is allocated in
+//! [`Shaper::new`]; the per-packet calls do not allocate.
+
+pub mod bucket;
+
+pub use bucket::TokenBucket;
+
+use std::collections::VecDeque;
+
+/// One traffic class: a bandwidth share in bit/s and how it may be exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassConfig {
+    /// The rate the class is served at before any class that is only borrowing (may be 0).
+    pub assured_bps: u64,
+    /// The rate the class is never served above, borrowing included.
+    pub ceiling_bps: u64,
+    /// The depth of both buckets: how much may go at once after an idle spell.
+    pub burst_bytes: u64,
+    /// Served before all non-strict classes (the low-latency class), up to its ceiling.
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShaperConfig {
+    /// Indexed by [`Command::class`]; at most 256.
+    pub classes: Vec<ClassConfig>,
+    /// The rate at which the host absorbs inbound (READ response) data; `None`: unlimited.
+    pub absorb_bps: Option<u64>,
+    /// The depth of the absorb bucket; at least the MTU of any GET (checked at enqueue).
+    pub absorb_burst_bytes: u64,
+    /// The number of MCUs, i.e. of flow queues served at once.
+    pub mcus: usize,
+    /// Packets an MCU may have issued without a response/ACK seen.
+    pub outstanding_cap: u32,
+    /// Bytes an MCU may send per deficit-round-robin round; at least the MTU of any command.
+    pub quantum_bytes: u32,
+    /// The number of flow queues flows hash into.
+    pub flow_queues: usize,
+    /// Commands each flow queue holds.
+    pub flow_queue_depth: usize,
+}
+
+/// A configuration field that cannot work, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("shaper config: {field}: {reason}")]
+pub struct ShaperError {
+    pub field: String,
+    pub reason: &'static str,
+}
+
+fn bad(field: impl Into<String>, reason: &'static str) -> Result<(), ShaperError> {
+    Err(ShaperError {
+        field: field.into(),
+        reason,
+    })
+}
+
+impl ShaperConfig {
+    /// `classes` with Cassini-like defaults: 16 MCUs, 64 outstanding packets each, a 4 KiB
+    /// quantum (one maximum RoCE MTU), 256 flow queues of 16 commands, no absorb limit.
+    pub fn new(classes: Vec<ClassConfig>) -> ShaperConfig {
+        ShaperConfig {
+            classes,
+            absorb_bps: None,
+            absorb_burst_bytes: 64 * 1024,
+            mcus: 16,
+            outstanding_cap: 64,
+            quantum_bytes: 4096,
+            flow_queues: 256,
+            flow_queue_depth: 16,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ShaperError> {
+        if self.classes.is_empty() {
+            return bad("classes", "at least one class");
+        }
+        if self.classes.len() > 256 {
+            return bad("classes", "at most 256 (a class is a u8)");
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            if c.ceiling_bps == 0 {
+                return bad(format!("classes[{i}].ceiling_bps"), "must be > 0");
+            }
+            if c.assured_bps > c.ceiling_bps {
+                return bad(format!("classes[{i}].assured_bps"), "above the ceiling");
+            }
+            if c.burst_bytes == 0 {
+                return bad(format!("classes[{i}].burst_bytes"), "must be > 0");
+            }
+        }
+        if self.absorb_bps == Some(0) {
+            return bad("absorb_bps", "must be > 0 (None for unlimited)");
+        }
+        if self.absorb_bps.is_some() && self.absorb_burst_bytes == 0 {
+            return bad("absorb_burst_bytes", "must be > 0 with an absorb rate");
+        }
+        if self.mcus == 0 {
+            return bad("mcus", "must be > 0");
+        }
+        if self.outstanding_cap == 0 {
+            return bad("outstanding_cap", "must be > 0");
+        }
+        if self.quantum_bytes == 0 {
+            return bad("quantum_bytes", "must be > 0");
+        }
+        if self.flow_queues == 0 {
+            return bad("flow_queues", "must be > 0");
+        }
+        if self.flow_queue_depth == 0 {
+            return bad("flow_queue_depth", "must be > 0");
+        }
+        Ok(())
+    }
+}
+
+/// What a command moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Send `bytes` (RDMA WRITE/SEND): charged to the class's outbound buckets.
+    Put { bytes: u64 },
+    /// Fetch `response_bytes` (RDMA READ) with requests of `request_bytes` each: the requests
+    /// are charged outbound, the responses they pull back to the absorb bucket.
+    Get {
+        request_bytes: u32,
+        response_bytes: u64,
+    },
+}
+
+/// A host command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Command {
+    /// The flow key hashed to pick the flow queue (e.g. the queue pair).
+    pub flow: u64,
+    pub class: u8,
+    pub kind: Kind,
+    /// Largest payload per packet (PUT) or response per request (GET).
+    pub mtu: u32,
+}
+
+/// A command [`Shaper::enqueue`] did not take, handed back so nothing is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Its flow queue is full; try again later.
+    Full(Command),
+    /// It can never be sent under this configuration.
+    Invalid { cmd: Command, reason: &'static str },
+}
+
+/// One arbitration decision: the MCU whose next packet goes now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    pub mcu: usize,
+    pub class: u8,
+    /// Bytes on the wire out (PUT data or the GET request).
+    pub packet_bytes: u32,
+    /// Bytes this packet will pull back (GET), 0 for a PUT.
+    pub response_bytes: u32,
+    pub last_of_command: bool,
+}
+
+/// What a class or an MCU sent, and how often it was passed over and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub response_bytes: u64,
+    /// Arbitration steps it had a packet but its class was out of outbound (ceiling) tokens.
+    pub waited_out: u64,
+    /// Arbitration steps its next response did not fit the absorb bucket.
+    pub waited_in: u64,
+    /// Arbitration steps it was at its outstanding-packet cap.
+    pub waited_cap: u64,
+}
+
+/// The command an MCU is chopping.
+#[derive(Debug, Clone, Copy)]
+struct Chopping {
+    class: u8,
+    /// PUT bytes or GET response bytes still to go.
+    remaining: u64,
+    mtu: u32,
+    /// `Some(request bytes)` for a GET.
+    request: Option<u32>,
+}
+
+impl Chopping {
+    fn of(cmd: &Command) -> Chopping {
+        let (remaining, request) = match cmd.kind {
+            Kind::Put { bytes } => (bytes, None),
+            Kind::Get {
+                request_bytes,
+                response_bytes,
+            } => (response_bytes, Some(request_bytes)),
+        };
+        Chopping {
+            class: cmd.class,
+            remaining,
+            mtu: cmd.mtu,
+            request,
+        }
+    }
+
+    /// (bytes out, bytes back) of the next packet.
+    fn next_packet(&self) -> (u32, u32) {
+        let chunk = self.remaining.min(self.mtu as u64) as u32;
+        match self.request {
+            None => (chunk, 0),
+            Some(req) => (req, chunk),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Mcu {
+    flow_queue: Option<usize>,
+    cmd: Option<Chopping>,
+    deficit: u64,
+    outstanding: u32,
+    counters: Counters,
+}
+
+#[derive(Debug)]
+struct Class {
+    cfg: ClassConfig,
+    assured: TokenBucket,
+    ceiling: TokenBucket,
+    /// The MCU deficit round robin looks at next.
+    cursor: usize,
+    /// Whether `cursor` arrived at its MCU since it was last given a quantum.
+    fresh: bool,
+    /// MCUs chopping a command of this class.
+    busy: usize,
+    /// The arbitration step this class was last tried in (so skips count once per step).
+    tried: u64,
+    counters: Counters,
+}
+
+#[derive(Debug)]
+struct FlowQueue {
+    cmds: VecDeque<Command>,
+    mcu: Option<usize>,
+    waiting: bool,
+}
+
+/// The shaper: flow queues, MCUs and the class and absorb buckets. See the module doc.
+#[derive(Debug)]
+pub struct Shaper {
+    classes: Vec<Class>,
+    mcus: Vec<Mcu>,
+    flows: Vec<FlowQueue>,
+    /// Flow queues with commands waiting for an MCU, oldest first.
+    waiting: VecDeque<usize>,
+    /// Idle MCUs (a stack: the most recently freed goes first).
+    free: Vec<usize>,
+    absorb: Option<TokenBucket>,
+    outstanding_cap: u32,
+    quantum: u64,
+    flow_queue_depth: usize,
+    /// Where the round robin over classes starts: [assured pass, ceiling pass].
+    rr: [usize; 2],
+    step: u64,
+}
+
+/// SplitMix64's finalizer: a fixed, well-mixed hash so flow placement is the same every run.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Shaper {
+    /// A shaper with full buckets at time 0 and all MCUs idle.
+    pub fn new(cfg: ShaperConfig) -> Result<Shaper, ShaperError> {
+        cfg.validate()?;
+        let classes = cfg
+            .classes
+            .iter()
+            .map(|&c| Class {
+                cfg: c,
+                assured: TokenBucket::new(c.assured_bps, c.burst_bytes, 0),
+                ceiling: TokenBucket::new(c.ceiling_bps, c.burst_bytes, 0),
+                cursor: 0,
+                fresh: true,
+                busy: 0,
+                tried: 0,
+                counters: Counters::default(),
+            })
+            .collect();
+        let mcus = (0..cfg.mcus)
+            .map(|_| Mcu {
+                flow_queue: None,
+                cmd: None,
+                deficit: 0,
+                outstanding: 0,
+                counters: Counters::default(),
+            })
+            .collect();
+        let flows = (0..cfg.flow_queues)
+            .map(|_| FlowQueue {
+                cmds: VecDeque::with_capacity(cfg.flow_queue_depth),
+                mcu: None,
+                waiting: false,
+            })
+            .collect();
+        Ok(Shaper {
+            classes,
+            mcus,
+            flows,
+            waiting: VecDeque::with_capacity(cfg.flow_queues),
+            free: (0..cfg.mcus).rev().collect(),
+            absorb: cfg
+                .absorb_bps
+                .map(|r| TokenBucket::new(r, cfg.absorb_burst_bytes, 0)),
+            outstanding_cap: cfg.outstanding_cap,
+            quantum: cfg.quantum_bytes as u64,
+            flow_queue_depth: cfg.flow_queue_depth,
+            rr: [0, 0],
+            step: 0,
+        })
+    }
+
+    /// The flow queue a flow key hashes to.
+    pub fn flow_queue_of(&self, flow: u64) -> usize {
+        (mix(flow) % self.flows.len() as u64) as usize
+    }
+
+    /// Queues a command behind its flow's earlier ones; an idle MCU takes the flow queue at
+    /// once if there is one.
+    pub fn enqueue(&mut self, cmd: Command) -> Result<(), Refused> {
+        let invalid = |reason| Err(Refused::Invalid { cmd, reason });
+        if cmd.class as usize >= self.classes.len() {
+            return invalid("no such class");
+        }
+        if cmd.mtu == 0 {
+            return invalid("mtu must be > 0");
+        }
+        if cmd.mtu as u64 > self.quantum {
+            // With a quantum of at least one packet, one DRR round always serves an MCU.
+            return invalid("mtu above quantum_bytes");
+        }
+        if let (Kind::Get { .. }, Some(a)) = (cmd.kind, &self.absorb)
+            && cmd.mtu as u64 > a.burst_bytes()
+        {
+            return invalid("GET mtu above absorb_burst_bytes: its responses would never fit");
+        }
+        let q = self.flow_queue_of(cmd.flow);
+        let fq = &mut self.flows[q];
+        // The configured depth, not the capacity, which may be rounded up.
+        if fq.cmds.len() == self.flow_queue_depth {
+            return Err(Refused::Full(cmd));
+        }
+        fq.cmds.push_back(cmd);
+        if fq.mcu.is_none() && !fq.waiting {
+            match self.free.pop() {
+                Some(m) => self.assign(m, q),
+                None => {
+                    fq.waiting = true;
+                    self.waiting.push_back(q);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives idle MCU `m` flow queue `q` and its first command.
+    fn assign(&mut self, m: usize, q: usize) {
+        self.flows[q].mcu = Some(m);
+        self.mcus[m].flow_queue = Some(q);
+        self.mcus[m].deficit = 0;
+        self.take_next_command(m);
+    }
+
+    /// Moves MCU `m` to the next command of its flow queue, or frees it (and gives it the
+    /// longest-waiting flow queue) if that queue is empty.
+    fn take_next_command(&mut self, m: usize) {
+        let q = self.mcus[m]
+            .flow_queue
+            .expect("an MCU with work holds a flow queue");
+        let old = self.mcus[m].cmd.take().map(|c| c.class);
+        let new = self.flows[q].cmds.pop_front().map(|c| Chopping::of(&c));
+        if let Some(c) = old {
+            self.classes[c as usize].busy -= 1;
+        }
+        if let Some(n) = new {
+            self.classes[n.class as usize].busy += 1;
+            if old != Some(n.class) {
+                // A deficit earned in another class's rounds does not carry over.
+                self.mcus[m].deficit = 0;
+            }
+            self.mcus[m].cmd = Some(n);
+            return;
+        }
+        self.flows[q].mcu = None;
+        self.mcus[m].flow_queue = None;
+        self.mcus[m].deficit = 0;
+        match self.waiting.pop_front() {
+            Some(q2) => {
+                self.flows[q2].waiting = false;
+                self.assign(m, q2);
+            }
+            None => self.free.push(m),
+        }
+    }
+
+    /// The arbitration step at `now`: the MCU whose packet goes next, with the buckets charged
+    /// and its command advanced; `None` if nothing may go (see [`Shaper::next_ready_at`]).
+    pub fn next(&mut self, now: u64) -> Option<Pick> {
+        self.step += 1;
+        let n = self.classes.len();
+        // Strict classes in index order: the lowest index is the most urgent.
+        for c in 0..n {
+            if self.classes[c].cfg.strict && self.classes[c].busy > 0 {
+                if self.classes[c].ceiling.conforms(now) {
+                    if let Some(p) = self.serve_class(c, now, false) {
+                        return Some(p);
+                    }
+                } else {
+                    self.count_out_wait(c);
+                }
+            }
+        }
+        // Pass 0: classes within their assured rate; pass 1: those borrowing up to the ceiling.
+        for pass in 0..2 {
+            for i in 0..n {
+                let c = (self.rr[pass] + i) % n;
+                let class = &mut self.classes[c];
+                if class.cfg.strict || class.busy == 0 || class.tried == self.step {
+                    continue;
+                }
+                if !class.ceiling.conforms(now) {
+                    if pass == 1 {
+                        self.count_out_wait(c);
+                    }
+                    continue;
+                }
+                if pass == 0 && !class.assured.conforms(now) {
+                    continue;
+                }
+                if let Some(p) = self.serve_class(c, now, pass == 0) {
+                    self.rr[pass] = (c + 1) % n;
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts a step that class `c` (and each of its MCUs with a packet) lost to outbound tokens.
+    fn count_out_wait(&mut self, c: usize) {
+        self.classes[c].counters.waited_out += 1;
+        for m in &mut self.mcus {
+            if m.cmd.is_some_and(|k| k.class as usize == c) {
+                m.counters.waited_out += 1;
+            }
+        }
+    }
+
+    /// Deficit round robin over class `c`'s MCUs: serves the first that may send, charging the
+    /// assured bucket too if the class is served within its assured rate.
+    fn serve_class(&mut self, c: usize, now: u64, assured: bool) -> Option<Pick> {
+        self.classes[c].tried = self.step;
+        let n = self.mcus.len();
+        // n moves of the cursor visit every MCU and come back to the first one, which may have
+        // been passed only for lack of deficit and is now due a fresh quantum.
+        let mut moves = 0;
+        while moves <= n {
+            let class = &mut self.classes[c];
+            let m = class.cursor;
+            let mcu = &mut self.mcus[m];
+            let advance = match mcu.cmd {
+                Some(k) if k.class as usize == c => {
+                    let (out, back) = k.next_packet();
+                    // The first MCU comes round twice; count its skips once.
+                    let counting = moves < n;
+                    if mcu.outstanding >= self.outstanding_cap {
+                        if counting {
+                            mcu.counters.waited_cap += 1;
+                            class.counters.waited_cap += 1;
+                        }
+                        true
+                    } else if back > 0
+                        && self
+                            .absorb
+                            .as_mut()
+                            .is_some_and(|a| !a.fits(now, back as u64))
+                    {
+                        if counting {
+                            mcu.counters.waited_in += 1;
+                            class.counters.waited_in += 1;
+                        }
+                        true
+                    } else {
+                        if class.fresh {
+                            mcu.deficit += self.quantum;
+                            class.fresh = false;
+                        }
+                        if mcu.deficit >= out as u64 {
+                            mcu.deficit -= out as u64;
+                            return Some(self.issue(m, c, now, assured, out, back));
+                        }
+                        true
+                    }
+                }
+                _ => true,
+            };
+            if advance {
+                class.cursor = (m + 1) % n;
+                class.fresh = true;
+                moves += 1;
+            }
+        }
+        None
+    }
+
+    /// Sends MCU `m`'s next packet: charges the buckets, counts it, advances the chopping.
+    fn issue(&mut self, m: usize, c: usize, now: u64, assured: bool, out: u32, back: u32) -> Pick {
+        let class = &mut self.classes[c];
+        if assured {
+            class.assured.charge(now, out as u64);
+        }
+        class.ceiling.charge(now, out as u64);
+        if back > 0
+            && let Some(a) = &mut self.absorb
+        {
+            a.charge(now, back as u64);
+        }
+        for k in [&mut class.counters, &mut self.mcus[m].counters] {
+            k.packets += 1;
+            k.bytes += out as u64;
+            k.response_bytes += back as u64;
+        }
+        let mcu = &mut self.mcus[m];
+        mcu.outstanding += 1;
+        let k = mcu.cmd.as_mut().expect("served MCU has a command");
+        let chunk = k.remaining.min(k.mtu as u64);
+        k.remaining -= chunk;
+        let last = k.remaining == 0;
+        if last {
+            self.take_next_command(m);
+            let class = &mut self.classes[c];
+            if self.mcus[m].cmd.is_none_or(|k| k.class as usize != c) {
+                // Done with this class: its round robin moves on.
+                class.cursor = (m + 1) % self.mcus.len();
+                class.fresh = true;
+            }
+        }
+        Pick {
+            mcu: m,
+            class: c as u8,
+            packet_bytes: out,
+            response_bytes: back,
+            last_of_command: last,
+        }
+    }
+
+    /// Responses or ACKs for `packets` of MCU `m`'s packets were seen.
+    pub fn completed(&mut self, mcu: usize, packets: u32) {
+        let o = &mut self.mcus[mcu].outstanding;
+        *o = o.saturating_sub(packets);
+    }
+
+    /// The earliest time `>= now` tokens allow a pick, for the caller's timer; `None` if no
+    /// MCU has a packet it may send on tokens alone (idle, or all at their cap).
+    pub fn next_ready_at(&self, now: u64) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for mcu in &self.mcus {
+            let Some(k) = mcu.cmd else { continue };
+            if mcu.outstanding >= self.outstanding_cap {
+                continue;
+            }
+            let Some(mut t) = self.classes[k.class as usize].ceiling.ready_at(now, 0) else {
+                continue;
+            };
+            let (_, back) = k.next_packet();
+            if let (true, Some(a)) = (back > 0, &self.absorb) {
+                match a.ready_at(now, back as u64) {
+                    Some(ta) => t = t.max(ta),
+                    None => continue,
+                }
+            }
+            best = Some(best.map_or(t, |b| b.min(t)));
+        }
+        best
+    }
+
+    pub fn class_counters(&self, class: u8) -> Counters {
+        self.classes[class as usize].counters
+    }
+
+    pub fn mcu_counters(&self, mcu: usize) -> Counters {
+        self.mcus[mcu].counters
+    }
+
+    /// Packets MCU `mcu` has issued without a response/ACK seen.
+    pub fn outstanding(&self, mcu: usize) -> u32 {
+        self.mcus[mcu].outstanding
+    }
+}
+
+#[cfg(test)]
+mod tests;

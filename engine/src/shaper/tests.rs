@@ -1,0 +1,463 @@
+//! The shaper in simulated time: a link of 8 Gbit/s (one byte per ns) asks for a packet
+//! whenever it is free, and waits for `next_ready_at` when nothing may go.
+
+use super::*;
+
+/// 8 Gbit/s: one byte per ns, so packet times are exact.
+const LINK: u64 = 8_000_000_000;
+const HUGE: u64 = 1 << 40;
+
+fn class(assured_bps: u64, ceiling_bps: u64, burst_bytes: u64, strict: bool) -> ClassConfig {
+    ClassConfig {
+        assured_bps,
+        ceiling_bps,
+        burst_bytes,
+        strict,
+    }
+}
+
+fn put(flow: u64, class: u8, bytes: u64, mtu: u32) -> Command {
+    Command {
+        flow,
+        class,
+        kind: Kind::Put { bytes },
+        mtu,
+    }
+}
+
+fn get(flow: u64, class: u8, response_bytes: u64, mtu: u32) -> Command {
+    Command {
+        flow,
+        class,
+        kind: Kind::Get {
+            request_bytes: 64,
+            response_bytes,
+        },
+        mtu,
+    }
+}
+
+/// Runs the link until `until` ns; `on_pick` sees each pick and the time it went. Returns the
+/// time the run stopped.
+fn drive(s: &mut Shaper, until: u64, mut on_pick: impl FnMut(&mut Shaper, u64, Pick)) -> u64 {
+    let mut now = 0;
+    while now < until {
+        match s.next(now) {
+            Some(p) => {
+                on_pick(s, now, p);
+                now += (p.packet_bytes as u64).max(1);
+            }
+            None => match s.next_ready_at(now) {
+                Some(t) if t > now => now = t,
+                _ => break,
+            },
+        }
+    }
+    now
+}
+
+/// Distinct flow keys that hash to distinct flow queues (keys 1, 2, ... skipping collisions).
+fn distinct_flows(s: &Shaper, n: usize) -> Vec<u64> {
+    let mut seen = Vec::new();
+    let mut flows = Vec::new();
+    let mut f = 1;
+    while flows.len() < n {
+        let q = s.flow_queue_of(f);
+        if !seen.contains(&q) {
+            seen.push(q);
+            flows.push(f);
+        }
+        f += 1;
+    }
+    flows
+}
+
+#[test]
+fn assured_shares_30_70_under_saturation() {
+    let cfg = ShaperConfig {
+        mcus: 4,
+        ..ShaperConfig::new(vec![
+            class(LINK * 3 / 10, LINK, 8000, false),
+            class(LINK * 7 / 10, LINK, 8000, false),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 4);
+    for (i, &f) in flows.iter().enumerate() {
+        s.enqueue(put(f, (i / 2) as u8, HUGE, 1000)).unwrap();
+    }
+    let end = drive(&mut s, 10_000_000, |s, _, p| s.completed(p.mcu, 1));
+    assert_eq!(end, 10_000_000);
+    let (a, b) = (s.class_counters(0).bytes, s.class_counters(1).bytes);
+    assert_eq!(a + b, 10_000_000, "the link is never idle");
+    let share_a = a as f64 / (a + b) as f64;
+    assert!((share_a - 0.3).abs() < 0.01, "class 0 share {share_a}");
+    // Within a class the two MCUs split evenly (to one quantum).
+    let m: Vec<u64> = (0..4).map(|m| s.mcu_counters(m).bytes).collect();
+    assert_eq!(m, vec![1_505_000, 1_503_000, 3_497_000, 3_495_000]);
+}
+
+#[test]
+fn a_ceiling_is_never_exceeded() {
+    // Class 0 may borrow up to 10 % of the link however idle the rest is.
+    let ceiling = LINK / 10;
+    let burst = 4000;
+    let cfg = ShaperConfig {
+        mcus: 2,
+        ..ShaperConfig::new(vec![class(0, ceiling, burst, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 2);
+    for &f in &flows {
+        s.enqueue(put(f, 0, HUGE, 1000)).unwrap();
+    }
+    let mut sent = 0u64;
+    let mut worst_slack = i64::MAX;
+    drive(&mut s, 1_000_000, |s, now, p| {
+        s.completed(p.mcu, 1);
+        sent += p.packet_bytes as u64;
+        // Bucket bound: burst + rate * t, plus the one packet of debt a pacer allows.
+        let bound = burst + ceiling * now / 8_000_000_000 + 1000;
+        worst_slack = worst_slack.min(bound as i64 - sent as i64);
+    });
+    assert!(worst_slack >= 0);
+    // 4000 B of burst then 100 B/us: packets at 0, 1000, 2000, 3000, 4000 (the one in debt),
+    // then one every 10 us from 10 000 on, the last at 990 000: 5 + 99 packets.
+    assert_eq!(s.class_counters(0).bytes, 104_000);
+    assert!(s.class_counters(0).waited_out > 0);
+}
+
+#[test]
+fn a_strict_class_always_goes_first() {
+    let cfg = ShaperConfig {
+        mcus: 2,
+        ..ShaperConfig::new(vec![
+            class(LINK, LINK, 1 << 20, false),
+            class(0, LINK, 1 << 20, true),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 2);
+    s.enqueue(put(flows[0], 0, HUGE, 1000)).unwrap();
+    let mut order = Vec::new();
+    let mut now = 0;
+    for i in 0..30 {
+        if i == 5 {
+            // The low-latency command arrives mid-stream and jumps the bulk one.
+            s.enqueue(put(flows[1], 1, 10_000, 1000)).unwrap();
+        }
+        let p = s.next(now).unwrap();
+        s.completed(p.mcu, 1);
+        order.push(p.class);
+        now += 1000;
+    }
+    let expect: Vec<u8> = [0; 5].into_iter().chain([1; 10]).chain([0; 15]).collect();
+    assert_eq!(order, expect);
+}
+
+#[test]
+fn drr_alternates_mcus_with_equal_packets() {
+    let cfg = ShaperConfig {
+        mcus: 3,
+        quantum_bytes: 1000,
+        ..ShaperConfig::new(vec![class(LINK, LINK, 8000, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    for &f in &distinct_flows(&s, 3) {
+        s.enqueue(put(f, 0, HUGE, 1000)).unwrap();
+    }
+    let mut order = Vec::new();
+    drive(&mut s, 9000, |s, _, p| {
+        s.completed(p.mcu, 1);
+        order.push(p.mcu);
+    });
+    assert_eq!(order, vec![0, 1, 2, 0, 1, 2, 0, 1, 2]);
+}
+
+#[test]
+fn drr_splits_bytes_by_quantum_with_unequal_packets() {
+    let cfg = ShaperConfig {
+        mcus: 2,
+        quantum_bytes: 2000,
+        ..ShaperConfig::new(vec![class(LINK, LINK, HUGE, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 2);
+    s.enqueue(put(flows[0], 0, HUGE, 500)).unwrap();
+    s.enqueue(put(flows[1], 0, HUGE, 2000)).unwrap();
+    let mut order = Vec::new();
+    for _ in 0..500 {
+        let p = s.next(0).unwrap();
+        s.completed(p.mcu, 1);
+        order.push(p.mcu);
+    }
+    // A round: MCU 0 sends four 500 B packets, MCU 1 one 2000 B packet.
+    assert_eq!(order[..10], [0, 0, 0, 0, 1, 0, 0, 0, 0, 1]);
+    assert_eq!(s.mcu_counters(0).bytes, 200_000);
+    assert_eq!(s.mcu_counters(1).bytes, 200_000);
+    assert_eq!(s.mcu_counters(0).packets, 400);
+    assert_eq!(s.mcu_counters(1).packets, 100);
+}
+
+#[test]
+fn an_mcu_at_its_cap_is_skipped_and_resumes_after_completed() {
+    let cfg = ShaperConfig {
+        mcus: 2,
+        outstanding_cap: 2,
+        quantum_bytes: 1000,
+        ..ShaperConfig::new(vec![class(LINK, LINK, 1 << 20, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 2);
+    s.enqueue(put(flows[0], 0, HUGE, 1000)).unwrap();
+    s.enqueue(put(flows[1], 0, HUGE, 1000)).unwrap();
+    let mut order = Vec::new();
+    for _ in 0..8 {
+        let p = s.next(0).unwrap();
+        // Only MCU 1's responses come back.
+        if p.mcu == 1 {
+            s.completed(1, 1);
+        }
+        order.push(p.mcu);
+    }
+    assert_eq!(order, vec![0, 1, 0, 1, 1, 1, 1, 1]);
+    assert_eq!(s.outstanding(0), 2);
+    // Skipped in the step MCU 1 went after MCU 0 reached the cap, and in the four after.
+    assert_eq!(s.mcu_counters(0).waited_cap, 5);
+    assert_eq!(s.mcu_counters(1).waited_cap, 0);
+    s.completed(0, 1);
+    assert_eq!(s.next(0).unwrap().mcu, 0);
+    // MCU 1 goes until it is at the cap too; then nothing goes, and tokens would not help.
+    assert_eq!(s.next(0).unwrap().mcu, 1);
+    assert_eq!(s.next(0).unwrap().mcu, 1);
+    assert_eq!(s.outstanding(0) + s.outstanding(1), 4);
+    assert_eq!(s.next(0), None);
+    assert_eq!(s.next_ready_at(0), None);
+}
+
+#[test]
+fn reads_are_paced_to_the_absorb_rate_while_puts_keep_their_share() {
+    // 10 Gbit/s of absorb (1.25 B/ns) behind an 8 Gbit/s link: small READ requests could pull
+    // back far more than that; the absorb bucket holds them to it.
+    let absorb_bps = 10_000_000_000;
+    let burst = 64 * 1024;
+    let cfg = ShaperConfig {
+        mcus: 9,
+        absorb_bps: Some(absorb_bps),
+        absorb_burst_bytes: burst,
+        ..ShaperConfig::new(vec![
+            class(LINK / 2, LINK, 16_384, false),
+            class(LINK / 2, LINK, 16_384, false),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 9);
+    for &f in &flows[..8] {
+        s.enqueue(get(f, 0, 64 * 1024, 4096)).unwrap();
+    }
+    s.enqueue(put(flows[8], 1, HUGE, 4096)).unwrap();
+    let ms = 1_000_000u64;
+    let mut inbound_per_ms = [0u64; 10];
+    drive(&mut s, 10 * ms, |s, now, p| {
+        s.completed(p.mcu, 1);
+        inbound_per_ms[(now / ms) as usize] += p.response_bytes as u64;
+        if p.last_of_command && p.class == 0 {
+            // Keep the READ side saturated: the same flow asks again.
+            let f = flows[..8]
+                .iter()
+                .copied()
+                .find(|&f| s.mcus[p.mcu].flow_queue == Some(s.flow_queue_of(f)));
+            let f = f.unwrap_or(flows[p.mcu % 8]);
+            s.enqueue(get(f, 0, 64 * 1024, 4096)).unwrap();
+        }
+    });
+    let per_ms_bound = absorb_bps * ms / 8_000_000_000 + burst;
+    for (i, &b) in inbound_per_ms.iter().enumerate() {
+        assert!(b <= per_ms_bound, "ms {i}: {b} > {per_ms_bound}");
+    }
+    let inbound: u64 = inbound_per_ms.iter().sum();
+    // Over the whole run: at most 10 ms at 1.25 B/ns plus the burst, and the absorb rate is
+    // used (what the bucket held when the run stopped is the difference).
+    assert!(inbound <= 12_500_000 + burst && inbound >= 12_500_000);
+    assert_eq!(inbound, 12_546_048);
+    let reads = s.class_counters(0);
+    assert_eq!(reads.response_bytes, inbound);
+    assert!(reads.waited_in > 0);
+    // The PUT class keeps (more than) its assured half of the link.
+    let puts = s.class_counters(1);
+    assert!(puts.bytes >= 5_000_000, "{}", puts.bytes);
+    assert_eq!(puts.response_bytes, 0);
+    assert_eq!(puts.waited_in, 0);
+}
+
+#[test]
+fn flows_hash_to_flow_queues_deterministically_and_keep_order() {
+    let s = Shaper::new(ShaperConfig::new(vec![class(0, LINK, 1000, false)])).unwrap();
+    let t = Shaper::new(ShaperConfig::new(vec![class(0, LINK, 1000, false)])).unwrap();
+    let qs: Vec<usize> = (0..8).map(|f| s.flow_queue_of(f)).collect();
+    assert_eq!(qs, (0..8).map(|f| t.flow_queue_of(f)).collect::<Vec<_>>());
+    assert_eq!(qs, GOLDEN_QUEUES);
+
+    // One MCU, one flow: its commands go in the order given.
+    let cfg = ShaperConfig {
+        mcus: 1,
+        ..ShaperConfig::new(vec![class(LINK, LINK, 1 << 20, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    for bytes in [1000, 2000, 3000] {
+        s.enqueue(put(7, 0, bytes, 1000)).unwrap();
+    }
+    let mut lasts = Vec::new();
+    drive(&mut s, 1_000_000, |s, now, p| {
+        s.completed(p.mcu, 1);
+        if p.last_of_command {
+            lasts.push(now);
+        }
+    });
+    assert_eq!(lasts, vec![0, 2000, 5000]);
+}
+
+const GOLDEN_QUEUES: [usize; 8] = [175, 193, 206, 237, 202, 90, 0, 215];
+
+#[test]
+fn a_waiting_flow_queue_gets_the_next_free_mcu() {
+    let cfg = ShaperConfig {
+        mcus: 1,
+        ..ShaperConfig::new(vec![class(LINK, LINK, 1 << 20, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let flows = distinct_flows(&s, 2);
+    s.enqueue(put(flows[0], 0, 2000, 1000)).unwrap();
+    s.enqueue(put(flows[1], 0, 1000, 1000)).unwrap();
+    let picks: Vec<(u32, bool)> = (0..3)
+        .map(|_| {
+            let p = s.next(0).unwrap();
+            (p.packet_bytes, p.last_of_command)
+        })
+        .collect();
+    assert_eq!(picks, vec![(1000, false), (1000, true), (1000, true)]);
+    assert_eq!(s.next(0), None);
+    assert_eq!(s.next_ready_at(0), None, "idle");
+}
+
+#[test]
+fn a_full_flow_queue_refuses_and_returns_the_command() {
+    let cfg = ShaperConfig {
+        mcus: 1,
+        flow_queue_depth: 2,
+        ..ShaperConfig::new(vec![class(LINK, LINK, 1 << 20, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    // The first goes straight to the MCU, two wait in the flow queue.
+    for bytes in [1000, 1000, 1000] {
+        s.enqueue(put(9, 0, bytes, 1000)).unwrap();
+    }
+    let extra = put(9, 0, 4242, 1000);
+    assert_eq!(s.enqueue(extra), Err(Refused::Full(extra)));
+    s.next(0).unwrap();
+    assert_eq!(s.enqueue(extra), Ok(()));
+    let sent: Vec<u32> = (0..7).map(|_| s.next(0).unwrap().packet_bytes).collect();
+    assert_eq!(sent, vec![1000, 1000, 1000, 1000, 1000, 1000, 242]);
+    assert_eq!(s.next(0), None);
+}
+
+#[test]
+fn commands_that_could_never_go_are_refused() {
+    let cfg = ShaperConfig {
+        absorb_bps: Some(LINK),
+        absorb_burst_bytes: 2048,
+        quantum_bytes: 4096,
+        ..ShaperConfig::new(vec![class(LINK, LINK, 1000, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let reason = |r: Result<(), Refused>| match r {
+        Err(Refused::Invalid { reason, .. }) => reason,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(reason(s.enqueue(put(1, 1, 10, 1000))), "no such class");
+    assert_eq!(reason(s.enqueue(put(1, 0, 10, 0))), "mtu must be > 0");
+    assert_eq!(
+        reason(s.enqueue(put(1, 0, 10, 8192))),
+        "mtu above quantum_bytes"
+    );
+    assert!(reason(s.enqueue(get(1, 0, 10, 4096))).starts_with("GET mtu above"));
+    assert_eq!(s.enqueue(get(1, 0, 10, 2048)), Ok(()));
+}
+
+#[test]
+fn validation_names_the_bad_field() {
+    let good = ShaperConfig::new(vec![class(1, 2, 3, false), class(1, 2, 3, true)]);
+    assert_eq!(good.validate(), Ok(()));
+    let field = |f: &dyn Fn(&mut ShaperConfig)| {
+        let mut c = good.clone();
+        f(&mut c);
+        Shaper::new(c).unwrap_err().field
+    };
+    assert_eq!(field(&|c| c.classes.clear()), "classes");
+    assert_eq!(
+        field(&|c| c.classes = vec![class(0, 1, 1, false); 257]),
+        "classes"
+    );
+    assert_eq!(
+        field(&|c| c.classes[1].ceiling_bps = 0),
+        "classes[1].ceiling_bps"
+    );
+    assert_eq!(
+        field(&|c| c.classes[0].assured_bps = 3),
+        "classes[0].assured_bps"
+    );
+    assert_eq!(
+        field(&|c| c.classes[1].burst_bytes = 0),
+        "classes[1].burst_bytes"
+    );
+    assert_eq!(field(&|c| c.absorb_bps = Some(0)), "absorb_bps");
+    assert_eq!(
+        field(&|c| {
+            c.absorb_bps = Some(1);
+            c.absorb_burst_bytes = 0
+        }),
+        "absorb_burst_bytes"
+    );
+    assert_eq!(field(&|c| c.mcus = 0), "mcus");
+    assert_eq!(field(&|c| c.outstanding_cap = 0), "outstanding_cap");
+    assert_eq!(field(&|c| c.quantum_bytes = 0), "quantum_bytes");
+    assert_eq!(field(&|c| c.flow_queues = 0), "flow_queues");
+    assert_eq!(field(&|c| c.flow_queue_depth = 0), "flow_queue_depth");
+    let e = field(&|c| c.mcus = 0);
+    assert_eq!(e, "mcus");
+}
+
+#[test]
+fn arbitration_keeps_its_preallocated_capacities() {
+    // A manual no-allocation check (a counting allocator would replace the allocator of the
+    // whole lib test binary): every growable buffer keeps the capacity it was built with
+    // through a busy run with waiting flow queues, MCUs freed and re-assigned, and caps.
+    let cfg = ShaperConfig {
+        mcus: 2,
+        flow_queues: 8,
+        flow_queue_depth: 4,
+        outstanding_cap: 3,
+        ..ShaperConfig::new(vec![
+            class(LINK / 2, LINK, 8000, false),
+            class(0, LINK / 4, 8000, true),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let caps = |s: &Shaper| {
+        let mut v = vec![s.waiting.capacity(), s.free.capacity()];
+        v.extend(s.flows.iter().map(|f| f.cmds.capacity()));
+        v
+    };
+    let before = caps(&s);
+    for f in 0..8 {
+        s.enqueue(put(f, (f % 2) as u8, 10_000, 1500)).unwrap();
+    }
+    let mut n = 0u64;
+    drive(&mut s, 1_000_000, |s, _, p| {
+        s.completed(p.mcu, 1);
+        n += 1;
+        let _ = s.enqueue(put(n % 13, (n % 2) as u8, 1 + n % 3000, 1500));
+    });
+    assert_eq!(caps(&s), before);
+    assert!(s.class_counters(0).packets > 0 && s.class_counters(1).packets > 0);
+}
