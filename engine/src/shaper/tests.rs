@@ -517,7 +517,7 @@ fn random_commands_all_go_in_flow_order_within_the_caps() {
             let class = (rand(&mut rng) % 3) as u8;
             let mtu = [256, 1024, 4096][(rand(&mut rng) % 3) as usize];
             let size = rand(&mut rng) % 20_000;
-            if rand(&mut rng) % 2 == 0 {
+            if rand(&mut rng).is_multiple_of(2) {
                 put(flow, class, size, mtu)
             } else {
                 get(flow, class, size, mtu)
