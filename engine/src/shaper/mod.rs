@@ -47,7 +47,9 @@ pub struct ClassConfig {
     pub ceiling_bps: u64,
     /// The depth of both buckets: how much may go at once after an idle spell.
     pub burst_bytes: u64,
-    /// Served before all non-strict classes (the low-latency class), up to its ceiling.
+    /// Served before all non-strict classes (the low-latency class), up to its ceiling; its
+    /// assured rate is not used (it has priority anyway). Among strict classes the lowest
+    /// index goes first.
     pub strict: bool,
 }
 

@@ -578,3 +578,52 @@ fn random_commands_all_go_in_flow_order_within_the_caps() {
 
 /// When the seeded run above finished (a golden: any change to the arbitration moves it).
 const GOLDEN_RANDOM_END_NS: u64 = 18_218_535;
+
+#[test]
+fn next_ready_at_is_when_the_ceiling_bucket_is_out_of_debt() {
+    // 1 Gbit/s ceiling: 1 byte per 8 ns.
+    let cfg = ShaperConfig {
+        mcus: 1,
+        ..ShaperConfig::new(vec![class(0, LINK / 8, 1500, false)])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    assert_eq!(s.next_ready_at(0), None, "nothing to send");
+    s.enqueue(put(1, 0, HUGE, 1000)).unwrap();
+    assert_eq!(s.next_ready_at(0), Some(0));
+    // 1500 B of burst: two packets, the second leaves 500 B of debt (4000 ns to pay).
+    assert_eq!(s.next(0).unwrap().packet_bytes, 1000);
+    assert_eq!(s.next(1000).unwrap().packet_bytes, 1000);
+    // At 2000 ns the debt is 500 - 2000/8 = 250 B: 2000 ns more.
+    assert_eq!(s.next(2000), None);
+    assert_eq!(s.next_ready_at(2000), Some(4000));
+    assert_eq!(s.next(3999), None);
+    assert!(s.next(4000).is_some());
+    let c = s.class_counters(0);
+    assert_eq!((c.packets, c.waited_out), (3, 2));
+    assert_eq!(s.mcu_counters(0).waited_out, 2);
+}
+
+#[test]
+fn a_strict_class_is_held_to_its_ceiling_and_the_rest_is_shared() {
+    // Strict at a quarter of the link; two borrowing-only classes split the rest evenly.
+    let cfg = ShaperConfig {
+        mcus: 3,
+        ..ShaperConfig::new(vec![
+            class(0, LINK / 4, 4000, true),
+            class(0, LINK, 4000, false),
+            class(0, LINK, 4000, false),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    for (i, &f) in distinct_flows(&s, 3).iter().enumerate() {
+        s.enqueue(put(f, i as u8, HUGE, 1000)).unwrap();
+    }
+    let end = drive(&mut s, 10_000_000, |s, _, p| s.completed(p.mcu, 1));
+    assert_eq!(end, 10_000_000);
+    let b: Vec<u64> = (0..3).map(|c| s.class_counters(c).bytes).collect();
+    // The strict class gets what its ceiling bucket allows, to the byte: the 4000 B burst plus
+    // 10 ms at 1 B per 4 ns (and not a packet more).
+    assert_eq!(b[0], 2_500_000 + 4000);
+    assert_eq!(b[0] + b[1] + b[2], 10_000_000);
+    assert!(b[1].abs_diff(b[2]) <= 1000, "{b:?}");
+}
