@@ -65,7 +65,8 @@ pub struct ShaperConfig {
     pub mcus: usize,
     /// Packets an MCU may have issued without a response/ACK seen.
     pub outstanding_cap: u32,
-    /// Bytes an MCU may send per deficit-round-robin round; at least the MTU of any command.
+    /// Bytes an MCU may send per deficit-round-robin round; at least the MTU of any command
+    /// and the request size of any GET (checked at enqueue).
     pub quantum_bytes: u32,
     /// The number of flow queues flows hash into.
     pub flow_queues: usize,
@@ -373,6 +374,11 @@ impl Shaper {
             // With a quantum of at least one packet, one DRR round always serves an MCU.
             return invalid("mtu above quantum_bytes");
         }
+        if let Kind::Get { request_bytes, .. } = cmd.kind
+            && request_bytes as u64 > self.quantum
+        {
+            return invalid("request_bytes above quantum_bytes");
+        }
         if let (Kind::Get { .. }, Some(a)) = (cmd.kind, &self.absorb)
             && cmd.mtu as u64 > a.burst_bytes()
         {
@@ -463,9 +469,9 @@ impl Shaper {
                     continue;
                 }
                 if !class.ceiling.conforms(now) {
-                    if pass == 1 {
-                        self.count_out_wait(c);
-                    }
+                    // Out of ceiling tokens it cannot go in either pass: count it once.
+                    class.tried = self.step;
+                    self.count_out_wait(c);
                     continue;
                 }
                 if pass == 0 && !class.assured.conforms(now) {

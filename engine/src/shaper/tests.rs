@@ -381,6 +381,17 @@ fn commands_that_could_never_go_are_refused() {
         "mtu above quantum_bytes"
     );
     assert!(reason(s.enqueue(get(1, 0, 10, 4096))).starts_with("GET mtu above"));
+    let big_request = Command {
+        kind: Kind::Get {
+            request_bytes: 5000,
+            response_bytes: 10,
+        },
+        ..get(1, 0, 10, 2048)
+    };
+    assert_eq!(
+        reason(s.enqueue(big_request)),
+        "request_bytes above quantum_bytes"
+    );
     assert_eq!(s.enqueue(get(1, 0, 10, 2048)), Ok(()));
 }
 
