@@ -262,13 +262,14 @@ fn reads_are_paced_to_the_absorb_rate_while_puts_keep_their_share() {
         s.completed(p.mcu, 1);
         inbound_per_ms[(now / ms) as usize] += p.response_bytes as u64;
         if p.last_of_command && p.class == 0 {
-            // Keep the READ side saturated: the same flow asks again.
-            let f = flows[..8]
-                .iter()
-                .copied()
-                .find(|&f| s.mcus[p.mcu].flow_queue == Some(s.flow_queue_of(f)));
-            let f = f.unwrap_or(flows[p.mcu % 8]);
-            s.enqueue(get(f, 0, 64 * 1024, 4096)).unwrap();
+            // Keep the READ side saturated: the flow asks again. MCU i took flow i first, and
+            // each finished READ frees its MCU, which is the one the next enqueue takes.
+            assert!(p.mcu < 8);
+            s.enqueue(get(flows[p.mcu], 0, 64 * 1024, 4096)).unwrap();
+            assert_eq!(
+                s.mcus[p.mcu].flow_queue,
+                Some(s.flow_queue_of(flows[p.mcu]))
+            );
         }
     });
     let per_ms_bound = absorb_bps * ms / 8_000_000_000 + burst;
