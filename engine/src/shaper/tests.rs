@@ -443,12 +443,15 @@ fn validation_names_the_bad_field() {
 fn arbitration_keeps_its_preallocated_capacities() {
     // A manual no-allocation check (a counting allocator would replace the allocator of the
     // whole lib test binary): every growable buffer keeps the capacity it was built with
-    // through a busy run with waiting flow queues, MCUs freed and re-assigned, and caps.
+    // through a busy run with waiting flow queues, MCUs freed and re-assigned, caps and
+    // absorb stalls.
     let cfg = ShaperConfig {
         mcus: 2,
         flow_queues: 8,
         flow_queue_depth: 4,
         outstanding_cap: 3,
+        absorb_bps: Some(LINK / 4),
+        absorb_burst_bytes: 4096,
         ..ShaperConfig::new(vec![
             class(LINK / 2, LINK, 8000, false),
             class(0, LINK / 4, 8000, true),
@@ -461,17 +464,49 @@ fn arbitration_keeps_its_preallocated_capacities() {
         v
     };
     let before = caps(&s);
-    for f in 0..8 {
-        s.enqueue(put(f, (f % 2) as u8, 10_000, 1500)).unwrap();
-    }
     let mut n = 0u64;
-    drive(&mut s, 1_000_000, |s, _, p| {
-        s.completed(p.mcu, 1);
-        n += 1;
-        let _ = s.enqueue(put(n % 13, (n % 2) as u8, 1 + n % 3000, 1500));
-    });
+    let refill = |s: &mut Shaper, n: u64| {
+        let _ = s.enqueue(if n.is_multiple_of(3) {
+            get(n % 13, 0, 1 + n % 9000, 4096)
+        } else {
+            put(n % 13, (n % 2) as u8, 1 + n % 3000, 1500)
+        });
+    };
+    for f in 0..8 {
+        refill(&mut s, f);
+    }
+    let mut now = 0;
+    while now < 1_000_000 {
+        match s.next(now) {
+            Some(p) => {
+                n += 1;
+                // Responses come back for every other packet only, so the caps are reached.
+                if n.is_multiple_of(2) {
+                    s.completed(p.mcu, 1);
+                }
+                refill(&mut s, n);
+                now += p.packet_bytes as u64 + 1;
+            }
+            None => {
+                now = match s.next_ready_at(now) {
+                    Some(t) => t,
+                    None => {
+                        // Every MCU at its cap: the late responses arrive.
+                        for m in 0..2 {
+                            s.completed(m, 3);
+                        }
+                        now + 1000
+                    }
+                }
+            }
+        }
+    }
     assert_eq!(caps(&s), before);
-    assert!(s.class_counters(0).packets > 0 && s.class_counters(1).packets > 0);
+    let (a, b) = (s.class_counters(0), s.class_counters(1));
+    assert!(a.packets > 0 && b.packets > 0);
+    // The run went through absorb and cap stalls (the seeded counts, as a golden).
+    assert_eq!((a.packets, a.waited_in, a.waited_cap), (822, 447, 343));
+    assert_eq!((b.packets, b.waited_cap), (411, 152));
 }
 
 /// xorshift64*: the tests' seeded generator.
