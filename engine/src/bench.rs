@@ -335,6 +335,36 @@ fn layout(opts: &BenchOpts) -> Result<(usize, usize), AppError> {
     Ok((opts.cores, connections))
 }
 
+/// Starts EAL for a bench that runs `pairs` loopback pairs of engines one after the other on
+/// one worker (a pair's pool may not be gone when the next is made, so the memory must hold
+/// them all), and prints the banner. Returns the host's core, the engines' core and the
+/// memory EAL got.
+pub(crate) fn start_eal_for_pairs(
+    opts: &BenchOpts,
+    pairs: u32,
+) -> Result<(usize, usize, MemoryChoice), AppError> {
+    let cores = available_cores();
+    let (host_core, engine_core) = (cores[0], *cores.last().unwrap_or(&cores[0]));
+    let (args, memory) = plan_eal_args(
+        &opts.eal,
+        opts.hugepages,
+        opts.memory_mb,
+        host_core,
+        &[],
+        &HugepageStatus::read(),
+    )?;
+    check_pool_fits(
+        &memory,
+        LOOPBACK_MBUFS * pairs.max(1),
+        crate::rdma::FRAME_DATA_ROOM,
+        ("--memory-mb", "--hugepages"),
+        "",
+    )?;
+    let info = Eal::init(&args)?;
+    report::banner(info, &memory, opts.json);
+    Ok((host_core, engine_core, memory))
+}
+
 /// Starts EAL (after the banner) and the two engines with queue pair settings `qp`. One
 /// worker (`--cores 1`): both engines on the last core, the host loop on the first (EAL's
 /// main lcore); on a 2-core machine a third busy thread would leave the host waiting for CPU

@@ -39,13 +39,10 @@ use std::time::{Duration, Instant};
 use pmem::Mapping;
 use serde::Serialize;
 
-use super::{BenchOp, BenchOpts, LOOPBACK_MBUFS, Running, Stopped, WCS_LEN, human, usage};
-use crate::app::{
-    AppError, MemoryChoice, PortSummary, available_cores, check_pool_fits, plan_eal_args,
-};
+use super::{BenchOp, BenchOpts, Running, Stopped, WCS_LEN, human, usage};
+use crate::app::{AppError, MemoryChoice, PortSummary};
 use crate::config::{MemoryLimit, limits};
-use crate::dataplane::{self, Eal, PortInfo};
-use crate::hugepages::HugepageStatus;
+use crate::dataplane::{self, PortInfo};
 use crate::latency::{Latency, LatencySummary};
 use crate::lpe::{EndpointConfig, EndpointIndex, EngineConfig, ListKind, Options};
 use crate::rdma::loopback::{self, LoopbackOpts};
@@ -1378,28 +1375,9 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
     )
     .map_err(|e| usage(e.to_string()))?;
 
-    let cores = available_cores();
-    let (host_core, engine_core) = (cores[0], *cores.last().unwrap_or(&cores[0]));
-    let (args, memory) = plan_eal_args(
-        &opts.eal,
-        opts.hugepages,
-        opts.memory_mb,
-        host_core,
-        &[],
-        &HugepageStatus::read(),
-    )?;
-    // Two pairs, one after the other: the first pool may not be gone when the second is
-    // made.
+    // Two pairs, one after the other.
     let pairs = u32::from(tagged_pair) + u32::from(plain_pair);
-    check_pool_fits(
-        &memory,
-        LOOPBACK_MBUFS * pairs.max(1),
-        crate::rdma::FRAME_DATA_ROOM,
-        ("--memory-mb", "--hugepages"),
-        "",
-    )?;
-    let info = Eal::init(&args)?;
-    report::banner(info, &memory, opts.json);
+    let (host_core, engine_core, memory) = super::start_eal_for_pairs(opts, pairs)?;
 
     let mut qp = QpConfig::new(0, 0);
     qp.pmtu = opts.mtu;

@@ -32,18 +32,13 @@ use serde::Serialize;
 
 use super::tagged::Rng;
 use super::{BenchOpts, OpResult, Running, WCS_LEN, human, print_json, print_workers, usage};
-use crate::app::{
-    AppError, MemoryChoice, PortSummary, available_cores, check_pool_fits, plan_eal_args,
-    port_summary,
-};
+use crate::app::{AppError, MemoryChoice, PortSummary, port_summary};
 use crate::cc::bottleneck::BottleneckConfig;
 use crate::cc::{CcConfig, CcMode, DcqcnParams};
-use crate::dataplane::{self, Eal, PortInfo};
-use crate::hugepages::HugepageStatus;
+use crate::dataplane::{self, PortInfo};
 use crate::latency::Latency;
 use crate::rdma::loopback::{self, BottleneckSpec, LoopbackOpts};
 use crate::rdma::{Cq, IngressReport, Qp};
-use crate::report as out;
 use crate::runtime::WorkerReport;
 use crate::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
 
@@ -62,7 +57,6 @@ pub const MAX_QD: usize = 16;
 const BIN_NS: u64 = 1_000;
 /// How long after the schedule's end the outstanding messages may take.
 const GRACE: Duration = Duration::from_secs(5);
-const MBUFS: u32 = 16383;
 
 /// Which DCQCN parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -345,25 +339,9 @@ pub fn run(
         return Err(usage("--cc: at least one scheme".into()));
     }
     let params = resolve(opts, args)?;
-    let cores = available_cores();
-    let (host_core, engine_core) = (cores[0], *cores.last().unwrap_or(&cores[0]));
-    let (eal_args, memory) = plan_eal_args(
-        &opts.eal,
-        opts.hugepages,
-        opts.memory_mb,
-        host_core,
-        &[],
-        &HugepageStatus::read(),
-    )?;
-    check_pool_fits(
-        &memory,
-        MBUFS * args.schemes.len() as u32,
-        crate::rdma::FRAME_DATA_ROOM,
-        ("--memory-mb", "--hugepages"),
-        "",
-    )?;
-    let info = Eal::init(&eal_args)?;
-    out::banner(info, &memory, opts.json);
+    // One pair of engines per scheme, one after the other.
+    let (host_core, engine_core, memory) =
+        super::start_eal_for_pairs(opts, args.schemes.len() as u32)?;
     human(
         opts.json,
         &format!(
