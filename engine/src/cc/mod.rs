@@ -312,8 +312,6 @@ pub struct Notice {
 /// What the receiver counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NotifierStats {
-    /// Data packets that arrived with CE.
-    pub ce_received: u64,
     /// Level changes (`ack`).
     pub level_changes: u64,
     /// CNPs asked for (`dcqcn`).
@@ -379,9 +377,6 @@ impl Notifier {
 
     /// A data packet arrived at `now`, `ce` if it was marked.
     pub fn on_packet(&mut self, now: u64, ce: bool) -> Notice {
-        if ce {
-            self.stats.ce_received += 1;
-        }
         match &mut self.watch {
             Watch::None => Notice::default(),
             Watch::Ack(_) if self.shared.is_some() => {
@@ -458,7 +453,7 @@ mod tests {
         let mut n = Notifier::new(&cfg);
         assert_eq!(n.on_packet(0, true), Notice::default());
         assert_eq!(n.ack_state(), (false, None));
-        assert_eq!(n.stats.ce_received, 1);
+        assert_eq!(n.stats, NotifierStats::default(), "nothing counted either");
     }
 
     #[test]

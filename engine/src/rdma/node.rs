@@ -291,11 +291,8 @@ pub struct RdmaNode {
 pub struct CcCounters {
     pub ce_received: u64,
     pub becn_acks_sent: u64,
-    pub becn_acks_received: u64,
     pub cnps_sent: u64,
     pub cnps_received: u64,
-    /// Times a request waited for the pacer.
-    pub paced: u64,
 }
 
 impl RdmaNode {
@@ -454,17 +451,15 @@ impl RdmaNode {
             .sum()
     }
 
-    /// Congestion-control counters over all queue pairs.
+    /// Congestion-control counters over all queue pairs (the ones the stage publishes).
     pub fn cc_counters(&self) -> CcCounters {
         let mut c = CcCounters::default();
         for e in &self.qps.entries {
             let s = e.qp.stats();
             c.ce_received += s.ce_received;
             c.becn_acks_sent += s.becn_acks_sent;
-            c.becn_acks_received += s.becn_acks_received;
             c.cnps_sent += s.cnps_sent;
             c.cnps_received += s.cnps_received;
-            c.paced += e.qp.requester().cc().stats.paced;
         }
         c
     }

@@ -410,6 +410,10 @@ impl Requester {
     /// so far apart that as many would span more than a quarter of the retransmission
     /// timeout (a flow cut to a low rate would otherwise time out waiting for its ACK).
     fn ack_req_every(&self, cfg: &QpConfig) -> u32 {
+        if self.cc.rate_bps().is_none() {
+            // No pacer: nothing spaces the packets out (and no timeout to work out).
+            return cfg.ack_req_every;
+        }
         match self.cc.packets_within(self.rtt.rto(cfg) / 4) {
             Some(n) => n.clamp(1, cfg.ack_req_every),
             None => cfg.ack_req_every,
