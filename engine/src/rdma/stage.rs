@@ -104,7 +104,6 @@ pub struct IngressReport {
     pub counters: BottleneckCounters,
     pub queue_p50_bytes: u64,
     pub queue_p99_bytes: u64,
-    pub queue_max_bytes: u64,
     pub trace: Option<Trace>,
     /// [`Ingress::rates`].
     pub rates: Vec<u64>,
@@ -463,7 +462,6 @@ impl Stage for RdmaStage {
                 counters: b.counters(),
                 queue_p50_bytes: b.queue_percentile(50.0),
                 queue_p99_bytes: b.queue_percentile(99.0),
-                queue_max_bytes: b.counters().max_queue_bytes,
                 trace: b.trace().cloned(),
                 rates: std::mem::take(&mut ing.rates),
                 senders: ing

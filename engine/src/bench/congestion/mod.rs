@@ -148,8 +148,8 @@ pub struct SchemeSummary {
     pub cnps_sent: u64,
     pub becn_acks_sent: u64,
     pub ce_received: u64,
+    /// The bottleneck's counters (its largest queue among them).
     pub bottleneck: crate::cc::bottleneck::BottleneckCounters,
-    pub queue_max_bytes: u64,
     /// Worker-clock gaps over 50 µs (the worker descheduled): the trace is in worker time,
     /// which such a gap does not advance by more than 50 µs.
     pub stalls: u64,
@@ -652,7 +652,6 @@ fn run_scheme(
         becn_acks_sent: counter("becn_acks_sent"),
         ce_received: counter("ce_received"),
         bottleneck: ingress.counters,
-        queue_max_bytes: ingress.queue_max_bytes,
         stalls: counter("stalls"),
     };
     let result = OpResult {
