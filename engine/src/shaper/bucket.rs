@@ -73,6 +73,15 @@ impl TokenBucket {
         self.tokens >= bytes as i128 * UNITS_PER_BYTE
     }
 
+    /// Whether a charge of `bytes` is admitted at `now`: it fits, or it is larger than the
+    /// whole burst and the bucket is full (such a charge goes alone and leaves the bucket in
+    /// debt, which then holds everything back until it is repaid).
+    pub fn admits(&mut self, now: u64, bytes: u64) -> bool {
+        self.refill(now);
+        let need = bytes as i128 * UNITS_PER_BYTE;
+        self.tokens >= need.min(self.depth)
+    }
+
     /// Takes `bytes` at `now`; the bucket may go into debt.
     pub fn charge(&mut self, now: u64, bytes: u64) {
         self.refill(now);
@@ -88,7 +97,7 @@ impl TokenBucket {
         if level >= need {
             return Some(t);
         }
-        if need > self.depth || self.rate_bps == 0 {
+        if self.rate_bps == 0 || need > self.depth {
             return None;
         }
         let rate = self.rate_bps as i128;
@@ -138,7 +147,17 @@ mod tests {
         assert_eq!(b.tokens(8000), 1);
         assert_eq!(b.tokens(24_000), 3);
         assert_eq!(b.ready_at(24_000, 10), Some(80_000));
-        let z = TokenBucket::new(0, 100, 0);
+        let mut z = TokenBucket::new(0, 100, 0);
+        assert!(
+            z.admits(0, 100) && z.admits(0, 5000),
+            "full: more than the burst goes alone"
+        );
+        let mut d = TokenBucket::new(8_000_000_000, 100, 0);
+        d.charge(0, 1);
+        assert!(!d.admits(0, 101), "not full: the large charge waits");
+        assert!(d.admits(1, 101));
+        d.charge(1, 101);
+        assert_eq!(d.tokens(1), -1);
         assert_eq!(z.ready_at(0, 100), Some(0));
         assert_eq!(z.ready_at(0, 101), None);
     }

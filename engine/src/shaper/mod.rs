@@ -159,6 +159,10 @@ pub enum Kind {
         request_bytes: u32,
         response_bytes: u64,
     },
+    /// Work its owner chops: the flow queue's packets come from the owner at arbitration time
+    /// ([`Shaper::next_with`]) until it says it is done ([`Shaper::deactivate`]). Made by
+    /// [`Shaper::activate`], never enqueued directly.
+    Stream,
 }
 
 /// A host command.
@@ -185,6 +189,8 @@ pub enum Refused {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pick {
     pub mcu: usize,
+    /// The flow queue the MCU serves (for a stream, the caller's own queue index).
+    pub queue: usize,
     pub class: u8,
     /// Bytes on the wire out (PUT data or the GET request).
     pub packet_bytes: u32,
@@ -205,6 +211,18 @@ pub struct Counters {
     pub waited_in: u64,
     /// Arbitration steps it was at its outstanding-packet cap.
     pub waited_cap: u64,
+    /// Arbitration steps a stream's owner had nothing it could send (its own window, pacer
+    /// or timer held it).
+    pub waited_flow: u64,
+}
+
+/// A stream's next packet, as its owner tells [`Shaper::next_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet {
+    /// Bytes out (charged to the class).
+    pub out: u32,
+    /// Bytes it will pull back (charged to the absorb bucket), 0 if none.
+    pub back: u32,
 }
 
 /// The command an MCU is chopping.
@@ -216,22 +234,26 @@ struct Chopping {
     mtu: u32,
     /// `Some(request bytes)` for a GET.
     request: Option<u32>,
+    /// The owner chops ([`Kind::Stream`]): `remaining`, `mtu`, `request` are unused.
+    stream: bool,
 }
 
 impl Chopping {
     fn of(cmd: &Command) -> Chopping {
-        let (remaining, request) = match cmd.kind {
-            Kind::Put { bytes } => (bytes, None),
+        let (remaining, request, stream) = match cmd.kind {
+            Kind::Put { bytes } => (bytes, None, false),
             Kind::Get {
                 request_bytes,
                 response_bytes,
-            } => (response_bytes, Some(request_bytes)),
+            } => (response_bytes, Some(request_bytes), false),
+            Kind::Stream => (u64::MAX, None, true),
         };
         Chopping {
             class: cmd.class,
             remaining,
             mtu: cmd.mtu,
             request,
+            stream,
         }
     }
 
@@ -251,6 +273,9 @@ struct Mcu {
     cmd: Option<Chopping>,
     deficit: u64,
     outstanding: u32,
+    /// A stream's response bytes that last did not fit the absorb bucket (for
+    /// [`Shaper::next_ready_at`]), 0 if none.
+    blocked_back: u32,
     counters: Counters,
 }
 
@@ -275,6 +300,8 @@ struct FlowQueue {
     cmds: VecDeque<Command>,
     mcu: Option<usize>,
     waiting: bool,
+    /// A stream is queued or being served ([`Shaper::activate`]).
+    stream: bool,
 }
 
 /// The shaper: flow queues, MCUs and the class and absorb buckets. See the module doc.
@@ -328,6 +355,7 @@ impl Shaper {
                 cmd: None,
                 deficit: 0,
                 outstanding: 0,
+                blocked_back: 0,
                 counters: Counters::default(),
             })
             .collect();
@@ -336,6 +364,7 @@ impl Shaper {
                 cmds: VecDeque::with_capacity(cfg.flow_queue_depth),
                 mcu: None,
                 waiting: false,
+                stream: false,
             })
             .collect();
         Ok(Shaper {
@@ -384,12 +413,21 @@ impl Shaper {
         {
             return invalid("GET mtu above absorb_burst_bytes: its responses would never fit");
         }
+        if cmd.kind == Kind::Stream {
+            return invalid("a stream is started with activate");
+        }
         let q = self.flow_queue_of(cmd.flow);
-        let fq = &mut self.flows[q];
         // The configured depth, not the capacity, which may be rounded up.
-        if fq.cmds.len() == self.flow_queue_depth {
+        if self.flows[q].cmds.len() == self.flow_queue_depth {
             return Err(Refused::Full(cmd));
         }
+        self.push(q, cmd);
+        Ok(())
+    }
+
+    /// Queues `cmd` on flow queue `q`; an idle MCU takes the queue at once if there is one.
+    fn push(&mut self, q: usize, cmd: Command) {
+        let fq = &mut self.flows[q];
         fq.cmds.push_back(cmd);
         if fq.mcu.is_none() && !fq.waiting {
             match self.free.pop() {
@@ -400,7 +438,75 @@ impl Shaper {
                 }
             }
         }
+    }
+
+    /// Flow queue `queue` has work of `class` that its owner cuts into packets itself (a
+    /// queue pair's send queue: the requester knows its window, retransmissions and READ
+    /// sizes): an MCU takes the queue (or it waits in order for one), and while it holds it
+    /// [`Shaper::next_with`] asks the owner for each packet. Nothing happens if the queue's
+    /// stream is already active. `queue` is the caller's own index, below `flow_queues`; a
+    /// queue used for streams should not also get hashed commands.
+    pub fn activate(&mut self, queue: usize, class: u8) -> Result<(), &'static str> {
+        if class as usize >= self.classes.len() {
+            return Err("no such class");
+        }
+        if queue >= self.flows.len() {
+            return Err("queue beyond flow_queues");
+        }
+        if self.flows[queue].stream {
+            return Ok(());
+        }
+        self.flows[queue].stream = true;
+        let cmd = Command {
+            flow: queue as u64,
+            class,
+            kind: Kind::Stream,
+            mtu: 1,
+        };
+        // A stream takes no room from the queue's commands: at most one is ever queued.
+        self.push(queue, cmd);
         Ok(())
+    }
+
+    /// Whether flow queue `queue` has an active stream.
+    pub fn is_active(&self, queue: usize) -> bool {
+        self.flows.get(queue).is_some_and(|f| f.stream)
+    }
+
+    /// The stream of flow queue `queue` has nothing more to send: its MCU moves on (to the
+    /// queue's next command, or to the longest-waiting queue). Nothing happens if it has no
+    /// active stream.
+    pub fn deactivate(&mut self, queue: usize) {
+        let Some(fq) = self.flows.get_mut(queue) else {
+            return;
+        };
+        if !fq.stream {
+            return;
+        }
+        fq.stream = false;
+        if let Some(m) = fq.mcu
+            && self.mcus[m].cmd.is_some_and(|k| k.stream)
+        {
+            self.take_next_command(m);
+            return;
+        }
+        // Still queued behind commands, or waiting for an MCU.
+        fq.cmds.retain(|c| c.kind != Kind::Stream);
+        if fq.cmds.is_empty() && fq.mcu.is_none() && fq.waiting {
+            fq.waiting = false;
+            self.waiting.retain(|&w| w != queue);
+        }
+    }
+
+    /// The MCU serving flow queue `queue`, if one is.
+    pub fn mcu_of(&self, queue: usize) -> Option<usize> {
+        self.flows.get(queue).and_then(|f| f.mcu)
+    }
+
+    /// Sets MCU `mcu`'s outstanding packets to what its owner counts (a stream's owner knows
+    /// its packets in flight better than issues minus completions).
+    pub fn set_outstanding(&mut self, mcu: usize, packets: u32) {
+        self.mcus[mcu].outstanding = packets;
     }
 
     /// Gives idle MCU `m` flow queue `q` and its first command.
@@ -446,13 +552,25 @@ impl Shaper {
     /// The arbitration step at `now`: the MCU whose packet goes next, with the buckets charged
     /// and its command advanced; `None` if nothing may go (see [`Shaper::next_ready_at`]).
     pub fn next(&mut self, now: u64) -> Option<Pick> {
+        self.next_with(now, |_| None)
+    }
+
+    /// [`Shaper::next`], with the packets of streams ([`Shaper::activate`]) from `peek`: given
+    /// a stream's queue, the size of the packet its owner would send now, or `None` if it has
+    /// none it may send (the MCU is then passed over, counted in `waited_flow`). `peek` must
+    /// not change anything: the caller sends the packet after the pick.
+    pub fn next_with(
+        &mut self,
+        now: u64,
+        mut peek: impl FnMut(usize) -> Option<Packet>,
+    ) -> Option<Pick> {
         self.step += 1;
         let n = self.classes.len();
         // Strict classes in index order: the lowest index is the most urgent.
         for c in 0..n {
             if self.classes[c].cfg.strict && self.classes[c].busy > 0 {
                 if self.classes[c].ceiling.conforms(now) {
-                    if let Some(p) = self.serve_class(c, now, false) {
+                    if let Some(p) = self.serve_class(c, now, false, &mut peek) {
                         return Some(p);
                     }
                 } else {
@@ -477,7 +595,7 @@ impl Shaper {
                 if pass == 0 && !class.assured.conforms(now) {
                     continue;
                 }
-                if let Some(p) = self.serve_class(c, now, pass == 0) {
+                if let Some(p) = self.serve_class(c, now, pass == 0, &mut peek) {
                     self.rr[pass] = (c + 1) % n;
                     return Some(p);
                 }
@@ -498,7 +616,13 @@ impl Shaper {
 
     /// Deficit round robin over class `c`'s MCUs: serves the first that may send, charging the
     /// assured bucket too if the class is served within its assured rate.
-    fn serve_class(&mut self, c: usize, now: u64, assured: bool) -> Option<Pick> {
+    fn serve_class(
+        &mut self,
+        c: usize,
+        now: u64,
+        assured: bool,
+        peek: &mut impl FnMut(usize) -> Option<Packet>,
+    ) -> Option<Pick> {
         self.classes[c].tried = self.step;
         let n = self.mcus.len();
         // n moves of the cursor visit every MCU and come back to the first one, which may have
@@ -510,27 +634,42 @@ impl Shaper {
             let mcu = &mut self.mcus[m];
             let advance = match mcu.cmd {
                 Some(k) if k.class as usize == c => {
-                    let (out, back) = k.next_packet();
                     // The first MCU comes round twice; count its skips once.
                     let counting = moves < n;
+                    let next = if k.stream {
+                        let q = mcu.flow_queue.expect("an MCU with work holds a flow queue");
+                        peek(q).map(|p| (p.out, p.back))
+                    } else {
+                        Some(k.next_packet())
+                    };
                     if mcu.outstanding >= self.outstanding_cap {
                         if counting {
                             mcu.counters.waited_cap += 1;
                             class.counters.waited_cap += 1;
                         }
                         true
-                    } else if back > 0
+                    } else if next.is_none() {
+                        if counting {
+                            mcu.counters.waited_flow += 1;
+                            class.counters.waited_flow += 1;
+                        }
+                        true
+                    } else if let Some((_, back)) = next
+                        && back > 0
                         && self
                             .absorb
                             .as_mut()
-                            .is_some_and(|a| !a.fits(now, back as u64))
+                            .is_some_and(|a| !a.admits(now, back as u64))
                     {
+                        mcu.blocked_back = back;
                         if counting {
                             mcu.counters.waited_in += 1;
                             class.counters.waited_in += 1;
                         }
                         true
                     } else {
+                        let (out, back) = next.expect("checked above");
+                        mcu.blocked_back = 0;
                         if class.fresh {
                             mcu.deficit += self.quantum;
                             class.fresh = false;
@@ -572,7 +711,19 @@ impl Shaper {
         }
         let mcu = &mut self.mcus[m];
         mcu.outstanding += 1;
+        let queue = mcu.flow_queue.expect("an MCU with work holds a flow queue");
         let k = mcu.cmd.as_mut().expect("served MCU has a command");
+        if k.stream {
+            // The owner chops, and says when it is done.
+            return Pick {
+                mcu: m,
+                queue,
+                class: c as u8,
+                packet_bytes: out,
+                response_bytes: back,
+                last_of_command: false,
+            };
+        }
         let chunk = k.remaining.min(k.mtu as u64);
         k.remaining -= chunk;
         let last = k.remaining == 0;
@@ -587,6 +738,7 @@ impl Shaper {
         }
         Pick {
             mcu: m,
+            queue,
             class: c as u8,
             packet_bytes: out,
             response_bytes: back,
@@ -612,9 +764,14 @@ impl Shaper {
             let Some(mut t) = self.classes[k.class as usize].ceiling.ready_at(now, 0) else {
                 continue;
             };
-            let (_, back) = k.next_packet();
+            let back = if k.stream {
+                // Its packet is its owner's to say: what last did not fit, if anything.
+                mcu.blocked_back
+            } else {
+                k.next_packet().1
+            };
             if let (true, Some(a)) = (back > 0, &self.absorb) {
-                match a.ready_at(now, back as u64) {
+                match a.ready_at(now, (back as u64).min(a.burst_bytes())) {
                     Some(ta) => t = t.max(ta),
                     None => continue,
                 }
