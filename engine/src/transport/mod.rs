@@ -151,6 +151,9 @@ pub struct QpConfig {
     /// `dcqcn` (CNPs) or `ack` (the congestion state in ACKs, Portico's extension: a standard
     /// peer is only ever given `none` or `dcqcn`).
     pub cc: CcConfig,
+    /// The traffic-shaper class this queue pair's requests are arbitrated in, when its engine
+    /// has a shaper (`docs/shaper.md`); local only (the DSCP is what the wire carries).
+    pub traffic_class: u8,
 }
 
 impl QpConfig {
@@ -191,6 +194,7 @@ impl QpConfig {
             tag_rank: 0,
             rndv_threshold: 16 * 1024,
             cc: CcConfig::default(),
+            traffic_class: 0,
         }
     }
 
@@ -610,10 +614,15 @@ impl OutPacket {
 
 /// Budget of one pull of requests ([`QueuePair::poll_request`]): a packet is handed out only
 /// when both its count and its frame bytes fit, and whatever is handed out is charged here.
+/// The last packet offered is remembered, fitting or not: a budget of no packets
+/// ([`Budget::peek`]) asks what would go next without sending it (the traffic shaper's view
+/// of a queue pair).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub packets: u32,
     pub bytes: u64,
+    /// The last packet offered: (frame bytes out, frame bytes its responses bring back).
+    pub offered: Option<(u32, u32)>,
 }
 
 impl Budget {
@@ -622,12 +631,25 @@ impl Budget {
         Budget {
             packets,
             bytes: u64::MAX,
+            offered: None,
         }
+    }
+
+    /// A budget nothing fits, to learn the next packet from [`Budget::offered`].
+    pub const fn peek() -> Budget {
+        Budget::packets(0)
     }
 
     /// Whether a packet of `frame_len` bytes fits.
     pub fn fits(&self, frame_len: usize) -> bool {
         self.packets > 0 && self.bytes >= frame_len as u64
+    }
+
+    /// [`Budget::fits`], remembering the packet (and the response frame bytes `back` it will
+    /// pull in) as the one offered.
+    pub fn offer(&mut self, frame_len: usize, back: u32) -> bool {
+        self.offered = Some((frame_len as u32, back));
+        self.fits(frame_len)
     }
 
     pub fn charge(&mut self, frame_len: usize) {

@@ -356,6 +356,22 @@ impl QueuePair {
         self.req.poll_request(now, &self.cfg, budget)
     }
 
+    /// The request [`QueuePair::poll_request`] would hand out now given room: its frame bytes
+    /// and the frame bytes of the responses it will pull in (a READ's); `None` if the window,
+    /// the READ limit, the pacer or the RNR timer hold it (or there is none). Sends nothing.
+    pub fn peek_request(&mut self, now: u64) -> Option<(u32, u32)> {
+        let mut peek = Budget::peek();
+        let sent = self.poll_request(now, &mut peek);
+        debug_assert!(sent.is_none(), "nothing fits a peek");
+        peek.offered
+    }
+
+    /// Whether the requester has a request it has not sent yet, or must send again (what a
+    /// traffic shaper keeps the queue pair's stream active for).
+    pub fn has_requests(&self) -> bool {
+        self.state != QpState::Error && self.req.has_unsent()
+    }
+
     /// The next packet of either kind, responses first, requests unbudgeted (tests and
     /// simple drivers).
     pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {

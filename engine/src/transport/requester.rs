@@ -103,6 +103,17 @@ impl SendWqe {
     }
 }
 
+/// The frame bytes of the READ responses that bring back `len` bytes: every packet has the
+/// Ethernet, IPv4, UDP and BTH headers and the ICRC; the first and last (or only) carry an
+/// AETH. What a READ request pulls in on the wire, for the traffic shaper's absorb bucket.
+pub(crate) fn read_response_frames(cfg: &QpConfig, len: u32) -> u32 {
+    const PER_PACKET: u32 = 14 + 20 + 8 + 12 + 4;
+    const AETH: u32 = 4;
+    let n = cfg.pmtu.packets(len);
+    let aeths = if n == 1 { 1 } else { 2 };
+    len + n * PER_PACKET + aeths * AETH
+}
+
 /// Internal work requests (rendezvous pulls and done messages) the send queue has room for
 /// beyond the host's `max_send_wr` before it grows.
 const INTERNAL_RESERVE: usize = 64;
@@ -227,6 +238,12 @@ impl Requester {
     /// Work requests posted and not completed.
     pub fn pending(&self) -> usize {
         self.sq.len()
+    }
+
+    /// Whether a packet is still to be sent: an unsent (or rewound) work request, or a
+    /// durable probe.
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.probe || self.tx_idx < self.sq.len()
     }
 
     /// Whether another work request fits.
@@ -512,7 +529,7 @@ impl Requester {
         if self.probe {
             if let Some(out) = self.probe_packet(cfg) {
                 let frame_len = out.frame_len();
-                if !budget.fits(frame_len) || !self.cc.may_send(now) {
+                if !self.cc.may_send(now) || !budget.offer(frame_len, 0) {
                     return None;
                 }
                 budget.charge(frame_len);
@@ -612,7 +629,13 @@ impl Requester {
                 };
                 let out = OutPacket { repr, payload };
                 let frame_len = out.frame_len();
-                if !budget.fits(frame_len) {
+                let back = match wqe.kind {
+                    WrKind::Read { .. } | WrKind::TagPull { .. } => {
+                        read_response_frames(cfg, wqe.len - (k * mtu).min(wqe.len))
+                    }
+                    _ => 0,
+                };
+                if !budget.offer(frame_len, back) {
                     return None;
                 }
                 budget.charge(frame_len);
@@ -671,7 +694,7 @@ impl Requester {
                     });
                 }
                 let frame_len = repr.buffer_len(len as usize);
-                if !budget.fits(frame_len) {
+                if !budget.offer(frame_len, 0) {
                     return None;
                 }
                 budget.charge(frame_len);

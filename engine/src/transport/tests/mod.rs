@@ -8,6 +8,7 @@ mod persistence;
 mod prop;
 mod rto;
 mod scenarios;
+mod shaping;
 mod soak;
 
 use super::{Access, MrKeys, QpConfig, SgList, WorkRequest};
