@@ -26,6 +26,7 @@ use super::flusher::Flusher;
 use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
+use crate::shaper::{Packet, Shaper, ShaperConfig, ShaperError};
 use crate::transport::{
     Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
     PersistJob, QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
@@ -92,6 +93,11 @@ pub struct NodeCounters {
     pub persist_jobs: u64,
     /// Persists that failed; the queue pairs waiting for them went to the error state.
     pub persist_failures: u64,
+    /// Requests the traffic shaper picked (one per request packet sent under a shaper).
+    pub shaper_picks: u64,
+    /// Picks whose queue pair then had nothing to send after all (0 unless a peek and the
+    /// send disagree; the pick's tokens are spent).
+    pub shaper_misses: u64,
 }
 
 /// A queue pair with the worker's end of its rings and its scheduling state.
@@ -220,6 +226,8 @@ pub enum AddQpError {
     UnknownCq(u32),
     #[error("an engine has at most {MAX_QPS} queue pairs")]
     TooMany,
+    #[error("traffic_class {0}: the engine's shaper has {1} classes")]
+    NoSuchClass(u8, usize),
 }
 
 /// A deregistration waiting for the region's last user, and the number of its request.
@@ -282,6 +290,10 @@ pub struct RdmaNode {
     /// once, each in an ACK of its own.
     port_ecn: Option<crate::cc::EcnMonitor>,
     port_ecn_qps: Vec<u32>,
+    /// The traffic shaper (seed 000), when the engine has one: each queue pair's send queue is
+    /// its own flow queue (index: the queue pair's slot), a stream the shaper's MCUs take and
+    /// whose request packets it picks; responses never wait for it.
+    shaper: Option<Shaper>,
     pub counters: NodeCounters,
     arp: [u8; 64],
 }
@@ -321,9 +333,26 @@ impl RdmaNode {
             ingress_queue: None,
             port_ecn: None,
             port_ecn_qps: Vec::new(),
+            shaper: None,
             counters: NodeCounters::default(),
             arp: [0; 64],
         }
+    }
+
+    /// Puts the engine's requests under a traffic shaper (`docs/shaper.md`); before any queue
+    /// pair is added. Its flow queues are the queue pairs' send queues, one per slot, so
+    /// `flow_queues` and `flow_queue_depth` are set here.
+    pub fn set_shaper(&mut self, mut cfg: ShaperConfig) -> Result<(), ShaperError> {
+        assert!(self.qps.entries.is_empty(), "set_shaper before add_qp");
+        cfg.flow_queues = MAX_QPS;
+        cfg.flow_queue_depth = 1;
+        self.shaper = Some(Shaper::new(cfg)?);
+        Ok(())
+    }
+
+    /// The traffic shaper, if the engine has one (its counters per class and per MCU).
+    pub fn shaper(&self) -> Option<&Shaper> {
+        self.shaper.as_ref()
     }
 
     /// Persist on the calling thread instead of a flusher thread: deterministic, for tests
@@ -382,6 +411,11 @@ impl RdmaNode {
         }
         if self.qps.entries.len() >= MAX_QPS {
             return Err(AddQpError::TooMany);
+        }
+        if let Some(sh) = &self.shaper
+            && cfg.traffic_class as usize >= sh.classes()
+        {
+            return Err(AddQpError::NoSuchClass(cfg.traffic_class, sh.classes()));
         }
         let qp = QueuePair::new(cfg.clone())?;
         let slot = self.qps.entries.len();
@@ -866,9 +900,14 @@ impl RdmaNode {
     pub fn poll_transmit(&mut self, now: u64) -> Option<Tx> {
         while let Some(&slot) = self.ready.front() {
             let e = &mut self.qps.entries[slot as usize];
-            let packet = match e.qp.poll_response() {
-                Some(p) => Some(p),
-                None => e.qp.poll_request(now, &mut self.turn),
+            let packet = match (e.qp.poll_response(), &mut self.shaper) {
+                (Some(p), _) => Some(p),
+                (None, None) => e.qp.poll_request(now, &mut self.turn),
+                (None, Some(sh)) => {
+                    // Its requests go when the shaper picks them: keep its stream in step.
+                    Self::sync_stream(sh, slot as usize, &e.qp);
+                    None
+                }
             };
             if let Some(packet) = packet {
                 self.counters.tx_packets += 1;
@@ -887,7 +926,47 @@ impl RdmaNode {
             self.turn = Budget::packets(TURN_PACKETS);
             self.arm(slot);
         }
-        None
+        self.poll_shaped(now)
+    }
+
+    /// Tells the shaper whether queue pair `slot` has requests to send, and how many of its
+    /// packets are in flight (the MCU's outstanding count).
+    fn sync_stream(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
+        if qp.has_requests() {
+            let class = qp.config().traffic_class;
+            sh.activate(slot, class)
+                .expect("the class was checked when the queue pair was added");
+        } else {
+            sh.deactivate(slot);
+        }
+        if let Some(m) = sh.mcu_of(slot) {
+            sh.set_outstanding(m, qp.requester().in_flight());
+        }
+    }
+
+    /// The request the shaper picks next, if any may go now.
+    fn poll_shaped(&mut self, now: u64) -> Option<Tx> {
+        let sh = self.shaper.as_mut()?;
+        let entries = &mut self.qps.entries;
+        loop {
+            let pick = sh.next_with(now, |q| {
+                let (out, back) = entries[q].qp.peek_request(now)?;
+                Some(Packet { out, back })
+            })?;
+            let e = &mut entries[pick.queue];
+            let packet = e.qp.poll_request(now, &mut Budget::packets(1));
+            Self::sync_stream(sh, pick.queue, &e.qp);
+            match packet {
+                Some(packet) => {
+                    self.counters.tx_packets += 1;
+                    self.counters.shaper_picks += 1;
+                    let slot = pick.queue as u32;
+                    self.arm(slot);
+                    return Some(Tx { qp: slot, packet });
+                }
+                None => self.counters.shaper_misses += 1,
+            }
+        }
     }
 
     /// Writes a packet from [`RdmaNode::poll_transmit`] into `buf` (at least
@@ -1021,10 +1100,22 @@ pub(super) mod tests {
         depth_a: usize,
         tune: impl FnOnce(&mut QpConfig),
     ) -> (End, End) {
+        pair_shaped(depth_a, None, tune)
+    }
+
+    /// [`pair_with`], with A's requests under a traffic shaper.
+    fn pair_shaped(
+        depth_a: usize,
+        shaper: Option<ShaperConfig>,
+        tune: impl FnOnce(&mut QpConfig),
+    ) -> (End, End) {
         let mut a = RdmaNode::new(
             EthernetAddress([2, 0, 0, 0, 0, 1]),
             Ipv4Addr::new(10, 9, 0, 1),
         );
+        if let Some(cfg) = shaper {
+            a.set_shaper(cfg).unwrap();
+        }
         let mut b = RdmaNode::new(
             EthernetAddress([2, 0, 0, 0, 0, 2]),
             Ipv4Addr::new(10, 9, 0, 2),
@@ -1155,6 +1246,97 @@ pub(super) mod tests {
         );
         assert_eq!(a.node.counters.posted, 2);
         assert_eq!(b.node.counters.posted, 1);
+    }
+
+    #[test]
+    fn a_shaper_paces_reads_to_the_absorb_rate_and_never_holds_back_responses() {
+        use crate::shaper::ClassConfig;
+        // 1 Gbit/s of absorb (8 ns per byte) and a burst of one 64 KiB READ's responses.
+        let absorb_bps = 1_000_000_000;
+        let read = 64 * 1024u32;
+        let per_read = crate::transport::requester::read_response_frames(
+            &QpConfig {
+                pmtu: crate::transport::Mtu::M4096,
+                ..QpConfig::new(1, 2)
+            },
+            read,
+        ) as u64;
+        let mut cfg = ShaperConfig::new(vec![ClassConfig {
+            assured_bps: 0,
+            ceiling_bps: 100_000_000_000,
+            burst_bytes: 65_536,
+            strict: false,
+        }]);
+        cfg.absorb_bps = Some(absorb_bps);
+        cfg.absorb_burst_bytes = per_read;
+        let (mut a, mut b) = pair_shaped(256, Some(cfg), |c| {
+            c.pmtu = crate::transport::Mtu::M4096;
+            c.max_in_flight = 1024;
+        });
+        // A queue pair asking for a class the shaper does not have is refused.
+        let cq = a.node.create_cq(4);
+        let mut bad = QpConfig::new(0x33, 0x44);
+        bad.traffic_class = 1;
+        assert!(matches!(
+            a.node.add_qp(bad, &cq, &cq),
+            Err(AddQpError::NoSuchClass(1, 1))
+        ));
+        let dst = register_anonymous(&mut a.node, 1 << 20);
+        let src_map = Arc::new(Mapping::anonymous(1 << 20).unwrap());
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 % 251) as u8).collect();
+        src_map.write(0, &data).unwrap();
+        let src = b.node.register(src_map, 0, 1 << 20, Access::ALL).unwrap();
+        let wrs: Vec<WorkRequest> = (0..16u64)
+            .map(|i| {
+                let off = i * u64::from(read);
+                WorkRequest::read(
+                    i,
+                    crate::transport::SgList::one(dst.lkey, dst.addr + off, read),
+                    src.addr + off,
+                    src.rkey,
+                )
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        // 1 µs per round; count the response bytes A receives per round.
+        let mut frame = vec![0u8; 9000];
+        let mut arrivals = Vec::new();
+        for round in 0..20_000u64 {
+            let now = round * 1000;
+            let mut moved = 0;
+            carry(&mut a.node, &mut b.node, now, 0, &mut moved);
+            b.node.service(now);
+            while let Some(tx) = b.node.poll_transmit(now) {
+                let len = b.node.emit(&tx, &mut frame).unwrap();
+                arrivals.push((now, len as u64));
+                a.node.receive(now, &frame[..len]);
+            }
+            a.node.flush_completions();
+            if drain(&mut a.cq).len() == 16 {
+                break;
+            }
+        }
+        let mut got = vec![0u8; 1 << 20];
+        assert!(a.node.mem.read(dst.lkey, 0, &mut got));
+        assert!(got == data, "every READ landed");
+        // Inbound never ahead of the absorb rate plus the bucket: over every prefix of the run.
+        let total: u64 = arrivals.iter().map(|&(_, l)| l).sum();
+        assert_eq!(total, 16 * per_read);
+        let mut sum = 0;
+        for &(t, l) in &arrivals {
+            sum += l;
+            assert!(sum <= per_read + t / 8 + per_read, "{sum} B by {t} ns");
+        }
+        // Sixteen READs at 1 Gbit/s take ~8.5 ms: the last arrives no sooner than the rate lets.
+        let last = arrivals.last().unwrap().0;
+        assert!(last >= 15 * per_read * 8, "{last}");
+        let sh = a.node.shaper().unwrap();
+        assert_eq!(a.node.counters.shaper_picks, 16);
+        assert_eq!(a.node.counters.shaper_misses, 0);
+        assert_eq!(sh.class_counters(0).packets, 16);
+        assert_eq!(sh.class_counters(0).response_bytes, 16 * per_read);
+        assert!(sh.class_counters(0).waited_in > 0);
+        assert_eq!(a.node.retransmissions(), 0);
     }
 
     #[test]

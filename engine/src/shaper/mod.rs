@@ -781,6 +781,16 @@ impl Shaper {
         best
     }
 
+    /// The number of traffic classes.
+    pub fn classes(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// The number of MCUs.
+    pub fn mcus(&self) -> usize {
+        self.mcus.len()
+    }
+
     pub fn class_counters(&self, class: u8) -> Counters {
         self.classes[class as usize].counters
     }
