@@ -663,6 +663,8 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         cq_overruns: _,
         persist_jobs: _,
         persist_failures: _,
+        shaper_picks: _,
+        shaper_misses: _,
     } = *c;
     Outcomes {
         rx_frames,
