@@ -289,6 +289,14 @@ fn start(
     let pmtu = parse_mtu(r.mtu).map_err(config_error)?;
     let peer_rss = rss::Rss::spread(r.peer_queues);
     let mut nodes: Vec<RdmaNode> = (0..n).map(|_| RdmaNode::new(mac, r.ip)).collect();
+    if let Some(section) = &cfg.shaper {
+        // Checked when the file was read; each worker gets its own shaper.
+        let shaper = section.to_config("shaper").map_err(config_error)?;
+        for node in &mut nodes {
+            node.set_shaper(shaper.clone())
+                .map_err(|e| bad(cfg_path, "shaper", e.to_string()))?;
+        }
+    }
     let mut ends = Vec::with_capacity(n);
     let mut places = Vec::with_capacity(n);
     let mut psn = 0;
@@ -303,6 +311,8 @@ fn start(
         qp.send_psn = r.psn.unwrap_or_else(random_psn);
         qp.recv_psn = r.peer_psn;
         qp.durable_writes = r.durable_writes;
+        qp.traffic_class = r.traffic_class;
+        qp.dscp = r.dscp;
         let peer_queue = (r.peer_queue + i as u16) % r.peer_queues;
         if r.peer_queues > 1 {
             qp.udp_src_port = rss::source_port(&peer_rss, r.ip, r.peer_ip, peer_queue, qpn as u16)

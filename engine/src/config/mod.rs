@@ -18,9 +18,11 @@ use crate::traffic::frame::{MAX_FRAME, MIN_FRAME};
 
 pub mod limits;
 pub mod peer;
+pub mod shaper;
 
 pub use limits::MemoryLimit;
 pub use peer::{PeerConfig, RdmaSection, load_peer, parse_mac, parse_mtu, parse_peer};
+pub use shaper::ShaperSection;
 
 /// Queues per port at most: DPDK's `RTE_MAX_QUEUES_PER_PORT` in the default build.
 pub const MAX_QUEUES: u16 = 1024;

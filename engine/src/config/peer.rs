@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{ConfigError, EalSection, MemoryLimit, cores_text, err, from_toml};
+use super::{ConfigError, EalSection, MemoryLimit, ShaperSection, cores_text, err, from_toml};
 use crate::transport::{Mtu, QpConfig};
 use crate::wire::EthernetAddress;
 use crate::wire::bth::PSN_MASK;
@@ -22,6 +22,10 @@ pub struct PeerConfig {
     #[serde(default)]
     pub eal: EalSection,
     pub rdma: RdmaSection,
+    /// The traffic shaper of this side's requests (`docs/shaper.md`); absent: requests go as
+    /// the queue pairs' windows allow.
+    #[serde(default)]
+    pub shaper: Option<ShaperSection>,
 }
 
 /// `[rdma]`: the engine's port, core and addresses, the peer's, and this side's region.
@@ -104,6 +108,18 @@ pub struct RdmaSection {
     /// Needs a region file (`region_file` or `--region-file`).
     #[serde(default)]
     pub simulate_power_loss: bool,
+    /// The `[shaper]` class this side's queue pairs' requests go in (0 by default); needs a
+    /// `[shaper]` with that many classes.
+    #[serde(default)]
+    pub traffic_class: u8,
+    /// The DSCP of this side's packets (0..=63), what switches classify them by; 26 (AF31) by
+    /// default, as RoCE deployments commonly use.
+    #[serde(default = "default_dscp")]
+    pub dscp: u8,
+}
+
+fn default_dscp() -> u8 {
+    QpConfig::new(0, 0).dscp
 }
 
 /// `rdma.cores`: how many workers, or which cores.
@@ -335,6 +351,26 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
     parse_mac("rdma.mac", &r.mac)?;
     parse_mac("rdma.peer_mac", &r.peer_mac)?;
     parse_mtu(r.mtu)?;
+    if r.dscp > 63 {
+        return Err(err(
+            "rdma.dscp",
+            format!("{}: a DSCP is 6 bits (0..=63)", r.dscp),
+        ));
+    }
+    let classes = match &cfg.shaper {
+        Some(s) => s.to_config("shaper")?.classes.len(),
+        None => 1,
+    };
+    if r.traffic_class as usize >= classes {
+        let why = match &cfg.shaper {
+            Some(_) => format!("class {} of a [shaper] with {classes}", r.traffic_class),
+            None => format!(
+                "class {} needs a [shaper] with its classes",
+                r.traffic_class
+            ),
+        };
+        return Err(err("rdma.traffic_class", why));
+    }
     Ok(cfg)
 }
 
@@ -396,6 +432,37 @@ mod tests {
         region_addr = 0x10000
         region_len = 65536
     "#;
+
+    #[test]
+    fn a_shaper_section_and_the_queue_pairs_class_and_dscp() {
+        let shaped = format!(
+            "{TARGET}traffic_class = 1\ndscp = 46\n[shaper]\nabsorb_gbps = 2\n\
+             [[shaper.classes]]\nceiling_gbps = 10\n[[shaper.classes]]\nceiling_gbps = 5\n"
+        );
+        let cfg = parse_peer(&shaped, CORES).unwrap();
+        assert_eq!((cfg.rdma.traffic_class, cfg.rdma.dscp), (1, 46));
+        let s = cfg.shaper.unwrap().to_config("shaper").unwrap();
+        assert_eq!(s.absorb_bps, Some(2_000_000_000));
+        assert_eq!(s.classes.len(), 2);
+        // Defaults: class 0, DSCP 26, no shaper.
+        let plain = parse_peer(TARGET, CORES).unwrap();
+        assert_eq!((plain.rdma.traffic_class, plain.rdma.dscp), (0, 26));
+        assert!(plain.shaper.is_none());
+        for (text, field) in [
+            (
+                shaped.replace("traffic_class = 1", "traffic_class = 2"),
+                "rdma.traffic_class",
+            ),
+            (format!("{TARGET}traffic_class = 1\n"), "rdma.traffic_class"),
+            (shaped.replace("dscp = 46", "dscp = 64"), "rdma.dscp"),
+            (
+                shaped.replace("ceiling_gbps = 5", "ceiling_gbps = 0"),
+                "shaper.classes[1].ceiling_gbps",
+            ),
+        ] {
+            assert_eq!(parse_peer(&text, CORES).unwrap_err().field, field, "{text}");
+        }
+    }
 
     /// `parse_peer` on TARGET with `from` replaced by `to`: the field its error names.
     fn error_field(from: &str, to: &str) -> String {

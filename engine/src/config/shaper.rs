@@ -1,0 +1,273 @@
+//! `[shaper]`: the traffic shaper of an engine's requests (seed 000, `docs/shaper.md`), in the
+//! TOML of `portico target` / `portico initiator` and in the file `portico bench shaper
+//! --shaper FILE` reads.
+//!
+//! ```toml
+//! [shaper]
+//! absorb_gbps = 4.0          # READ responses pulled in at most this fast (absent: unlimited)
+//! absorb_burst_bytes = 131072
+//! mcus = 16                  # message-chopping units per worker
+//! outstanding_cap = 64       # packets an MCU may have in flight
+//! quantum_bytes = 4096       # deficit round robin among a class's MCUs
+//!
+//! [[shaper.classes]]         # class 0, then 1, ... (a queue pair's rdma.traffic_class)
+//! name = "reads"
+//! assured_gbps = 0.5
+//! ceiling_gbps = 10.0
+//! burst_bytes = 65536
+//! strict = false
+//! ```
+//!
+//! Rates are per worker (each worker has its own shaper); an error names its field, e.g.
+//! `shaper.classes[1].assured_gbps: 12 is above ceiling_gbps (10)`.
+
+use serde::Deserialize;
+
+use super::{ConfigError, err};
+use crate::shaper::{ClassConfig, ShaperConfig};
+
+/// `[shaper]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShaperSection {
+    /// The rate the host absorbs READ response data at, in Gbit/s of frames; absent:
+    /// unlimited (READs are not paced).
+    #[serde(default)]
+    pub absorb_gbps: Option<f64>,
+    /// The depth of the absorb bucket in bytes: how much response data may be asked for at
+    /// once after a quiet spell.
+    #[serde(default = "default_absorb_burst")]
+    pub absorb_burst_bytes: u64,
+    #[serde(default = "default_mcus")]
+    pub mcus: usize,
+    #[serde(default = "default_cap")]
+    pub outstanding_cap: u32,
+    #[serde(default = "default_quantum")]
+    pub quantum_bytes: u32,
+    pub classes: Vec<ClassSection>,
+}
+
+/// `[[shaper.classes]]`: one traffic class.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSection {
+    /// A label for reports; absent: `class<i>`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Served at this rate before any class that is only borrowing (Gbit/s; may be 0).
+    #[serde(default)]
+    pub assured_gbps: f64,
+    /// Never served above this rate (Gbit/s).
+    pub ceiling_gbps: f64,
+    #[serde(default = "default_class_burst")]
+    pub burst_bytes: u64,
+    /// Served before every non-strict class, up to its ceiling (a low-latency class).
+    #[serde(default)]
+    pub strict: bool,
+}
+
+fn default_absorb_burst() -> u64 {
+    128 * 1024
+}
+
+fn default_mcus() -> usize {
+    16
+}
+
+fn default_cap() -> u32 {
+    64
+}
+
+fn default_quantum() -> u32 {
+    4096
+}
+
+fn default_class_burst() -> u64 {
+    64 * 1024
+}
+
+/// The most a rate may be: 1.6 Tbit/s, beyond any port.
+const MAX_GBPS: f64 = 1600.0;
+
+/// `gbps` in bit/s; `field` names it in an error. `zero_ok`: 0 is allowed.
+pub fn gbps_to_bps(field: &str, gbps: f64, zero_ok: bool) -> Result<u64, ConfigError> {
+    if !gbps.is_finite() || gbps < 0.0 || gbps > MAX_GBPS || (!zero_ok && gbps == 0.0) {
+        let range = if zero_ok { "0" } else { "more than 0" };
+        return Err(err(
+            field,
+            format!("{gbps} Gbit/s: must be {range} up to {MAX_GBPS}"),
+        ));
+    }
+    Ok((gbps * 1e9).round() as u64)
+}
+
+impl ShaperSection {
+    /// A class's label.
+    pub fn class_name(&self, i: usize) -> String {
+        self.classes
+            .get(i)
+            .and_then(|c| c.name.clone())
+            .unwrap_or_else(|| format!("class{i}"))
+    }
+
+    /// The shaper's configuration, every field checked and named in its error (`prefix` is
+    /// where the section is: `shaper` in a file, `--shaper` on a command line).
+    pub fn to_config(&self, prefix: &str) -> Result<ShaperConfig, ConfigError> {
+        if self.classes.is_empty() {
+            return Err(err(
+                format!("{prefix}.classes"),
+                "at least one [[shaper.classes]]",
+            ));
+        }
+        if self.classes.len() > 256 {
+            return Err(err(
+                format!("{prefix}.classes"),
+                format!("{} classes: at most 256", self.classes.len()),
+            ));
+        }
+        let mut classes = Vec::with_capacity(self.classes.len());
+        for (i, c) in self.classes.iter().enumerate() {
+            let f = |name: &str| format!("{prefix}.classes[{i}].{name}");
+            let assured = gbps_to_bps(&f("assured_gbps"), c.assured_gbps, true)?;
+            let ceiling = gbps_to_bps(&f("ceiling_gbps"), c.ceiling_gbps, false)?;
+            if assured > ceiling {
+                return Err(err(
+                    f("assured_gbps"),
+                    format!(
+                        "{} is above ceiling_gbps ({})",
+                        c.assured_gbps, c.ceiling_gbps
+                    ),
+                ));
+            }
+            if c.burst_bytes == 0 {
+                return Err(err(f("burst_bytes"), "must be more than 0"));
+            }
+            classes.push(ClassConfig {
+                assured_bps: assured,
+                ceiling_bps: ceiling,
+                burst_bytes: c.burst_bytes,
+                strict: c.strict,
+            });
+        }
+        let mut cfg = ShaperConfig::new(classes);
+        cfg.absorb_bps = match self.absorb_gbps {
+            Some(g) => Some(gbps_to_bps(&format!("{prefix}.absorb_gbps"), g, false)?),
+            None => None,
+        };
+        cfg.absorb_burst_bytes = self.absorb_burst_bytes;
+        cfg.mcus = self.mcus;
+        cfg.outstanding_cap = self.outstanding_cap;
+        cfg.quantum_bytes = self.quantum_bytes;
+        // The core names the rest (mcus, caps, quantum, the absorb burst).
+        cfg.validate()
+            .map_err(|e| err(format!("{prefix}.{}", e.field), e.reason))?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ShaperConfig, ConfigError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            shaper: ShaperSection,
+        }
+        let f: File = super::super::from_toml(text)?;
+        f.shaper.to_config("shaper")
+    }
+
+    #[test]
+    fn a_full_section_becomes_the_shaper_config() {
+        let cfg = parse(
+            r#"
+            [shaper]
+            absorb_gbps = 4.5
+            absorb_burst_bytes = 200000
+            mcus = 8
+            outstanding_cap = 32
+            quantum_bytes = 9000
+            [[shaper.classes]]
+            name = "reads"
+            ceiling_gbps = 10
+            [[shaper.classes]]
+            assured_gbps = 2.5
+            ceiling_gbps = 2.5
+            burst_bytes = 16384
+            strict = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.absorb_bps, Some(4_500_000_000));
+        assert_eq!(cfg.absorb_burst_bytes, 200_000);
+        assert_eq!(
+            (cfg.mcus, cfg.outstanding_cap, cfg.quantum_bytes),
+            (8, 32, 9000)
+        );
+        assert_eq!(
+            cfg.classes,
+            [
+                ClassConfig {
+                    assured_bps: 0,
+                    ceiling_bps: 10_000_000_000,
+                    burst_bytes: 65_536,
+                    strict: false
+                },
+                ClassConfig {
+                    assured_bps: 2_500_000_000,
+                    ceiling_bps: 2_500_000_000,
+                    burst_bytes: 16_384,
+                    strict: true
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let class = "[[shaper.classes]]\nceiling_gbps = 10\n";
+        for (text, field) in [
+            ("[shaper]\nclasses = []\n", "shaper.classes"),
+            (
+                "[[shaper.classes]]\nassured_gbps = 12\nceiling_gbps = 10\n",
+                "shaper.classes[0].assured_gbps",
+            ),
+            (
+                "[[shaper.classes]]\nceiling_gbps = 0\n",
+                "shaper.classes[0].ceiling_gbps",
+            ),
+            (
+                "[[shaper.classes]]\nceiling_gbps = -1\n",
+                "shaper.classes[0].ceiling_gbps",
+            ),
+            (
+                "[[shaper.classes]]\nceiling_gbps = 1\nburst_bytes = 0\n",
+                "shaper.classes[0].burst_bytes",
+            ),
+            (
+                &format!("[shaper]\nabsorb_gbps = 0\n{class}"),
+                "shaper.absorb_gbps",
+            ),
+            (&format!("[shaper]\nmcus = 0\n{class}"), "shaper.mcus"),
+            (
+                &format!("[shaper]\noutstanding_cap = 0\n{class}"),
+                "shaper.outstanding_cap",
+            ),
+            (
+                &format!("[shaper]\nquantum_bytes = 0\n{class}"),
+                "shaper.quantum_bytes",
+            ),
+            (
+                &format!("[shaper]\nabsorb_gbps = 1\nabsorb_burst_bytes = 0\n{class}"),
+                "shaper.absorb_burst_bytes",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.field, field, "{text}: {e}");
+        }
+        let e = parse("[shaper]\nmcu = 3\n[[shaper.classes]]\nceiling_gbps = 1\n").unwrap_err();
+        assert!(e.to_string().contains("mcu"), "{e}");
+    }
+}
