@@ -91,7 +91,7 @@ const MAX_GBPS: f64 = 1600.0;
 
 /// `gbps` in bit/s; `field` names it in an error. `zero_ok`: 0 is allowed.
 pub fn gbps_to_bps(field: &str, gbps: f64, zero_ok: bool) -> Result<u64, ConfigError> {
-    if !gbps.is_finite() || gbps < 0.0 || gbps > MAX_GBPS || (!zero_ok && gbps == 0.0) {
+    if !gbps.is_finite() || !(0.0..=MAX_GBPS).contains(&gbps) || (!zero_ok && gbps == 0.0) {
         let range = if zero_ok { "0" } else { "more than 0" };
         return Err(err(
             field,
