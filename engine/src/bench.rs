@@ -38,6 +38,7 @@ use crate::transport::{
 pub mod congestion;
 pub mod persist;
 pub mod placement;
+pub mod shaper;
 pub mod tagged;
 
 /// Which operations to run.
@@ -61,6 +62,9 @@ pub enum BenchOp {
     /// N flows into one target through an ECN-marking bottleneck, under each congestion
     /// control scheme ([`congestion`], run by [`congestion::run`]).
     Congestion,
+    /// READs paced by the size of their responses into a host with a limited absorb rate,
+    /// beside WRITE classes, with pacing on and off ([`shaper`], run by [`shaper::run`]).
+    Shaper,
 }
 
 #[derive(Debug, Clone)]
@@ -647,8 +651,14 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         BenchOp::Read => 1,
         BenchOp::Send => 2,
         BenchOp::Mixed => k % 3,
-        BenchOp::Persist | BenchOp::Tagged | BenchOp::Placement | BenchOp::Congestion => {
-            unreachable!("`bench persist`, `tagged` and `placement` run in their own modules")
+        BenchOp::Persist
+        | BenchOp::Tagged
+        | BenchOp::Placement
+        | BenchOp::Congestion
+        | BenchOp::Shaper => {
+            unreachable!(
+                "`bench persist`, `tagged`, `placement`, `congestion` and `shaper` run in their own modules"
+            )
         }
     };
     let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];

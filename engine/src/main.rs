@@ -207,9 +207,47 @@ enum Command {
         #[arg(long, allow_negative_numbers = true)]
         rate_window_us: Option<f64>,
         /// congestion: the directory for congestion.csv and congestion.svg (default
-        /// ./congestion).
+        /// ./congestion). shaper: for shaper.csv and shaper.svg (default ./shaper).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// shaper: the phases to run, one after the other (default alone,paced,unpaced).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        phases: Vec<portico::bench::shaper::PhaseKind>,
+        /// shaper: queue pairs issuing READs (default 8), each keeping --qd outstanding (at
+        /// most 16).
+        #[arg(long)]
+        reads: Option<usize>,
+        /// shaper: bytes per READ (default 65536).
+        #[arg(long)]
+        read_size: Option<u32>,
+        /// shaper: WRITE queue pairs per WRITE class (default 1).
+        #[arg(long)]
+        writes: Option<usize>,
+        /// shaper: bytes per WRITE (default 65536).
+        #[arg(long)]
+        write_size: Option<u32>,
+        /// shaper: one WRITE class per share, each assured that share of the link (default
+        /// 0.75,0.25).
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+        write_shares: Vec<f64>,
+        /// shaper: the rate the initiator's host absorbs inbound data at (default 2).
+        #[arg(long, allow_negative_numbers = true)]
+        absorb_gbps: Option<f64>,
+        /// shaper: the absorb bucket's depth (default: two READs' response frames).
+        #[arg(long, allow_negative_numbers = true)]
+        absorb_burst_kb: Option<f64>,
+        /// shaper: the link the shaper shares among its classes (default 3).
+        #[arg(long, allow_negative_numbers = true)]
+        link_gbps: Option<f64>,
+        /// shaper: message-chopping units (default 16).
+        #[arg(long)]
+        mcus: Option<usize>,
+        /// shaper: packets an MCU may have in flight (default 64).
+        #[arg(long)]
+        outstanding_cap: Option<u32>,
+        /// shaper: the deficit-round-robin quantum in bytes (default 4096).
+        #[arg(long)]
+        quantum: Option<u32>,
         /// Extra EAL arguments.
         #[arg(last = true)]
         eal: Vec<String>,
@@ -440,24 +478,58 @@ fn run(cli: Cli) -> Result<(), AppError> {
             dcqcn,
             rate_window_us,
             out,
+            phases,
+            reads,
+            read_size,
+            writes,
+            write_size,
+            write_shares,
+            absorb_gbps,
+            absorb_burst_kb,
+            link_gbps,
+            mcus,
+            outstanding_cap,
+            quantum,
         } => {
             let congestion = op == portico::bench::BenchOp::Congestion;
+            let shaper = op == portico::bench::BenchOp::Shaper;
             let given = !cc.is_empty()
                 || flows.is_some()
                 || bottleneck_gbps.is_some()
                 || line_gbps.is_some()
-                || rtt_us.is_some()
                 || kmin_kb.is_some()
                 || kmax_kb.is_some()
                 || pmax.is_some()
-                || buffer_kb.is_some()
                 || schedule.is_some()
                 || dcqcn.is_some()
-                || rate_window_us.is_some()
-                || out.is_some();
+                || rate_window_us.is_some();
             if given && !congestion {
                 return Err(AppError::Usage(
-                    "--cc, --flows, --bottleneck-gbps, --line-gbps, --rtt-us, --kmin-kb, --kmax-kb, --pmax, --buffer-kb, --schedule, --dcqcn, --rate-window-us, --out: only bench congestion takes them".into(),
+                    "--cc, --flows, --bottleneck-gbps, --line-gbps, --kmin-kb, --kmax-kb, --pmax, --schedule, --dcqcn, --rate-window-us: only bench congestion takes them".into(),
+                ));
+            }
+            if (rtt_us.is_some() || buffer_kb.is_some() || out.is_some()) && !congestion && !shaper
+            {
+                return Err(AppError::Usage(
+                    "--rtt-us, --buffer-kb, --out: only bench congestion and bench shaper take them"
+                        .into(),
+                ));
+            }
+            let shaper_given = !phases.is_empty()
+                || reads.is_some()
+                || read_size.is_some()
+                || writes.is_some()
+                || write_size.is_some()
+                || !write_shares.is_empty()
+                || absorb_gbps.is_some()
+                || absorb_burst_kb.is_some()
+                || link_gbps.is_some()
+                || mcus.is_some()
+                || outstanding_cap.is_some()
+                || quantum.is_some();
+            if shaper_given && !shaper {
+                return Err(AppError::Usage(
+                    "--phases, --reads, --read-size, --writes, --write-size, --write-shares, --absorb-gbps, --absorb-burst-kb, --link-gbps, --mcus, --outstanding-cap, --quantum: only bench shaper takes them".into(),
                 ));
             }
             let mtu = match mtu {
@@ -480,6 +552,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 portico::bench::tagged::DEFAULT_POINT_SECONDS
             } else if placement {
                 portico::bench::placement::DEFAULT_POINT_SECONDS
+            } else if shaper {
+                1.0
             } else {
                 5.0
             });
@@ -541,6 +615,40 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 return if summary.errors > 0 {
                     Err(AppError::CheckFailed(format!(
                         "{} congestion-bench messages did not complete successfully",
+                        summary.errors
+                    )))
+                } else {
+                    Ok(())
+                };
+            }
+            if shaper {
+                let d = portico::bench::shaper::ShaperArgs::default();
+                let args = portico::bench::shaper::ShaperArgs {
+                    phases: if phases.is_empty() { d.phases } else { phases },
+                    reads: reads.unwrap_or(d.reads),
+                    read_size: read_size.unwrap_or(d.read_size),
+                    writes: writes.unwrap_or(d.writes),
+                    write_size: write_size.unwrap_or(d.write_size),
+                    write_shares: if write_shares.is_empty() {
+                        d.write_shares
+                    } else {
+                        write_shares
+                    },
+                    absorb_gbps: absorb_gbps.unwrap_or(d.absorb_gbps),
+                    link_gbps: link_gbps.unwrap_or(d.link_gbps),
+                    buffer_kb: buffer_kb.unwrap_or(d.buffer_kb),
+                    rtt_us: rtt_us.unwrap_or(d.rtt_us),
+                    mcus: mcus.unwrap_or(d.mcus),
+                    outstanding_cap: outstanding_cap.unwrap_or(d.outstanding_cap),
+                    quantum_bytes: quantum.unwrap_or(d.quantum_bytes),
+                    absorb_burst_kb,
+                    out,
+                };
+                let summary = portico::bench::shaper::run(&opts, &args, interrupt_flag())?;
+                portico::bench::shaper::print(&summary, json);
+                return if summary.errors > 0 {
+                    Err(AppError::CheckFailed(format!(
+                        "{} shaper-bench operations did not complete successfully",
                         summary.errors
                     )))
                 } else {

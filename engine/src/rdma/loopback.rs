@@ -14,13 +14,17 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
-use super::{Cq, Ingress, IngressReport, Qp, RdmaHandle, RdmaNode, RdmaStage, TagConfig, TagPort};
+use super::{
+    Cq, Ingress, IngressReport, Qp, RdmaHandle, RdmaNode, RdmaStage, ShaperProbe, ShaperReport,
+    TagConfig, TagPort,
+};
 use crate::cc::bottleneck::{Bottleneck, BottleneckConfig};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair_queues};
 use crate::runtime::{
     CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
     WorkerSpec,
 };
+use crate::shaper::ShaperConfig;
 use crate::transport::{QpConfig, random_psn};
 use crate::wire::EthernetAddress;
 use crate::wire::rss::{self, Rss};
@@ -75,6 +79,20 @@ pub struct LoopbackOpts {
     /// A bottleneck in front of engine B's receive path (both engines on one worker only):
     /// every connection's A-to-B traffic shares it.
     pub bottleneck: Option<BottleneckSpec>,
+    /// A traffic shaper on engine B's requests (both engines on one worker only).
+    pub shaper: Option<ShaperSpec>,
+}
+
+/// The shaper [`LoopbackOpts::shaper`] asks for.
+#[derive(Debug, Clone)]
+pub struct ShaperSpec {
+    pub config: ShaperConfig,
+    /// Per connection: the traffic class of its queue pair on engine B (0 beyond the list).
+    pub classes: Vec<u8>,
+    /// A per-bin sample of the shaper's class counters: bin length (ns) and bins.
+    pub trace: (u64, usize),
+    /// Filled with its counters and the samples when the worker stops.
+    pub report: Arc<Mutex<Option<ShaperReport>>>,
 }
 
 /// The bottleneck [`LoopbackOpts::bottleneck`] asks for.
@@ -108,6 +126,7 @@ impl LoopbackOpts {
             workers: Vec::new(),
             homes: Vec::new(),
             bottleneck: None,
+            shaper: None,
         }
     }
 
@@ -199,6 +218,11 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         })?;
     let connections = opts.connections.max(1);
     let one_worker = !sharded && opts.cores[0] == opts.cores[1];
+    if opts.shaper.is_some() && !one_worker {
+        return Err(LoopbackError::Layout(
+            "a shaper (with its probe) needs both engines on one worker".into(),
+        ));
+    }
     if opts.bottleneck.is_some() && !one_worker {
         return Err(LoopbackError::Layout(
             "a bottleneck needs both engines on one worker".into(),
@@ -258,6 +282,12 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
 
     let mut nodes_a: Vec<RdmaNode> = (0..shards).map(|_| RdmaNode::new(MAC_A, IP_A)).collect();
     let mut nodes_b: Vec<RdmaNode> = (0..shards).map(|_| RdmaNode::new(MAC_B, IP_B)).collect();
+    if let Some(sh) = &opts.shaper {
+        for n in &mut nodes_b {
+            n.set_shaper(sh.config.clone())
+                .map_err(|e| LoopbackError::Layout(e.to_string()))?;
+        }
+    }
     let (tags_a, tags_b) = match &opts.tags {
         Some(t) => (
             Some(nodes_a[0].enable_tags(t)?),
@@ -281,6 +311,9 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         }
         let mut qb = qa.mirrored();
         qb.tag_rank = 1;
+        if let Some(sh) = &opts.shaper {
+            qb.traffic_class = sh.classes.get(i).copied().unwrap_or(0);
+        }
         qb.remote_mac = MAC_A;
         qb.remote_ip = IP_A;
         if queues > 1 {
@@ -372,6 +405,14 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             let mut stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
             if let Some(ing) = ingress.take() {
                 stage = stage.with_ingress(ing);
+            }
+            if let Some(sh) = &opts.shaper
+                && i == 0
+            {
+                let (bin_ns, bins) = sh.trace;
+                let classes = sh.config.classes.len();
+                let probe = ShaperProbe::new(1, bin_ns, bins, classes, sh.report.clone());
+                stage = stage.with_shaper_probe(probe);
             }
             specs.push(WorkerSpec {
                 name: if sharded {

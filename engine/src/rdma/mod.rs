@@ -31,7 +31,7 @@ pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, Rdma
 pub use node::{AddQpError, CcCounters, NodeCounters, RdmaNode, RxOutcome, Tx};
 pub use placed::{PlaceError, Placed};
 pub use rings::{Cq, Qp, QueueFull};
-pub use stage::{Ingress, IngressReport, RdmaStage};
+pub use stage::{Ingress, IngressReport, RdmaStage, ShaperProbe, ShaperReport};
 pub use tagged::{
     TagCommand, TagCommandError, TagConfig, TagCounters, TagEntry, TagEvent, TagEventKind, TagPort,
     TagShard,

@@ -112,6 +112,54 @@ pub struct IngressReport {
     pub senders: Vec<(crate::cc::CcStats, Option<u64>)>,
 }
 
+/// Samples one engine's traffic shaper into per-bin series of worker time, and leaves its
+/// counters when the stage stops (the shaper bench's figures and plot).
+pub struct ShaperProbe {
+    /// The engine whose shaper it reads.
+    pub engine: usize,
+    pub bin_ns: u64,
+    pub bins: usize,
+    /// Where the stage leaves what it sampled when it stops.
+    pub report: Arc<Mutex<Option<ShaperReport>>>,
+    /// bins × classes (`bin * classes + class`): the class's bytes sent and response bytes
+    /// pulled in so far, as last seen in the bin (0: no poll in the bin). Preallocated.
+    sent: Vec<u64>,
+    pulled: Vec<u64>,
+}
+
+impl ShaperProbe {
+    pub fn new(
+        engine: usize,
+        bin_ns: u64,
+        bins: usize,
+        classes: usize,
+        report: Arc<Mutex<Option<ShaperReport>>>,
+    ) -> ShaperProbe {
+        ShaperProbe {
+            engine,
+            bin_ns: bin_ns.max(1),
+            bins,
+            report,
+            sent: vec![0; bins * classes],
+            pulled: vec![0; bins * classes],
+        }
+    }
+}
+
+/// What a [`ShaperProbe`] saw: the shaper's counters at the end, per class and per MCU, and
+/// the series of cumulative bytes (a bin with no poll carries the bin before it).
+#[derive(Debug, Clone, Default)]
+pub struct ShaperReport {
+    pub classes: Vec<crate::shaper::Counters>,
+    pub mcus: Vec<crate::shaper::Counters>,
+    pub bin_ns: u64,
+    pub bins: usize,
+    /// bins × classes: bytes the class sent by the end of the bin.
+    pub sent: Vec<u64>,
+    /// bins × classes: response bytes the class's requests pulled in by the end of the bin.
+    pub pulled: Vec<u64>,
+}
+
 /// The flow of a frame: the index of its destination QP in `flows`, or `flows.len()`.
 fn flow_of(frame: &[u8], flows: &[u32]) -> usize {
     const DEST_QP: usize = wire::roce::BASE_HEADER_LEN - 12 + 5;
@@ -207,6 +255,7 @@ struct Engine {
 pub struct RdmaStage {
     engines: Vec<Engine>,
     ingress: Option<Ingress>,
+    probe: Option<ShaperProbe>,
     /// Fresh mbufs for transmission, allocated in bulk (one mempool call per 32 frames).
     /// Declared before `pool` so that it is freed first.
     fresh: Burst,
@@ -229,6 +278,7 @@ impl RdmaStage {
                 output,
             }],
             ingress: None,
+            probe: None,
             fresh: Burst::new(),
             pool,
             polls: 0,
@@ -248,6 +298,32 @@ impl RdmaStage {
             output,
         });
         self
+    }
+
+    /// Samples engine `probe.engine`'s traffic shaper as it runs.
+    pub fn with_shaper_probe(mut self, probe: ShaperProbe) -> Self {
+        self.probe = Some(probe);
+        self
+    }
+
+    /// Records the shaper's cumulative bytes per class in the current bin.
+    fn sample_shaper(&mut self, now: u64) {
+        let Some(p) = &mut self.probe else {
+            return;
+        };
+        let Some(sh) = self.engines.get(p.engine).and_then(|e| e.node.shaper()) else {
+            return;
+        };
+        let n = sh.classes();
+        let bin = (now / p.bin_ns) as usize;
+        if bin >= p.bins {
+            return;
+        }
+        for c in 0..n {
+            let k = sh.class_counters(c as u8);
+            p.sent[bin * n + c] = k.bytes;
+            p.pulled[bin * n + c] = k.response_bytes;
+        }
     }
 
     /// Puts a bottleneck in front of input `ingress.input`.
@@ -448,6 +524,7 @@ impl Stage for RdmaStage {
             }
             e.node.flush_completions();
         }
+        self.sample_shaper(now);
         self.polls += 1;
         if self.polls.is_multiple_of(PUBLISH_EVERY) {
             self.publish(c);
@@ -456,6 +533,28 @@ impl Stage for RdmaStage {
 
     fn on_stop(&mut self, c: &mut Counters) {
         self.publish(c);
+        if let Some(p) = &mut self.probe
+            && let Some(sh) = self.engines.get(p.engine).and_then(|e| e.node.shaper())
+        {
+            let n = sh.classes();
+            // A bin without a poll carries the one before it (the counts only grow).
+            for v in [&mut p.sent, &mut p.pulled] {
+                for i in n..v.len() {
+                    v[i] = v[i].max(v[i - n]);
+                }
+            }
+            let report = ShaperReport {
+                classes: (0..n).map(|c| sh.class_counters(c as u8)).collect(),
+                mcus: (0..sh.mcus()).map(|m| sh.mcu_counters(m)).collect(),
+                bin_ns: p.bin_ns,
+                bins: p.bins,
+                sent: std::mem::take(&mut p.sent),
+                pulled: std::mem::take(&mut p.pulled),
+            };
+            if let Ok(mut slot) = p.report.lock() {
+                *slot = Some(report);
+            }
+        }
         if let Some(ing) = &mut self.ingress {
             let b = &ing.bottleneck;
             let report = IngressReport {

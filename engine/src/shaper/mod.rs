@@ -57,6 +57,15 @@ pub struct ClassConfig {
 pub struct ShaperConfig {
     /// Indexed by [`Command::class`]; at most 256.
     pub classes: Vec<ClassConfig>,
+    /// The port's rate: every packet of every class is charged to one link bucket, so the
+    /// classes share the link by their assured rates and borrow what is left up to their
+    /// ceilings; `None`: the link is not modelled (the caller's link paces the calls to
+    /// [`Shaper::next`]).
+    pub link_bps: Option<u64>,
+    /// The link bucket's depth: at least what the link carries between two of the caller's
+    /// turns (a software worker that asks every few tens of µs would lose the tokens of a
+    /// shallower bucket).
+    pub link_burst_bytes: u64,
     /// The rate at which the host absorbs inbound (READ response) data; `None`: unlimited.
     pub absorb_bps: Option<u64>,
     /// The depth of the absorb bucket; at least the MTU of any GET (checked at enqueue).
@@ -95,6 +104,8 @@ impl ShaperConfig {
     pub fn new(classes: Vec<ClassConfig>) -> ShaperConfig {
         ShaperConfig {
             classes,
+            link_bps: None,
+            link_burst_bytes: 64 * 1024,
             absorb_bps: None,
             absorb_burst_bytes: 64 * 1024,
             mcus: 16,
@@ -122,6 +133,12 @@ impl ShaperConfig {
             if c.burst_bytes == 0 {
                 return bad(format!("classes[{i}].burst_bytes"), "must be > 0");
             }
+        }
+        if self.link_bps == Some(0) {
+            return bad("link_bps", "must be > 0 (None for no link)");
+        }
+        if self.link_bps.is_some() && self.link_burst_bytes == 0 {
+            return bad("link_burst_bytes", "must be > 0 with a link rate");
         }
         if self.absorb_bps == Some(0) {
             return bad("absorb_bps", "must be > 0 (None for unlimited)");
@@ -200,7 +217,7 @@ pub struct Pick {
 }
 
 /// What a class or an MCU sent, and how often it was passed over and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Counters {
     pub packets: u64,
     pub bytes: u64,
@@ -315,6 +332,7 @@ pub struct Shaper {
     /// Idle MCUs (a stack: the most recently freed goes first).
     free: Vec<usize>,
     absorb: Option<TokenBucket>,
+    link: Option<TokenBucket>,
     outstanding_cap: u32,
     quantum: u64,
     flow_queue_depth: usize,
@@ -376,6 +394,9 @@ impl Shaper {
             absorb: cfg
                 .absorb_bps
                 .map(|r| TokenBucket::new(r, cfg.absorb_burst_bytes, 0)),
+            link: cfg
+                .link_bps
+                .map(|r| TokenBucket::new(r, cfg.link_burst_bytes, 0)),
             outstanding_cap: cfg.outstanding_cap,
             quantum: cfg.quantum_bytes as u64,
             flow_queue_depth: cfg.flow_queue_depth,
@@ -565,6 +586,11 @@ impl Shaper {
         mut peek: impl FnMut(usize) -> Option<Packet>,
     ) -> Option<Pick> {
         self.step += 1;
+        if let Some(l) = &mut self.link
+            && !l.conforms(now)
+        {
+            return None;
+        }
         let n = self.classes.len();
         // Strict classes in index order: the lowest index is the most urgent.
         for c in 0..n {
@@ -699,6 +725,9 @@ impl Shaper {
             class.assured.charge(now, out as u64);
         }
         class.ceiling.charge(now, out as u64);
+        if let Some(l) = &mut self.link {
+            l.charge(now, out as u64);
+        }
         if back > 0
             && let Some(a) = &mut self.absorb
         {
@@ -778,7 +807,10 @@ impl Shaper {
             }
             best = Some(best.map_or(t, |b| b.min(t)));
         }
-        best
+        match (best, &self.link) {
+            (Some(t), Some(l)) => l.ready_at(now, 0).map(|lt| t.max(lt)),
+            (best, _) => best,
+        }
     }
 
     /// The number of traffic classes.

@@ -845,3 +845,47 @@ fn a_stream_read_larger_than_the_absorb_burst_goes_alone_and_the_rate_holds() {
         assert_eq!(w[1] - w[0], 262_144);
     }
 }
+
+#[test]
+fn a_link_bucket_holds_all_classes_to_the_port_rate_and_shares_it_by_assured_rates() {
+    // The shaper's own link at 2 Gbit/s (0.25 B/ns), called far more often than that: the
+    // classes get their assured 75/25 % of the link, not their ceilings.
+    let link = 2_000_000_000;
+    let cfg = ShaperConfig {
+        link_bps: Some(link),
+        link_burst_bytes: 4096,
+        ..ShaperConfig::new(vec![
+            class(link * 3 / 4, LINK, 16_384, false),
+            class(link / 4, LINK, 16_384, false),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let f = distinct_flows(&s, 2);
+    s.enqueue(put(f[0], 0, HUGE, 4096)).unwrap();
+    s.enqueue(put(f[1], 1, HUGE, 4096)).unwrap();
+    let mut bytes = [0u64; 2];
+    // Asked every 100 ns for 10 ms: 100 000 calls.
+    for step in 0..100_000u64 {
+        if let Some(p) = s.next(step * 100) {
+            s.completed(p.mcu, 1);
+            bytes[p.class as usize] += p.packet_bytes as u64;
+        }
+    }
+    let total = bytes[0] + bytes[1];
+    // 10 ms at 0.25 B/ns is 2.5 MB, plus the burst and one packet of debt.
+    assert!(
+        (2_500_000..=2_500_000 + 2 * 4096).contains(&total),
+        "{total}"
+    );
+    let share = bytes[0] as f64 / total as f64;
+    assert!((share - 0.75).abs() < 0.01, "class 0 got {share}");
+    assert_eq!(
+        s.next_ready_at(10_000_000).map(|t| t >= 10_000_000),
+        Some(true)
+    );
+    let bad = ShaperConfig {
+        link_bps: Some(0),
+        ..ShaperConfig::new(vec![class(0, LINK, 1, false)])
+    };
+    assert_eq!(bad.validate().unwrap_err().field, "link_bps");
+}

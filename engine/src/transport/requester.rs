@@ -154,6 +154,10 @@ pub struct Requester {
     /// The PSN of the last go-back-N, so that one gap rewinds the cursor once.
     rewound_to: Option<u32>,
     since_ack_req: u32,
+    /// When the oldest packet sent since the last AckReq left: a packet that goes a quarter
+    /// of the retransmission timeout after it asks for the ACK, whatever spaced the packets
+    /// (a traffic shaper or a pacer), so that slow sending never looks like loss.
+    unrequested_since: Option<u64>,
     /// WQEs at the front of `sq` that are done on the wire but not completed: durable WRITEs
     /// waiting for their durable ACK, and what finished behind them.
     head: usize,
@@ -193,6 +197,7 @@ impl Requester {
             rnr_until: None,
             rewound_to: None,
             since_ack_req: 0,
+            unrequested_since: None,
             head: 0,
             dur_deadline: None,
             dur_retries: 0,
@@ -640,6 +645,7 @@ impl Requester {
                 }
                 budget.charge(frame_len);
                 self.since_ack_req = 0;
+                self.unrequested_since = None;
                 self.tx_psn = psn::add(wqe.first_psn, wqe.npsn);
                 self.tx_idx += 1;
                 // Timed when its first response comes back.
@@ -672,6 +678,9 @@ impl Requester {
                 // the responder never sits on the ACK we are waiting for.
                 let ack_req = last
                     || since_ack_req >= self.ack_req_every(cfg)
+                    || self
+                        .unrequested_since
+                        .is_some_and(|t| now.saturating_sub(t) >= self.rtt.rto(cfg) / 4)
                     || outstanding + 1 >= max_in_flight;
                 let mut repr = cfg.header(opcode, psn, ack_req);
                 if first
@@ -704,6 +713,10 @@ impl Requester {
                     len,
                 });
                 self.since_ack_req = if ack_req { 0 } else { since_ack_req };
+                self.unrequested_since = match ack_req {
+                    true => None,
+                    false => self.unrequested_since.or(Some(now)),
+                };
                 self.tx_psn = psn::add(psn, 1);
                 if last {
                     self.tx_idx += 1;

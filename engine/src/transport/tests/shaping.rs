@@ -81,3 +81,44 @@ fn a_peek_names_the_next_request_and_what_it_pulls_in_without_sending_it() {
     assert_eq!(sim.a.qp.peek_request(sim.now), None, "nothing left");
     assert!(!sim.a.qp.has_requests());
 }
+
+#[test]
+fn packets_spaced_out_by_a_shaper_ask_for_their_ack_before_the_timer_could_expire() {
+    // A WRITE of 16 packets sent one every 100 µs (a class shaped to ~330 Mbit/s): with AckReq
+    // only every 16 packets the first packet would wait 1.5 ms for its ACK, six times the
+    // 250 µs timeout. A packet that leaves a quarter of the timeout after the oldest one not
+    // yet asked about asks for the ACK.
+    let mut cfg = QpConfig::new(0x11, 0x22);
+    cfg.pmtu = Mtu::M4096;
+    let (mut sim, a, b) = pair(cfg.clone(), Faults::default(), 1, 1 << 20);
+    sim.a
+        .post_send(write(1, a.lkey, A_BASE, 16 * 4096, B_BASE, b.rkey, None));
+    let rto = sim.a.qp.requester().rto(&cfg);
+    assert_eq!(rto, 250_000);
+    let t0 = sim.now;
+    let mut asks = Vec::new();
+    for k in 0..16u64 {
+        let p = sim
+            .a
+            .qp
+            .poll_request(t0 + k * 100_000, &mut Budget::packets(1))
+            .unwrap();
+        asks.push(p.repr.bth.ack_req);
+    }
+    // An unasked packet is followed 100 µs later (past 62.5 µs) by one that asks; that one
+    // leaves nothing unasked, so the next goes unasked again.
+    assert_eq!(asks, [false, true].repeat(8));
+    // Sent back to back, only the last asks, as before.
+    let (mut sim, a, b) = pair(cfg, Faults::default(), 1, 1 << 20);
+    sim.a
+        .post_send(write(1, a.lkey, A_BASE, 16 * 4096, B_BASE, b.rkey, None));
+    let now = sim.now;
+    let asks: Vec<bool> = (0..16)
+        .map(|_| {
+            let p = sim.a.qp.poll_request(now, &mut Budget::packets(1)).unwrap();
+            p.repr.bth.ack_req
+        })
+        .collect();
+    assert_eq!(asks.iter().filter(|&&a| a).count(), 1);
+    assert!(asks[15]);
+}
