@@ -38,6 +38,7 @@ use crate::transport::{
 pub mod congestion;
 pub mod persist;
 pub mod placement;
+pub mod shaper;
 pub mod tagged;
 
 /// Which operations to run.

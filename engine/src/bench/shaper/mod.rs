@@ -1,0 +1,2 @@
+//! portico bench shaper (in progress).
+pub mod report;
