@@ -238,14 +238,14 @@ const SVG_HEIGHT: u32 = 800;
 const PLOT_POINTS: usize = 1500;
 
 /// The phases side by side as an SVG, under `title`: one column per phase, headed by its name,
-/// with three panels over the phase's time: the inbound rate at the bottleneck with the absorb
-/// rate (red, dashed); the bottleneck's queue, with red marks at the top where frames were
-/// dropped and the phase's total drops in the caption; and each class's throughput, one color
-/// per class (the same in every column), with its configured rate dashed in the same color and
-/// a legend above the panel. Each kind of panel has the same y axis in every column, so the
-/// phases compare at a glance. Long phases are drawn with at most 1500 points a series: rates
-/// averaged over groups of bins, the queue each group's largest value (so a peak stays
-/// visible).
+/// with three panels over the phase's time (in µs, or in ms for a phase of 2 ms or more): the
+/// inbound rate at the bottleneck with the absorb rate (red, dashed); the bottleneck's queue,
+/// with red marks at the top where frames were dropped and the phase's total drops in the
+/// caption; and each class's throughput, one color per class (the same in every column), with
+/// its configured rate dashed in a darker shade of that color and a legend above the panel.
+/// Each kind of panel has the same y axis in every column, so the phases compare at a glance.
+/// Long phases are drawn with at most 1500 points a series: rates averaged over groups of
+/// bins, the queue each group's largest value (so a peak stays visible).
 pub fn write_svg(path: &Path, phases: &[Phase], title: &str) -> io::Result<()> {
     std::fs::write(path, render_svg(phases, title)?)
 }
@@ -267,7 +267,7 @@ fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>)
     io::Error::other(format!("drawing the plot: {e}"))
 }
 
-/// The time axis' unit: µs, or ms once the longest phase is long enough that µs read badly.
+/// A time axis' unit: µs, or ms once a phase is long enough that µs read badly.
 #[derive(Clone, Copy)]
 struct TimeUnit {
     ns: f64,
@@ -275,7 +275,7 @@ struct TimeUnit {
 }
 
 impl TimeUnit {
-    fn for_longest(end_ns: u64) -> TimeUnit {
+    fn for_phase(end_ns: u64) -> TimeUnit {
         if end_ns >= 2_000_000 {
             TimeUnit {
                 ns: NS_PER_MS,
@@ -296,6 +296,7 @@ impl TimeUnit {
 
 /// What a column plots, in the plot's units (time unit, Gbit/s, KB).
 struct Plotted {
+    unit: TimeUnit,
     /// The middle of each group of bins.
     times: Vec<f64>,
     /// The end of the phase.
@@ -309,7 +310,8 @@ struct Plotted {
 }
 
 impl Plotted {
-    fn of(phase: &Phase, unit: TimeUnit) -> Plotted {
+    fn of(phase: &Phase) -> Plotted {
+        let unit = TimeUnit::for_phase(phase.end_ns());
         let bins = phase.bins();
         // At most PLOT_POINTS points a series: a long phase has tens of thousands of bins.
         let group = bins.div_ceil(PLOT_POINTS).max(1);
@@ -340,6 +342,7 @@ impl Plotted {
                 .map(|(_, &t)| t)
                 .collect(),
             times,
+            unit,
             end: unit.of(phase.end_ns()),
             inbound_gbps: rate(&|b| phase.inbound_at(b)),
             queue_kb: groups
@@ -370,14 +373,11 @@ fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
 /// A tick label formatter with as many decimals as ticks `span` apart need.
 fn tick_format(span: f64) -> impl Fn(&f64) -> String {
     let step = span / 5.0;
-    let decimals = if step >= 1.0 {
+    let decimals = if step >= 1.0 || step <= 0.0 || !step.is_finite() {
         0
-    } else if step >= 0.1 {
-        1
-    } else if step >= 0.01 {
-        2
     } else {
-        3
+        // 0.4 needs one, 0.04 two, …
+        (-step.log10().floor()).min(6.0) as usize
     };
     move |v: &f64| format!("{v:.decimals$}")
 }
@@ -411,7 +411,6 @@ const Y_LABEL_AREA: u32 = 58;
 
 /// The y ranges every column shares, per kind of panel.
 struct Axes {
-    unit: TimeUnit,
     inbound: f64,
     queue: f64,
     classes: f64,
@@ -428,10 +427,8 @@ fn draw(root: &Area<'_>, phases: &[Phase], title: &str) -> DrawResult {
         ))?;
         return Ok(());
     }
-    let unit = TimeUnit::for_longest(phases.iter().map(Phase::end_ns).max().unwrap_or(0));
-    let plotted: Vec<Plotted> = phases.iter().map(|p| Plotted::of(p, unit)).collect();
+    let plotted: Vec<Plotted> = phases.iter().map(Plotted::of).collect();
     let axes = Axes {
-        unit,
         inbound: axis_top(
             phases
                 .iter()
@@ -454,15 +451,8 @@ fn draw(root: &Area<'_>, phases: &[Phase], title: &str) -> DrawResult {
     // A class has one color in every column: its place among all the phases' classes.
     let union = class_union(phases);
     let columns = body.split_evenly((1, phases.len()));
-    for ((column, phase), p) in columns.iter().zip(phases).zip(&plotted) {
-        let column = column.titled(&phase.name, ("sans-serif", CAPTION_FONT))?;
-        let (_, height) = column.dim_in_pixel();
-        // The class panel also holds its legend and the time axis' description.
-        let first = height * 30 / 100;
-        let (inbound, rest) = column.split_vertically(first);
-        let (queue, classes) = rest.split_vertically(first);
-        draw_inbound(&inbound, phase, p, &axes)?;
-        draw_queue(&queue, phase, p, &axes)?;
+    let mut legends = Vec::with_capacity(phases.len());
+    for (column, phase) in columns.iter().zip(phases) {
         let colors: Vec<RGBColor> = phase
             .class_names
             .iter()
@@ -471,10 +461,78 @@ fn draw(root: &Area<'_>, phases: &[Phase], title: &str) -> DrawResult {
                 CLASS_COLORS[i % CLASS_COLORS.len()]
             })
             .collect();
-        draw_classes(&classes, phase, p, &axes, &colors)?;
+        let (legend, height) = legend_layout(column, phase, &colors)?;
+        legends.push((colors, legend, height));
+    }
+    // Every column's legend as high as the highest, so the panels line up.
+    let legend_height = legends.iter().map(|(_, _, h)| *h).max().unwrap_or(0);
+    for (((column, phase), p), (colors, legend, _)) in
+        columns.iter().zip(phases).zip(&plotted).zip(legends)
+    {
+        let column = column.titled(&phase.name, ("sans-serif", CAPTION_FONT))?;
+        let (_, height) = column.dim_in_pixel();
+        // The class panel also holds the legend and the time axis' description.
+        let first = height * 30 / 100;
+        let (inbound, rest) = column.split_vertically(first);
+        let (queue, classes) = rest.split_vertically(first);
+        draw_inbound(&inbound, phase, p, &axes)?;
+        draw_queue(&queue, phase, p, &axes)?;
+        draw_classes(&classes, phase, p, &axes, &colors, (legend, legend_height))?;
     }
     Ok(())
 }
+
+/// One entry of a class legend: where it goes, its text, and its class' color (None: the
+/// dashed configured rate).
+struct LegendEntry {
+    x: i32,
+    y: i32,
+    name: String,
+    color: Option<RGBColor>,
+}
+
+/// The legend of a phase's classes: a stroke and the name of each, wrapping into rows as wide
+/// as `area`, then what the dashed lines are; and its height.
+fn legend_layout(
+    area: &Area<'_>,
+    phase: &Phase,
+    colors: &[RGBColor],
+) -> Result<(Vec<LegendEntry>, i32), DrawingAreaErrorKind<io::Error>> {
+    let style = TextStyle::from(("sans-serif", LABEL_FONT).into_font());
+    let (width, _) = area.dim_in_pixel();
+    let mut entries: Vec<(String, Option<RGBColor>)> = phase
+        .class_names
+        .iter()
+        .cloned()
+        .zip(colors.iter().copied().map(Some))
+        .collect();
+    if phase.class_target_bps.iter().any(Option::is_some) {
+        entries.push(("configured rate".to_owned(), None));
+    }
+    let left = Y_LABEL_AREA as i32;
+    let right = i32::try_from(width).unwrap_or(i32::MAX) - 10;
+    let mut placed = Vec::with_capacity(entries.len());
+    let (mut x, mut y) = (left, LEGEND_ROW / 2 + 2);
+    for (name, color) in entries {
+        let (text_width, _) = area.estimate_text_size(&name, &style)?;
+        let entry_width = 26 + i32::try_from(text_width).unwrap_or(0) + 16;
+        if x > left && x + entry_width > right {
+            x = left;
+            y += LEGEND_ROW;
+        }
+        placed.push(LegendEntry { x, y, name, color });
+        x += entry_width;
+    }
+    let height = if placed.is_empty() {
+        0
+    } else {
+        y + LEGEND_ROW / 2
+    };
+    Ok((placed, height))
+}
+
+/// Height of a legend row, pixels.
+const LEGEND_ROW: i32 = 20;
 
 /// A panel over the phase's time with its axes and grid; the time axis is described only when
 /// `time_desc` (the bottom panel), the others only carry its ticks.
@@ -482,7 +540,6 @@ fn panel<'a>(
     area: &Area<'a>,
     caption: &str,
     p: &Plotted,
-    axes: &Axes,
     y: (f64, &str),
     time_desc: bool,
 ) -> Result<Chart<'a>, DrawingAreaErrorKind<io::Error>> {
@@ -498,7 +555,7 @@ fn panel<'a>(
         .build_cartesian_2d(0.0..x_end, 0.0..y_top)?;
     let x_format = tick_format(x_end);
     let y_format = tick_format(y_top);
-    let x_desc = format!("time ({})", axes.unit.name);
+    let x_desc = format!("time ({})", p.unit.name);
     let mut mesh = chart.configure_mesh();
     mesh.y_desc(y_desc)
         .x_labels(6)
@@ -537,7 +594,7 @@ fn draw_inbound(area: &Area<'_>, phase: &Phase, p: &Plotted, axes: &Axes) -> Dra
     } else {
         "inbound rate".to_owned()
     };
-    let mut chart = panel(area, &caption, p, axes, (axes.inbound, "Gbit/s"), false)?;
+    let mut chart = panel(area, &caption, p, (axes.inbound, "Gbit/s"), false)?;
     chart.draw_series(LineSeries::new(
         p.line(&p.inbound_gbps),
         INBOUND_COLOR.stroke_width(2),
@@ -557,7 +614,7 @@ fn draw_queue(area: &Area<'_>, phase: &Phase, p: &Plotted, axes: &Axes) -> DrawR
         1 => "bottleneck queue; 1 drop (red marks)".to_owned(),
         n => format!("bottleneck queue; {n} drops (red marks)"),
     };
-    let mut chart = panel(area, &caption, p, axes, (axes.queue, "KB"), false)?;
+    let mut chart = panel(area, &caption, p, (axes.queue, "KB"), false)?;
     chart.draw_series(LineSeries::new(
         p.line(&p.queue_kb),
         QUEUE_COLOR.stroke_width(2),
@@ -578,48 +635,22 @@ fn draw_classes(
     p: &Plotted,
     axes: &Axes,
     colors: &[RGBColor],
+    (legend, legend_height): (Vec<LegendEntry>, i32),
 ) -> DrawResult {
-    let font = ("sans-serif", LABEL_FONT).into_font();
-    let style = TextStyle::from(font.clone());
-    // The legend above the panel, so it never covers a line: a stroke and the name of each
-    // class, wrapping into rows, then what the dashed lines are.
-    let (width, _) = area.dim_in_pixel();
-    let mut entries: Vec<(String, Option<RGBColor>)> = phase
-        .class_names
-        .iter()
-        .cloned()
-        .zip(colors.iter().copied().map(Some))
-        .collect();
-    if phase.class_target_bps.iter().any(Option::is_some) {
-        entries.push(("configured rate".to_owned(), None));
-    }
-    const ROW: i32 = 20;
-    let left = Y_LABEL_AREA as i32;
-    let right = i32::try_from(width).unwrap_or(i32::MAX) - 10;
-    let mut placed = Vec::with_capacity(entries.len());
-    let (mut x, mut y) = (left, ROW / 2 + 2);
-    for (name, color) in entries {
-        let (text_width, _) = area.estimate_text_size(&name, &style)?;
-        let entry_width = 26 + i32::try_from(text_width).unwrap_or(0) + 16;
-        if x > left && x + entry_width > right {
-            x = left;
-            y += ROW;
-        }
-        placed.push((x, y, name, color));
-        x += entry_width;
-    }
-    let legend_height = if placed.is_empty() { 0 } else { y + ROW / 2 };
-    let (legend, plot) = area.split_vertically(legend_height);
-    for (x, y, name, color) in placed {
+    let style = TextStyle::from(("sans-serif", LABEL_FONT).into_font())
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    // The legend above the panel, so it never covers a line.
+    let (legend_area, plot) = area.split_vertically(legend_height);
+    for LegendEntry { x, y, name, color } in legend {
         match color {
             Some(color) => {
-                legend.draw(&PathElement::new(
+                legend_area.draw(&PathElement::new(
                     [(x, y), (x + 20, y)],
                     color.stroke_width(3),
                 ))?;
             }
             None => {
-                legend.draw(&DashedPathElement::new(
+                legend_area.draw(&DashedPathElement::new(
                     [(x, y), (x + 20, y)],
                     5,
                     3,
@@ -627,24 +658,19 @@ fn draw_classes(
                 ))?;
             }
         }
-        legend.draw(&Text::new(
-            name,
-            (x + 26, y),
-            style.pos(Pos::new(HPos::Left, VPos::Center)),
-        ))?;
+        legend_area.draw(&Text::new(name, (x + 26, y), style.clone()))?;
     }
 
     let mut chart = panel(
         &plot,
         "throughput per class",
         p,
-        axes,
         (axes.classes, "Gbit/s"),
         true,
     )?;
     let x_end = chart.x_range().end;
-    for (c, rates) in p.classes_gbps.iter().enumerate() {
-        chart.draw_series(LineSeries::new(p.line(rates), colors[c].stroke_width(2)))?;
+    for (rates, color) in p.classes_gbps.iter().zip(colors) {
+        chart.draw_series(LineSeries::new(p.line(rates), color.stroke_width(2)))?;
     }
     // The targets over all the lines, darker than their class, so a class running at its
     // target does not hide it.
@@ -1017,7 +1043,7 @@ mod tests {
         phase.queue_max[1_001] = 9_000;
         phase.inbound[1_001] = 750;
         phase.drops[2_999] = 1;
-        let p = Plotted::of(&phase, TimeUnit::for_longest(phase.end_ns()));
+        let p = Plotted::of(&phase);
         assert_eq!(p.times.len(), 1_500);
         assert_eq!(p.queue_kb[500], 9.0);
         assert_eq!(p.inbound_gbps[500], 4.0);
@@ -1049,6 +1075,14 @@ mod tests {
         }
         let missing = temp_path("no-such-dir").join("plot.svg");
         assert!(write_svg(&missing, &[tiny()], "t").is_err());
+    }
+
+    #[test]
+    fn tick_labels_have_the_decimals_their_steps_need() {
+        assert_eq!(tick_format(20.0)(&5.0), "5");
+        assert_eq!(tick_format(2.0)(&0.5), "0.5");
+        assert_eq!(tick_format(0.2)(&0.05), "0.05");
+        assert_eq!(tick_format(0.0)(&0.0), "0");
     }
 
     #[test]
