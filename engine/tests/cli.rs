@@ -1134,7 +1134,132 @@ fn bench_congestion_bounds_name_their_argument_with_exit_2() {
     // The congestion options belong to bench congestion alone.
     assert_bad(
         &["bench", "write", "--hugepages", "off", "--flows", "2"],
+        "--rate-window-us",
+        true,
+    );
+}
+
+#[test]
+fn bench_shaper_paces_reads_to_the_absorb_rate_and_writes_the_series_and_the_plot() {
+    let dir = std::env::temp_dir().join(format!("portico-shaper-{}", std::process::id()));
+    let out = portico(&[
+        "bench",
+        "shaper",
+        "--reads",
+        "4",
+        "--duration",
+        "0.3",
+        "--mtu",
+        "4096",
+        "--qd",
+        "4",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "1024",
         "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(
+        (v["type"].as_str(), v["op"].as_str()),
+        (Some("bench"), Some("shaper"))
+    );
+    let ops: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["shaper-alone", "shaper-paced", "shaper-unpaced"]);
+    let sh = &v["shaper"];
+    assert_eq!(
+        sh["params"]["class_names"],
+        serde_json::json!(["reads", "writes1", "writes2"])
+    );
+    let phases = sh["phases"].as_array().unwrap();
+    let (alone, paced, unpaced) = (&phases[0], &phases[1], &phases[2]);
+    // The READs' responses are 4 x 4 x 64 KiB at once without pacing, four times the
+    // 256 KB absorb buffer: it overflows. Paced, never more than the absorb bucket is asked
+    // for beyond the absorb rate, and the buffer holds it.
+    assert_eq!(paced["drops"], 0, "{paced}");
+    assert_eq!(paced["errors"], 0, "{paced}");
+    assert!(paced["reads"].as_u64().unwrap() > 0, "{paced}");
+    assert!(unpaced["drops"].as_u64().unwrap() > 0, "{unpaced}");
+    assert_eq!(alone["reads"], 0);
+    assert!(alone["writes"].as_u64().unwrap() > 0);
+    for ph in phases {
+        for key in [
+            "inbound_gbps",
+            "inbound_over_absorb",
+            "retransmissions",
+            "read_latency_ns",
+            "classes",
+            "queue_pairs",
+            "mcus",
+            "writes_over_alone",
+        ] {
+            assert!(ph.get(key).is_some(), "{key} in {ph}");
+        }
+        assert_eq!(ph["classes"].as_array().unwrap().len(), 3);
+    }
+    // The READ class is charged what its requests pull in; the WRITE classes pull nothing.
+    let reads = &paced["classes"][0]["counters"];
+    assert!(reads["response_bytes"].as_u64().unwrap() > 0, "{reads}");
+    assert_eq!(paced["classes"][1]["counters"]["response_bytes"], 0);
+    assert!(
+        reads["waited_in"].as_u64().unwrap() > 0,
+        "READs waited for absorb tokens: {reads}"
+    );
+    assert_eq!(unpaced["classes"][0]["counters"]["waited_in"], 0);
+    assert_eq!(paced["writes_over_alone"].as_array().unwrap().len(), 2);
+    let csv = std::fs::read_to_string(dir.join("shaper.csv")).unwrap();
+    assert!(csv.starts_with("phase,bin,t_us,inbound_gbps,absorb_gbps,queue_kb,drops,reads_gbps"));
+    for phase in ["alone", "paced", "unpaced"] {
+        assert!(
+            csv.lines().any(|l| l.starts_with(&format!("{phase},"))),
+            "{phase}"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.join("shaper.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_shaper_bounds_name_their_argument_with_exit_2() {
+    let bench = |extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["bench", "shaper", "--hugepages", "off"];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect()
+    };
+    for (extra, field) in [
+        (&["--reads", "0"][..], "--reads"),
+        (&["--reads", "17"], "--reads"),
+        (&["--write-shares", "0.8,0.5"], "--write-shares"),
+        (&["--write-shares", "0"], "--write-shares"),
+        (&["--absorb-gbps", "0"], "--absorb-gbps"),
+        (&["--link-gbps", "-1"], "--link-gbps"),
+        (&["--read-size", "0"], "--read-size"),
+        (&["--buffer-kb", "0"], "--buffer-kb"),
+        (&["--mcus", "0"], "--mcus"),
+        (&["--outstanding-cap", "0"], "--outstanding-cap"),
+        (&["--duration", "61"], "--duration"),
+    ] {
+        let args = bench(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_bad(&args, field, true);
+    }
+    // The shaper options belong to bench shaper alone.
+    assert_bad(
+        &["bench", "write", "--hugepages", "off", "--mcus", "2"],
+        "--quantum",
         true,
     );
 }

@@ -238,6 +238,17 @@ pub struct ShaperSummary {
     pub svg: Option<String>,
 }
 
+impl ShaperSummary {
+    /// Operations that failed in the phases where none should: `alone` and `paced`.
+    pub fn failures_with_pacing(&self) -> u64 {
+        self.phases
+            .iter()
+            .filter(|p| p.phase != PhaseKind::Unpaced)
+            .map(|p| p.errors)
+            .sum()
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ShaperBenchSummary {
     pub op: &'static str,
@@ -785,18 +796,20 @@ fn run_phase(
         .ok_or_else(|| AppError::Failed(format!("{name}: the shaper left no report")))?;
     let counter = |n: &str| workers.iter().filter_map(|w| w.counter(n)).sum::<u64>();
     let phase = to_phase(kind, p, &ingress, &shaper);
-    // The steady part in worker time: from WARMUP into the traffic to the phase's end.
-    let first = (0..phase.inbound.len()).find(|&b| {
-        phase.inbound[b] > 0
-            || (0..p.class_names.len()).any(|c| phase.class_bytes[b * p.class_names.len() + c] > 0)
-    });
-    let (from, to) = match first {
-        Some(f) => {
-            let span = (seconds * 1e9 / BIN_NS as f64) as usize;
-            let from = f + (span as f64 * WARMUP) as usize;
-            (from, (f + span).min(phase.inbound.len()))
+    // The steady part in worker time: the bins with traffic, less the first WARMUP of them
+    // and the last 5 % (where the host has stopped posting and the queues drain).
+    let classes_n = p.class_names.len();
+    let busy = |b: usize| {
+        phase.inbound[b] > 0 || (0..classes_n).any(|c| phase.class_bytes[b * classes_n + c] > 0)
+    };
+    let first = (0..phase.inbound.len()).find(|&b| busy(b));
+    let last = (0..phase.inbound.len()).rev().find(|&b| busy(b));
+    let (from, to) = match (first, last) {
+        (Some(f), Some(z)) if z > f => {
+            let span = (z - f) as f64;
+            (f + (span * WARMUP) as usize, z - (span * 0.05) as usize)
         }
-        None => (0, 0),
+        _ => (0, 0),
     };
     let inbound = report::inbound_gbps(&phase, from, to).filter(|_| kind.reads());
     let class_figures: Vec<ClassFigures> = p
