@@ -43,8 +43,15 @@ impl TokenBucket {
         if self.tokens >= self.depth {
             return self.tokens;
         }
-        let gained = (self.rate_bps as i128).saturating_mul((t - self.last) as i128);
-        self.tokens.saturating_add(gained).min(self.depth)
+        // Exact in u128 (a u64 rate times a u64 span cannot overflow it), and compared with the
+        // room left rather than added and capped, so nothing saturates.
+        let gained = self.rate_bps as u128 * (t - self.last) as u128;
+        let room = (self.depth - self.tokens) as u128;
+        if gained >= room {
+            self.depth
+        } else {
+            self.tokens + gained as i128
+        }
     }
 
     fn refill(&mut self, now: u64) {
