@@ -39,6 +39,7 @@ impl TokenBucket {
     }
 
     /// The tokens (in units) the bucket holds at `t >= last`, without moving `last`.
+    #[inline]
     fn level_at(&self, t: u64) -> i128 {
         if self.tokens >= self.depth {
             return self.tokens;
@@ -54,6 +55,7 @@ impl TokenBucket {
         }
     }
 
+    #[inline]
     fn refill(&mut self, now: u64) {
         // A time before the last one (a caller's clocks disagreeing) adds nothing.
         if now > self.last {
@@ -69,6 +71,7 @@ impl TokenBucket {
     }
 
     /// Whether a packet may go at `now`: the bucket is not in debt.
+    #[inline]
     pub fn conforms(&mut self, now: u64) -> bool {
         self.refill(now);
         self.tokens >= 0
@@ -83,6 +86,7 @@ impl TokenBucket {
     /// Whether a charge of `bytes` is admitted at `now`: it fits, or it is larger than the
     /// whole burst and the bucket is full (such a charge goes alone and leaves the bucket in
     /// debt, which then holds everything back until it is repaid).
+    #[inline]
     pub fn admits(&mut self, now: u64, bytes: u64) -> bool {
         self.refill(now);
         let need = bytes as i128 * UNITS_PER_BYTE;
@@ -90,6 +94,7 @@ impl TokenBucket {
     }
 
     /// Takes `bytes` at `now`; the bucket may go into debt.
+    #[inline]
     pub fn charge(&mut self, now: u64, bytes: u64) {
         self.refill(now);
         self.tokens -= bytes as i128 * UNITS_PER_BYTE;

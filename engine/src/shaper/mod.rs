@@ -331,6 +331,7 @@ pub struct Shaper {
 }
 
 /// The first set bit of `bits` in `[lo, hi)`.
+#[inline]
 fn first_set(bits: &[u64], lo: usize, hi: usize) -> Option<usize> {
     if lo >= hi {
         return None;
@@ -660,6 +661,7 @@ impl Shaper {
 
     /// The smallest offset `d` in `[from, n]` (n MCUs) such that MCU `(start + d) % n` chops a
     /// command of class `c`; offset `n` is `start` again.
+    #[inline]
     fn next_member(&self, c: usize, start: usize, from: usize) -> Option<usize> {
         let n = self.mcus.len();
         let bits = &self.members[c * self.words..(c + 1) * self.words];
@@ -757,6 +759,7 @@ impl Shaper {
     }
 
     /// Sends MCU `m`'s next packet: charges the buckets, counts it, advances the chopping.
+    #[inline]
     fn issue(&mut self, m: usize, c: usize, now: u64, assured: bool, out: u32, back: u32) -> Pick {
         let class = &mut self.classes[c];
         if assured {
