@@ -96,8 +96,20 @@ impl TokenBucket {
     /// Takes `bytes` at `now`; the bucket may go into debt.
     #[inline]
     pub fn charge(&mut self, now: u64, bytes: u64) {
+        self.charge_units(now, Self::units(bytes));
+    }
+
+    /// `bytes` in token units (for [`TokenBucket::charge_units`]).
+    #[inline]
+    pub(crate) fn units(bytes: u64) -> i128 {
+        bytes as i128 * UNITS_PER_BYTE
+    }
+
+    /// [`TokenBucket::charge`] of `units` already worked out (one charge to two buckets).
+    #[inline]
+    pub(crate) fn charge_units(&mut self, now: u64, units: i128) {
         self.refill(now);
-        self.tokens -= bytes as i128 * UNITS_PER_BYTE;
+        self.tokens -= units;
     }
 
     /// The first time `>= now` at which the bucket holds `bytes` of tokens (0 for "not in

@@ -331,7 +331,7 @@ pub struct Shaper {
 }
 
 /// The first set bit of `bits` in `[lo, hi)`.
-#[inline]
+#[inline(always)]
 fn first_set(bits: &[u64], lo: usize, hi: usize) -> Option<usize> {
     if lo >= hi {
         return None;
@@ -659,25 +659,9 @@ impl Shaper {
         }
     }
 
-    /// The smallest offset `d` in `[from, n]` (n MCUs) such that MCU `(start + d) % n` chops a
-    /// command of class `c`; offset `n` is `start` again.
-    #[inline]
-    fn next_member(&self, c: usize, start: usize, from: usize) -> Option<usize> {
-        let n = self.mcus.len();
-        let bits = &self.members[c * self.words..(c + 1) * self.words];
-        let p = start + from;
-        if p < n {
-            if let Some(i) = first_set(bits, p, n) {
-                return Some(i - start);
-            }
-            first_set(bits, 0, start + 1).map(|i| i + n - start)
-        } else {
-            first_set(bits, p - n, start + 1).map(|i| i + n - start)
-        }
-    }
-
     /// Deficit round robin over class `c`'s MCUs: serves the first that may send, charging the
     /// assured bucket too if the class is served within its assured rate.
+    #[inline]
     fn serve_class(
         &mut self,
         c: usize,
@@ -687,28 +671,36 @@ impl Shaper {
     ) -> Option<Pick> {
         self.classes[c].tried = self.step;
         let n = self.mcus.len();
+        let base = c * self.words;
+        let words = base..base + self.words;
         // The cursor moves over every MCU and comes back to the first one (n moves), which may
         // have been passed only for lack of deficit and is now due a fresh quantum. MCUs not
         // chopping for this class are passed without a look: only the class's members are
-        // visited, at their offsets from the first one.
+        // visited, first those from the cursor on, then, wrapped round, those up to it again.
         let start = self.classes[c].cursor;
-        let mut from = 0;
-        while let Some(off) = self.next_member(c, start, from) {
-            let m = if start + off >= n {
-                start + off - n
-            } else {
-                start + off
+        let (mut lo, mut hi, mut wrapped) = (start, n, false);
+        loop {
+            let Some(m) = first_set(&self.members[words.clone()], lo, hi) else {
+                if wrapped {
+                    break;
+                }
+                (lo, hi, wrapped) = (0, start + 1, true);
+                continue;
             };
+            lo = m + 1;
             let class = &mut self.classes[c];
-            if off > 0 {
+            if wrapped || m != start {
                 // The cursor moved (at least once) to get here.
                 class.cursor = m;
                 class.fresh = true;
             }
-            let mcu = &mut self.mcus[m];
-            let k = mcu.cmd.expect("a member of the class has a command");
             // The first MCU comes round twice; count its skips once.
-            let counting = off < n;
+            let counting = !wrapped || m != start;
+            let mcu = &mut self.mcus[m];
+            let k = mcu
+                .cmd
+                .as_ref()
+                .expect("a member of the class has a command");
             let next = if k.stream {
                 let q = mcu.flow_queue.expect("an MCU with work holds a flow queue");
                 peek(q).map(|p| (p.out, p.back))
@@ -720,36 +712,33 @@ impl Shaper {
                     mcu.counters.waited_cap += 1;
                     class.counters.waited_cap += 1;
                 }
-            } else if next.is_none() {
-                if counting {
-                    mcu.counters.waited_flow += 1;
-                    class.counters.waited_flow += 1;
+            } else if let Some((out, back)) = next {
+                if back > 0
+                    && self
+                        .absorb
+                        .as_mut()
+                        .is_some_and(|a| !a.admits(now, back as u64))
+                {
+                    mcu.blocked_back = back;
+                    if counting {
+                        mcu.counters.waited_in += 1;
+                        class.counters.waited_in += 1;
+                    }
+                } else {
+                    mcu.blocked_back = 0;
+                    if class.fresh {
+                        mcu.deficit += self.quantum;
+                        class.fresh = false;
+                    }
+                    if mcu.deficit >= out as u64 {
+                        mcu.deficit -= out as u64;
+                        return Some(self.issue(m, c, now, assured, out, back));
+                    }
                 }
-            } else if let Some((_, back)) = next
-                && back > 0
-                && self
-                    .absorb
-                    .as_mut()
-                    .is_some_and(|a| !a.admits(now, back as u64))
-            {
-                mcu.blocked_back = back;
-                if counting {
-                    mcu.counters.waited_in += 1;
-                    class.counters.waited_in += 1;
-                }
-            } else {
-                let (out, back) = next.expect("checked above");
-                mcu.blocked_back = 0;
-                if class.fresh {
-                    mcu.deficit += self.quantum;
-                    class.fresh = false;
-                }
-                if mcu.deficit >= out as u64 {
-                    mcu.deficit -= out as u64;
-                    return Some(self.issue(m, c, now, assured, out, back));
-                }
+            } else if counting {
+                mcu.counters.waited_flow += 1;
+                class.counters.waited_flow += 1;
             }
-            from = off + 1;
         }
         // Every MCU passed: the cursor made n + 1 moves.
         let class = &mut self.classes[c];
@@ -762,10 +751,11 @@ impl Shaper {
     #[inline]
     fn issue(&mut self, m: usize, c: usize, now: u64, assured: bool, out: u32, back: u32) -> Pick {
         let class = &mut self.classes[c];
+        let units = TokenBucket::units(out as u64);
         if assured {
-            class.assured.charge(now, out as u64);
+            class.assured.charge_units(now, units);
         }
-        class.ceiling.charge(now, out as u64);
+        class.ceiling.charge_units(now, units);
         if back > 0
             && let Some(a) = &mut self.absorb
         {
