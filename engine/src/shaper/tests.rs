@@ -888,7 +888,7 @@ fn many_mcus_in_several_classes_arbitrate_as_before() {
         let salt = rand(&mut rng);
         let peek = |q: usize| {
             let h = mix(q as u64 ^ salt);
-            (h % 4 != 0).then_some(Packet {
+            (!h.is_multiple_of(4)).then_some(Packet {
                 out: (h % 4096) as u32 + 1,
                 back: if h & 16 == 0 { 0 } else { (h % 8192) as u32 },
             })
