@@ -7,25 +7,27 @@
 //! charge up front ([`TokenBucket::fits`]), since it promises room for data not yet arrived.
 
 /// Token units per byte: one byte is 8 bits, and a rate in bit/s times ns is bits * 1e9.
-const UNITS_PER_BYTE: i128 = 8_000_000_000;
+const UNITS_PER_BYTE: u128 = 8_000_000_000;
 
 /// A byte token bucket; times in ns (monotonic, starting at the time given to `new`).
+///
+/// It keeps what it lacks to be full (`depth - tokens`, never negative) rather than the
+/// tokens: a full bucket is one test, and a refill takes the gain off with no cap to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
     rate_bps: u64,
-    depth: i128,
-    tokens: i128,
+    depth: u128,
+    lack: u128,
     last: u64,
 }
 
 impl TokenBucket {
     /// A full bucket at `now`: `burst_bytes` of tokens, refilled at `rate_bps`.
     pub fn new(rate_bps: u64, burst_bytes: u64, now: u64) -> TokenBucket {
-        let depth = burst_bytes as i128 * UNITS_PER_BYTE;
         TokenBucket {
             rate_bps,
-            depth,
-            tokens: depth,
+            depth: Self::units(burst_bytes),
+            lack: 0,
             last: now,
         }
     }
@@ -38,19 +40,22 @@ impl TokenBucket {
         (self.depth / UNITS_PER_BYTE) as u64
     }
 
-    /// The tokens (in units) the bucket holds at `t >= last`, without moving `last`.
-    fn level_at(&self, t: u64) -> i128 {
-        if self.tokens >= self.depth {
-            return self.tokens;
+    /// What the bucket lacks (in units) at `t >= last`, without moving `last`.
+    #[inline]
+    fn lack_at(&self, t: u64) -> u128 {
+        if self.lack == 0 {
+            return 0;
         }
-        let gained = (self.rate_bps as i128).saturating_mul((t - self.last) as i128);
-        self.tokens.saturating_add(gained).min(self.depth)
+        // Exact in u128: a u64 rate times a u64 span cannot overflow it.
+        let gained = self.rate_bps as u128 * (t - self.last) as u128;
+        self.lack.saturating_sub(gained)
     }
 
+    #[inline]
     fn refill(&mut self, now: u64) {
         // A time before the last one (a caller's clocks disagreeing) adds nothing.
         if now > self.last {
-            self.tokens = self.level_at(now);
+            self.lack = self.lack_at(now);
             self.last = now;
         }
     }
@@ -58,50 +63,66 @@ impl TokenBucket {
     /// Whole bytes of tokens at `now`, rounded down (negative while in debt).
     pub fn tokens(&mut self, now: u64) -> i64 {
         self.refill(now);
-        self.tokens.div_euclid(UNITS_PER_BYTE) as i64
+        (self.depth as i128 - self.lack as i128).div_euclid(UNITS_PER_BYTE as i128) as i64
     }
 
     /// Whether a packet may go at `now`: the bucket is not in debt.
+    #[inline]
     pub fn conforms(&mut self, now: u64) -> bool {
         self.refill(now);
-        self.tokens >= 0
+        self.lack <= self.depth
     }
 
     /// Whether `bytes` can be charged at `now` without going into debt.
     pub fn fits(&mut self, now: u64, bytes: u64) -> bool {
         self.refill(now);
-        self.tokens >= bytes as i128 * UNITS_PER_BYTE
+        self.lack + Self::units(bytes) <= self.depth
     }
 
     /// Whether a charge of `bytes` is admitted at `now`: it fits, or it is larger than the
     /// whole burst and the bucket is full (such a charge goes alone and leaves the bucket in
     /// debt, which then holds everything back until it is repaid).
+    #[inline]
     pub fn admits(&mut self, now: u64, bytes: u64) -> bool {
         self.refill(now);
-        let need = bytes as i128 * UNITS_PER_BYTE;
-        self.tokens >= need.min(self.depth)
+        self.lack + Self::units(bytes).min(self.depth) <= self.depth
     }
 
     /// Takes `bytes` at `now`; the bucket may go into debt.
+    #[inline]
     pub fn charge(&mut self, now: u64, bytes: u64) {
+        self.charge_units(now, Self::units(bytes));
+    }
+
+    /// `bytes` in token units (for [`TokenBucket::charge_units`]).
+    #[inline]
+    pub(crate) fn units(bytes: u64) -> u128 {
+        bytes as u128 * UNITS_PER_BYTE
+    }
+
+    /// [`TokenBucket::charge`] of `units` already worked out (one charge to two buckets).
+    #[inline]
+    pub(crate) fn charge_units(&mut self, now: u64, units: u128) {
         self.refill(now);
-        self.tokens -= bytes as i128 * UNITS_PER_BYTE;
+        self.lack += units;
     }
 
     /// The first time `>= now` at which the bucket holds `bytes` of tokens (0 for "not in
     /// debt"); `None` if it never will (no rate, or more than the burst).
     pub fn ready_at(&self, now: u64, bytes: u64) -> Option<u64> {
         let t = now.max(self.last);
-        let need = bytes as i128 * UNITS_PER_BYTE;
-        let level = self.level_at(t);
-        if level >= need {
+        let need = Self::units(bytes);
+        let lack = self.lack_at(t);
+        if lack + need <= self.depth {
             return Some(t);
         }
         if self.rate_bps == 0 || need > self.depth {
             return None;
         }
-        let rate = self.rate_bps as i128;
-        let wait = (need - level + rate - 1) / rate;
+        // Tokens to gain: need - (depth - lack), positive here.
+        let short = lack + need - self.depth;
+        let rate = self.rate_bps as u128;
+        let wait = short.div_ceil(rate);
         u64::try_from(wait).ok().map(|w| t.saturating_add(w))
     }
 }
@@ -160,5 +181,25 @@ mod tests {
         assert_eq!(d.tokens(1), -1);
         assert_eq!(z.ready_at(0, 100), Some(0));
         assert_eq!(z.ready_at(0, 101), None);
+    }
+
+    #[test]
+    fn a_million_small_refills_add_up_to_one_large_one() {
+        // Each 7 ns step accrues a fraction of a byte; nothing may be lost or gained over a
+        // long run against one refill over the whole span.
+        let rate = 1_000_003;
+        let mut many = TokenBucket::new(rate, 1 << 30, 0);
+        // In debt by 1 MiB: 7 ms at 1 Mbit/s repays only some 875 bytes of it.
+        many.charge(0, (1 << 30) + (1 << 20));
+        let mut one = many;
+        let end = 7 * 1_000_000;
+        for t in (7..=end).step_by(7) {
+            assert!(!many.conforms(t));
+        }
+        assert!(!one.conforms(end));
+        assert_eq!(many, one);
+        let level = rate as i128 * end as i128 - (1 << 20) * 8_000_000_000;
+        assert_eq!(many.tokens(end), level.div_euclid(8_000_000_000) as i64);
+        assert_eq!(many.tokens(end), 875 - (1 << 20));
     }
 }

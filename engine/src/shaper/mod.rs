@@ -339,6 +339,34 @@ pub struct Shaper {
     /// Where the round robin over classes starts: [assured pass, ceiling pass].
     rr: [usize; 2],
     step: u64,
+    /// The strict classes, in index order (the most urgent first).
+    strict: Vec<usize>,
+    /// Per class, a bitset of the MCUs chopping a command of that class (`words` u64s per
+    /// class, bit `m` for MCU `m`): deficit round robin and the wait counters visit these
+    /// MCUs only, instead of scanning every MCU for its class.
+    members: Vec<u64>,
+    words: usize,
+}
+
+/// The first set bit of `bits` in `[lo, hi)`.
+#[inline(always)]
+fn first_set(bits: &[u64], lo: usize, hi: usize) -> Option<usize> {
+    if lo >= hi {
+        return None;
+    }
+    let mut w = lo / 64;
+    let mut word = bits[w] & (u64::MAX << (lo % 64));
+    loop {
+        if word != 0 {
+            let i = w * 64 + word.trailing_zeros() as usize;
+            return (i < hi).then_some(i);
+        }
+        w += 1;
+        if w * 64 >= hi {
+            return None;
+        }
+        word = bits[w];
+    }
 }
 
 /// SplitMix64's finalizer: a fixed, well-mixed hash so flow placement is the same every run.
@@ -353,6 +381,10 @@ impl Shaper {
     /// A shaper with full buckets at time 0 and all MCUs idle.
     pub fn new(cfg: ShaperConfig) -> Result<Shaper, ShaperError> {
         cfg.validate()?;
+        let words = cfg.mcus.div_ceil(64);
+        let strict = (0..cfg.classes.len())
+            .filter(|&c| cfg.classes[c].strict)
+            .collect();
         let classes = cfg
             .classes
             .iter()
@@ -402,6 +434,9 @@ impl Shaper {
             flow_queue_depth: cfg.flow_queue_depth,
             rr: [0, 0],
             step: 0,
+            strict,
+            members: vec![0; cfg.classes.len() * words],
+            words,
         })
     }
 
@@ -548,9 +583,11 @@ impl Shaper {
         let new = self.flows[q].cmds.pop_front().map(|c| Chopping::of(&c));
         if let Some(c) = old {
             self.classes[c as usize].busy -= 1;
+            self.members[c as usize * self.words + m / 64] &= !(1 << (m % 64));
         }
         if let Some(n) = new {
             self.classes[n.class as usize].busy += 1;
+            self.members[n.class as usize * self.words + m / 64] |= 1 << (m % 64);
             if old != Some(n.class) {
                 // A deficit earned in another class's rounds does not carry over.
                 self.mcus[m].deficit = 0;
@@ -593,8 +630,9 @@ impl Shaper {
         }
         let n = self.classes.len();
         // Strict classes in index order: the lowest index is the most urgent.
-        for c in 0..n {
-            if self.classes[c].cfg.strict && self.classes[c].busy > 0 {
+        for i in 0..self.strict.len() {
+            let c = self.strict[i];
+            if self.classes[c].busy > 0 {
                 if self.classes[c].ceiling.conforms(now) {
                     if let Some(p) = self.serve_class(c, now, false, &mut peek) {
                         return Some(p);
@@ -606,8 +644,11 @@ impl Shaper {
         }
         // Pass 0: classes within their assured rate; pass 1: those borrowing up to the ceiling.
         for pass in 0..2 {
+            let mut c = self.rr[pass];
             for i in 0..n {
-                let c = (self.rr[pass] + i) % n;
+                if i > 0 {
+                    c = if c + 1 == n { 0 } else { c + 1 };
+                }
                 let class = &mut self.classes[c];
                 if class.cfg.strict || class.busy == 0 || class.tried == self.step {
                     continue;
@@ -622,7 +663,7 @@ impl Shaper {
                     continue;
                 }
                 if let Some(p) = self.serve_class(c, now, pass == 0, &mut peek) {
-                    self.rr[pass] = (c + 1) % n;
+                    self.rr[pass] = if c + 1 == n { 0 } else { c + 1 };
                     return Some(p);
                 }
             }
@@ -633,15 +674,20 @@ impl Shaper {
     /// Counts a step that class `c` (and each of its MCUs with a packet) lost to outbound tokens.
     fn count_out_wait(&mut self, c: usize) {
         self.classes[c].counters.waited_out += 1;
-        for m in &mut self.mcus {
-            if m.cmd.is_some_and(|k| k.class as usize == c) {
-                m.counters.waited_out += 1;
+        let bits = &self.members[c * self.words..(c + 1) * self.words];
+        for (w, &word) in bits.iter().enumerate() {
+            let mut word = word;
+            while word != 0 {
+                let m = w * 64 + word.trailing_zeros() as usize;
+                self.mcus[m].counters.waited_out += 1;
+                word &= word - 1;
             }
         }
     }
 
     /// Deficit round robin over class `c`'s MCUs: serves the first that may send, charging the
     /// assured bucket too if the class is served within its assured rate.
+    #[inline]
     fn serve_class(
         &mut self,
         c: usize,
@@ -651,82 +697,93 @@ impl Shaper {
     ) -> Option<Pick> {
         self.classes[c].tried = self.step;
         let n = self.mcus.len();
-        // n moves of the cursor visit every MCU and come back to the first one, which may have
-        // been passed only for lack of deficit and is now due a fresh quantum.
-        let mut moves = 0;
-        while moves <= n {
+        let base = c * self.words;
+        let words = base..base + self.words;
+        // The cursor moves over every MCU and comes back to the first one (n moves), which may
+        // have been passed only for lack of deficit and is now due a fresh quantum. MCUs not
+        // chopping for this class are passed without a look: only the class's members are
+        // visited, first those from the cursor on, then, wrapped round, those up to it again.
+        let start = self.classes[c].cursor;
+        let (mut lo, mut hi, mut wrapped) = (start, n, false);
+        loop {
+            let Some(m) = first_set(&self.members[words.clone()], lo, hi) else {
+                if wrapped {
+                    break;
+                }
+                (lo, hi, wrapped) = (0, start + 1, true);
+                continue;
+            };
+            lo = m + 1;
             let class = &mut self.classes[c];
-            let m = class.cursor;
+            if wrapped || m != start {
+                // The cursor moved (at least once) to get here.
+                class.cursor = m;
+                class.fresh = true;
+            }
+            // The first MCU comes round twice; count its skips once.
+            let counting = !wrapped || m != start;
             let mcu = &mut self.mcus[m];
-            let advance = match mcu.cmd {
-                Some(k) if k.class as usize == c => {
-                    // The first MCU comes round twice; count its skips once.
-                    let counting = moves < n;
-                    let next = if k.stream {
-                        let q = mcu.flow_queue.expect("an MCU with work holds a flow queue");
-                        peek(q).map(|p| (p.out, p.back))
-                    } else {
-                        Some(k.next_packet())
-                    };
-                    if mcu.outstanding >= self.outstanding_cap {
-                        if counting {
-                            mcu.counters.waited_cap += 1;
-                            class.counters.waited_cap += 1;
-                        }
-                        true
-                    } else if next.is_none() {
-                        if counting {
-                            mcu.counters.waited_flow += 1;
-                            class.counters.waited_flow += 1;
-                        }
-                        true
-                    } else if let Some((_, back)) = next
-                        && back > 0
-                        && self
-                            .absorb
-                            .as_mut()
-                            .is_some_and(|a| !a.admits(now, back as u64))
-                    {
-                        mcu.blocked_back = back;
-                        if counting {
-                            mcu.counters.waited_in += 1;
-                            class.counters.waited_in += 1;
-                        }
-                        true
-                    } else {
-                        let (out, back) = next.expect("checked above");
-                        mcu.blocked_back = 0;
-                        if class.fresh {
-                            mcu.deficit += self.quantum;
-                            class.fresh = false;
-                        }
-                        if mcu.deficit >= out as u64 {
-                            mcu.deficit -= out as u64;
-                            return Some(self.issue(m, c, now, assured, out, back));
-                        }
-                        true
+            let k = mcu
+                .cmd
+                .as_ref()
+                .expect("a member of the class has a command");
+            let next = if k.stream {
+                let q = mcu.flow_queue.expect("an MCU with work holds a flow queue");
+                peek(q).map(|p| (p.out, p.back))
+            } else {
+                Some(k.next_packet())
+            };
+            if mcu.outstanding >= self.outstanding_cap {
+                if counting {
+                    mcu.counters.waited_cap += 1;
+                    class.counters.waited_cap += 1;
+                }
+            } else if let Some((out, back)) = next {
+                if back > 0
+                    && self
+                        .absorb
+                        .as_mut()
+                        .is_some_and(|a| !a.admits(now, back as u64))
+                {
+                    mcu.blocked_back = back;
+                    if counting {
+                        mcu.counters.waited_in += 1;
+                        class.counters.waited_in += 1;
+                    }
+                } else {
+                    mcu.blocked_back = 0;
+                    if class.fresh {
+                        mcu.deficit += self.quantum;
+                        class.fresh = false;
+                    }
+                    if mcu.deficit >= out as u64 {
+                        mcu.deficit -= out as u64;
+                        return Some(self.issue(m, c, now, assured, out, back));
                     }
                 }
-                _ => true,
-            };
-            if advance {
-                class.cursor = (m + 1) % n;
-                class.fresh = true;
-                moves += 1;
+            } else if counting {
+                mcu.counters.waited_flow += 1;
+                class.counters.waited_flow += 1;
             }
         }
+        // Every MCU passed: the cursor made n + 1 moves.
+        let class = &mut self.classes[c];
+        class.cursor = if start + 1 == n { 0 } else { start + 1 };
+        class.fresh = true;
         None
     }
 
     /// Sends MCU `m`'s next packet: charges the buckets, counts it, advances the chopping.
+    #[inline]
     fn issue(&mut self, m: usize, c: usize, now: u64, assured: bool, out: u32, back: u32) -> Pick {
         let class = &mut self.classes[c];
+        let units = TokenBucket::units(out as u64);
         if assured {
-            class.assured.charge(now, out as u64);
+            class.assured.charge_units(now, units);
         }
-        class.ceiling.charge(now, out as u64);
+        class.ceiling.charge_units(now, units);
         if let Some(l) = &mut self.link {
-            l.charge(now, out as u64);
+            l.charge_units(now, units);
         }
         if back > 0
             && let Some(a) = &mut self.absorb
@@ -761,7 +818,7 @@ impl Shaper {
             let class = &mut self.classes[c];
             if self.mcus[m].cmd.is_none_or(|k| k.class as usize != c) {
                 // Done with this class: its round robin moves on.
-                class.cursor = (m + 1) % self.mcus.len();
+                class.cursor = if m + 1 == self.mcus.len() { 0 } else { m + 1 };
                 class.fresh = true;
             }
         }

@@ -889,3 +889,103 @@ fn a_link_bucket_holds_all_classes_to_the_port_rate_and_shares_it_by_assured_rat
     };
     assert_eq!(bad.validate().unwrap_err().field, "link_bps");
 }
+
+#[test]
+fn many_mcus_in_several_classes_arbitrate_as_before() {
+    // More MCUs than one 64-bit word, three classes (one strict), streams beside commands,
+    // caps and absorb stalls: a digest of every pick and every counter, recorded from the
+    // arbitration before it visited a class's MCUs by bitset (any change moves it).
+    let cfg = ShaperConfig {
+        mcus: 70,
+        outstanding_cap: 4,
+        flow_queues: 200,
+        flow_queue_depth: 4,
+        quantum_bytes: 4096,
+        absorb_bps: Some(LINK / 2),
+        absorb_burst_bytes: 16_384,
+        ..ShaperConfig::new(vec![
+            class(0, LINK / 8, 8192, true),
+            class(LINK / 4, LINK, 8192, false),
+            class(LINK / 2, LINK / 2, 8192, false),
+        ])
+    };
+    let mut s = Shaper::new(cfg).unwrap();
+    let mut rng = 0x0014_70aa_u64;
+    for q in 190..200 {
+        s.activate(q, (q % 3) as u8).unwrap();
+    }
+    let mut digest = 0u64;
+    let eat = |d: &mut u64, x: u64| *d = (*d ^ x).wrapping_mul(0x0100_0000_01b3);
+    let mut now = 0u64;
+    for step in 0..40_000u64 {
+        for _ in 0..2 {
+            let flow = rand(&mut rng) % 150;
+            let class = (rand(&mut rng) % 3) as u8;
+            let mtu = [256, 1024, 4096][(rand(&mut rng) % 3) as usize];
+            let size = rand(&mut rng) % 20_000;
+            let _ = s.enqueue(if rand(&mut rng).is_multiple_of(2) {
+                put(flow, class, size, mtu)
+            } else {
+                get(flow, class, size, mtu)
+            });
+        }
+        let salt = rand(&mut rng);
+        let peek = |q: usize| {
+            let h = mix(q as u64 ^ salt);
+            (!h.is_multiple_of(4)).then_some(Packet {
+                out: (h % 4096) as u32 + 1,
+                back: if h & 16 == 0 { 0 } else { (h % 8192) as u32 },
+            })
+        };
+        match s.next_with(now, peek) {
+            Some(p) => {
+                for x in [
+                    p.mcu as u64,
+                    p.queue as u64,
+                    p.class as u64,
+                    p.packet_bytes as u64,
+                    p.response_bytes as u64,
+                    p.last_of_command as u64,
+                ] {
+                    eat(&mut digest, x);
+                }
+                now += p.packet_bytes as u64;
+            }
+            None => now = s.next_ready_at(now).unwrap_or(now + 500).max(now + 1),
+        }
+        let m = (rand(&mut rng) % 70) as usize;
+        s.completed(m, (rand(&mut rng) % 3) as u32);
+        if step % 5000 == 4999 {
+            let q = 190 + (step / 5000) as usize % 10;
+            s.deactivate(q);
+            s.activate(q, (step % 3) as u8).unwrap();
+        }
+    }
+    let mut counters: Vec<Counters> = (0..3).map(|c| s.class_counters(c)).collect();
+    // The run went through every kind of wait, in every class.
+    for k in &counters {
+        assert!(
+            k.packets > 0 && k.waited_cap > 0 && k.waited_flow > 0,
+            "{k:?}"
+        );
+    }
+    assert!(counters.iter().all(|k| k.waited_in > 0) && counters[0].waited_out > 0);
+    counters.extend((0..70).map(|m| s.mcu_counters(m)));
+    for k in counters {
+        for x in [
+            k.packets,
+            k.bytes,
+            k.response_bytes,
+            k.waited_out,
+            k.waited_in,
+            k.waited_cap,
+            k.waited_flow,
+        ] {
+            eat(&mut digest, x);
+        }
+    }
+    eat(&mut digest, now);
+    assert_eq!(digest, GOLDEN_MANY_MCUS_DIGEST, "{digest:#x}");
+}
+
+const GOLDEN_MANY_MCUS_DIGEST: u64 = 0x2d5721f5b0a51e8;
