@@ -739,6 +739,20 @@ impl Shaper {
                     class.counters.waited_cap += 1;
                 }
             } else if let Some((out, back)) = next {
+                // A GET's turn costs the larger of what it sends and what it pulls in: the
+                // MCUs of a READ class share the absorb rate by bytes, as PUT MCUs share the
+                // link (a 74-byte READ request is not a 64 KiB READ's cost).
+                let cost = u64::from(out.max(back));
+                if class.fresh {
+                    // A visit earns the quantum, or the packet's cost if that is more (DRR's
+                    // quantum must cover the largest packet for one visit to be enough: a READ
+                    // request costs its response). Earned while it waits for absorb tokens
+                    // too, so that it is due its turn when they come; bounded, so a long wait
+                    // builds no credit beyond that.
+                    let grant = cost.max(self.quantum);
+                    mcu.deficit = (mcu.deficit + grant).min(grant + self.quantum);
+                    class.fresh = false;
+                }
                 if back > 0
                     && self
                         .absorb
@@ -752,12 +766,8 @@ impl Shaper {
                     }
                 } else {
                     mcu.blocked_back = 0;
-                    if class.fresh {
-                        mcu.deficit += self.quantum;
-                        class.fresh = false;
-                    }
-                    if mcu.deficit >= out as u64 {
-                        mcu.deficit -= out as u64;
+                    if mcu.deficit >= cost {
+                        mcu.deficit -= cost;
                         return Some(self.issue(m, c, now, assured, out, back));
                     }
                 }
@@ -766,9 +776,14 @@ impl Shaper {
                 class.counters.waited_flow += 1;
             }
         }
-        // Every MCU passed: the cursor made n + 1 moves.
+        // Every MCU passed: the cursor goes round to the class's next MCU after `start`, so
+        // that passes with nothing to send rotate over the members alone (moving it one MCU
+        // index would hand every gap between members to the member after it).
+        let next = first_set(&self.members[words.clone()], start + 1, n)
+            .or_else(|| first_set(&self.members[words], 0, start + 1))
+            .unwrap_or(start);
         let class = &mut self.classes[c];
-        class.cursor = if start + 1 == n { 0 } else { start + 1 };
+        class.cursor = next;
         class.fresh = true;
         None
     }
