@@ -930,7 +930,8 @@ impl RdmaNode {
     }
 
     /// Tells the shaper whether queue pair `slot` has requests to send, and how many of its
-    /// packets are in flight (the MCU's outstanding count).
+    /// PSNs are out unacknowledged (the MCU's outstanding count, the seed's OrdPktActive: for
+    /// a READ, the response packets it awaits).
     fn sync_stream(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
         if qp.has_requests() {
             let class = qp.config().traffic_class;
@@ -940,7 +941,9 @@ impl RdmaNode {
             sh.deactivate(slot);
         }
         if let Some(m) = sh.mcu_of(slot) {
-            sh.set_outstanding(m, qp.requester().in_flight());
+            // Not `in_flight`: after a go-back-N rewind the packets to resend are not out,
+            // and an MCU held at its cap by them could never resend them.
+            sh.set_outstanding(m, qp.requester().outstanding());
         }
     }
 

@@ -114,6 +114,16 @@ pub(crate) fn read_response_frames(cfg: &QpConfig, len: u32) -> u32 {
     len + n * PER_PACKET + aeths * AETH
 }
 
+/// The frame bytes of the ACK a request asks for: headers, AETH and ICRC, and with `cc = ack`
+/// room for a CETH (present only while congested; counted always, the larger case).
+pub(crate) fn ack_frame(cfg: &QpConfig) -> u32 {
+    let ceth = match cfg.cc.mode {
+        crate::cc::CcMode::Ack => crate::wire::ceth::MAX_LEN as u32,
+        _ => 0,
+    };
+    14 + 20 + 8 + 12 + 4 + 4 + ceth
+}
+
 /// Internal work requests (rendezvous pulls and done messages) the send queue has room for
 /// beyond the host's `max_send_wr` before it grows.
 const INTERNAL_RESERVE: usize = 64;
@@ -213,6 +223,12 @@ impl Requester {
     /// PSNs sent and not yet acknowledged.
     pub fn in_flight(&self) -> u32 {
         psn::diff(self.high_psn, self.snd_una).max(0) as u32
+    }
+
+    /// PSNs from the oldest unacknowledged one up to the transmit cursor: what is in flight
+    /// as far as sending goes (after a go-back-N rewind, what is to be sent again is not).
+    pub fn outstanding(&self) -> u32 {
+        psn::diff(self.tx_psn, self.snd_una).max(0) as u32
     }
 
     /// Oldest unacknowledged PSN.
@@ -703,7 +719,9 @@ impl Requester {
                     });
                 }
                 let frame_len = repr.buffer_len(len as usize);
-                if !budget.offer(frame_len, 0) {
+                // A packet that asks for its ACK pulls that ACK in.
+                let back = if ack_req { ack_frame(cfg) } else { 0 };
+                if !budget.offer(frame_len, back) {
                     return None;
                 }
                 budget.charge(frame_len);

@@ -10,8 +10,9 @@
 //! Queue pairs: `--reads` of them in class 0 (`reads`) each keep `--qd` READs of `--read-size`
 //! outstanding; for each share of `--write-shares` a WRITE class (`writes1`, `writes2`, ...) of
 //! `--writes` queue pairs keeps `--qd` WRITEs of `--write-size` outstanding. The shaper's link
-//! is `--link-gbps`; a WRITE class is assured its share of it (ceiling: the link), the READ
-//! class is assured nothing (its requests are small and borrow).
+//! is `--link-gbps`; a WRITE class is assured its share of it (ceiling: the link); the READ
+//! class has strict priority up to a twentieth of the link (its requests are small: they must
+//! not wait behind WRITEs assured the whole link, and what they pull in is paced apart).
 //!
 //! Phases, each with fresh engines, one after the other (`--phases`): `alone` (the WRITEs
 //! only: their baseline), `paced` (READs and WRITEs, the absorb bucket on) and `unpaced` (the
@@ -165,6 +166,8 @@ pub struct ClassParams {
     pub name: String,
     pub assured_gbps: f64,
     pub ceiling_gbps: f64,
+    /// Served before the others, up to its ceiling.
+    pub strict: bool,
     pub queue_pairs: usize,
 }
 
@@ -215,6 +218,8 @@ pub struct PhaseSummary {
     pub errors: u64,
     /// Queue pairs that went to the error state (their retries exhausted).
     pub failed_qps: usize,
+    /// The first failed completion's status and operation, e.g. `RetryExceeded (READ)`.
+    pub first_error: Option<String>,
     pub read_latency_ns: LatencySummary,
     pub write_latency_ns: LatencySummary,
     pub classes: Vec<ClassFigures>,
@@ -331,10 +336,15 @@ fn resolve(opts: &BenchOpts, args: &ShaperArgs) -> Result<ShaperParams, AppError
         ));
     }
     let mut class_names = vec!["reads".to_string()];
+    // The READ class is the low-latency one: strict priority, held to a twentieth of the
+    // link. Its requests are small (a 64 KiB READ asks with 74 bytes) and must not queue
+    // behind bulk WRITEs that are assured the whole link between them; what they pull in is
+    // the absorb bucket's business.
     let mut classes = vec![ClassParams {
         name: "reads".into(),
         assured_gbps: 0.0,
-        ceiling_gbps: link,
+        ceiling_gbps: link / 20.0,
+        strict: true,
         queue_pairs: args.reads,
     }];
     for (k, share) in args.write_shares.iter().enumerate() {
@@ -344,6 +354,7 @@ fn resolve(opts: &BenchOpts, args: &ShaperArgs) -> Result<ShaperParams, AppError
             name,
             assured_gbps: share * link,
             ceiling_gbps: link,
+            strict: false,
             queue_pairs: args.writes,
         });
     }
@@ -385,7 +396,7 @@ fn shaper_config(p: &ShaperParams, paced: bool) -> ShaperConfig {
             assured_bps: bps(c.assured_gbps),
             ceiling_bps: bps(c.ceiling_gbps),
             burst_bytes: 64 * 1024,
-            strict: false,
+            strict: c.strict,
         })
         .collect();
     let mut cfg = ShaperConfig::new(classes);
@@ -689,6 +700,7 @@ fn run_phase(
     let mut write_latency = Latency::new();
     let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
     let mut errors = 0u64;
+    let mut first_error = None;
     let run_for = Duration::from_secs_f64(seconds);
     let warm = Duration::from_secs_f64(seconds * WARMUP);
     let t0 = Instant::now();
@@ -743,6 +755,8 @@ fn run_phase(
                 if wc.status != WcStatus::Success {
                     errors += 1;
                     lane.failed = true;
+                    let op = if lane.read { "READ" } else { "WRITE" };
+                    first_error.get_or_insert_with(|| format!("{:?} ({op})", wc.status));
                     continue;
                 }
                 let ns = done_at.duration_since(posted).as_nanos() as u64;
@@ -796,18 +810,21 @@ fn run_phase(
         .ok_or_else(|| AppError::Failed(format!("{name}: the shaper left no report")))?;
     let counter = |n: &str| workers.iter().filter_map(|w| w.counter(n)).sum::<u64>();
     let phase = to_phase(kind, p, &ingress, &shaper);
-    // The steady part in worker time: the bins with traffic, less the first WARMUP of them
-    // and the last 5 % (where the host has stopped posting and the queues drain).
+    // The steady part in worker time: from WARMUP into the traffic to the last bin in which
+    // a WRITE class sent (the WRITEs stop within a round trip of the host's last post; READs
+    // still queued, or a queue pair still retrying, would stretch a span measured otherwise).
     let classes_n = p.class_names.len();
     let busy = |b: usize| {
         phase.inbound[b] > 0 || (0..classes_n).any(|c| phase.class_bytes[b * classes_n + c] > 0)
     };
     let first = (0..phase.inbound.len()).find(|&b| busy(b));
-    let last = (0..phase.inbound.len()).rev().find(|&b| busy(b));
+    let last = (0..phase.inbound.len())
+        .rev()
+        .find(|&b| (1..classes_n).any(|c| phase.class_bytes[b * classes_n + c] > 0));
     let (from, to) = match (first, last) {
         (Some(f), Some(z)) if z > f => {
             let span = (z - f) as f64;
-            (f + (span * WARMUP) as usize, z - (span * 0.05) as usize)
+            (f + (span * WARMUP) as usize, z - (span * 0.01) as usize)
         }
         _ => (0, 0),
     };
@@ -882,6 +899,7 @@ fn run_phase(
         writes: writes_done,
         errors,
         failed_qps: lanes.iter().filter(|l| l.failed).count(),
+        first_error,
         read_latency_ns: read_latency.summary(),
         write_latency_ns: write_latency.summary(),
         classes: class_figures,
