@@ -440,7 +440,78 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
     })
 }
 
+/// A pair of engines that one run of a multi-run bench started (`bench congestion`'s
+/// schemes, `bench shaper`'s phases): both ends, the further connections, the workers.
+pub(crate) struct StartedPair {
+    pub(crate) a: loopback::LoopbackEnd,
+    pub(crate) b: loopback::LoopbackEnd,
+    pub(crate) more: Vec<loopback::Connection>,
+    pub(crate) running: Running,
+}
+
+/// Starts the pair `lo` asks for (its name names the engines in errors and the ports).
+pub(crate) fn start_pair(lo: &LoopbackOpts) -> Result<StartedPair, AppError> {
+    let name = &lo.name;
+    let pair = loopback::start(lo)
+        .map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?;
+    let port_ids = ["a", "b"].map(|end| {
+        let suffix = format!("{name}_{end}");
+        let id = dataplane::port_ids()
+            .into_iter()
+            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
+        (end, id)
+    });
+    let loopback::LoopbackPair {
+        runtime,
+        a,
+        b,
+        more,
+        capture,
+        ..
+    } = pair;
+    Ok(StartedPair {
+        a,
+        b,
+        more,
+        running: Running {
+            runtime,
+            capture,
+            port_ids,
+        },
+    })
+}
+
+/// What a stage left in `slot` when it stopped; `what` names it in the error.
+pub(crate) fn take_report<T>(
+    slot: &std::sync::Mutex<Option<T>>,
+    what: &str,
+) -> Result<T, AppError> {
+    slot.lock()
+        .ok()
+        .and_then(|mut s| s.take())
+        .ok_or_else(|| AppError::Failed(format!("{what} left no report")))
+}
+
 impl Running {
+    /// Reads the ports' counters (labelled `<label>_a`, `<label>_b`) while the workers still
+    /// hold them started, then stops the workers (`name` names them in an error).
+    pub(crate) fn stop_labelled(
+        self,
+        label: &str,
+        name: &str,
+    ) -> Result<(Vec<PortSummary>, Vec<crate::runtime::WorkerReport>), AppError> {
+        let ports = self
+            .port_ids
+            .iter()
+            .filter_map(|&(end, id)| Some(port_summary(id?, &format!("{label}_{end}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let workers = self
+            .runtime
+            .join()
+            .map_err(|e| AppError::Failed(format!("{name} workers: {e}")))?;
+        Ok((ports, workers))
+    }
+
     /// Reads the ports' counters while the workers still hold them started, stops the
     /// workers, and finishes the capture (written to `pcap`).
     pub(crate) fn finish(self, pcap: Option<&PathBuf>) -> Result<Stopped, AppError> {

@@ -25,7 +25,7 @@ use crate::wire::{self, Ecn};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 38] = [
+const COUNTER_NAMES: [&str; 42] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -62,6 +62,13 @@ const COUNTER_NAMES: [&str; 38] = [
     "becn_acks_sent",
     "cnps_sent",
     "cnps_received",
+    // The traffic shaper, over the engines that have one: requests it picked, picks whose
+    // queue pair had nothing after all, and arbitration steps MCUs waited for inbound
+    // (absorb) tokens and for their outstanding cap (summed over classes).
+    "shaper_picks",
+    "shaper_misses",
+    "shaper_waited_in",
+    "shaper_waited_cap",
     // The stage's own: the bottleneck in front of an engine, if any, then the clock and
     // the pool.
     "bottleneck_marked",
@@ -70,8 +77,10 @@ const COUNTER_NAMES: [&str; 38] = [
     "alloc_failures",
 ];
 
-/// Slots of the congestion counters (four), then of the stage's own (the last four).
-const CC: usize = COUNTER_NAMES.len() - 8;
+/// Slots of the congestion counters (four), the shaper's (four), then of the stage's own
+/// (the last four).
+const CC: usize = COUNTER_NAMES.len() - 12;
+const SHAPER: usize = COUNTER_NAMES.len() - 8;
 const MARKED: usize = COUNTER_NAMES.len() - 4;
 const DROPPED: usize = COUNTER_NAMES.len() - 3;
 const STALLS: usize = COUNTER_NAMES.len() - 2;
@@ -432,7 +441,27 @@ impl RdmaStage {
                 *s += v;
             }
         }
-        c.stage[CC..MARKED].copy_from_slice(&cc);
+        c.stage[CC..SHAPER].copy_from_slice(&cc);
+        let mut shaper = [0u64; 4];
+        for e in &self.engines {
+            if let Some(sh) = e.node.shaper() {
+                let (mut waited_in, mut waited_cap) = (0, 0);
+                for class in 0..sh.classes() {
+                    let k = sh.class_counters(class as u8);
+                    waited_in += k.waited_in;
+                    waited_cap += k.waited_cap;
+                }
+                for (s, v) in shaper.iter_mut().zip([
+                    e.node.counters.shaper_picks,
+                    e.node.counters.shaper_misses,
+                    waited_in,
+                    waited_cap,
+                ]) {
+                    *s += v;
+                }
+            }
+        }
+        c.stage[SHAPER..MARKED].copy_from_slice(&shaper);
         if let Some(ing) = &self.ingress {
             let b = ing.bottleneck.counters();
             c.stage[MARKED] = b.marked;
@@ -669,6 +698,7 @@ mod tests {
     #[test]
     fn the_counter_slots_follow_the_names() {
         assert_eq!(COUNTER_NAMES[CC], "ce_received");
+        assert_eq!(COUNTER_NAMES[SHAPER], "shaper_picks");
         assert_eq!(COUNTER_NAMES[MARKED], "bottleneck_marked");
         assert_eq!(COUNTER_NAMES[DROPPED], "bottleneck_dropped");
         assert_eq!(COUNTER_NAMES[STALLS], "stalls");

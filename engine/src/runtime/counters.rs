@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::fault::FaultCounts;
 
 /// How many stage-defined counters a worker has room for.
-pub const STAGE_COUNTERS: usize = 40;
+pub const STAGE_COUNTERS: usize = 48;
 
 /// A worker's counters, as it keeps them while running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

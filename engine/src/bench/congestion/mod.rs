@@ -31,13 +31,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::tagged::Rng;
-use super::{BenchOpts, OpResult, Running, WCS_LEN, human, print_json, print_workers, usage};
-use crate::app::{AppError, MemoryChoice, PortSummary, port_summary};
+use super::{BenchOpts, OpResult, WCS_LEN, human, print_json, print_workers, usage};
+use crate::app::{AppError, MemoryChoice, PortSummary};
 use crate::cc::bottleneck::BottleneckConfig;
 use crate::cc::{CcConfig, CcMode, DcqcnParams};
-use crate::dataplane::{self, PortInfo};
 use crate::latency::Latency;
-use crate::rdma::loopback::{self, BottleneckSpec, LoopbackOpts};
+use crate::rdma::loopback::{BottleneckSpec, LoopbackOpts};
 use crate::rdma::{Cq, IngressReport, Qp};
 use crate::runtime::WorkerReport;
 use crate::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
@@ -514,28 +513,12 @@ fn run_scheme(
         trace: Some((BIN_NS, bins)),
         report: slot.clone(),
     });
-    let pair = loopback::start(&lo)
-        .map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?;
-    let port_ids = ["a", "b"].map(|end| {
-        let suffix = format!("{name}_{end}");
-        let id = dataplane::port_ids()
-            .into_iter()
-            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
-        (end, id)
-    });
-    let loopback::LoopbackPair {
-        runtime,
+    let super::StartedPair {
         a,
         b,
         more,
-        capture,
-        ..
-    } = pair;
-    let running = Running {
-        runtime,
-        capture,
-        port_ids,
-    };
+        running,
+    } = super::start_pair(&lo)?;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let per_flow = p.qd_per_flow * MAX_MESSAGE;
     let src_map = super::tagged::map(p.flows * per_flow)?;
@@ -624,20 +607,8 @@ fn run_scheme(
         std::hint::spin_loop();
     }
     let seconds = t0.elapsed().as_secs_f64();
-    let ports = running
-        .port_ids
-        .iter()
-        .filter_map(|&(end, id)| Some(port_summary(id?, &format!("{}_{end}", mode.name()))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let workers = running
-        .runtime
-        .join()
-        .map_err(|e| AppError::Failed(format!("{name} workers: {e}")))?;
-    let ingress: IngressReport = slot
-        .lock()
-        .ok()
-        .and_then(|mut s| s.take())
-        .ok_or_else(|| AppError::Failed(format!("{name}: the bottleneck left no report")))?;
+    let (ports, workers) = running.stop_labelled(mode.name(), &name)?;
+    let ingress: IngressReport = super::take_report(&slot, &format!("{name}: the bottleneck"))?;
     let counter = |n: &str| workers.iter().filter_map(|w| w.counter(n)).sum::<u64>();
     let run = to_run(mode, p, &ingress, fct);
     let figures = report::figures(&run);

@@ -36,12 +36,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{BenchOpts, OpResult, Running, WCS_LEN, human, print_json, print_workers, usage};
-use crate::app::{AppError, MemoryChoice, PortSummary, port_summary};
+use super::{BenchOpts, OpResult, WCS_LEN, human, print_json, print_workers, usage};
+use crate::app::{AppError, MemoryChoice, PortSummary};
 use crate::cc::bottleneck::{BottleneckConfig, BottleneckCounters};
-use crate::dataplane::{self, PortInfo};
 use crate::latency::{Latency, LatencySummary};
-use crate::rdma::loopback::{self, BottleneckSpec, LoopbackOpts, ShaperSpec};
+use crate::rdma::loopback::{BottleneckSpec, LoopbackOpts, ShaperSpec};
 use crate::rdma::{Cq, IngressReport, Qp, ShaperReport};
 use crate::runtime::WorkerReport;
 use crate::shaper::{ClassConfig, Counters, ShaperConfig};
@@ -636,28 +635,12 @@ fn run_phase(
         trace: (BIN_NS, bins),
         report: shaper_slot.clone(),
     });
-    let pair = loopback::start(&lo)
-        .map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?;
-    let port_ids = ["a", "b"].map(|end| {
-        let suffix = format!("{name}_{end}");
-        let id = dataplane::port_ids()
-            .into_iter()
-            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
-        (end, id)
-    });
-    let loopback::LoopbackPair {
-        runtime,
+    let super::StartedPair {
         a,
         b,
         more,
-        capture,
-        ..
-    } = pair;
-    let running = Running {
-        runtime,
-        capture,
-        port_ids,
-    };
+        running,
+    } = super::start_pair(&lo)?;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     // Each lane's buffers: `depth` slots of its size, at the same offsets in both regions.
     let mut bases = Vec::with_capacity(lanes_n);
@@ -789,25 +772,10 @@ fn run_phase(
         (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64(),
         _ => 0.0,
     };
-    let ports = running
-        .port_ids
-        .iter()
-        .filter_map(|&(end, id)| Some(port_summary(id?, &format!("{}_{end}", kind.name()))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let workers = running
-        .runtime
-        .join()
-        .map_err(|e| AppError::Failed(format!("{name} workers: {e}")))?;
-    let ingress: IngressReport = ingress_slot
-        .lock()
-        .ok()
-        .and_then(|mut s| s.take())
-        .ok_or_else(|| AppError::Failed(format!("{name}: the bottleneck left no report")))?;
-    let shaper: ShaperReport = shaper_slot
-        .lock()
-        .ok()
-        .and_then(|mut s| s.take())
-        .ok_or_else(|| AppError::Failed(format!("{name}: the shaper left no report")))?;
+    let (ports, workers) = running.stop_labelled(kind.name(), &name)?;
+    let ingress: IngressReport =
+        super::take_report(&ingress_slot, &format!("{name}: the bottleneck"))?;
+    let shaper: ShaperReport = super::take_report(&shaper_slot, &format!("{name}: the shaper"))?;
     let counter = |n: &str| workers.iter().filter_map(|w| w.counter(n)).sum::<u64>();
     let phase = to_phase(kind, p, &ingress, &shaper);
     // The steady part in worker time: from WARMUP into the traffic to the last bin in which
