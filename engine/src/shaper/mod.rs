@@ -705,6 +705,8 @@ impl Shaper {
         // visited, first those from the cursor on, then, wrapped round, those up to it again.
         let start = self.classes[c].cursor;
         let (mut lo, mut hi, mut wrapped) = (start, n, false);
+        // The first MCU in turn whose turn it is but whose response does not fit yet.
+        let mut first_waiting = None;
         loop {
             let Some(m) = first_set(&self.members[words.clone()], lo, hi) else {
                 if wrapped {
@@ -753,38 +755,37 @@ impl Shaper {
                     mcu.deficit = (mcu.deficit + grant).min(grant + self.quantum);
                     class.fresh = false;
                 }
-                if back > 0
+                if mcu.deficit < cost {
+                    // Its turn is over: the next visit, after the others, earns it more.
+                } else if back > 0
                     && self
                         .absorb
                         .as_mut()
                         .is_some_and(|a| !a.admits(now, back as u64))
                 {
                     mcu.blocked_back = back;
+                    first_waiting.get_or_insert(m);
                     if counting {
                         mcu.counters.waited_in += 1;
                         class.counters.waited_in += 1;
                     }
                 } else {
                     mcu.blocked_back = 0;
-                    if mcu.deficit >= cost {
-                        mcu.deficit -= cost;
-                        return Some(self.issue(m, c, now, assured, out, back));
-                    }
+                    mcu.deficit -= cost;
+                    return Some(self.issue(m, c, now, assured, out, back));
                 }
             } else if counting {
                 mcu.counters.waited_flow += 1;
                 class.counters.waited_flow += 1;
             }
         }
-        // Every MCU passed: the cursor goes round to the class's next MCU after `start`, so
-        // that passes with nothing to send rotate over the members alone (moving it one MCU
-        // index would hand every gap between members to the member after it).
-        let next = first_set(&self.members[words.clone()], start + 1, n)
-            .or_else(|| first_set(&self.members[words], 0, start + 1))
-            .unwrap_or(start);
+        // Every MCU passed: the cursor goes back to the first one whose turn it was and which
+        // waits for absorb tokens, so that it is the first when they come (left anywhere else,
+        // the next READ would go to whichever MCU the empty passes happened to stop at: at
+        // random, in runs); with none such, to where the pass began.
         let class = &mut self.classes[c];
-        class.cursor = next;
-        class.fresh = true;
+        class.cursor = first_waiting.unwrap_or(start);
+        class.fresh = first_waiting.is_none_or(|m| m != start);
         None
     }
 

@@ -505,8 +505,8 @@ fn arbitration_keeps_its_preallocated_capacities() {
     let (a, b) = (s.class_counters(0), s.class_counters(1));
     assert!(a.packets > 0 && b.packets > 0);
     // The run went through absorb and cap stalls (the seeded counts, as a golden).
-    assert_eq!((a.packets, a.waited_in, a.waited_cap), (821, 430, 317));
-    assert_eq!((b.packets, b.waited_cap), (411, 182));
+    assert_eq!((a.packets, a.waited_in, a.waited_cap), (822, 366, 296));
+    assert_eq!((b.packets, b.waited_cap), (411, 193));
 }
 
 /// xorshift64*: the tests' seeded generator.
@@ -625,7 +625,7 @@ fn random_commands_all_go_in_flow_order_within_the_caps() {
 }
 
 /// When the seeded run above finished (a golden: any change to the arbitration moves it).
-const GOLDEN_RANDOM_END_NS: u64 = 18_024_704;
+const GOLDEN_RANDOM_END_NS: u64 = 17_919_191;
 
 #[test]
 fn next_ready_at_is_when_the_ceiling_bucket_is_out_of_debt() {
@@ -988,7 +988,7 @@ fn many_mcus_in_several_classes_arbitrate_as_before() {
     assert_eq!(digest, GOLDEN_MANY_MCUS_DIGEST, "{digest:#x}");
 }
 
-const GOLDEN_MANY_MCUS_DIGEST: u64 = 0xb117_e2f9_fab5_5d82;
+const GOLDEN_MANY_MCUS_DIGEST: u64 = 0xfde5_64d0_87f5_7342;
 
 #[test]
 fn read_mcus_waiting_for_absorb_tokens_share_them_equally() {
@@ -1010,6 +1010,7 @@ fn read_mcus_waiting_for_absorb_tokens_share_them_equally() {
     s.activate(4, 1).unwrap();
     assert_eq!(s.mcu_of(4), Some(4));
     let mut reads = [0u64; 4];
+    let mut order = Vec::new();
     let mut now = 0;
     // Asked every 250 ns, as a busy worker would, for 20 ms.
     while now < 20_000_000 {
@@ -1027,6 +1028,7 @@ fn read_mcus_waiting_for_absorb_tokens_share_them_equally() {
             s.set_outstanding(p.mcu, 0);
             if p.queue < 4 {
                 reads[p.queue] += 1;
+                order.push(p.queue);
             }
         }
         now += 250;
@@ -1035,4 +1037,11 @@ fn read_mcus_waiting_for_absorb_tokens_share_them_equally() {
     assert_eq!(reads.iter().sum::<u64>(), 78, "{reads:?}");
     let (lo, hi) = (reads.iter().min().unwrap(), reads.iter().max().unwrap());
     assert!(hi - lo <= 1, "{reads:?}");
+    // And in turn, not merely equal on average: any four READs in a row are one of each (an
+    // MCU served in runs makes its queue pair's READs wait many turns, others none).
+    for w in order.windows(4) {
+        let mut q = w.to_vec();
+        q.sort_unstable();
+        assert_eq!(q, [0, 1, 2, 3], "{order:?}");
+    }
 }
