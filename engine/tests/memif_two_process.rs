@@ -129,8 +129,8 @@ struct Run {
 }
 
 /// Runs a target (with `target_args`) and an initiator against it over memif, then stops the
-/// target with SIGTERM.
-fn run(tag: &str, dir: &Path, target_args: &[&str]) -> Run {
+/// target with SIGTERM. `init_extra` is appended to the initiator's config.
+fn run(tag: &str, dir: &Path, target_args: &[&str], init_extra: &str) -> Run {
     let sock = dir.join("memif.sock");
     let cores = portico::app::available_cores();
     let (c_init, c_target) = (cores[0], *cores.last().unwrap());
@@ -148,7 +148,7 @@ fn run(tag: &str, dir: &Path, target_args: &[&str]) -> Run {
     .unwrap();
     std::fs::write(
         &init_cfg,
-        config("client", tag, &sock, c_init, a, b, Some(0x1000_0000), &psn),
+        config("client", tag, &sock, c_init, a, b, Some(0x1000_0000), &psn) + init_extra,
     )
     .unwrap();
 
@@ -282,7 +282,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 fn initiator_and_target_processes_over_memif() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir("anon");
-    let r = run("anon", &dir, &[]);
+    let r = run("anon", &dir, &[], "");
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
     assert!(r.ready["file"].is_null(), "{}", r.ready);
@@ -306,7 +306,7 @@ fn a_file_region_is_persisted_and_holds_the_last_messages() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir("file");
     let file = dir.join("region.bin");
-    let r = run("file", &dir, &["--region-file", file.to_str().unwrap()]);
+    let r = run("file", &dir, &["--region-file", file.to_str().unwrap()], "");
     let bytes = std::fs::read(&file).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
@@ -335,4 +335,34 @@ fn a_file_region_is_persisted_and_holds_the_last_messages() {
         bytes[REGION_LEN / 2..].iter().all(|&b| b == 0),
         "nothing written in the upper half"
     );
+}
+
+#[test]
+fn an_initiator_under_a_traffic_shaper_paces_its_reads_and_completes() {
+    // The initiator's requests go through a shaper whose absorb rate is 50 Mbit/s with a
+    // bucket of two 4 KiB READs' responses: its 200 READs are paced (about 135 ms of them),
+    // every message still read back and compared; every request it sends is picked by the
+    // shaper.
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir("shaped");
+    let shaper = "\n[shaper]\nabsorb_gbps = 0.05\nabsorb_burst_bytes = 8192\n\
+                  [[shaper.classes]]\nname = \"all\"\nceiling_gbps = 10\n";
+    let t0 = Instant::now();
+    let r = run("shaped", &dir, &[], shaper);
+    let took = t0.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    check_summaries(&r);
+    let c = &r.initiator["counters"];
+    // One WRITE packet and one READ request per message, each picked by the shaper (more
+    // only if something was sent again).
+    let picks = c["shaper_picks"].as_u64().expect("the shaper's counters");
+    assert!(picks >= 2 * OPS, "{c}");
+    assert_eq!(c["shaper_misses"], 0, "{c}");
+    assert_eq!(
+        r.target["counters"]["shaper_picks"], 0,
+        "the target has no shaper"
+    );
+    // 200 READs of 4 KiB (4 154 bytes of frames each) at 50 Mbit/s, less the bucket: at least
+    // 131 ms, whatever else the run took.
+    assert!(took >= Duration::from_millis(131), "{took:?}");
 }
