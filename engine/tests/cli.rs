@@ -1209,10 +1209,24 @@ fn bench_shaper_paces_reads_to_the_absorb_rate_and_writes_the_series_and_the_plo
         }
         assert_eq!(ph["classes"].as_array().unwrap().len(), 3);
     }
-    // The READ class is charged what its requests pull in; the WRITE classes pull nothing.
+    // The READ class is charged what its requests pull in (64 KiB READs: 16 response frames
+    // each); the WRITE classes only their ACKs, 62 bytes for a packet that asks for one.
     let reads = &paced["classes"][0]["counters"];
-    assert!(reads["response_bytes"].as_u64().unwrap() > 0, "{reads}");
-    assert_eq!(paced["classes"][1]["counters"]["response_bytes"], 0);
+    let per_read = 65_536 + 16 * 58 + 2 * 4;
+    let (pulled, requests) = (
+        reads["response_bytes"].as_u64().unwrap(),
+        reads["packets"].as_u64().unwrap(),
+    );
+    if paced["retransmissions"] == 0 {
+        assert_eq!(pulled, requests * per_read, "{reads}");
+    } else {
+        // A READ asked again after part of it came asks only for the rest.
+        assert!(pulled <= requests * per_read, "{reads}");
+    }
+    let writes = &paced["classes"][1]["counters"];
+    let acks = writes["response_bytes"].as_u64().unwrap();
+    assert!(acks > 0 && acks % 62 == 0, "{writes}");
+    assert!(acks / 62 <= writes["packets"].as_u64().unwrap(), "{writes}");
     assert!(
         reads["waited_in"].as_u64().unwrap() > 0,
         "READs waited for absorb tokens: {reads}"

@@ -951,7 +951,9 @@ impl RdmaNode {
     fn poll_shaped(&mut self, now: u64) -> Option<Tx> {
         let sh = self.shaper.as_mut()?;
         let entries = &mut self.qps.entries;
-        loop {
+        // A miss spends the pick's tokens, so misses cannot go on for ever; a few per call at
+        // most all the same, should a peek and a send ever keep disagreeing.
+        for _ in 0..4 {
             let pick = sh.next_with(now, |q| {
                 let (out, back) = entries[q].qp.peek_request(now)?;
                 Some(Packet { out, back })
@@ -970,6 +972,7 @@ impl RdmaNode {
                 None => self.counters.shaper_misses += 1,
             }
         }
+        None
     }
 
     /// Writes a packet from [`RdmaNode::poll_transmit`] into `buf` (at least

@@ -550,7 +550,8 @@ impl Requester {
         if self.probe {
             if let Some(out) = self.probe_packet(cfg) {
                 let frame_len = out.frame_len();
-                if !self.cc.may_send(now) || !budget.offer(frame_len, 0) {
+                // A probe asks for its ACK (the durable one, once the data is durable).
+                if !self.cc.may_send(now) || !budget.offer(frame_len, ack_frame(cfg)) {
                     return None;
                 }
                 budget.charge(frame_len);
@@ -654,7 +655,8 @@ impl Requester {
                     WrKind::Read { .. } | WrKind::TagPull { .. } => {
                         read_response_frames(cfg, wqe.len - (k * mtu).min(wqe.len))
                     }
-                    _ => 0,
+                    // FLUSH and ATOMIC WRITE are answered with an acknowledgement.
+                    _ => ack_frame(cfg),
                 };
                 if !budget.offer(frame_len, back) {
                     return None;
@@ -731,9 +733,10 @@ impl Requester {
                     len,
                 });
                 self.since_ack_req = if ack_req { 0 } else { since_ack_req };
-                self.unrequested_since = match ack_req {
-                    true => None,
-                    false => self.unrequested_since.or(Some(now)),
+                self.unrequested_since = if ack_req {
+                    None
+                } else {
+                    self.unrequested_since.or(Some(now))
                 };
                 self.tx_psn = psn::add(psn, 1);
                 if last {
