@@ -406,15 +406,7 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
     lo.pcap = opts.pcap.clone();
     let pair =
         loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
-    // DPDK names a ring port `net_ring_<name>`, `<name>` being what `loopback` asked for
-    // (`rdma_a`, `rdma_b`).
-    let port_ids = ["a", "b"].map(|end| {
-        let suffix = format!("{}_{end}", lo.name);
-        let id = dataplane::port_ids()
-            .into_iter()
-            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
-        (end, id)
-    });
+    let port_ids = ring_port_ids(&lo.name);
     let loopback::LoopbackPair {
         runtime,
         a: ea,
@@ -440,6 +432,18 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
     })
 }
 
+/// The two ring ports `loopback` made for the pair named `name`, labelled `a` and `b`: DPDK
+/// names a ring port `net_ring_<name>_a` (`_b`).
+pub(crate) fn ring_port_ids(name: &str) -> [(&'static str, Option<u16>); 2] {
+    ["a", "b"].map(|end| {
+        let suffix = format!("{name}_{end}");
+        let id = dataplane::port_ids()
+            .into_iter()
+            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
+        (end, id)
+    })
+}
+
 /// A pair of engines that one run of a multi-run bench started (`bench congestion`'s
 /// schemes, `bench shaper`'s phases): both ends, the further connections, the workers.
 pub(crate) struct StartedPair {
@@ -454,13 +458,7 @@ pub(crate) fn start_pair(lo: &LoopbackOpts) -> Result<StartedPair, AppError> {
     let name = &lo.name;
     let pair = loopback::start(lo)
         .map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?;
-    let port_ids = ["a", "b"].map(|end| {
-        let suffix = format!("{name}_{end}");
-        let id = dataplane::port_ids()
-            .into_iter()
-            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
-        (end, id)
-    });
+    let port_ids = ring_port_ids(name);
     let loopback::LoopbackPair {
         runtime,
         a,

@@ -42,7 +42,6 @@ use serde::Serialize;
 use super::{BenchOp, BenchOpts, Running, Stopped, WCS_LEN, human, usage};
 use crate::app::{AppError, MemoryChoice, PortSummary};
 use crate::config::{MemoryLimit, limits};
-use crate::dataplane::{self, PortInfo};
 use crate::latency::{Latency, LatencySummary};
 use crate::lpe::{EndpointConfig, EndpointIndex, EngineConfig, ListKind, Options};
 use crate::rdma::loopback::{self, LoopbackOpts};
@@ -1215,31 +1214,13 @@ fn start_pair(
     let mut lo = LoopbackOpts::new(qp, [core, core]);
     lo.name = name.into();
     lo.tags = tags;
-    let pair = loopback::start(&lo)
-        .map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?;
-    let port_ids = [0, 1].map(|i| {
-        let suffix = format!("{name}_{}", ["a", "b"][i]);
-        let id = dataplane::port_ids()
-            .into_iter()
-            .find(|&id| PortInfo::read(id).is_ok_and(|p| p.name.ends_with(&suffix)));
-        (port_names[i], id)
-    });
-    let loopback::LoopbackPair {
-        runtime,
-        a,
-        b,
-        capture,
-        ..
-    } = pair;
-    Ok((
-        a,
-        b,
-        Running {
-            runtime,
-            capture,
-            port_ids,
-        },
-    ))
+    let super::StartedPair {
+        a, b, mut running, ..
+    } = super::start_pair(&lo)?;
+    for (port, label) in running.port_ids.iter_mut().zip(port_names) {
+        port.0 = label;
+    }
+    Ok((a, b, running))
 }
 
 /// Application buffer memory: hugetlb pages when free, else anonymous memory.
