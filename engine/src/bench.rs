@@ -38,6 +38,7 @@ use crate::transport::{
 pub mod congestion;
 pub mod persist;
 pub mod placement;
+mod plot;
 pub mod shaper;
 pub mod tagged;
 

@@ -57,9 +57,9 @@ use std::io::{self, BufWriter, Write};
 use std::ops::Range;
 use std::path::Path;
 
-use plotters::coord::Shift;
-use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
+
+use crate::bench::plot::{Area, Chart, DrawResult, axis_top, drawing_error, kb};
 use serde::Serialize;
 
 /// Messages of at most this many bytes count as small in the FCT split.
@@ -661,11 +661,6 @@ fn render_svg(runs: &[Run], title: &str) -> io::Result<String> {
     Ok(svg)
 }
 
-/// The backend writes into a string, so a drawing error is not one of the file's.
-fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> io::Error {
-    io::Error::other(format!("drawing the plot: {e}"))
-}
-
 /// What a column plots, in the plot's units (µs, Gbit/s, KB).
 /// Points per plotted series, at most.
 const PLOT_POINTS: usize = 1500;
@@ -733,21 +728,6 @@ impl Plotted {
         std::iter::once((0.0, 0.0)).chain(self.times_us.iter().copied().zip(values.iter().copied()))
     }
 }
-
-fn kb(bytes: u64) -> f64 {
-    bytes as f64 / 1e3
-}
-
-/// The largest of `values` with headroom above it, so lines do not run along the plot's top
-/// (1 when there is nothing above zero, so the axis still has a range).
-fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
-    let top = values.filter(|v| v.is_finite()).fold(0.0, f64::max);
-    if top > 0.0 { top * 1.1 } else { 1.0 }
-}
-
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
-type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-type DrawResult = Result<(), DrawingAreaErrorKind<io::Error>>;
 
 /// Font sizes as given to plotters (its SVG backend draws text at about 0.8 of them).
 const TITLE_FONT: u32 = 26;

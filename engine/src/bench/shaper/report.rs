@@ -14,10 +14,10 @@ use std::io::{self, BufWriter, Write};
 use std::ops::Range;
 use std::path::Path;
 
-use plotters::coord::Shift;
-use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
+
+use crate::bench::plot::{Area, Chart, DrawResult, axis_top, drawing_error, kb};
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const NS_PER_US: f64 = 1e3;
@@ -227,10 +227,6 @@ impl fmt::Display for CsvField<'_> {
     }
 }
 
-fn kb(bytes: u64) -> f64 {
-    bytes as f64 / 1e3
-}
-
 /// Width of one phase's column in the SVG, pixels.
 const SVG_COLUMN_WIDTH: u32 = 500;
 const SVG_HEIGHT: u32 = 800;
@@ -260,11 +256,6 @@ fn render_svg(phases: &[Phase], title: &str) -> io::Result<String> {
         root.present().map_err(drawing_error)?;
     }
     Ok(svg)
-}
-
-/// The backend writes into a string, so a drawing error is not one of the file's.
-fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> io::Error {
-    io::Error::other(format!("drawing the plot: {e}"))
 }
 
 /// A time axis' unit: µs, or ms once a phase is long enough that µs read badly.
@@ -363,13 +354,6 @@ impl Plotted {
     }
 }
 
-/// The largest of `values` with headroom above it, so lines do not run along the plot's top
-/// (1 when there is nothing above zero, so the axis still has a range).
-fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
-    let top = values.filter(|v| v.is_finite()).fold(0.0, f64::max);
-    if top > 0.0 { top * 1.1 } else { 1.0 }
-}
-
 /// A tick label formatter with as many decimals as ticks `span` apart need.
 fn tick_format(span: f64) -> impl Fn(&f64) -> String {
     let step = span / 5.0;
@@ -381,10 +365,6 @@ fn tick_format(span: f64) -> impl Fn(&f64) -> String {
     };
     move |v: &f64| format!("{v:.decimals$}")
 }
-
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
-type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-type DrawResult = Result<(), DrawingAreaErrorKind<io::Error>>;
 
 /// Font sizes as given to plotters (its SVG backend draws text at about 0.8 of them).
 const TITLE_FONT: u32 = 26;
