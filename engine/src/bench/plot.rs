@@ -1,6 +1,7 @@
-//! What the benches' SVG plots share (`plotters` with its SVG backend writing into a string):
-//! the drawing types, the error mapping, the y-axis headroom.
+//! What the benches' SVG plots and CSVs share (`plotters` with its SVG backend writing into a
+//! string): the drawing types, the error mapping, the y-axis headroom, a CSV field.
 
+use std::fmt;
 use std::io;
 
 use plotters::coord::Shift;
@@ -29,4 +30,17 @@ pub(crate) fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
 /// Bytes in KB (of 1000).
 pub(crate) fn kb(bytes: u64) -> f64 {
     bytes as f64 / 1e3
+}
+
+/// A CSV field, quoted when it holds a separator, a quote or a line break.
+pub(crate) struct CsvField<'a>(pub(crate) &'a str);
+
+impl fmt::Display for CsvField<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.contains([',', '"', '\n', '\r']) {
+            write!(f, "\"{}\"", self.0.replace('"', "\"\""))
+        } else {
+            f.write_str(self.0)
+        }
+    }
 }

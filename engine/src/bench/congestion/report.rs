@@ -52,14 +52,13 @@
 //! without a schedule entry is active for the whole run, and a run without bins or a bin width
 //! has empty series. A figure that cannot be computed is `None` (null in the JSON), never NaN.
 
-use std::fmt;
 use std::io::{self, BufWriter, Write};
 use std::ops::Range;
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::bench::plot::{Area, Chart, DrawResult, axis_top, drawing_error, kb};
+use crate::bench::plot::{Area, Chart, CsvField, DrawResult, axis_top, drawing_error, kb};
 use serde::Serialize;
 
 /// Messages of at most this many bytes count as small in the FCT split.
@@ -623,19 +622,6 @@ fn write_csv_to(out: &mut impl Write, runs: &[Run]) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A CSV field, quoted when it holds a separator, a quote or a line break.
-struct CsvField<'a>(&'a str);
-
-impl fmt::Display for CsvField<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.contains([',', '"', '\n', '\r']) {
-            write!(f, "\"{}\"", self.0.replace('"', "\"\""))
-        } else {
-            f.write_str(self.0)
-        }
-    }
 }
 
 /// Width of one run's column in the SVG, pixels.

@@ -9,7 +9,6 @@
 //! end, a phase without bins or without a bin width has nothing to plot or list (and panics
 //! nothing), and a rate that cannot be computed is `None`, never NaN.
 
-use std::fmt;
 use std::io::{self, BufWriter, Write};
 use std::ops::Range;
 use std::path::Path;
@@ -17,7 +16,7 @@ use std::path::Path;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
-use crate::bench::plot::{Area, Chart, DrawResult, axis_top, drawing_error, kb};
+use crate::bench::plot::{Area, Chart, CsvField, DrawResult, axis_top, drawing_error, kb};
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const NS_PER_US: f64 = 1e3;
@@ -212,19 +211,6 @@ fn write_csv_to(out: &mut impl Write, phases: &[Phase]) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A CSV field, quoted when it holds a separator, a quote or a line break.
-struct CsvField<'a>(&'a str);
-
-impl fmt::Display for CsvField<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.contains([',', '"', '\n', '\r']) {
-            write!(f, "\"{}\"", self.0.replace('"', "\"\""))
-        } else {
-            f.write_str(self.0)
-        }
-    }
 }
 
 /// Width of one phase's column in the SVG, pixels.
