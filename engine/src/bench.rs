@@ -85,6 +85,10 @@ pub struct BenchOpts {
     /// Fill every source buffer with a per-operation pattern and check every byte that lands.
     pub verify: bool,
     pub hgrm: Option<PathBuf>,
+    /// Write HdrHistogram interval logs (`.hlog`) here: one histogram per operation type per
+    /// `hlog_interval` (`write`, `read`, `send`, `mixed` only).
+    pub hlog: Option<PathBuf>,
+    pub hlog_interval: Duration,
     /// Capture both engines' ports into this pcapng file.
     pub pcap: Option<PathBuf>,
     pub json: bool,
@@ -711,6 +715,10 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let mut verifier = opts.verify.then(|| Verifier::new(size));
     let mut hist: [Latency; 3] = Default::default();
     let mut counts = [0u64; 3];
+    let mut hlog = opts
+        .hlog
+        .as_ref()
+        .map(|_| crate::latency::IntervalLog::new(&OP_NAMES, opts.hlog_interval));
     // With --verify: landed bytes to check, as (operation id, which buffer, offset). They are
     // checked after the next batch is posted, so the engine has work while the host compares.
     let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
@@ -860,6 +868,9 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             if n > 0 {
                 // One clock read per batch of completions: the work they did ended by now.
                 let polled_at = Instant::now();
+                if let Some(log) = &mut hlog {
+                    log.tick(polled_at);
+                }
                 let mask = l.mask();
                 for wc in &wcs[..n] {
                     let seq = wc.wr_id >> LANE_BITS;
@@ -872,7 +883,11 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
                         continue;
                     }
                     let k = op_index(wc.opcode);
-                    hist[k].record(polled_at.saturating_duration_since(t).as_nanos() as u64);
+                    let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
+                    hist[k].record(ns);
+                    if let Some(log) = &mut hlog {
+                        log.record(k, ns);
+                    }
                     counts[k] += 1;
                     done += 1;
                     if verifier.is_some() {
@@ -954,6 +969,21 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             all.merge(h);
         }
         write_hgrm(path, &all)?;
+    }
+    if let (Some(path), Some(log)) = (&opts.hlog, &mut hlog) {
+        log.finish(Instant::now());
+        let comment = format!(
+            "portico bench {}: {} B, queue depth {}, latency in ns per operation type",
+            format!("{:?}", opts.op).to_lowercase(),
+            opts.size,
+            opts.qd
+        );
+        let written = std::fs::File::create(path).and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            log.write(&mut w, &comment)?;
+            std::io::Write::flush(&mut w)
+        });
+        written.map_err(|e| AppError::Failed(format!("writing {}: {e}", path.display())))?;
     }
     Ok(BenchSummary {
         op: opts.op,

@@ -135,6 +135,133 @@ impl Latency {
     }
 }
 
+/// Per-interval latency histograms for an HdrHistogram interval log (`.hlog`, what
+/// `HistogramLogProcessor`, wrk2 and TRex write and read): one histogram per tag (operation
+/// type) per interval, closed by [`IntervalLog::tick`] when the interval is over, written at
+/// the end by [`IntervalLog::write`]. Recording does not allocate; closing an interval copies
+/// its histograms (once per interval, on the host's thread).
+pub struct IntervalLog {
+    tags: Vec<&'static str>,
+    interval: std::time::Duration,
+    /// Start of the log and of the open interval.
+    t0: std::time::Instant,
+    open_at: std::time::Duration,
+    current: Vec<Latency>,
+    /// Closed intervals: (start since t0, length, tag index, histogram); empty ones are left out.
+    closed: Vec<(std::time::Duration, std::time::Duration, usize, Latency)>,
+    start_wall: std::time::SystemTime,
+}
+
+impl IntervalLog {
+    /// A log starting now, with histograms tagged `tags`, closed every `interval`.
+    pub fn new(tags: &[&'static str], interval: std::time::Duration) -> IntervalLog {
+        IntervalLog {
+            tags: tags.to_vec(),
+            interval,
+            t0: std::time::Instant::now(),
+            open_at: std::time::Duration::ZERO,
+            current: tags.iter().map(|_| Latency::new()).collect(),
+            closed: Vec::new(),
+            start_wall: std::time::SystemTime::now(),
+        }
+    }
+
+    /// Records one latency under tag `tag` (an index into the tags) in the open interval.
+    #[inline]
+    pub fn record(&mut self, tag: usize, ns: u64) {
+        self.current[tag].record(ns);
+    }
+
+    /// Closes the open interval if it is over at `now`.
+    pub fn tick(&mut self, now: std::time::Instant) {
+        let at = now.saturating_duration_since(self.t0);
+        if at >= self.open_at + self.interval {
+            self.close(at);
+        }
+    }
+
+    /// Closes the open interval at `now` (the end of the run).
+    pub fn finish(&mut self, now: std::time::Instant) {
+        let at = now.saturating_duration_since(self.t0);
+        self.close(at.max(self.open_at));
+    }
+
+    fn close(&mut self, at: std::time::Duration) {
+        let len = at - self.open_at;
+        for (k, h) in self.current.iter_mut().enumerate() {
+            if h.count() > 0 {
+                self.closed.push((self.open_at, len, k, h.clone()));
+                h.h.reset();
+            }
+        }
+        self.open_at = at;
+    }
+
+    /// Intervals closed so far (one line each in the log).
+    pub fn intervals(&self) -> usize {
+        self.closed.len()
+    }
+
+    /// Writes the log: a comment, the start time, values in microseconds in the max column
+    /// (`MaxValueDivisor` 1000; the histograms themselves hold nanoseconds), then one line per
+    /// interval and tag with its compressed histogram.
+    pub fn write(&self, mut w: impl Write, comment: &str) -> io::Result<()> {
+        use hdrhistogram::serialization::V2DeflateSerializer;
+        use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+        let mut serializer = V2DeflateSerializer::new();
+        let mut log = IntervalLogWriterBuilder::new()
+            .add_comment(comment)
+            .add_comment("the histograms hold ns; the max column is in µs")
+            .with_start_time(self.start_wall)
+            .with_base_time(self.start_wall)
+            .with_max_value_divisor(1000.0)
+            .begin_log_with(&mut w, &mut serializer)?;
+        for (start, len, k, h) in &self.closed {
+            log.write_histogram(&h.h, *start, *len, Tag::new(self.tags[*k]))
+                .map_err(|e| io::Error::other(format!("writing an interval: {e:?}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// One line of an interval log read back: its tag, start, length and histogram.
+#[derive(Debug, Clone)]
+pub struct LoggedInterval {
+    pub tag: Option<String>,
+    pub start: std::time::Duration,
+    pub duration: std::time::Duration,
+    pub histogram: hdrhistogram::Histogram<u64>,
+}
+
+/// Reads an interval log (`.hlog`) back: every interval line, decoded; an error names what
+/// could not be read.
+pub fn read_interval_log(bytes: &[u8]) -> Result<Vec<LoggedInterval>, String> {
+    use base64::Engine;
+    use hdrhistogram::serialization::Deserializer;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    let mut de = Deserializer::new();
+    let mut out = Vec::new();
+    for entry in IntervalLogIterator::new(bytes) {
+        let entry = entry.map_err(|e| format!("a line of the log: {e:?}"))?;
+        let LogEntry::Interval(h) = entry else {
+            continue;
+        };
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(h.encoded_histogram())
+            .map_err(|e| format!("an interval's base64: {e}"))?;
+        let histogram = de
+            .deserialize(&mut std::io::Cursor::new(raw))
+            .map_err(|e| format!("an interval's histogram: {e:?}"))?;
+        out.push(LoggedInterval {
+            tag: h.tag().map(|t| t.as_str().to_string()),
+            start: h.start_timestamp(),
+            duration: h.duration(),
+            histogram,
+        });
+    }
+    Ok(out)
+}
+
 impl std::fmt::Display for LatencySummary {
     /// `p50 1.23 µs  p90 ...  max ...` with a unit picked for the values.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,6 +285,57 @@ impl std::fmt::Display for LatencySummary {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_interval_log_parses_back_interval_by_interval() {
+        use std::time::Duration;
+        let mut log = super::IntervalLog::new(&["write", "read"], Duration::from_millis(100));
+        let t0 = log.t0;
+        // Interval 1: 1000 writes of 1..=1000 µs; interval 2: 10 reads of 5 ms; then nothing
+        // for an interval (no line), then 3 writes of 2 µs.
+        for i in 1..=1000u64 {
+            log.record(0, i * 1000);
+        }
+        log.tick(t0 + Duration::from_millis(50));
+        assert_eq!(log.intervals(), 0, "not over yet");
+        log.tick(t0 + Duration::from_millis(100));
+        for _ in 0..10 {
+            log.record(1, 5_000_000);
+        }
+        log.tick(t0 + Duration::from_millis(200));
+        log.tick(t0 + Duration::from_millis(300));
+        for _ in 0..3 {
+            log.record(0, 2000);
+        }
+        log.finish(t0 + Duration::from_millis(350));
+        assert_eq!(log.intervals(), 3);
+        let mut out = Vec::new();
+        log.write(&mut out, "portico test").unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.starts_with("#portico test\n"), "{text}");
+        assert!(text.contains("#[MaxValueDivisor: 1000.000]"), "{text}");
+        let seen: Vec<_> = super::read_interval_log(&out)
+            .unwrap()
+            .into_iter()
+            .map(|i| {
+                (
+                    i.tag,
+                    i.start.as_millis(),
+                    i.duration.as_millis(),
+                    i.histogram.len(),
+                    i.histogram.max(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Some("write".into()), 0, 100, 1000, 1_000_447),
+                (Some("read".into()), 100, 100, 10, 5_001_215),
+                (Some("write".into()), 300, 50, 3, 2000),
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]

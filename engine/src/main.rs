@@ -156,6 +156,13 @@ enum Command {
         /// Write the latency distribution (µs) in HdrHistogram's .hgrm format.
         #[arg(long, value_name = "FILE")]
         hgrm: Option<PathBuf>,
+        /// write, read, send, mixed: write HdrHistogram interval logs (.hlog, one histogram
+        /// per operation type per interval, latency in ns), as HistogramLogProcessor reads.
+        #[arg(long, value_name = "FILE")]
+        hlog: Option<PathBuf>,
+        /// The .hlog interval in seconds (default 1).
+        #[arg(long, allow_negative_numbers = true)]
+        hlog_interval: Option<f64>,
         /// Capture both engines' ports into this pcapng file (Wireshark).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
@@ -460,6 +467,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
             mtu,
             verify,
             hgrm,
+            hlog,
+            hlog_interval,
             pcap,
             json,
             hugepages,
@@ -567,6 +576,12 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 mtu,
                 verify,
                 hgrm,
+                hlog: hlog.clone(),
+                hlog_interval: seconds("--hlog-interval", hlog_interval.unwrap_or(1.0))?
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        AppError::Usage("--hlog-interval: must be more than 0".into())
+                    })?,
                 pcap,
                 json,
                 hugepages,
@@ -578,6 +593,20 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 cores,
                 connections,
             };
+            if (hlog.is_some() || hlog_interval.is_some())
+                && !matches!(
+                    op,
+                    portico::bench::BenchOp::Write
+                        | portico::bench::BenchOp::Read
+                        | portico::bench::BenchOp::Send
+                        | portico::bench::BenchOp::Mixed
+                )
+            {
+                return Err(AppError::Usage(
+                    "--hlog, --hlog-interval: only bench write, read, send and mixed take them (so far)"
+                        .into(),
+                ));
+            }
             if (cores != 1 || connections.is_some())
                 && !matches!(
                     op,

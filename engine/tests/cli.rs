@@ -1277,3 +1277,71 @@ fn bench_shaper_bounds_name_their_argument_with_exit_2() {
         true,
     );
 }
+
+#[test]
+fn bench_hlog_writes_interval_histograms_that_read_back_to_every_operation() {
+    let path = std::env::temp_dir().join(format!("portico-bench-{}.hlog", std::process::id()));
+    let out = portico(&[
+        "bench",
+        "write",
+        "--duration",
+        "1.2",
+        "--hlog",
+        path.to_str().unwrap(),
+        "--hlog-interval",
+        "0.3",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "1024",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let ops = v["results"][0]["ops"].as_u64().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("#[StartTime: "), "{text}");
+    let intervals = portico::latency::read_interval_log(&bytes).unwrap();
+    // 1.2 s in 0.3 s intervals: four, and one or two for the last completions after.
+    assert!((4..=6).contains(&intervals.len()), "{}", intervals.len());
+    assert!(intervals.iter().all(|i| i.tag.as_deref() == Some("write")));
+    // Every operation is in exactly one interval, and the intervals follow each other.
+    let total: u64 = intervals.iter().map(|i| i.histogram.len()).sum();
+    assert_eq!(total, ops);
+    // (The log gives times to the millisecond.)
+    let ms = std::time::Duration::from_millis(1);
+    for w in intervals.windows(2) {
+        let end = w[0].start + w[0].duration;
+        assert!(end + ms >= w[1].start && w[1].start + ms >= end, "{:?}", w);
+    }
+    assert_bad(
+        &[
+            "bench",
+            "write",
+            "--hugepages",
+            "off",
+            "--hlog-interval",
+            "0",
+        ],
+        "--hlog-interval",
+        true,
+    );
+    assert_bad(
+        &[
+            "bench",
+            "tagged",
+            "--hugepages",
+            "off",
+            "--hlog",
+            "/tmp/x.hlog",
+        ],
+        "--hlog-interval",
+        true,
+    );
+}
