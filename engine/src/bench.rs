@@ -36,6 +36,7 @@ use crate::transport::{
 };
 
 pub mod congestion;
+pub mod latency_plot;
 pub mod persist;
 pub mod placement;
 mod plot;
@@ -89,6 +90,9 @@ pub struct BenchOpts {
     /// `hlog_interval` (`write`, `read`, `send`, `mixed` only).
     pub hlog: Option<PathBuf>,
     pub hlog_interval: Duration,
+    /// Write `latency.svg` and `timeline.svg` into this directory (`write`, `read`, `send`,
+    /// `mixed` only).
+    pub plot: Option<PathBuf>,
     /// Capture both engines' ports into this pcapng file.
     pub pcap: Option<PathBuf>,
     pub json: bool,
@@ -157,6 +161,9 @@ pub struct BenchSummary {
     /// `persist` only: the mode, what the target's region is, and the queue pair's tuning.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persist: Option<persist::PersistSummary>,
+    /// With `--plot DIR`: the SVGs written (latency by percentile, the run over time).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plots: Vec<String>,
 }
 
 /// Bytes of each of the four application buffers at most.
@@ -719,6 +726,11 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         .hlog
         .as_ref()
         .map(|_| crate::latency::IntervalLog::new(&OP_NAMES, opts.hlog_interval));
+    // The timeline's intervals: finer than a log's, so that a run of seconds is a line.
+    let mut plot_log = opts
+        .plot
+        .as_ref()
+        .map(|_| crate::latency::IntervalLog::new(&OP_NAMES, Duration::from_millis(100)));
     // With --verify: landed bytes to check, as (operation id, which buffer, offset). They are
     // checked after the next batch is posted, so the engine has work while the host compares.
     let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
@@ -868,7 +880,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             if n > 0 {
                 // One clock read per batch of completions: the work they did ended by now.
                 let polled_at = Instant::now();
-                if let Some(log) = &mut hlog {
+                for log in [&mut hlog, &mut plot_log].into_iter().flatten() {
                     log.tick(polled_at);
                 }
                 let mask = l.mask();
@@ -885,7 +897,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
                     let k = op_index(wc.opcode);
                     let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
                     hist[k].record(ns);
-                    if let Some(log) = &mut hlog {
+                    for log in [&mut hlog, &mut plot_log].into_iter().flatten() {
                         log.record(k, ns);
                     }
                     counts[k] += 1;
@@ -985,7 +997,25 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         });
         written.map_err(|e| AppError::Failed(format!("writing {}: {e}", path.display())))?;
     }
+    let mut plots = Vec::new();
+    if let (Some(dir), Some(log)) = (&opts.plot, &mut plot_log) {
+        log.finish(Instant::now());
+        let named: latency_plot::Named<'_> = (0..3)
+            .filter(|&k| counts[k] > 0)
+            .map(|k| (OP_NAMES[k], &hist[k]))
+            .collect();
+        let title = format!(
+            "{} B {}, queue depth {}",
+            opts.size,
+            format!("{:?}", opts.op).to_lowercase(),
+            opts.qd
+        );
+        let (a, b) = latency_plot::write(dir, &title, &named, log)
+            .map_err(|e| AppError::Failed(format!("writing plots into {}: {e}", dir.display())))?;
+        plots = vec![a.display().to_string(), b.display().to_string()];
+    }
     Ok(BenchSummary {
+        plots,
         op: opts.op,
         size: opts.size,
         qd: opts.qd,
@@ -1150,6 +1180,9 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
     if let Some(p) = &s.persist {
         persist::print(p);
+    }
+    for p in &s.plots {
+        println!("  plot: {p}");
     }
     if let Some(p) = hgrm {
         println!("  latency distribution (µs) written to {}", p.display());

@@ -73,6 +73,15 @@ impl Latency {
         self.h.value_at_percentile(percentile)
     }
 
+    /// The percentile distribution as (percentile 0..=100, value ns) points, five per halving
+    /// of what is left (the points of a `.hgrm`), ending at the maximum.
+    pub fn percentile_curve(&self) -> Vec<(f64, u64)> {
+        self.h
+            .iter_quantiles(5)
+            .map(|v| (v.quantile_iterated_to() * 100.0, v.value_iterated_to()))
+            .collect()
+    }
+
     pub fn summary(&self) -> LatencySummary {
         let p = |q| self.h.value_at_percentile(q);
         LatencySummary {
@@ -197,9 +206,30 @@ impl IntervalLog {
         self.open_at = at;
     }
 
+    /// The interval's nominal length.
+    pub fn interval(&self) -> std::time::Duration {
+        self.interval
+    }
+
     /// Intervals closed so far (one line each in the log).
     pub fn intervals(&self) -> usize {
         self.closed.len()
+    }
+
+    /// The closed intervals: start (since the log began), length, tag, histogram.
+    pub fn closed(
+        &self,
+    ) -> impl Iterator<
+        Item = (
+            std::time::Duration,
+            std::time::Duration,
+            &'static str,
+            &Latency,
+        ),
+    > + '_ {
+        self.closed
+            .iter()
+            .map(|(start, len, k, h)| (*start, *len, self.tags[*k], h))
     }
 
     /// Writes the log: a comment, the start time, values in microseconds in the max column

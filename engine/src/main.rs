@@ -163,6 +163,10 @@ enum Command {
         /// The .hlog interval in seconds (default 1).
         #[arg(long, allow_negative_numbers = true)]
         hlog_interval: Option<f64>,
+        /// write, read, send, mixed: write latency.svg (latency by percentile, HdrHistogram's
+        /// log-percentile axis) and timeline.svg (ops/s and p99 over the run) into DIR.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// Capture both engines' ports into this pcapng file (Wireshark).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
@@ -469,6 +473,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             hgrm,
             hlog,
             hlog_interval,
+            plot,
             pcap,
             json,
             hugepages,
@@ -577,6 +582,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 verify,
                 hgrm,
                 hlog: hlog.clone(),
+                plot: plot.clone(),
                 hlog_interval: seconds("--hlog-interval", hlog_interval.unwrap_or(1.0))?
                     .filter(|d| !d.is_zero())
                     .ok_or_else(|| {
@@ -593,7 +599,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 cores,
                 connections,
             };
-            if (hlog.is_some() || hlog_interval.is_some())
+            if (hlog.is_some() || hlog_interval.is_some() || plot.is_some())
                 && !matches!(
                     op,
                     portico::bench::BenchOp::Write
@@ -603,7 +609,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 )
             {
                 return Err(AppError::Usage(
-                    "--hlog, --hlog-interval: only bench write, read, send and mixed take them (so far)"
+                    "--hlog, --hlog-interval, --plot: only bench write, read, send and mixed take them (so far)"
                         .into(),
                 ));
             }

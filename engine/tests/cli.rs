@@ -1279,8 +1279,9 @@ fn bench_shaper_bounds_name_their_argument_with_exit_2() {
 }
 
 #[test]
-fn bench_hlog_writes_interval_histograms_that_read_back_to_every_operation() {
+fn bench_hlog_and_plot_write_interval_histograms_that_read_back_and_the_svgs() {
     let path = std::env::temp_dir().join(format!("portico-bench-{}.hlog", std::process::id()));
+    let plots = std::env::temp_dir().join(format!("portico-bench-plots-{}", std::process::id()));
     let out = portico(&[
         "bench",
         "write",
@@ -1290,6 +1291,8 @@ fn bench_hlog_writes_interval_histograms_that_read_back_to_every_operation() {
         path.to_str().unwrap(),
         "--hlog-interval",
         "0.3",
+        "--plot",
+        plots.to_str().unwrap(),
         "--json",
         "--hugepages",
         "off",
@@ -1303,6 +1306,21 @@ fn bench_hlog_writes_interval_histograms_that_read_back_to_every_operation() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     let ops = v["results"][0]["ops"].as_u64().unwrap();
+    // --plot: the two SVGs, named in the JSON.
+    for name in ["latency.svg", "timeline.svg"] {
+        let p = plots.join(name);
+        let svg = std::fs::read_to_string(&p).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("write"), "{name}");
+        assert!(
+            v["plots"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == p.to_str().unwrap()),
+            "{v}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&plots);
     let bytes = std::fs::read(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     let text = String::from_utf8_lossy(&bytes);
@@ -1341,7 +1359,7 @@ fn bench_hlog_writes_interval_histograms_that_read_back_to_every_operation() {
             "--hlog",
             "/tmp/x.hlog",
         ],
-        "--hlog-interval",
+        "--plot",
         true,
     );
 }

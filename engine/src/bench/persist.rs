@@ -709,6 +709,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         Vec::new()
     };
     Ok(BenchSummary {
+        plots: Vec::new(),
         op: opts.op,
         size: opts.size,
         qd: opts.qd,

@@ -1,0 +1,282 @@
+//! `portico bench write|read|send|mixed --plot DIR`: the plots latency-benchmark users look at.
+//!
+//! - `latency.svg`: each operation type's latency percentile distribution on HdrHistogram's
+//!   plotter axis, the percentile spread out as 1 / (1 - p) on a log scale (so 90 %, 99 %,
+//!   99.9 % and 99.99 % take equal room and the tail is visible), latency in µs;
+//! - `timeline.svg`: per operation type, operations per second and p99 latency over the run,
+//!   from interval histograms (`IntervalLog`, 100 ms by default).
+
+use std::io;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::bench::plot::{Area, DrawResult, axis_top, drawing_error};
+use crate::latency::{IntervalLog, Latency};
+
+/// Colors of the operation types, in turn.
+const COLORS: [RGBColor; 3] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+];
+const TITLE_FONT: u32 = 24;
+const LABEL_FONT: u32 = 16;
+/// The rightmost point of the percentile axis: 1 / (1 - 99.999 %).
+const MAX_SPREAD: f64 = 1e5;
+
+/// (name, histogram) per operation type with something recorded.
+pub type Named<'a> = Vec<(&'static str, &'a Latency)>;
+
+/// Writes `latency.svg` and `timeline.svg` into `dir` (created if missing); returns their
+/// paths.
+pub fn write(
+    dir: &Path,
+    title: &str,
+    hists: &Named<'_>,
+    log: &IntervalLog,
+) -> io::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let latency = dir.join("latency.svg");
+    let timeline = dir.join("timeline.svg");
+    std::fs::write(&latency, render_latency(title, hists)?)?;
+    std::fs::write(&timeline, render_timeline(title, log)?)?;
+    Ok((latency, timeline))
+}
+
+/// A percentile as the distance from 100 %: 1 / (1 - p), 1 at 0 %.
+fn spread(percentile: f64) -> f64 {
+    let p = (percentile / 100.0).min(1.0 - 1.0 / MAX_SPREAD);
+    1.0 / (1.0 - p)
+}
+
+fn render_latency(title: &str, hists: &Named<'_>) -> io::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 560)).into_drawing_area();
+        draw_latency(&root, title, hists).map_err(drawing_error)?;
+        root.present().map_err(drawing_error)?;
+    }
+    Ok(svg)
+}
+
+fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
+    root.fill(&WHITE)?;
+    let curves: Vec<(&str, Vec<(f64, f64)>)> = hists
+        .iter()
+        .map(|(name, h)| {
+            let pts = h
+                .percentile_curve()
+                .into_iter()
+                .map(|(p, ns)| (spread(p), ns as f64 / 1e3))
+                .collect();
+            (*name, pts)
+        })
+        .collect();
+    let top = axis_top(curves.iter().flat_map(|(_, c)| c.iter().map(|p| p.1)));
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{title}: latency by percentile"),
+            ("sans-serif", TITLE_FONT),
+        )
+        .margin(16)
+        .margin_right(30)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d((1.0..MAX_SPREAD).log_scale(), 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (µs)")
+        .x_label_formatter(&|x| {
+            // 10 is 90 %, 100 is 99 %, 1000 is 99.9 %: as many nines as the power of ten.
+            let p = 100.0 * (1.0 - 1.0 / x);
+            let decimals = (x.log10().round() as usize).saturating_sub(2);
+            format!("{p:.decimals$}%")
+        })
+        .y_labels(8)
+        .y_label_formatter(&|v| {
+            if top >= 10.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            }
+        })
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .label_style(("sans-serif", LABEL_FONT))
+        .axis_desc_style(("sans-serif", LABEL_FONT))
+        .draw()?;
+    for (i, (name, pts)) in curves.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", LABEL_FONT))
+        .draw()
+}
+
+/// One operation type's points over the run: (time s at the interval's end, ops/s, p99 µs).
+type Series = (&'static str, Vec<(f64, f64, f64)>);
+
+/// Per operation type, its points over the run.
+fn timeline_series(log: &IntervalLog) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for (start, len, tag, h) in log.closed() {
+        let secs = len.as_secs_f64();
+        // The last interval is whatever was left when the run ended (the drain of the
+        // operations still outstanding): a rate over a sliver of it is not the run's.
+        if len < log.interval() / 2 {
+            continue;
+        }
+        let point = (
+            (start + len).as_secs_f64(),
+            h.count() as f64 / secs,
+            h.percentile(99.0) as f64 / 1e3,
+        );
+        match out.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, v)) => v.push(point),
+            None => out.push((tag, vec![point])),
+        }
+    }
+    out
+}
+
+fn render_timeline(title: &str, log: &IntervalLog) -> io::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 700)).into_drawing_area();
+        draw_timeline(&root, title, log).map_err(drawing_error)?;
+        root.present().map_err(drawing_error)?;
+    }
+    Ok(svg)
+}
+
+fn draw_timeline(root: &Area<'_>, title: &str, log: &IntervalLog) -> DrawResult {
+    root.fill(&WHITE)?;
+    let body = root.titled(
+        &format!("{title}: over the run"),
+        ("sans-serif", TITLE_FONT),
+    )?;
+    let panels = body.split_evenly((2, 1));
+    let series = timeline_series(log);
+    let end = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|p| p.0))
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    for (panel, (caption, pick)) in panels.iter().zip([
+        ("operations per second", 1usize),
+        ("p99 latency (µs)", 2usize),
+    ]) {
+        let value = |p: &(f64, f64, f64)| if pick == 1 { p.1 } else { p.2 };
+        let top = axis_top(series.iter().flat_map(|(_, v)| v.iter().map(value)));
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, ("sans-serif", LABEL_FONT + 4))
+            .margin(12)
+            .margin_right(30)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..end, 0.0..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_labels(6)
+            .y_label_formatter(&|v| {
+                if top >= 10.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.2}")
+                }
+            })
+            .max_light_lines(0)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .label_style(("sans-serif", LABEL_FONT))
+            .axis_desc_style(("sans-serif", LABEL_FONT))
+            .draw()?;
+        for (i, (tag, pts)) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|p| (p.0, value(p))),
+                    color.stroke_width(2),
+                ))?
+                .label(*tag)
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(RGBColor(200, 200, 200))
+            .label_font(("sans-serif", LABEL_FONT))
+            .draw()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_percentile_axis_spreads_the_tail() {
+        assert_eq!(spread(0.0), 1.0);
+        assert!((spread(90.0) - 10.0).abs() < 1e-9);
+        assert!((spread(99.0) - 100.0).abs() < 1e-6);
+        assert!(
+            (spread(100.0) - MAX_SPREAD).abs() < 1e-3,
+            "the maximum is drawn at the edge"
+        );
+    }
+
+    #[test]
+    fn both_plots_hold_each_operation_type_and_the_timeline_its_rates() {
+        let mut w = Latency::new();
+        let mut r = Latency::new();
+        let mut log = IntervalLog::new(&["read", "send", "write"], Duration::from_millis(100));
+        let t0 = Instant::now();
+        for i in 1..=1000u64 {
+            w.record(i * 1000);
+            log.record(2, i * 1000);
+        }
+        log.tick(t0 + Duration::from_secs(1));
+        for _ in 0..500 {
+            r.record(3000);
+            log.record(0, 3000);
+        }
+        log.finish(t0 + Duration::from_secs(2));
+        let series = timeline_series(&log);
+        // 1000 writes in the first second (up to when it was closed) and 500 reads after.
+        let (tag, pts) = &series[0];
+        assert_eq!(*tag, "write");
+        assert_eq!(pts.len(), 1);
+        assert!((pts[0].1 - 1000.0).abs() < 50.0, "{pts:?}");
+        assert_eq!(series[1].0, "read");
+        let hists: Named<'_> = vec![("write", &w), ("read", &r)];
+        let lat = render_latency("t", &hists).unwrap();
+        let tl = render_timeline("t", &log).unwrap();
+        for svg in [&lat, &tl] {
+            assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+            for name in ["write", "read"] {
+                assert!(svg.contains(name), "{name}");
+            }
+        }
+        assert!(lat.contains("99.99%") && lat.contains("latency (µs)"));
+        assert!(
+            !lat.contains("99.9990"),
+            "labels as many nines as they need"
+        );
+        assert!(tl.contains("operations per second") && tl.contains("p99 latency"));
+    }
+}
