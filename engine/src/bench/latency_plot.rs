@@ -2,7 +2,8 @@
 //!
 //! - `latency.svg`: each operation type's latency percentile distribution on HdrHistogram's
 //!   plotter axis, the percentile spread out as 1 / (1 - p) on a log scale (so 90 %, 99 %,
-//!   99.9 % and 99.99 % take equal room and the tail is visible), latency in µs;
+//!   99.9 % and 99.99 % take equal room and the tail is visible), latency in µs on a log
+//!   scale too (the body and a tail a thousand times longer on one plot);
 //! - `timeline.svg`: per operation type, operations per second and p99 latency over the run,
 //!   from interval histograms (`IntervalLog`, 100 ms by default).
 
@@ -73,7 +74,18 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
             (*name, pts)
         })
         .collect();
-    let top = axis_top(curves.iter().flat_map(|(_, c)| c.iter().map(|p| p.1)));
+    // A log axis for latency too: the body (tens of µs) and the tail (ms) on one plot.
+    let top = axis_top(curves.iter().flat_map(|(_, c)| c.iter().map(|p| p.1))) * 1.5;
+    let bottom = curves
+        .iter()
+        .flat_map(|(_, c)| c.iter().map(|p| p.1))
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let bottom = if bottom.is_finite() {
+        bottom / 1.5
+    } else {
+        top / 10.0
+    };
     let mut chart = ChartBuilder::on(root)
         .caption(
             format!("{title}: latency by percentile"),
@@ -83,7 +95,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
         .margin_right(30)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d((1.0..MAX_SPREAD).log_scale(), 0.0..top)?;
+        .build_cartesian_2d((1.0..MAX_SPREAD).log_scale(), (bottom..top).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("percentile")
@@ -96,7 +108,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
         })
         .y_labels(8)
         .y_label_formatter(&|v| {
-            if top >= 10.0 {
+            if *v >= 10.0 {
                 format!("{v:.0}")
             } else {
                 format!("{v:.2}")
