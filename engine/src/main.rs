@@ -599,29 +599,21 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 cores,
                 connections,
             };
-            if (hlog.is_some() || hlog_interval.is_some() || plot.is_some())
-                && !matches!(
-                    op,
-                    portico::bench::BenchOp::Write
-                        | portico::bench::BenchOp::Read
-                        | portico::bench::BenchOp::Send
-                        | portico::bench::BenchOp::Mixed
-                )
-            {
+            // The benches of the main loop (the others run their own).
+            let main_loop = matches!(
+                op,
+                portico::bench::BenchOp::Write
+                    | portico::bench::BenchOp::Read
+                    | portico::bench::BenchOp::Send
+                    | portico::bench::BenchOp::Mixed
+            );
+            if (hlog.is_some() || hlog_interval.is_some() || plot.is_some()) && !main_loop {
                 return Err(AppError::Usage(
                     "--hlog, --hlog-interval, --plot: only bench write, read, send and mixed take them (so far)"
                         .into(),
                 ));
             }
-            if (cores != 1 || connections.is_some())
-                && !matches!(
-                    op,
-                    portico::bench::BenchOp::Write
-                        | portico::bench::BenchOp::Read
-                        | portico::bench::BenchOp::Send
-                        | portico::bench::BenchOp::Mixed
-                )
-            {
+            if (cores != 1 || connections.is_some()) && !main_loop {
                 return Err(AppError::Usage(
                     "--cores, --connections: only bench write, read, send and mixed take them"
                         .into(),
