@@ -6,6 +6,7 @@
 //! [shaper]
 //! absorb_gbps = 4.0          # READ responses pulled in at most this fast (absent: unlimited)
 //! absorb_burst_bytes = 131072
+//! link_gbps = 10.0           # the port rate the classes share (absent: the port's speed)
 //! mcus = 16                  # message-chopping units per worker
 //! outstanding_cap = 64       # packets an MCU may have in flight
 //! quantum_bytes = 4096       # deficit round robin among a class's MCUs
@@ -38,6 +39,14 @@ pub struct ShaperSection {
     /// once after a quiet spell.
     #[serde(default = "default_absorb_burst")]
     pub absorb_burst_bytes: u64,
+    /// The port rate the classes share, in Gbit/s: every request is charged to one link
+    /// bucket, so the classes get their assured rates out of it and borrow the rest up to
+    /// their ceilings; absent: the port's own speed is the only limit.
+    #[serde(default)]
+    pub link_gbps: Option<f64>,
+    /// The link bucket's depth in bytes (what may go at once after a quiet spell).
+    #[serde(default = "default_link_burst")]
+    pub link_burst_bytes: u64,
     #[serde(default = "default_mcus")]
     pub mcus: usize,
     #[serde(default = "default_cap")]
@@ -68,6 +77,10 @@ pub struct ClassSection {
 
 fn default_absorb_burst() -> u64 {
     128 * 1024
+}
+
+fn default_link_burst() -> u64 {
+    64 * 1024
 }
 
 fn default_mcus() -> usize {
@@ -155,6 +168,11 @@ impl ShaperSection {
             None => None,
         };
         cfg.absorb_burst_bytes = self.absorb_burst_bytes;
+        cfg.link_bps = match self.link_gbps {
+            Some(g) => Some(gbps_to_bps(&format!("{prefix}.link_gbps"), g, false)?),
+            None => None,
+        };
+        cfg.link_burst_bytes = self.link_burst_bytes;
         cfg.mcus = self.mcus;
         cfg.outstanding_cap = self.outstanding_cap;
         cfg.quantum_bytes = self.quantum_bytes;
@@ -186,6 +204,8 @@ mod tests {
             [shaper]
             absorb_gbps = 4.5
             absorb_burst_bytes = 200000
+            link_gbps = 25
+            link_burst_bytes = 100000
             mcus = 8
             outstanding_cap = 32
             quantum_bytes = 9000
@@ -202,6 +222,10 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.absorb_bps, Some(4_500_000_000));
         assert_eq!(cfg.absorb_burst_bytes, 200_000);
+        assert_eq!(
+            (cfg.link_bps, cfg.link_burst_bytes),
+            (Some(25_000_000_000), 100_000)
+        );
         assert_eq!(
             (cfg.mcus, cfg.outstanding_cap, cfg.quantum_bytes),
             (8, 32, 9000)
@@ -251,6 +275,14 @@ mod tests {
                 "shaper.absorb_gbps",
             ),
             (&format!("[shaper]\nmcus = 0\n{class}"), "shaper.mcus"),
+            (
+                &format!("[shaper]\nlink_gbps = 0\n{class}"),
+                "shaper.link_gbps",
+            ),
+            (
+                &format!("[shaper]\nlink_gbps = 1\nlink_burst_bytes = 0\n{class}"),
+                "shaper.link_burst_bytes",
+            ),
             (
                 &format!("[shaper]\noutstanding_cap = 0\n{class}"),
                 "shaper.outstanding_cap",
