@@ -361,6 +361,13 @@ pub(crate) fn start_eal_for_pairs(
 ) -> Result<(usize, usize, MemoryChoice), AppError> {
     let cores = available_cores();
     let (host_core, engine_core) = (cores[0], *cores.last().unwrap_or(&cores[0]));
+    let memory = start_eal(opts, host_core, pairs)?;
+    Ok((host_core, engine_core, memory))
+}
+
+/// Starts EAL with its main lcore on `host_core` and memory for `pairs` loopback pools, and
+/// prints the banner.
+fn start_eal(opts: &BenchOpts, host_core: usize, pairs: u32) -> Result<MemoryChoice, AppError> {
     let (args, memory) = plan_eal_args(
         &opts.eal,
         opts.hugepages,
@@ -378,7 +385,7 @@ pub(crate) fn start_eal_for_pairs(
     )?;
     let info = Eal::init(&args)?;
     report::banner(info, &memory, opts.json);
-    Ok((host_core, engine_core, memory))
+    Ok(memory)
 }
 
 /// Starts EAL (after the banner) and the two engines with queue pair settings `qp`. One
@@ -391,23 +398,7 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
     let cores = available_cores();
     let workers = worker_cores(&cores, n);
     let (a, b) = (cores[0], workers[0]);
-    let (args, memory) = plan_eal_args(
-        &opts.eal,
-        opts.hugepages,
-        opts.memory_mb,
-        a,
-        &[],
-        &HugepageStatus::read(),
-    )?;
-    check_pool_fits(
-        &memory,
-        LOOPBACK_MBUFS,
-        crate::rdma::FRAME_DATA_ROOM,
-        ("--memory-mb", "--hugepages"),
-        "",
-    )?;
-    let info = Eal::init(&args)?;
-    report::banner(info, &memory, opts.json);
+    let memory = start_eal(opts, a, 1)?;
     let mut lo = if n == 1 {
         let mut lo = LoopbackOpts::new(qp, [b, b]);
         lo.connections = connections;

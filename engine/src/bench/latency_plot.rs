@@ -45,6 +45,15 @@ pub fn write(
     Ok((latency, timeline))
 }
 
+/// An axis value: whole numbers on an axis that reaches 10, two decimals below.
+fn value_label(v: f64, whole: bool) -> String {
+    if whole {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 /// A percentile as the distance from 100 %: 1 / (1 - p), 1 at 0 %.
 fn spread(percentile: f64) -> f64 {
     let p = (percentile / 100.0).min(1.0 - 1.0 / MAX_SPREAD);
@@ -107,13 +116,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
             format!("{p:.decimals$}%")
         })
         .y_labels(8)
-        .y_label_formatter(&|v| {
-            if *v >= 10.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
-        })
+        .y_label_formatter(&|v| value_label(*v, *v >= 10.0))
         .max_light_lines(0)
         .bold_line_style(RGBColor(225, 225, 225))
         .label_style(("sans-serif", LABEL_FONT))
@@ -201,13 +204,7 @@ fn draw_timeline(root: &Area<'_>, title: &str, log: &IntervalLog) -> DrawResult 
             .configure_mesh()
             .x_desc("time (s)")
             .y_labels(6)
-            .y_label_formatter(&|v| {
-                if top >= 10.0 {
-                    format!("{v:.0}")
-                } else {
-                    format!("{v:.2}")
-                }
-            })
+            .y_label_formatter(&|v| value_label(*v, top >= 10.0))
             .max_light_lines(0)
             .bold_line_style(RGBColor(225, 225, 225))
             .label_style(("sans-serif", LABEL_FONT))

@@ -412,8 +412,8 @@ fn shaper_config(p: &ShaperParams, paced: bool) -> ShaperConfig {
 struct Lane {
     qp: Qp,
     cq: Cq,
+    /// Its traffic class: 0 (`reads`) for the READ queue pairs.
     class: usize,
-    read: bool,
     /// Where its buffers start in both regions.
     base: u64,
     size: u32,
@@ -423,6 +423,13 @@ struct Lane {
     steady_bytes: u64,
     /// A completion failed: the queue pair is in the error state, and nothing more is posted.
     failed: bool,
+}
+
+impl Lane {
+    /// A queue pair of the READ class.
+    fn read(&self) -> bool {
+        self.class == 0
+    }
 }
 
 struct PhaseRun {
@@ -643,16 +650,18 @@ fn run_phase(
     } = super::start_pair(&lo)?;
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     // Each lane's buffers: `depth` slots of its size, at the same offsets in both regions.
-    let mut bases = Vec::with_capacity(lanes_n);
-    let mut total = 0u64;
-    for c in 0..lanes_n {
-        bases.push(total);
-        let size = if c < p.reads {
+    let size_of = |class: u8| {
+        if class == 0 {
             p.read_size
         } else {
             p.write_size
-        };
-        total += depth as u64 * u64::from(size);
+        }
+    };
+    let mut bases = Vec::with_capacity(lanes_n);
+    let mut total = 0u64;
+    for &class in &classes {
+        bases.push(total);
+        total += depth as u64 * u64::from(size_of(class));
     }
     let map_a = super::tagged::map(total as usize)?;
     let map_b = super::tagged::map(total as usize)?;
@@ -666,13 +675,8 @@ fn run_phase(
             qp,
             cq,
             class: classes[i] as usize,
-            read: i < p.reads,
             base: bases[i],
-            size: if i < p.reads {
-                p.read_size
-            } else {
-                p.write_size
-            },
+            size: size_of(classes[i]),
             slots: vec![None; depth],
             ops: 0,
             steady_bytes: 0,
@@ -700,13 +704,14 @@ fn run_phase(
         }
         let mut outstanding = 0;
         for lane in &mut lanes {
-            if posting && !lane.failed && (!lane.read || kind.reads()) {
+            let read = lane.read();
+            if posting && !lane.failed && (!read || kind.reads()) {
                 for (k, s) in lane.slots.iter_mut().enumerate() {
                     if s.is_some() {
                         continue;
                     }
                     let off = lane.base + k as u64 * u64::from(lane.size);
-                    let wr = if lane.read {
+                    let wr = if read {
                         WorkRequest::read(
                             k as u64,
                             SgList::one(region_b.lkey(), region_b.addr() + off, lane.size),
@@ -738,12 +743,12 @@ fn run_phase(
                 if wc.status != WcStatus::Success {
                     errors += 1;
                     lane.failed = true;
-                    let op = if lane.read { "READ" } else { "WRITE" };
+                    let op = if lane.read() { "READ" } else { "WRITE" };
                     first_error.get_or_insert_with(|| format!("{:?} ({op})", wc.status));
                     continue;
                 }
                 let ns = done_at.duration_since(posted).as_nanos() as u64;
-                if lane.read {
+                if lane.read() {
                     read_latency.record(ns);
                 } else {
                     write_latency.record(ns);
@@ -818,7 +823,7 @@ fn run_phase(
             }
         })
         .collect();
-    let active = |l: &Lane| !l.read || kind.reads();
+    let active = |l: &Lane| !l.read() || kind.reads();
     let class_steady = |c: usize| -> u64 {
         lanes
             .iter()
@@ -849,8 +854,8 @@ fn run_phase(
             }
         })
         .collect();
-    let reads: u64 = lanes.iter().filter(|l| l.read).map(|l| l.ops).sum();
-    let writes_done: u64 = lanes.iter().filter(|l| !l.read).map(|l| l.ops).sum();
+    let reads: u64 = lanes.iter().filter(|l| l.read()).map(|l| l.ops).sum();
+    let writes_done: u64 = lanes.iter().filter(|l| !l.read()).map(|l| l.ops).sum();
     let bytes: u64 = lanes.iter().map(|l| l.ops * u64::from(l.size)).sum();
     let summary = PhaseSummary {
         phase: kind,
