@@ -7,9 +7,13 @@
 //! instead of quietly delaying the operations behind it (no coordinated omission). Without a
 //! rate the loop is closed, and latency runs from posting to completion.
 //!
-//! A run lasts `--duration` seconds, or until Ctrl-C or SIGTERM when it is 0; either way it
-//! then waits for what is outstanding and prints its summary, with the two `net_ring` ports'
-//! own counters (misses, errors, mbuf allocation failures, drop xstats) beside the engines'.
+//! A run is one point (a message size and a queue depth) or a sweep of them (`--sizes`,
+//! `--all-sizes`, a `--qd` list), run one after the other on the same engines by
+//! [`point::Runner`]. Each point lasts `--duration` seconds, or until Ctrl-C or SIGTERM when it
+//! is 0; a signal ends the current point (it waits for what is outstanding) and the run, and
+//! everything measured until then is still printed and written (`--hlog`, `--plot`, `--csv`).
+//! The summary has the two `net_ring` ports' own counters (misses, errors, mbuf allocation
+//! failures, drop xstats) beside the engines'.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,19 +31,20 @@ use crate::config::{HugepageMode, MemoryLimit, limits};
 use crate::dataplane::{self, Eal, PortInfo};
 use crate::hugepages::HugepageStatus;
 use crate::latency::{Latency, LatencySummary};
-use crate::rdma::MemoryRegion;
 use crate::rdma::loopback::{self, LoopbackOpts};
 use crate::report;
 use crate::runtime::{CaptureSink, Runtime};
-use crate::transport::{
-    Access, Mtu, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
-};
+use crate::transport::{Access, Mtu, QpConfig, WcOpcode, WorkRequest};
+
+pub use point::Point;
+pub(crate) use point::WCS_LEN;
 
 pub mod congestion;
 pub mod latency_plot;
 pub mod persist;
 pub mod placement;
 mod plot;
+pub mod point;
 pub mod shaper;
 pub mod tagged;
 
@@ -78,6 +83,12 @@ pub struct BenchOpts {
     pub size_given: bool,
     /// Operations outstanding at once.
     pub qd: usize,
+    /// A size sweep (`--sizes`, `--all-sizes`): every size at every queue depth; empty: `size`.
+    pub sizes: Vec<u32>,
+    /// A queue-depth sweep (`--qd 1,8,64`); empty: `qd`.
+    pub qds: Vec<usize>,
+    /// Write every point's results as CSV here.
+    pub csv: Option<PathBuf>,
     /// Operations per second (None: as fast as completions come back).
     pub rate: Option<f64>,
     /// None: until Ctrl-C or SIGTERM.
@@ -117,6 +128,11 @@ pub struct BenchOpts {
 #[derive(Debug, Clone, Serialize)]
 pub struct OpResult {
     pub op: &'static str,
+    /// The point's message size and queue depth (`bench write|read|send|mixed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qd: Option<usize>,
     pub ops: u64,
     pub ops_per_sec: f64,
     pub gbit_per_sec: f64,
@@ -164,130 +180,47 @@ pub struct BenchSummary {
     /// With `--plot DIR`: the SVGs written (latency by percentile, the run over time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plots: Vec<String>,
+    /// A sweep's points, each with its own results (all of them are in `results` too, with
+    /// their size and queue depth).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<PointSummary>,
+    /// The run ended early (Ctrl-C or SIGTERM, or a point that could not drain): `points` and
+    /// `results` hold what was measured until then.
+    pub interrupted: bool,
+    /// With `--csv FILE`: the file written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub csv: Option<String>,
+    /// `--client`: what the server reported of its side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<serde_json::Value>,
 }
 
-/// Bytes of each of the four application buffers at most.
-const BUF_CAP: usize = 64 << 20;
+/// One point of a sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct PointSummary {
+    pub size: u32,
+    pub qd: usize,
+    pub seconds: f64,
+    pub results: Vec<OpResult>,
+    pub errors: u64,
+    /// Ctrl-C or SIGTERM ended this point before its duration.
+    pub interrupted: bool,
+}
 
 /// Mbufs in the engines' pool, as `rdma::loopback` creates it (checked against EAL's memory
 /// before EAL starts).
 const LOOPBACK_MBUFS: u32 = 16383;
 
-const OP_NAMES: [&str; 3] = ["read", "send", "write"];
+/// The operation types, in the order of [`op_index`] (latency histograms, `.hlog` tags).
+pub(crate) const OP_NAMES: [&str; 3] = ["read", "send", "write"];
 
-fn op_index(op: WcOpcode) -> usize {
+pub(crate) fn op_index(op: WcOpcode) -> usize {
     match op {
         WcOpcode::RdmaRead => 0,
         WcOpcode::Send => 1,
         _ => 2,
     }
 }
-
-/// The pattern operation `id` carries: 8-byte little-endian words that differ per operation
-/// and per word; a short tail takes the first bytes of one more word.
-fn pattern_word(seed: u64, i: usize) -> u64 {
-    seed ^ (i as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)
-}
-
-fn pattern_seed(id: u64) -> u64 {
-    (id + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
-fn fill_pattern(id: u64, buf: &mut [u8]) {
-    let seed = pattern_seed(id);
-    let mut words = buf.chunks_exact_mut(8);
-    let mut n = 0;
-    for (i, w) in (&mut words).enumerate() {
-        w.copy_from_slice(&pattern_word(seed, i).to_le_bytes());
-        n = i + 1;
-    }
-    let rest = words.into_remainder();
-    let tail = pattern_word(seed, n).to_le_bytes();
-    let k = rest.len();
-    rest.copy_from_slice(&tail[..k]);
-}
-
-/// Whether `buf` holds operation `id`'s pattern: one pass, comparing word by word as the
-/// pattern is computed.
-fn has_pattern(id: u64, buf: &[u8]) -> bool {
-    let seed = pattern_seed(id);
-    let mut words = buf.chunks_exact(8);
-    let mut n = 0;
-    let mut diff = 0u64;
-    for (i, w) in (&mut words).enumerate() {
-        diff |= u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ pattern_word(seed, i);
-        n = i + 1;
-    }
-    let rest = words.remainder();
-    diff == 0 && rest == &pattern_word(seed, n).to_le_bytes()[..rest.len()]
-}
-
-/// The host's view of `--verify`: scratch space, no allocation per operation.
-struct Verifier {
-    buf: Vec<u8>,
-    summary: VerifySummary,
-}
-
-impl Verifier {
-    fn new(size: usize) -> Verifier {
-        Verifier {
-            buf: vec![0; size],
-            summary: VerifySummary::default(),
-        }
-    }
-
-    /// Writes operation `id`'s pattern into `mr` at `offset`.
-    fn fill(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
-        fill_pattern(id, &mut self.buf);
-        mr.write(offset, &self.buf).expect("slot inside the buffer");
-    }
-
-    /// Compares what landed in `mr` at `offset` with operation `id`'s pattern.
-    fn check(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
-        mr.read(offset, &mut self.buf)
-            .expect("slot inside the buffer");
-        self.summary.checked_ops += 1;
-        self.summary.checked_bytes += self.buf.len() as u64;
-        if !has_pattern(id, &self.buf) {
-            self.summary.mismatches += 1;
-        }
-    }
-}
-
-/// Where an operation's bytes landed, for `--verify`.
-#[derive(Debug, Clone, Copy)]
-enum Landed {
-    /// B's buffer (a WRITE's target).
-    Remote,
-    /// A's READ destination.
-    Back,
-    /// B's receive buffer (a SEND).
-    Received,
-}
-
-impl Landed {
-    fn region<'a>(
-        self,
-        remote: &'a MemoryRegion,
-        back: &'a MemoryRegion,
-        received: &'a MemoryRegion,
-    ) -> &'a MemoryRegion {
-        match self {
-            Landed::Remote => remote,
-            Landed::Back => back,
-            Landed::Received => received,
-        }
-    }
-}
-
-/// Completions taken per poll.
-const WCS_LEN: usize = 64;
-
-/// Under `--verify`, buffer slots needed per operation outstanding.
-const VERIFY_SLOTS_PER_QD: usize = 4;
-
-/// Under `--verify`, a doorbell for every this many filled requests.
-const VERIFY_RING_EVERY: usize = 8;
 
 /// A bench's two engines, running: EAL started, the loopback pair up.
 pub(crate) struct Engines {
@@ -551,22 +484,34 @@ fn usage(msg: String) -> AppError {
     AppError::Usage(msg)
 }
 
-/// Runs the benchmark until its duration is over or `stop` is set, and returns its summary
-/// (printed by the caller).
-pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
-    if matches!(
-        opts.op,
-        BenchOp::Tagged | BenchOp::Placement | BenchOp::Congestion
-    ) {
-        return Err(usage(
-            "bench tagged, placement and congestion have their own summaries: run them with bench::tagged::run, bench::placement::run and bench::congestion::run".into(),
-        ));
-    }
+/// The points `opts` asks for: each size at each queue depth (queue depth outer, so that a
+/// queue depth's sizes are one line of a sweep's plot).
+pub fn points(opts: &BenchOpts) -> Vec<Point> {
+    let sizes = if opts.sizes.is_empty() {
+        vec![opts.size]
+    } else {
+        opts.sizes.clone()
+    };
+    let qds = if opts.qds.is_empty() {
+        vec![opts.qd]
+    } else {
+        opts.qds.clone()
+    };
+    qds.iter()
+        .flat_map(|&qd| sizes.iter().map(move |&size| Point { size, qd }))
+        .collect()
+}
+
+/// The sizes of `--all-sizes`: 2 B to 8 MiB by powers of two, as perftest's `-a`.
+pub fn all_sizes() -> Vec<u32> {
+    (1..=23).map(|k| 1u32 << k).collect()
+}
+
+/// Checks what every run of the main loop needs of its options: the operation, the rate, and
+/// the flags other benches take.
+fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> {
     if !opts.part.is_empty() {
         return Err(usage("--part: only `bench tagged` takes it".into()));
-    }
-    if opts.op == BenchOp::Persist {
-        return persist::run(opts, stop);
     }
     if opts.mode.is_some() {
         return Err(usage("--mode: only `bench persist` takes it".into()));
@@ -574,48 +519,47 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     if opts.file.is_some() {
         return Err(usage("--file: only `bench persist` takes it".into()));
     }
-    if opts.size == 0 || opts.size as usize > BUF_CAP / 4 {
-        return Err(usage(format!("--size: must be 1..={} bytes", BUF_CAP / 4)));
-    }
-    if opts.qd == 0 || opts.qd > 120 {
-        return Err(usage(
-            "--qd: must be 1..=120 (the send queue holds 128)".into(),
-        ));
-    }
     if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         return Err(usage(
             "--rate: must be a positive number of operations per second".into(),
         ));
     }
-    let size = opts.size as usize;
+    match opts.op {
+        BenchOp::Write => Ok(point::Ops::Write),
+        BenchOp::Read => Ok(point::Ops::Read),
+        BenchOp::Send => Ok(point::Ops::Send),
+        BenchOp::Mixed => Ok(point::Ops::Mixed),
+        other => Err(usage(format!(
+            "bench {}: has its own run (bench::tagged::run, placement::run, congestion::run, shaper::run, persist via bench::run)",
+            format!("{other:?}").to_lowercase()
+        ))),
+    }
+}
+
+/// Runs the benchmark, every point of it, until each point's duration is over or `stop` is
+/// set (which ends the current point and the run), and returns its summary (printed by the
+/// caller). `--hlog`, `--plot` and `--csv` are written here, with whatever was measured.
+pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
+    if opts.op == BenchOp::Persist {
+        if !opts.sizes.is_empty() || !opts.qds.is_empty() {
+            return Err(usage(
+                "--sizes, --all-sizes, a --qd list: only bench write, read, send and mixed sweep"
+                    .into(),
+            ));
+        }
+        return persist::run(opts, stop);
+    }
+    let ops = check_main_loop(opts)?;
+    let points = points(opts);
     let (_, connections) = layout(opts)?;
-    if opts.qd < connections {
-        return Err(usage(format!(
-            "--qd: {} is fewer than the {connections} queue pairs (--qd is the total outstanding, spread over them)",
-            opts.qd
-        )));
+    let buf_len = point::buffer_len(&points);
+    for p in &points {
+        point::check_point(*p, connections, opts.verify, buf_len)?;
     }
-    // Buffer slots: each queue pair has its own share of every buffer, and its operation k
-    // uses slot k mod its share. With --verify a slot must not be reused while an operation on
-    // it may still be outstanding or unchecked. At most a window's worth are outstanding per
-    // queue pair, a completion is checked one loop round after it is polled, and a receive
-    // completion may be polled a round after its SEND's; four times the window leaves a
-    // margin over all of that.
-    let slots = (BUF_CAP / size).clamp(1, 1024);
-    let share = slots / connections;
-    let widest = opts.qd.div_ceil(connections);
-    if share == 0 || (opts.verify && share < VERIFY_SLOTS_PER_QD * widest) {
-        return Err(usage(format!(
-            "--verify: {} slots of {size} B fit the {} MiB buffers, fewer than four times --qd {} (over {connections} queue pairs); lower --qd or --size",
-            slots,
-            BUF_CAP >> 20,
-            opts.qd
-        )));
-    }
-    let buf_len = slots * size;
+    let recv_len = points.iter().map(|p| p.size).max().unwrap_or(1);
     limits::check_memory(
         "--size",
-        &format!("four buffers of {slots} slots of {size} bytes"),
+        &format!("four buffers of {buf_len} bytes"),
         4 * buf_len as u64,
         MemoryLimit::read().as_ref(),
     )
@@ -646,25 +590,32 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let (a_src, a_dst, b_buf, b_recv) =
         (map(buf_len)?, map(buf_len)?, map(buf_len)?, map(buf_len)?);
     let buffers = a_src.kind().to_string();
-    let src = ea.engine.register_all(&a_src, Access::ALL).map_err(host)?;
-    let dst = ea.engine.register_all(&a_dst, Access::ALL).map_err(host)?;
     let remote = eb.engine.register_all(&b_buf, Access::ALL).map_err(host)?;
-    let recv = eb
-        .engine
-        .register_all(&b_recv, Access::LOCAL_WRITE)
-        .map_err(host)?;
-    let lanes_n = connections;
-    let mut lanes: Vec<Lane> = std::iter::once((ea.qp, ea.cq, eb.qp, eb.cq))
+    let regions = point::Buffers {
+        src: ea.engine.register_all(&a_src, Access::ALL).map_err(host)?,
+        dst: ea.engine.register_all(&a_dst, Access::ALL).map_err(host)?,
+        remote: point::RemoteBuf {
+            addr: remote.addr(),
+            rkey: remote.rkey(),
+        },
+        peer: Some(point::LocalPeer {
+            buf: remote,
+            recv: eb
+                .engine
+                .register_all(&b_recv, Access::LOCAL_WRITE)
+                .map_err(host)?,
+        }),
+        len: buf_len,
+        recv_len,
+    };
+    let conns: Vec<point::Conn> = std::iter::once((ea.qp, ea.cq, eb.qp, eb.cq))
         .chain(more.into_iter().map(|c| (c.a.qp, c.a.cq, c.b.qp, c.b.cq)))
-        .enumerate()
-        .map(|(i, (qp, cq, rqp, rcq))| {
-            // The total window, dealt out: the first `qd % n` queue pairs take one more.
-            let window = opts.qd / lanes_n + usize::from(i < opts.qd % lanes_n);
-            Lane::new(i, window, qp, cq, rqp, rcq)
+        .map(|(qp, cq, rqp, rcq)| point::Conn {
+            qp,
+            cq,
+            peer: Some((rqp, rcq)),
         })
         .collect();
-    let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
-
     let placing = if worker_cores.len() == 1 {
         format!("both engines on core {}, host on core {a}", worker_cores[0])
     } else {
@@ -686,300 +637,246 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             }
         )
     };
+    let runner = point::Runner::new(conns, regions, ops, opts.rate, opts.verify);
     human(
         opts.json,
         &format!(
-            "bench {:?}: {} B messages, queue depth {} over {} queue pair{}, {}, MTU {}, {}{}; {placing}; buffers: {buffers}",
-            opts.op,
-            size,
-            opts.qd,
-            lanes_n,
-            if lanes_n == 1 { "" } else { "s" },
-            opts.rate
-                .map(|r| format!("{} ops/s intended", report::rate(r, "")))
-                .unwrap_or_else(|| "closed loop".into()),
-            opts.mtu.bytes(),
-            opts.duration
-                .map(|d| format!("{} s", d.as_secs_f64()))
-                .unwrap_or_else(|| "until Ctrl-C".into()),
-            if opts.verify {
-                ", every byte verified"
-            } else {
-                ""
-            },
+            "{}; {placing}; buffers: {buffers}",
+            run_line(opts, &points, connections)
         ),
     );
+    let measured = run_points(opts, runner, &points, &stop)?;
+    // Every operation has completed, so nothing more is on the way.
+    let stopped = running.finish(opts.pcap.as_ref())?;
+    summarise(opts, &measured, memory, buffers, connections, stopped)
+}
 
-    let mut verifier = opts.verify.then(|| Verifier::new(size));
-    let mut hist: [Latency; 3] = Default::default();
-    let mut counts = [0u64; 3];
+/// The line that says what a run does: operation, sizes, queue depths, queue pairs, loop,
+/// MTU, duration.
+pub(crate) fn run_line(opts: &BenchOpts, points: &[Point], connections: usize) -> String {
+    let sizes: Vec<u32> = dedup(points.iter().map(|p| p.size));
+    let qds: Vec<usize> = dedup(points.iter().map(|p| p.qd));
+    let list = |v: Vec<String>| v.join(",");
+    format!(
+        "bench {}: {} B messages, queue depth {} over {} queue pair{}, {}, MTU {}, {}{}{}",
+        format!("{:?}", opts.op).to_lowercase(),
+        list(sizes.iter().map(|s| s.to_string()).collect()),
+        list(qds.iter().map(|s| s.to_string()).collect()),
+        connections,
+        if connections == 1 { "" } else { "s" },
+        opts.rate
+            .map(|r| format!("{} ops/s intended", report::rate(r, "")))
+            .unwrap_or_else(|| "closed loop".into()),
+        opts.mtu.bytes(),
+        opts.duration
+            .map(|d| format!("{} s", d.as_secs_f64()))
+            .unwrap_or_else(|| "until Ctrl-C".into()),
+        if points.len() > 1 {
+            format!(" per point, {} points", points.len())
+        } else {
+            String::new()
+        },
+        if opts.verify {
+            ", every byte verified"
+        } else {
+            ""
+        },
+    )
+}
+
+fn dedup<T: PartialEq + Copy>(it: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v = Vec::new();
+    for x in it {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+/// What the points of a run measured, with the logs they filled.
+pub(crate) struct RunMeasured {
+    pub(crate) points: Vec<point::Measured>,
+    pub(crate) hlog: Option<crate::latency::IntervalLog>,
+    pub(crate) timeline: Option<crate::latency::IntervalLog>,
+    /// The run ended before its last point (Ctrl-C, SIGTERM, or a point that could not drain).
+    pub(crate) cut_short: bool,
+}
+
+/// The `.hlog` tag of operation type `k` at `p`: the type alone for a single point,
+/// `write-4096B-qd32` in a sweep (tags may hold no spaces or commas).
+fn hlog_tag(k: usize, p: Point, sweep: bool) -> String {
+    if sweep {
+        format!("{}-{}B-qd{}", OP_NAMES[k], p.size, p.qd)
+    } else {
+        OP_NAMES[k].to_string()
+    }
+}
+
+/// Runs `points` one after the other on `runner`, with progress (point n of m, time left)
+/// in a sweep; `stop` ends the current point cleanly and the run after it.
+pub(crate) fn run_points(
+    opts: &BenchOpts,
+    mut runner: point::Runner,
+    points: &[Point],
+    stop: &AtomicBool,
+) -> Result<RunMeasured, AppError> {
+    let sweep = points.len() > 1;
+    let tags: Vec<String> = points
+        .iter()
+        .flat_map(|&p| (0..3).map(move |k| hlog_tag(k, p, sweep)))
+        .collect();
     let mut hlog = opts
         .hlog
         .as_ref()
-        .map(|_| crate::latency::IntervalLog::new(&OP_NAMES, opts.hlog_interval));
+        .map(|_| crate::latency::IntervalLog::new(&tags, opts.hlog_interval));
     // The timeline's intervals: finer than a log's, so that a run of seconds is a line.
-    let mut plot_log = opts
-        .plot
-        .as_ref()
-        .map(|_| crate::latency::IntervalLog::new(&OP_NAMES, Duration::from_millis(100)));
-    // With --verify: landed bytes to check, as (operation id, which buffer, offset). They are
-    // checked after the next batch is posted, so the engine has work while the host compares.
-    let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
-    // 0 WRITE, 1 READ, 2 SEND (by the operation's number over all queue pairs); and the
-    // buffer an operation's data comes from.
-    let kind_of = |k: u64| match opts.op {
-        BenchOp::Write => 0,
-        BenchOp::Read => 1,
-        BenchOp::Send => 2,
-        BenchOp::Mixed => k % 3,
-        BenchOp::Persist
-        | BenchOp::Tagged
-        | BenchOp::Placement
-        | BenchOp::Congestion
-        | BenchOp::Shaper => {
-            unreachable!(
-                "`bench persist`, `tagged`, `placement`, `congestion` and `shaper` run in their own modules"
-            )
-        }
-    };
-    let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
-    let mut errors = 0u64;
+    let mut timeline = opts.plot.as_ref().map(|_| {
+        crate::latency::IntervalLog::new(&OP_NAMES.map(String::from), Duration::from_millis(100))
+    });
+    let mut measured = Vec::with_capacity(points.len());
     let t0 = Instant::now();
-    // When posting ends: the duration's end, or the moment `stop` is seen.
-    let mut end = opts.duration.and_then(|d| t0.checked_add(d));
-    // Operations posted over all queue pairs: operation k is due at t0 + k / rate.
-    let mut next_k = 0u64;
-    // The queue pair that takes the next operation of a closed loop.
-    let mut cursor = 0usize;
-    let mut last_print = t0;
-    let mut last_done = 0u64;
-    let mut done = 0u64;
-    let uses_send = matches!(opts.op, BenchOp::Send | BenchOp::Mixed);
-    loop {
-        let now = Instant::now();
-        if stop.load(Ordering::Relaxed) && end.is_none_or(|e| e > now) {
-            end = Some(now);
+    let mut cut_short = false;
+    for (i, &p) in points.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) && !measured.is_empty() {
+            cut_short = true;
+            break;
         }
-        let ended = end.is_some_and(|e| now >= e);
-        if uses_send {
-            // Keep B's receive queues a window ahead of the SENDs, before any of this round's
-            // SENDs is posted (filling sources can take longer than the RNR retries last).
-            for l in &mut lanes {
-                let lane = l.index;
-                l.recv_batch.clear();
-                while l.recv_posted < l.sends_posted + l.window as u64
-                    && l.recv_batch.len() < l.recv_batch.capacity()
-                {
-                    let slot = slot_of(lane, l.recv_posted);
-                    l.recv_batch
-                        .push(RecvRequest::new(l.recv_posted, recv.sgl(slot, opts.size)));
-                    l.recv_posted += 1;
-                }
-                if let Err(full) = l.rqp.post_recv(&l.recv_batch) {
-                    l.recv_posted -= (l.recv_batch.len() - full.posted) as u64;
-                }
-            }
-        }
-        // Post while there is room in a window and (with a rate) the next operation is due:
-        // each queue pair's batch with one doorbell. Operations go to the queue pairs in turn.
-        for l in &mut lanes {
-            l.batch.clear();
-        }
-        let mut blocked = 0;
-        while !ended && blocked < lanes_n {
-            // With a rate, operation k belongs to queue pair k mod n and waits for it; closed,
-            // the next queue pair in turn that has room takes it.
-            let lane = match opts.rate {
-                Some(_) => (next_k % lanes_n as u64) as usize,
-                None => cursor,
-            };
-            let l = &mut lanes[lane];
-            if l.outstanding + l.batch.len() >= l.window {
-                if opts.rate.is_some() {
-                    break;
-                }
-                blocked += 1;
-                cursor = next_lane(cursor, lanes_n);
-                continue;
-            }
-            blocked = 0;
-            let intended = match opts.rate {
-                // An operation due beyond any clock reading (a tiny rate) is never due.
-                Some(r) => match Duration::try_from_secs_f64(next_k as f64 / r)
-                    .ok()
-                    .and_then(|d| t0.checked_add(d))
-                {
-                    Some(t) => t,
-                    None => break,
-                },
-                None => now,
-            };
-            if intended > now {
-                break;
-            }
-            let seq = l.next_seq;
-            let id = (seq << LANE_BITS) | lane as u64;
-            let slot = slot_of(lane, seq);
-            let kind = kind_of(next_k);
-            if let Some(v) = verifier.as_mut() {
-                v.fill(id, if kind == 1 { &remote } else { &src }, slot);
-            }
-            let wr = match kind {
-                0 => WorkRequest::write(
-                    id,
-                    src.sgl(slot, opts.size),
-                    remote.addr() + slot as u64,
-                    remote.rkey(),
-                    None,
-                ),
-                1 => WorkRequest::read(
-                    id,
-                    dst.sgl(slot, opts.size),
-                    remote.addr() + slot as u64,
-                    remote.rkey(),
-                ),
-                _ => {
-                    let mask = l.mask();
-                    l.send_ids[l.sends_posted as usize & mask] = id;
-                    l.sends_posted += 1;
-                    WorkRequest::send(id, src.sgl(slot, opts.size), None)
-                }
-            };
-            l.batch.push(wr);
-            let mask = l.mask();
-            l.started[seq as usize & mask] = Some(intended);
-            l.next_seq += 1;
-            next_k += 1;
-            cursor = next_lane(cursor, lanes_n);
-            if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
-                // Filling takes time: ring for what is ready rather than for the whole batch.
-                l.flush()?;
-            }
-        }
-        for l in &mut lanes {
-            l.flush()?;
-        }
-        if let Some(v) = verifier.as_mut() {
-            for &(id, landed, slot) in &to_check {
-                v.check(id, landed.region(&remote, &dst, &recv), slot);
-            }
-            to_check.clear();
-        }
-        for l in &mut lanes {
-            let lane = l.index;
-            let n = l.cq.poll(&mut wcs);
-            if n > 0 {
-                // One clock read per batch of completions: the work they did ended by now.
-                let polled_at = Instant::now();
-                for log in [&mut hlog, &mut plot_log].into_iter().flatten() {
-                    log.tick(polled_at);
-                }
-                let mask = l.mask();
-                for wc in &wcs[..n] {
-                    let seq = wc.wr_id >> LANE_BITS;
-                    let Some(t) = l.started[seq as usize & mask].take() else {
-                        continue;
-                    };
-                    l.outstanding -= 1;
-                    if wc.status != WcStatus::Success {
-                        errors += 1;
-                        continue;
-                    }
-                    let k = op_index(wc.opcode);
-                    let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
-                    hist[k].record(ns);
-                    for log in [&mut hlog, &mut plot_log].into_iter().flatten() {
-                        log.record(k, ns);
-                    }
-                    counts[k] += 1;
-                    done += 1;
-                    if verifier.is_some() {
-                        let slot = slot_of(lane, seq);
-                        match wc.opcode {
-                            WcOpcode::RdmaWrite => to_check.push((wc.wr_id, Landed::Remote, slot)),
-                            WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
-                            _ => {}
-                        }
-                    }
-                }
-            }
-            if uses_send {
-                let n = l.rcq.poll(&mut wcs);
-                let mask = l.mask();
-                for wc in &wcs[..n] {
-                    let id = l.send_ids[l.sends_received as usize & mask];
-                    l.sends_received += 1;
-                    if wc.status != WcStatus::Success {
-                        errors += 1;
-                    } else if verifier.is_some() {
-                        to_check.push((id, Landed::Received, slot_of(lane, wc.wr_id)));
-                    }
-                }
-            }
-        }
-        let outstanding: usize = lanes.iter().map(|l| l.outstanding).sum();
-        if now.duration_since(last_print) >= Duration::from_secs(1) {
-            let dt = now.duration_since(last_print).as_secs_f64();
+        let prefix = if sweep {
+            let left = opts
+                .duration
+                .map(|d| {
+                    format!(
+                        ", about {:.0} s left",
+                        (d.as_secs_f64() + 0.05) * (points.len() - i) as f64
+                    )
+                })
+                .unwrap_or_default();
             human(
                 opts.json,
                 &format!(
-                    "[{:6.1}s] {:>12} ops/s  {:>14}  outstanding {}",
-                    now.duration_since(t0).as_secs_f64(),
-                    report::rate((done - last_done) as f64 / dt, ""),
-                    report::rate((done - last_done) as f64 * size as f64 * 8.0 / dt, "bit/s"),
-                    outstanding
+                    "point {}/{}: {} B, queue depth {} ({:.0} s so far{left})",
+                    i + 1,
+                    points.len(),
+                    p.size,
+                    p.qd,
+                    t0.elapsed().as_secs_f64()
                 ),
             );
-            last_print = now;
-            last_done = done;
+            format!("[{}/{}] ", i + 1, points.len())
+        } else {
+            String::new()
+        };
+        let mut logs = point::Logs {
+            hlog: hlog.as_mut().map(|l| (l, 3 * i)),
+            timeline: timeline.as_mut(),
+        };
+        let m = runner.run(
+            p,
+            opts.duration,
+            stop,
+            &mut logs,
+            &point::Progress {
+                prefix,
+                json: opts.json,
+            },
+        )?;
+        let (stuck, interrupted) = (m.stuck, m.interrupted);
+        measured.push(m);
+        if stuck {
+            human(
+                opts.json,
+                &format!(
+                    "point {}: operations still outstanding {} s after it ended; the run stops here",
+                    i + 1,
+                    5
+                ),
+            );
         }
-        let receives_done = !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
-        if ended && outstanding == 0 && receives_done {
-            break;
-        }
-        if end.is_some_and(|e| now.saturating_duration_since(e) >= Duration::from_secs(5)) {
-            errors += outstanding as u64;
+        if stuck || (interrupted && i + 1 < points.len()) {
+            cut_short = true;
             break;
         }
     }
-    let seconds = t0.elapsed().as_secs_f64();
-    if let Some(v) = verifier.as_mut() {
-        for &(id, landed, slot) in &to_check {
-            v.check(id, landed.region(&remote, &dst, &recv), slot);
-        }
+    let now = Instant::now();
+    for log in [&mut hlog, &mut timeline].into_iter().flatten() {
+        log.finish(now);
     }
-    // Every operation has completed, so nothing more is on the way.
+    Ok(RunMeasured {
+        points: measured,
+        hlog,
+        timeline,
+        cut_short,
+    })
+}
+
+/// The summary of what a run measured, beside what its engines reported when they stopped.
+/// Writes `--hgrm`, `--hlog`, `--plot` and `--csv` from it.
+pub(crate) fn summarise(
+    opts: &BenchOpts,
+    m: &RunMeasured,
+    memory: MemoryChoice,
+    buffers: String,
+    connections: usize,
+    stopped: Stopped,
+) -> Result<BenchSummary, AppError> {
     let Stopped {
         workers,
         cores,
         ports,
         capture,
-    } = running.finish(opts.pcap.as_ref())?;
-
-    let results: Vec<OpResult> = (0..3)
-        .filter(|&k| counts[k] > 0)
-        .map(|k| OpResult {
-            op: OP_NAMES[k],
-            ops: counts[k],
-            ops_per_sec: counts[k] as f64 / seconds,
-            gbit_per_sec: counts[k] as f64 * size as f64 * 8.0 / seconds / 1e9,
-            latency_ns: hist[k].summary(),
-        })
-        .collect();
-    if let Some(path) = &opts.hgrm {
-        let mut all = Latency::new();
-        for h in &hist {
+    } = stopped;
+    let sweep = m.points.len() > 1 || !opts.sizes.is_empty() || !opts.qds.is_empty();
+    let mut points = Vec::with_capacity(m.points.len());
+    let mut results = Vec::new();
+    let mut verify: Option<VerifySummary> = None;
+    let mut all = Latency::new();
+    for p in &m.points {
+        let size = p.point.size as f64;
+        let rs: Vec<OpResult> = (0..3)
+            .filter(|&k| p.counts[k] > 0)
+            .map(|k| OpResult {
+                op: OP_NAMES[k],
+                size: Some(p.point.size),
+                qd: Some(p.point.qd),
+                ops: p.counts[k],
+                ops_per_sec: p.counts[k] as f64 / p.seconds,
+                gbit_per_sec: p.counts[k] as f64 * size * 8.0 / p.seconds / 1e9,
+                latency_ns: p.hist[k].summary(),
+            })
+            .collect();
+        for h in &p.hist {
             all.merge(h);
         }
+        if let Some(v) = p.verify {
+            let t = verify.get_or_insert_with(VerifySummary::default);
+            t.checked_ops += v.checked_ops;
+            t.checked_bytes += v.checked_bytes;
+            t.mismatches += v.mismatches;
+        }
+        results.extend(rs.iter().cloned());
+        points.push(PointSummary {
+            size: p.point.size,
+            qd: p.point.qd,
+            seconds: p.seconds,
+            results: rs,
+            errors: p.errors,
+            interrupted: p.interrupted,
+        });
+    }
+    if let Some(path) = &opts.hgrm {
         write_hgrm(path, &all)?;
     }
-    if let (Some(path), Some(log)) = (&opts.hlog, &mut hlog) {
-        log.finish(Instant::now());
+    if let (Some(path), Some(log)) = (&opts.hlog, &m.hlog) {
         let comment = format!(
-            "portico bench {}: {} B, queue depth {}, latency in ns per operation type",
+            "portico bench {}: {}, latency in ns per operation type{}",
             format!("{:?}", opts.op).to_lowercase(),
-            opts.size,
-            opts.qd
+            m.points
+                .iter()
+                .map(|p| format!("{} B qd {}", p.point.size, p.point.qd))
+                .collect::<Vec<_>>()
+                .join("; "),
+            if sweep { " and point" } else { "" }
         );
         let written = std::fs::File::create(path).and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
@@ -989,121 +886,96 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         written.map_err(|e| AppError::Failed(format!("writing {}: {e}", path.display())))?;
     }
     let mut plots = Vec::new();
-    if let (Some(dir), Some(log)) = (&opts.plot, &mut plot_log) {
-        log.finish(Instant::now());
-        let named: latency_plot::Named<'_> = (0..3)
-            .filter(|&k| counts[k] > 0)
-            .map(|k| (OP_NAMES[k], &hist[k]))
+    if let (Some(dir), Some(log)) = (&opts.plot, &m.timeline) {
+        let op = format!("{:?}", opts.op).to_lowercase();
+        let named: latency_plot::Named<'_> = m
+            .points
+            .iter()
+            .flat_map(|p| {
+                (0..3).filter(|&k| p.counts[k] > 0).map(move |k| {
+                    let name = if sweep {
+                        format!("{} {} B qd {}", OP_NAMES[k], p.point.size, p.point.qd)
+                    } else {
+                        OP_NAMES[k].to_string()
+                    };
+                    (name, &p.hist[k])
+                })
+            })
             .collect();
-        let title = format!(
-            "{} B {}, queue depth {}",
-            opts.size,
-            format!("{:?}", opts.op).to_lowercase(),
-            opts.qd
-        );
-        let (a, b) = latency_plot::write(dir, &title, &named, log)
-            .map_err(|e| AppError::Failed(format!("writing plots into {}: {e}", dir.display())))?;
+        let title = match m.points.as_slice() {
+            [p] => format!("{} B {op}, queue depth {}", p.point.size, p.point.qd),
+            _ => format!("{op}, {} points", m.points.len()),
+        };
+        let failed = |e: std::io::Error| {
+            AppError::Failed(format!("writing plots into {}: {e}", dir.display()))
+        };
+        let (a, b) = latency_plot::write(dir, &title, &named, log).map_err(failed)?;
         plots = vec![a.display().to_string(), b.display().to_string()];
+        if sweep {
+            let s = latency_plot::write_sweep(dir, &op, &results).map_err(failed)?;
+            plots.push(s.display().to_string());
+        }
     }
+    if let Some(path) = &opts.csv {
+        std::fs::write(path, csv(&points))
+            .map_err(|e| AppError::Failed(format!("writing {}: {e}", path.display())))?;
+    }
+    let last = m.points.last().map(|p| p.point);
     Ok(BenchSummary {
         plots,
         op: opts.op,
-        size: opts.size,
-        qd: opts.qd,
+        size: last.map_or(opts.size, |p| p.size),
+        qd: last.map_or(opts.qd, |p| p.qd),
         rate: opts.rate,
-        seconds,
+        seconds: m.points.iter().map(|p| p.seconds).sum(),
         memory,
         buffers,
         results,
-        errors,
-        verify: verifier.map(|v| v.summary),
-        connections: lanes_n,
+        errors: m.points.iter().map(|p| p.errors).sum(),
+        verify,
+        connections,
         workers,
         cores,
         ports,
         capture,
         persist: None,
+        points: if sweep { points } else { Vec::new() },
+        interrupted: m.cut_short || m.points.iter().any(|p| p.interrupted),
+        csv: opts.csv.as_ref().map(|p| p.display().to_string()),
+        server: None,
     })
 }
 
-/// The queue pair after `lane` of `n`, round robin (no division per operation).
-fn next_lane(lane: usize, n: usize) -> usize {
-    if lane + 1 >= n { 0 } else { lane + 1 }
-}
-
-/// Bits of an operation's id that name its queue pair (`--connections` is at most 256): the
-/// id of queue pair `index`'s operation `seq` is `seq << LANE_BITS | index`, taken apart with a
-/// shift rather than a division per completion.
-const LANE_BITS: u32 = 8;
-
-/// One queue pair of the bench: A's end (posts and completions) and B's (receives), with the
-/// share of the window, the buffers and the bookkeeping that belong to it.
-struct Lane {
-    index: usize,
-    /// Operations this queue pair keeps outstanding at most.
-    window: usize,
-    qp: crate::rdma::Qp,
-    cq: crate::rdma::Cq,
-    rqp: crate::rdma::Qp,
-    rcq: crate::rdma::Cq,
-    outstanding: usize,
-    next_seq: u64,
-    /// Start times of outstanding operations, by sequence number modulo a power of two above
-    /// the window: at most `window` are outstanding, so entries never collide (and no hashing
-    /// per operation).
-    started: Vec<Option<Instant>>,
-    /// Ids of SENDs in flight, oldest first: receive k gets the k-th SEND.
-    send_ids: Vec<u64>,
-    sends_posted: u64,
-    sends_received: u64,
-    recv_posted: u64,
-    batch: Vec<WorkRequest>,
-    recv_batch: Vec<RecvRequest>,
-}
-
-impl Lane {
-    fn new(
-        index: usize,
-        window: usize,
-        qp: crate::rdma::Qp,
-        cq: crate::rdma::Cq,
-        rqp: crate::rdma::Qp,
-        rcq: crate::rdma::Cq,
-    ) -> Lane {
-        let ring = (window * 2).next_power_of_two();
-        Lane {
-            index,
-            window,
-            qp,
-            cq,
-            rqp,
-            rcq,
-            outstanding: 0,
-            next_seq: 0,
-            started: vec![None; ring],
-            send_ids: vec![0; ring],
-            sends_posted: 0,
-            sends_received: 0,
-            recv_posted: 0,
-            batch: Vec::with_capacity(window),
-            recv_batch: Vec::with_capacity(window * 2),
+/// The CSV of a run: one row per point and operation type.
+pub(crate) fn csv(points: &[PointSummary]) -> String {
+    let mut out = String::from(
+        "op,size,qd,ops,seconds,ops_per_sec,gbit_per_sec,p50_ns,p90_ns,p99_ns,p99_9_ns,p99_99_ns,max_ns,mean_ns,errors,interrupted\n",
+    );
+    for p in points {
+        for r in &p.results {
+            let l = &r.latency_ns;
+            out.push_str(&format!(
+                "{},{},{},{},{:.6},{:.1},{:.6},{},{},{},{},{},{},{:.1},{},{}\n",
+                r.op,
+                p.size,
+                p.qd,
+                r.ops,
+                p.seconds,
+                r.ops_per_sec,
+                r.gbit_per_sec,
+                l.p50,
+                l.p90,
+                l.p99,
+                l.p99_9,
+                l.p99_99,
+                l.max,
+                l.mean,
+                p.errors,
+                p.interrupted
+            ));
         }
     }
-
-    fn mask(&self) -> usize {
-        self.started.len() - 1
-    }
-
-    /// Posts the batch with one doorbell.
-    fn flush(&mut self) -> Result<(), AppError> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        post_batch(&mut self.qp, &self.batch)?;
-        self.outstanding += self.batch.len();
-        self.batch.clear();
-        Ok(())
-    }
+    out
 }
 
 /// Writes `h` to `path` in HdrHistogram's .hgrm format, in microseconds.
@@ -1138,27 +1010,27 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
         return print_json(s);
     }
     println!();
-    println!("bench summary: {:.2} s, {} errors", s.seconds, s.errors);
     println!(
-        "  {:<6} {:>10} {:>12} {:>10}   latency µs: {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "op", "ops", "ops/s", "Gbit/s", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+        "bench summary: {:.2} s, {} errors{}",
+        s.seconds,
+        s.errors,
+        if s.interrupted {
+            " (interrupted: what was measured until then)"
+        } else {
+            ""
+        }
     );
-    for r in &s.results {
-        let l = &r.latency_ns;
-        let us = |ns: u64| ns as f64 / 1000.0;
-        println!(
-            "  {:<6} {:>10} {:>12.0} {:>10.3}               {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-            r.op,
-            r.ops,
-            r.ops_per_sec,
-            r.gbit_per_sec,
-            us(l.p50),
-            us(l.p90),
-            us(l.p99),
-            us(l.p99_9),
-            us(l.p99_99),
-            us(l.max)
-        );
+    if s.points.is_empty() {
+        op_table(&s.results, false);
+    } else {
+        // A sweep: one table per operation type, a row per point.
+        for op in OP_NAMES {
+            let rows: Vec<OpResult> = s.results.iter().filter(|r| r.op == op).cloned().collect();
+            if !rows.is_empty() {
+                println!("  {op}:");
+                op_table(&rows, true);
+            }
+        }
     }
     print_workers(&s.workers);
     println!("  cores: {}", s.cores.line());
@@ -1175,11 +1047,48 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     for p in &s.plots {
         println!("  plot: {p}");
     }
+    if let Some(c) = &s.csv {
+        println!("  csv: {c}");
+    }
     if let Some(p) = hgrm {
         println!("  latency distribution (µs) written to {}", p.display());
     }
     if let Some(c) = &s.capture {
         println!("  capture: {} packets written to {}", c.packets, c.path);
+    }
+}
+
+/// The results table: a row per operation type, or (`by_point`) per point of one type.
+fn op_table(rows: &[OpResult], by_point: bool) {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let head = if by_point {
+        format!("  {:>8} {:>4}", "bytes", "qd")
+    } else {
+        format!("  {:<6}", "op")
+    };
+    println!(
+        "{head} {:>10} {:>12} {:>10}   latency µs: {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "ops", "ops/s", "Gbit/s", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+    );
+    for r in rows {
+        let l = &r.latency_ns;
+        let key = if by_point {
+            format!("  {:>8} {:>4}", r.size.unwrap_or(0), r.qd.unwrap_or(0))
+        } else {
+            format!("  {:<6}", r.op)
+        };
+        println!(
+            "{key} {:>10} {:>12.0} {:>10.3}               {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            r.ops,
+            r.ops_per_sec,
+            r.gbit_per_sec,
+            us(l.p50),
+            us(l.p90),
+            us(l.p99),
+            us(l.p99_9),
+            us(l.p99_99),
+            us(l.max)
+        );
     }
 }
 
@@ -1198,28 +1107,5 @@ pub(crate) fn print_workers(workers: &[crate::runtime::WorkerReport]) {
             w.core.unwrap_or(0),
             c.join(", ")
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_check_finds_any_byte_that_differs_from_the_pattern() {
-        for len in [1usize, 7, 8, 9, 64, 4096, 4099] {
-            let mut buf = vec![0u8; len];
-            fill_pattern(42, &mut buf);
-            assert!(has_pattern(42, &buf), "len {len}");
-            assert!(
-                !has_pattern(43, &buf),
-                "another operation's pattern, len {len}"
-            );
-            for at in [0, len / 2, len - 1] {
-                buf[at] ^= 0x10;
-                assert!(!has_pattern(42, &buf), "len {len}, byte {at} changed");
-                buf[at] ^= 0x10;
-            }
-        }
     }
 }

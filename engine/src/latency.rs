@@ -150,7 +150,7 @@ impl Latency {
 /// the end by [`IntervalLog::write`]. Recording does not allocate; closing an interval copies
 /// its histograms (once per interval, on the host's thread).
 pub struct IntervalLog {
-    tags: Vec<&'static str>,
+    tags: Vec<String>,
     interval: std::time::Duration,
     /// Start of the log and of the open interval.
     t0: std::time::Instant,
@@ -163,7 +163,7 @@ pub struct IntervalLog {
 
 impl IntervalLog {
     /// A log starting now, with histograms tagged `tags`, closed every `interval`.
-    pub fn new(tags: &[&'static str], interval: std::time::Duration) -> IntervalLog {
+    pub fn new(tags: &[String], interval: std::time::Duration) -> IntervalLog {
         IntervalLog {
             tags: tags.to_vec(),
             interval,
@@ -219,17 +219,10 @@ impl IntervalLog {
     /// The closed intervals: start (since the log began), length, tag, histogram.
     pub fn closed(
         &self,
-    ) -> impl Iterator<
-        Item = (
-            std::time::Duration,
-            std::time::Duration,
-            &'static str,
-            &Latency,
-        ),
-    > + '_ {
+    ) -> impl Iterator<Item = (std::time::Duration, std::time::Duration, &str, &Latency)> + '_ {
         self.closed
             .iter()
-            .map(|(start, len, k, h)| (*start, *len, self.tags[*k], h))
+            .map(|(start, len, k, h)| (*start, *len, self.tags[*k].as_str(), h))
     }
 
     /// Writes the log: a comment, the start time, values in microseconds in the max column
@@ -247,7 +240,7 @@ impl IntervalLog {
             .with_max_value_divisor(1000.0)
             .begin_log_with(&mut w, &mut serializer)?;
         for (start, len, k, h) in &self.closed {
-            log.write_histogram(&h.h, *start, *len, Tag::new(self.tags[*k]))
+            log.write_histogram(&h.h, *start, *len, Tag::new(&self.tags[*k]))
                 .map_err(|e| io::Error::other(format!("writing an interval: {e:?}")))?;
         }
         Ok(())
@@ -318,7 +311,10 @@ mod tests {
     #[test]
     fn an_interval_log_parses_back_interval_by_interval() {
         use std::time::Duration;
-        let mut log = super::IntervalLog::new(&["write", "read"], Duration::from_millis(100));
+        let mut log = super::IntervalLog::new(
+            &["write".to_string(), "read".to_string()],
+            Duration::from_millis(100),
+        );
         let t0 = log.t0;
         // Interval 1: 1000 writes of 1..=1000 µs; interval 2: 10 reads of 5 ms; then nothing
         // for an interval (no line), then 3 writes of 2 µs.

@@ -127,9 +127,23 @@ enum Command {
         /// 1 KiB to 1 MiB).
         #[arg(long)]
         size: Option<u32>,
-        /// Operations outstanding at once (in all: spread over the queue pairs).
-        #[arg(long, default_value_t = 64)]
-        qd: usize,
+        /// Operations outstanding at once (in all: spread over the queue pairs). write, read,
+        /// send, mixed: a comma-separated list sweeps them (`--qd 1,8,64`).
+        #[arg(long, value_delimiter = ',', default_value = "64")]
+        qd: Vec<usize>,
+        /// write, read, send, mixed: sweep these message sizes, comma-separated, with K and M
+        /// for KiB and MiB (`--sizes 64,512,4K,64K`), each for --duration (default 1 s per
+        /// point in a sweep).
+        #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+        sizes: Vec<u32>,
+        /// write, read, send, mixed: sweep every size from 2 B to 8 MiB by powers of two (as
+        /// perftest's -a).
+        #[arg(long, conflicts_with_all = ["sizes", "size"])]
+        all_sizes: bool,
+        /// write, read, send, mixed: write every point's results as CSV (one row per point
+        /// and operation type).
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
         /// write, read, send, mixed: workers the two engines run on. 1: both engines on one
         /// worker; N: N workers on N queues of each port, worker i holding the queue pairs
         /// homed on it (on this 2-core machine N = 2 shares a core with the host).
@@ -359,6 +373,23 @@ fn parse_u32(s: &str) -> Result<u32, String> {
 
 /// A duration or period in seconds, 0 meaning "until stopped" (`None`); an error names
 /// `field`.
+/// A message size: bytes, or KiB and MiB with K and M (`4K`, `1M`).
+fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, unit) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (bytes, or with K or M: 4K, 1M)"))?;
+    u32::try_from(n * unit)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("{s:?}: must be 1 B to 4095 MiB"))
+}
+
 fn seconds(field: &str, v: f64) -> Result<Option<Duration>, AppError> {
     limits::seconds(field, v).map_err(|e| AppError::Usage(e.to_string()))
 }
@@ -464,6 +495,9 @@ fn run(cli: Cli) -> Result<(), AppError> {
             file,
             size,
             qd,
+            sizes,
+            all_sizes,
+            csv,
             cores,
             connections,
             rate,
@@ -562,7 +596,46 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 .map_err(|e| AppError::Usage(e.to_string()))?;
             let tagged = op == portico::bench::BenchOp::Tagged;
             let placement = op == portico::bench::BenchOp::Placement;
-            let duration = duration.unwrap_or(if tagged {
+            // The benches of the main loop (the others run their own).
+            let main_loop = matches!(
+                op,
+                portico::bench::BenchOp::Write
+                    | portico::bench::BenchOp::Read
+                    | portico::bench::BenchOp::Send
+                    | portico::bench::BenchOp::Mixed
+            );
+            let sizes = if all_sizes {
+                portico::bench::all_sizes()
+            } else {
+                sizes
+            };
+            let sweep = !sizes.is_empty() || qd.len() > 1;
+            if !main_loop {
+                let flag = if all_sizes {
+                    Some("--all-sizes")
+                } else if !sizes.is_empty() {
+                    Some("--sizes")
+                } else if qd.len() > 1 {
+                    Some("--qd")
+                } else if csv.is_some() {
+                    Some("--csv")
+                } else {
+                    None
+                };
+                if let Some(flag) = flag {
+                    return Err(AppError::Usage(format!(
+                        "{flag}: only bench write, read, send and mixed sweep or write CSV (a --qd list, --sizes, --all-sizes, --csv)"
+                    )));
+                }
+            }
+            if !sizes.is_empty() && size.is_some() {
+                return Err(AppError::Usage(
+                    "--sizes: give one message size (--size) or a list (--sizes), not both".into(),
+                ));
+            }
+            let duration = duration.unwrap_or(if sweep {
+                1.0
+            } else if tagged {
                 portico::bench::tagged::DEFAULT_POINT_SECONDS
             } else if placement {
                 portico::bench::placement::DEFAULT_POINT_SECONDS
@@ -575,7 +648,10 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 op,
                 size: size.unwrap_or(64),
                 size_given: size.is_some(),
-                qd,
+                qd: qd[0],
+                qds: if qd.len() > 1 { qd.clone() } else { Vec::new() },
+                sizes,
+                csv,
                 rate,
                 duration: seconds("--duration", duration)?,
                 mtu,
@@ -599,14 +675,6 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 cores,
                 connections,
             };
-            // The benches of the main loop (the others run their own).
-            let main_loop = matches!(
-                op,
-                portico::bench::BenchOp::Write
-                    | portico::bench::BenchOp::Read
-                    | portico::bench::BenchOp::Send
-                    | portico::bench::BenchOp::Mixed
-            );
             if (hlog.is_some() || hlog_interval.is_some() || plot.is_some()) && !main_loop {
                 return Err(AppError::Usage(
                     "--hlog, --hlog-interval, --plot: only bench write, read, send and mixed take them (so far)"

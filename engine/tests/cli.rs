@@ -1363,3 +1363,192 @@ fn bench_hlog_and_plot_write_interval_histograms_that_read_back_and_the_svgs() {
         true,
     );
 }
+
+/// A sweep: every size at every queue depth (queue depth outer), each point in the JSON, the
+/// CSV, the `.hlog` (tagged by point) and the sweep plot, with every byte verified.
+#[test]
+fn bench_sweep_runs_every_point_into_one_json_one_csv_one_hlog_and_the_plots() {
+    let tmp = std::env::temp_dir().join(format!("portico-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (csv, hlog, plots) = (tmp.join("s.csv"), tmp.join("s.hlog"), tmp.join("plots"));
+    let out = portico(&[
+        "bench",
+        "read",
+        "--sizes",
+        "64,4K",
+        "--qd",
+        "4,16",
+        "--duration",
+        "0.3",
+        "--verify",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--hlog",
+        hlog.to_str().unwrap(),
+        "--plot",
+        plots.to_str().unwrap(),
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "1024",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Progress: point n of m, with the time left.
+    for n in 1..=4 {
+        assert!(stderr.contains(&format!("point {n}/4: ")), "{stderr}");
+    }
+    assert!(stderr.contains("s left)"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["interrupted"], false);
+    assert_eq!(v["errors"], 0, "{v}");
+    let order = [(64, 4), (4096, 4), (64, 16), (4096, 16)];
+    let points = v["points"].as_array().unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "{v}");
+    assert_eq!(results.len(), 4, "{v}");
+    let mut ops = Vec::new();
+    for (i, &(size, qd)) in order.iter().enumerate() {
+        assert_eq!(points[i]["size"], size);
+        assert_eq!(points[i]["qd"], qd);
+        let r = &results[i];
+        assert_eq!(
+            (r["op"].as_str(), r["size"].as_u64(), r["qd"].as_u64()),
+            (Some("read"), Some(size), Some(qd as u64))
+        );
+        assert_eq!(points[i]["results"][0]["ops"], r["ops"]);
+        let n = r["ops"].as_u64().unwrap();
+        assert!(n > 0, "{r}");
+        ops.push(n);
+    }
+    assert_eq!(
+        v["verify"]["checked_ops"].as_u64().unwrap(),
+        ops.iter().sum::<u64>(),
+        "every READ compared"
+    );
+    assert_eq!(v["verify"]["mismatches"], 0);
+    // The CSV: a header and a row per point, with the JSON's counts.
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(rows[0].starts_with("op,size,qd,ops,"), "{text}");
+    assert_eq!(rows.len(), 5, "{text}");
+    for (i, &(size, qd)) in order.iter().enumerate() {
+        assert!(
+            rows[i + 1].starts_with(&format!("read,{size},{qd},{},", ops[i])),
+            "{text}"
+        );
+    }
+    // The .hlog: each point's operations under its own tag, every one of them once.
+    let bytes = std::fs::read(&hlog).unwrap();
+    let intervals = portico::latency::read_interval_log(&bytes).unwrap();
+    for (i, &(size, qd)) in order.iter().enumerate() {
+        let tag = format!("read-{size}B-qd{qd}");
+        let n: u64 = intervals
+            .iter()
+            .filter(|x| x.tag.as_deref() == Some(tag.as_str()))
+            .map(|x| x.histogram.len())
+            .sum();
+        assert_eq!(n, ops[i], "{tag}");
+    }
+    // The plots: the sweep's against size, with a line per queue depth.
+    let sweep = std::fs::read_to_string(plots.join("sweep.svg")).unwrap();
+    assert!(sweep.contains("read qd 4") && sweep.contains("read qd 16"));
+    assert!(sweep.contains("message size") && sweep.contains("4K"));
+    for name in ["latency.svg", "timeline.svg", "sweep.svg"] {
+        let p = plots.join(name);
+        assert!(
+            v["plots"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == p.to_str().unwrap()),
+            "{name}: {v}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    // A sweep's bad arguments name their flag, before EAL starts.
+    // (A size that does not parse is clap's error: exit 2, naming the flag and the value.)
+    let out = portico(&["bench", "write", "--hugepages", "off", "--sizes", "64,5X"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--sizes") && err.contains("\"5X\" is not a size"),
+        "{err}"
+    );
+    assert_bad(
+        &[
+            "bench",
+            "write",
+            "--hugepages",
+            "off",
+            "--sizes",
+            "64",
+            "--size",
+            "64",
+        ],
+        "--sizes",
+        true,
+    );
+    assert_bad(
+        &["bench", "write", "--hugepages", "off", "--qd", "8,121"],
+        "--qd",
+        true,
+    );
+    assert_bad(
+        &["bench", "tagged", "--hugepages", "off", "--qd", "8,16"],
+        "--qd",
+        true,
+    );
+}
+
+/// Ctrl-C in a sweep ends the current point cleanly (it drains what is outstanding) and the
+/// run, and everything measured until then is still printed and written.
+#[test]
+fn ctrl_c_in_a_sweep_ends_the_point_and_writes_what_was_measured() {
+    use std::io::BufRead;
+    let csv = std::env::temp_dir().join(format!("portico-sweep-int-{}.csv", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .args(["bench", "write", "--all-sizes", "--duration", "1", "--json"])
+        .args(["--csv", csv.to_str().unwrap()])
+        .args(["--hugepages", "off", "--memory-mb", "1024"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "bench ended early: {seen}"
+        );
+        seen.push_str(&line);
+        if line.starts_with("point 2/23: 4 B") {
+            break;
+        }
+    }
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["interrupted"], true, "{v}");
+    assert_eq!(v["errors"], 0, "drained, not abandoned: {v}");
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{v}");
+    assert_eq!(points[0]["interrupted"], false);
+    assert_eq!(points[1]["interrupted"], true);
+    assert!(points[1]["seconds"].as_f64().unwrap() < 1.0, "{v}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let _ = std::fs::remove_file(&csv);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(
+        text.lines().nth(2).unwrap().starts_with("write,4,64,"),
+        "{text}"
+    );
+}

@@ -5,13 +5,19 @@
 //!   99.9 % and 99.99 % take equal room and the tail is visible), latency in µs on a log
 //!   scale too (the body and a tail a thousand times longer on one plot);
 //! - `timeline.svg`: per operation type, operations per second and p99 latency over the run,
-//!   from interval histograms (`IntervalLog`, 100 ms by default).
+//!   from interval histograms (`IntervalLog`, 100 ms by default);
+//! - `sweep.svg`, for a sweep (`--sizes`, `--all-sizes`, a `--qd` list): throughput and
+//!   latency (p50, p99) against message size, one line per operation type and queue depth.
+//!
+//! In a sweep `latency.svg` has one curve per point, and the timeline runs through the points
+//! one after the other.
 
 use std::io;
 use std::path::Path;
 
 use plotters::prelude::*;
 
+use crate::bench::OpResult;
 use crate::bench::plot::{Area, DrawResult, axis_top, drawing_error};
 use crate::latency::{IntervalLog, Latency};
 
@@ -27,7 +33,7 @@ const LABEL_FONT: u32 = 16;
 const MAX_SPREAD: f64 = 1e5;
 
 /// (name, histogram) per operation type with something recorded.
-pub type Named<'a> = Vec<(&'static str, &'a Latency)>;
+pub type Named<'a> = Vec<(String, &'a Latency)>;
 
 /// Writes `latency.svg` and `timeline.svg` into `dir` (created if missing); returns their
 /// paths.
@@ -43,6 +49,17 @@ pub fn write(
     std::fs::write(&latency, render_latency(title, hists)?)?;
     std::fs::write(&timeline, render_timeline(title, log)?)?;
     Ok((latency, timeline))
+}
+
+/// The color of curve `i` of `n`: the three operation types' own, or a palette for the many
+/// curves of a sweep.
+fn color(i: usize, n: usize) -> RGBColor {
+    if n <= COLORS.len() {
+        COLORS[i]
+    } else {
+        let (r, g, b) = Palette99::pick(i).rgb();
+        RGBColor(r, g, b)
+    }
 }
 
 /// An axis value: whole numbers on an axis that reaches 10, two decimals below.
@@ -80,7 +97,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
                 .into_iter()
                 .map(|(p, ns)| (spread(p), ns as f64 / 1e3))
                 .collect();
-            (*name, pts)
+            (name.as_str(), pts)
         })
         .collect();
     // A log axis for latency too: the body (tens of µs) and the tail (ms) on one plot.
@@ -123,7 +140,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
         .axis_desc_style(("sans-serif", LABEL_FONT))
         .draw()?;
     for (i, (name, pts)) in curves.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+        let color = color(i, curves.len());
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
             .label(*name)
@@ -139,10 +156,10 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
 }
 
 /// One operation type's points over the run: (time s at the interval's end, ops/s, p99 µs).
-type Series = (&'static str, Vec<(f64, f64, f64)>);
+type Series<'a> = (&'a str, Vec<(f64, f64, f64)>);
 
 /// Per operation type, its points over the run.
-fn timeline_series(log: &IntervalLog) -> Vec<Series> {
+fn timeline_series(log: &IntervalLog) -> Vec<Series<'_>> {
     let mut out: Vec<Series> = Vec::new();
     for (start, len, tag, h) in log.closed() {
         let secs = len.as_secs_f64();
@@ -211,7 +228,7 @@ fn draw_timeline(root: &Area<'_>, title: &str, log: &IntervalLog) -> DrawResult 
             .axis_desc_style(("sans-serif", LABEL_FONT))
             .draw()?;
         for (i, (tag, pts)) in series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
+            let color = color(i, series.len());
             chart
                 .draw_series(LineSeries::new(
                     pts.iter().map(|p| (p.0, value(p))),
@@ -231,6 +248,180 @@ fn draw_timeline(root: &Area<'_>, title: &str, log: &IntervalLog) -> DrawResult 
             .draw()?;
     }
     Ok(())
+}
+
+/// A sweep's line: one operation type at one queue depth, its points in size order.
+type SweepLine = (String, Vec<(u32, f64, f64, f64)>);
+
+/// Per operation type and queue depth, (size, Gbit/s, p50 µs, p99 µs) at each size.
+fn sweep_lines(results: &[OpResult]) -> Vec<SweepLine> {
+    let mut lines: Vec<SweepLine> = Vec::new();
+    for r in results {
+        let (Some(size), Some(qd)) = (r.size, r.qd) else {
+            continue;
+        };
+        let name = format!("{} qd {qd}", r.op);
+        let point = (
+            size,
+            r.gbit_per_sec,
+            r.latency_ns.p50 as f64 / 1e3,
+            r.latency_ns.p99 as f64 / 1e3,
+        );
+        match lines.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => v.push(point),
+            None => lines.push((name, vec![point])),
+        }
+    }
+    for (_, v) in &mut lines {
+        v.sort_by_key(|p| p.0);
+    }
+    lines
+}
+
+/// Writes `sweep.svg` into `dir`: throughput and latency (p50 solid, p99 dashed) against
+/// message size, one line per operation type and queue depth; returns its path.
+pub fn write_sweep(dir: &Path, op: &str, results: &[OpResult]) -> io::Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("sweep.svg");
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 760)).into_drawing_area();
+        draw_sweep(&root, op, &sweep_lines(results)).map_err(drawing_error)?;
+        root.present().map_err(drawing_error)?;
+    }
+    std::fs::write(&path, svg)?;
+    Ok(path)
+}
+
+/// A size on the axis: B, KiB or MiB, whole.
+fn size_label(log2: f64) -> String {
+    let b = 2f64.powf(log2).round() as u64;
+    match b {
+        b if b >= 1 << 20 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+fn draw_sweep(root: &Area<'_>, op: &str, lines: &[SweepLine]) -> DrawResult {
+    root.fill(&WHITE)?;
+    let body = root.titled(
+        &format!("bench {op}: against message size"),
+        ("sans-serif", TITLE_FONT),
+    )?;
+    let panels = body.split_evenly((2, 1));
+    let sizes = || {
+        lines
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|p| (p.0 as f64).log2()))
+    };
+    let lo = sizes().fold(f64::INFINITY, f64::min);
+    let hi = sizes().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi > lo {
+        (lo, hi)
+    } else {
+        (0.0, 1.0)
+    };
+    // Throughput, linear.
+    let top = axis_top(lines.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)));
+    let mut chart = ChartBuilder::on(&panels[0])
+        .caption("throughput (Gbit/s)", ("sans-serif", LABEL_FONT + 4))
+        .margin(12)
+        .margin_right(30)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(lo..hi, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .x_labels(((hi - lo) as usize + 1).min(24))
+        .x_label_formatter(&|x| size_label(*x))
+        .y_labels(6)
+        .y_label_formatter(&|v| value_label(*v, top >= 10.0))
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .label_style(("sans-serif", LABEL_FONT))
+        .axis_desc_style(("sans-serif", LABEL_FONT))
+        .draw()?;
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let c = color(i, lines.len());
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| ((p.0 as f64).log2(), p.1)),
+                c.stroke_width(2),
+            ))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart.draw_series(
+            pts.iter()
+                .map(|p| Circle::new(((p.0 as f64).log2(), p.1), 3, c.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", LABEL_FONT))
+        .draw()?;
+    // Latency, log: p50 solid, p99 dashed.
+    let lat = || {
+        lines
+            .iter()
+            .flat_map(|(_, v)| v.iter().flat_map(|p| [p.2, p.3]))
+    };
+    let top = axis_top(lat()) * 1.5;
+    let bottom = lat().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+    let bottom = if bottom.is_finite() && bottom < top {
+        bottom / 1.5
+    } else {
+        top / 10.0
+    };
+    let mut chart = ChartBuilder::on(&panels[1])
+        .caption(
+            "latency (µs): p50 solid, p99 dashed",
+            ("sans-serif", LABEL_FONT + 4),
+        )
+        .margin(12)
+        .margin_right(30)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(lo..hi, (bottom..top).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .x_labels(((hi - lo) as usize + 1).min(24))
+        .x_label_formatter(&|x| size_label(*x))
+        .y_labels(8)
+        .y_label_formatter(&|v| value_label(*v, *v >= 10.0))
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .label_style(("sans-serif", LABEL_FONT))
+        .axis_desc_style(("sans-serif", LABEL_FONT))
+        .draw()?;
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let c = color(i, lines.len());
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| ((p.0 as f64).log2(), p.2)),
+                c.stroke_width(2),
+            ))?
+            .label(format!("{name} p50"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart.draw_series(DashedLineSeries::new(
+            pts.iter().map(|p| ((p.0 as f64).log2(), p.3)),
+            6,
+            4,
+            c.stroke_width(2),
+        ))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", LABEL_FONT))
+        .draw()
 }
 
 #[cfg(test)]
@@ -253,7 +444,10 @@ mod tests {
     fn both_plots_hold_each_operation_type_and_the_timeline_its_rates() {
         let mut w = Latency::new();
         let mut r = Latency::new();
-        let mut log = IntervalLog::new(&["read", "send", "write"], Duration::from_millis(100));
+        let mut log = IntervalLog::new(
+            &["read", "send", "write"].map(String::from),
+            Duration::from_millis(100),
+        );
         let t0 = Instant::now();
         for i in 1..=1000u64 {
             w.record(i * 1000);
@@ -272,7 +466,7 @@ mod tests {
         assert_eq!(pts.len(), 1);
         assert!((pts[0].1 - 1000.0).abs() < 50.0, "{pts:?}");
         assert_eq!(series[1].0, "read");
-        let hists: Named<'_> = vec![("write", &w), ("read", &r)];
+        let hists: Named<'_> = vec![("write".into(), &w), ("read".into(), &r)];
         let lat = render_latency("t", &hists).unwrap();
         let tl = render_timeline("t", &log).unwrap();
         for svg in [&lat, &tl] {

@@ -700,6 +700,8 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
     let results = if done > 0 {
         vec![OpResult {
             op: mode.name(),
+            size: Some(opts.size),
+            qd: Some(opts.qd),
             ops: done,
             ops_per_sec: done as f64 / seconds,
             gbit_per_sec: done as f64 * size as f64 * 8.0 / seconds / 1e9,
@@ -725,6 +727,10 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         cores,
         ports,
         capture,
+        points: Vec::new(),
+        interrupted: false,
+        csv: None,
+        server: None,
         persist: Some(PersistSummary {
             mode,
             mapping,

@@ -626,6 +626,8 @@ fn run_scheme(
         stalls: counter("stalls"),
     };
     let result = OpResult {
+        size: None,
+        qd: None,
         op: scheme_name(mode),
         ops: messages,
         ops_per_sec: messages as f64 / seconds,

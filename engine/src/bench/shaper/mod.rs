@@ -886,6 +886,8 @@ fn run_phase(
         stalls: counter("stalls"),
     };
     let result = OpResult {
+        size: None,
+        qd: None,
         op: kind.op(),
         ops: reads + writes_done,
         ops_per_sec: (reads + writes_done) as f64 / elapsed,

@@ -1,0 +1,764 @@
+//! One point of `bench write|read|send|mixed`: a message size and a queue depth, run on
+//! connections that stay up from one point to the next (a sweep runs many points on one pair of
+//! engines; a single run is a sweep of one point).
+//!
+//! The host keeps `qd` operations outstanding over the queue pairs. With `--rate`, operation
+//! *k* is due at `start + k / rate` and its latency runs from that intended time (no
+//! coordinated omission); closed, latency runs from posting to completion. A point lasts its
+//! duration, or until `stop` is set (Ctrl-C), and then waits for what is outstanding.
+//!
+//! The remote end of a queue pair may live in this process (`bench` on a `net_ring` link: its
+//! receives are posted here, and `--verify` reads its memory) or in another (`bench --client`:
+//! the server keeps its own receives posted, and a SEND is done when it is acknowledged).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{VerifySummary, human, op_index, usage};
+use crate::app::AppError;
+use crate::latency::{IntervalLog, Latency};
+use crate::rdma::{Cq, MemoryRegion, Qp};
+use crate::report;
+use crate::transport::{RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest};
+
+/// A point of a run: message size and operations outstanding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Point {
+    pub size: u32,
+    pub qd: usize,
+}
+
+/// Bytes of each of the application's buffers at most.
+pub(crate) const BUF_CAP: usize = 64 << 20;
+
+/// Slots a buffer is cut into at most (per point, over all queue pairs).
+const MAX_SLOTS: usize = 1024;
+
+/// Completions taken per poll.
+pub(crate) const WCS_LEN: usize = 64;
+
+/// Under `--verify`, buffer slots needed per operation outstanding.
+const VERIFY_SLOTS_PER_QD: usize = 4;
+
+/// Under `--verify`, a doorbell for every this many filled requests.
+const VERIFY_RING_EVERY: usize = 8;
+
+/// How long a point waits for its outstanding operations once posting has ended, before it
+/// counts them as errors and the run gives up.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// The slots of `size` bytes in a buffer of `len` bytes, shared by `connections` queue pairs:
+/// each queue pair's share (its operation *k* uses slot *k* mod share).
+pub(crate) fn share(len: usize, size: usize, connections: usize) -> usize {
+    (len / size).clamp(1, MAX_SLOTS) / connections
+}
+
+/// Checks a point against the buffers and the queue pairs before anything runs.
+pub(crate) fn check_point(
+    p: Point,
+    connections: usize,
+    verify: bool,
+    buf_len: usize,
+) -> Result<(), AppError> {
+    let size = p.size as usize;
+    if size == 0 || size > BUF_CAP / 4 {
+        return Err(usage(format!(
+            "--size: {size} B: must be 1..={} bytes",
+            BUF_CAP / 4
+        )));
+    }
+    if p.qd == 0 || p.qd > 120 {
+        return Err(usage(format!(
+            "--qd: {}: must be 1..=120 (the send queue holds 128)",
+            p.qd
+        )));
+    }
+    if p.qd < connections {
+        return Err(usage(format!(
+            "--qd: {} is fewer than the {connections} queue pairs (--qd is the total outstanding, spread over them)",
+            p.qd
+        )));
+    }
+    // With --verify a slot must not be reused while an operation on it may still be
+    // outstanding or unchecked. At most a window's worth are outstanding per queue pair, a
+    // completion is checked one loop round after it is polled, and a receive completion may be
+    // polled a round after its SEND's; four times the window leaves a margin over all of that.
+    let share = share(buf_len, size, connections);
+    let widest = p.qd.div_ceil(connections);
+    if share == 0 || (verify && share < VERIFY_SLOTS_PER_QD * widest) {
+        return Err(usage(format!(
+            "{}: {} slots of {size} B fit the {} MiB buffers, {}; lower --qd or --size",
+            if verify { "--verify" } else { "--size" },
+            (buf_len / size).clamp(1, MAX_SLOTS),
+            buf_len >> 20,
+            if verify {
+                format!(
+                    "fewer than four times --qd {} (over {connections} queue pairs)",
+                    p.qd
+                )
+            } else {
+                format!("fewer than the {connections} queue pairs")
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// The bytes each buffer needs for every point of a run.
+pub(crate) fn buffer_len(points: &[Point]) -> usize {
+    points
+        .iter()
+        .map(|p| {
+            // (A size of 0 is refused by `check_point`.)
+            let size = (p.size as usize).clamp(1, BUF_CAP);
+            (BUF_CAP / size).clamp(1, MAX_SLOTS) * size
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The pattern operation `id` carries: 8-byte little-endian words that differ per operation
+/// and per word; a short tail takes the first bytes of one more word.
+fn pattern_word(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)
+}
+
+fn pattern_seed(id: u64) -> u64 {
+    (id + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn fill_pattern(id: u64, buf: &mut [u8]) {
+    let seed = pattern_seed(id);
+    let mut words = buf.chunks_exact_mut(8);
+    let mut n = 0;
+    for (i, w) in (&mut words).enumerate() {
+        w.copy_from_slice(&pattern_word(seed, i).to_le_bytes());
+        n = i + 1;
+    }
+    let rest = words.into_remainder();
+    let tail = pattern_word(seed, n).to_le_bytes();
+    let k = rest.len();
+    rest.copy_from_slice(&tail[..k]);
+}
+
+/// Whether `buf` holds operation `id`'s pattern: one pass, comparing word by word as the
+/// pattern is computed.
+fn has_pattern(id: u64, buf: &[u8]) -> bool {
+    let seed = pattern_seed(id);
+    let mut words = buf.chunks_exact(8);
+    let mut n = 0;
+    let mut diff = 0u64;
+    for (i, w) in (&mut words).enumerate() {
+        diff |= u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ pattern_word(seed, i);
+        n = i + 1;
+    }
+    let rest = words.remainder();
+    diff == 0 && rest == &pattern_word(seed, n).to_le_bytes()[..rest.len()]
+}
+
+/// The host's view of `--verify`: scratch space, no allocation per operation.
+struct Verifier {
+    buf: Vec<u8>,
+    summary: VerifySummary,
+}
+
+impl Verifier {
+    fn new(size: usize) -> Verifier {
+        Verifier {
+            buf: vec![0; size],
+            summary: VerifySummary::default(),
+        }
+    }
+
+    /// Writes operation `id`'s pattern into `mr` at `offset`.
+    fn fill(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
+        fill_pattern(id, &mut self.buf);
+        mr.write(offset, &self.buf).expect("slot inside the buffer");
+    }
+
+    /// Compares what landed in `mr` at `offset` with operation `id`'s pattern.
+    fn check(&mut self, id: u64, mr: &MemoryRegion, offset: usize) {
+        mr.read(offset, &mut self.buf)
+            .expect("slot inside the buffer");
+        self.summary.checked_ops += 1;
+        self.summary.checked_bytes += self.buf.len() as u64;
+        if !has_pattern(id, &self.buf) {
+            self.summary.mismatches += 1;
+        }
+    }
+}
+
+/// Where an operation's bytes landed, for `--verify`.
+#[derive(Debug, Clone, Copy)]
+enum Landed {
+    /// B's buffer (a WRITE's target).
+    Remote,
+    /// A's READ destination.
+    Back,
+    /// B's receive buffer (a SEND).
+    Received,
+}
+
+/// The remote buffer WRITEs go to and READs come from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RemoteBuf {
+    pub(crate) addr: u64,
+    pub(crate) rkey: u32,
+}
+
+/// B's memory when B is in this process: its buffer (for `--verify` of WRITEs, and the
+/// pattern READs fetch) and its receive buffer.
+pub(crate) struct LocalPeer {
+    pub(crate) buf: MemoryRegion,
+    pub(crate) recv: MemoryRegion,
+}
+
+/// The application's buffers, registered, as every point uses them.
+pub(crate) struct Buffers {
+    /// A's sources.
+    pub(crate) src: MemoryRegion,
+    /// A's READ destinations.
+    pub(crate) dst: MemoryRegion,
+    pub(crate) remote: RemoteBuf,
+    pub(crate) peer: Option<LocalPeer>,
+    /// Bytes of each buffer.
+    pub(crate) len: usize,
+    /// Bytes of each receive buffer B posts: the run's largest SEND.
+    pub(crate) recv_len: u32,
+}
+
+/// A queue pair of the run: A's end, and B's when B is in this process.
+pub(crate) struct Conn {
+    pub(crate) qp: Qp,
+    pub(crate) cq: Cq,
+    pub(crate) peer: Option<(Qp, Cq)>,
+}
+
+/// Bits of an operation's id that name its queue pair (`--connections` is at most 256): the
+/// id of queue pair `index`'s operation `seq` is `seq << LANE_BITS | index`, taken apart with a
+/// shift rather than a division per completion.
+const LANE_BITS: u32 = 8;
+
+/// One queue pair and its bookkeeping, kept from point to point (a receive posted in one
+/// point may take a SEND of the next).
+struct Lane {
+    index: usize,
+    conn: Conn,
+    /// Operations this queue pair keeps outstanding at most (this point's share of `qd`).
+    window: usize,
+    outstanding: usize,
+    next_seq: u64,
+    /// Start times of outstanding operations, by sequence number modulo a power of two above
+    /// the window: at most `window` are outstanding, so entries never collide (and no hashing
+    /// per operation).
+    started: Vec<Option<Instant>>,
+    /// Ids (and sizes) of SENDs in flight, oldest first: receive k gets the k-th SEND.
+    send_ids: Vec<u64>,
+    sends_posted: u64,
+    sends_received: u64,
+    recv_posted: u64,
+    batch: Vec<WorkRequest>,
+    recv_batch: Vec<RecvRequest>,
+}
+
+impl Lane {
+    fn new(index: usize, conn: Conn) -> Lane {
+        Lane {
+            index,
+            conn,
+            window: 0,
+            outstanding: 0,
+            next_seq: 0,
+            started: Vec::new(),
+            send_ids: Vec::new(),
+            sends_posted: 0,
+            sends_received: 0,
+            recv_posted: 0,
+            batch: Vec::new(),
+            recv_batch: Vec::new(),
+        }
+    }
+
+    /// Sizes the bookkeeping for a point's window (nothing is outstanding between points).
+    fn begin(&mut self, window: usize) {
+        let ring = (window * 2).next_power_of_two();
+        self.window = window;
+        self.started = vec![None; ring];
+        // SENDs in flight and receives posted ahead reach up to two windows.
+        self.send_ids = vec![0; (ring * 2).max(self.send_ids.len())];
+        self.batch = Vec::with_capacity(window);
+        self.recv_batch = Vec::with_capacity(window * 2);
+    }
+
+    fn mask(&self) -> usize {
+        self.started.len() - 1
+    }
+
+    fn send_mask(&self) -> usize {
+        self.send_ids.len() - 1
+    }
+
+    /// Posts the batch with one doorbell.
+    fn flush(&mut self) -> Result<(), AppError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.conn.qp.post_send(&self.batch).map_err(|e| {
+            AppError::Failed(format!("posting {} work requests: {e}", self.batch.len()))
+        })?;
+        self.outstanding += self.batch.len();
+        self.batch.clear();
+        Ok(())
+    }
+}
+
+/// The queue pair after `lane` of `n`, round robin (no division per operation).
+fn next_lane(lane: usize, n: usize) -> usize {
+    if lane + 1 >= n { 0 } else { lane + 1 }
+}
+
+/// What the operations of a run are: one type, or SEND, WRITE and READ in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ops {
+    Write,
+    Read,
+    Send,
+    Mixed,
+}
+
+impl Ops {
+    /// 0 WRITE, 1 READ, 2 SEND, for operation `k` of the run.
+    fn kind(self, k: u64) -> u64 {
+        match self {
+            Ops::Write => 0,
+            Ops::Read => 1,
+            Ops::Send => 2,
+            Ops::Mixed => k % 3,
+        }
+    }
+
+    fn uses_send(self) -> bool {
+        matches!(self, Ops::Send | Ops::Mixed)
+    }
+}
+
+/// What one point measured.
+pub(crate) struct Measured {
+    pub(crate) point: Point,
+    pub(crate) seconds: f64,
+    /// Latency and completions per operation type (read, send, write: [`OP_NAMES`]).
+    pub(crate) hist: [Latency; 3],
+    pub(crate) counts: [u64; 3],
+    pub(crate) errors: u64,
+    pub(crate) verify: Option<VerifySummary>,
+    /// Posting ended early (Ctrl-C, SIGTERM).
+    pub(crate) interrupted: bool,
+    /// Operations were still outstanding when the drain limit ran out: the queue pairs are
+    /// not fit for another point.
+    pub(crate) stuck: bool,
+}
+
+/// Where a point records its latencies besides its own histograms: the run's `.hlog` (tags
+/// `tag_base + op`) and the plot's timeline (tags by operation type).
+pub(crate) struct Logs<'a> {
+    pub(crate) hlog: Option<(&'a mut IntervalLog, usize)>,
+    pub(crate) timeline: Option<&'a mut IntervalLog>,
+}
+
+/// How a point announces itself on the terminal.
+pub(crate) struct Progress {
+    /// `[point n/m] ` in a sweep, empty otherwise.
+    pub(crate) prefix: String,
+    pub(crate) json: bool,
+}
+
+/// The queue pairs and buffers of a run; [`Runner::run`] runs one point on them.
+pub(crate) struct Runner {
+    lanes: Vec<Lane>,
+    pub(crate) buffers: Buffers,
+    ops: Ops,
+    rate: Option<f64>,
+    verify: bool,
+    /// Operations posted over the whole run: mixed runs take turns across points.
+    posted: u64,
+}
+
+impl Runner {
+    pub(crate) fn new(
+        conns: Vec<Conn>,
+        buffers: Buffers,
+        ops: Ops,
+        rate: Option<f64>,
+        verify: bool,
+    ) -> Runner {
+        Runner {
+            lanes: conns
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| Lane::new(i, c))
+                .collect(),
+            buffers,
+            ops,
+            rate,
+            verify,
+            posted: 0,
+        }
+    }
+
+    /// Runs `point` for `duration` (None: until `stop`), and returns what it measured.
+    pub(crate) fn run(
+        &mut self,
+        point: Point,
+        duration: Option<Duration>,
+        stop: &AtomicBool,
+        logs: &mut Logs<'_>,
+        progress: &Progress,
+    ) -> Result<Measured, AppError> {
+        let lanes_n = self.lanes.len();
+        let size = point.size as usize;
+        let share = share(self.buffers.len, size, lanes_n);
+        let recv_len = self.buffers.recv_len as usize;
+        let recv_share = share_or_one(self.buffers.len, recv_len, lanes_n);
+        for (i, l) in self.lanes.iter_mut().enumerate() {
+            // The total window, dealt out: the first `qd % n` queue pairs take one more.
+            l.begin(point.qd / lanes_n + usize::from(i < point.qd % lanes_n));
+        }
+        let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
+        let recv_slot =
+            |lane: usize, k: u64| (lane * recv_share + k as usize % recv_share) * recv_len;
+        let Buffers {
+            src,
+            dst,
+            remote,
+            peer,
+            ..
+        } = &self.buffers;
+        let (ops, rate) = (self.ops, self.rate);
+        let uses_send = ops.uses_send() && peer.is_some();
+        let mut verifier = self.verify.then(|| Verifier::new(size));
+        let mut hist: [Latency; 3] = Default::default();
+        let mut counts = [0u64; 3];
+        // With --verify: landed bytes to check, as (operation id, which buffer, offset). They
+        // are checked after the next batch is posted, so the engine has work while the host
+        // compares.
+        let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
+        let check = |v: &mut Verifier, to_check: &mut Vec<(u64, Landed, usize)>| {
+            for &(id, landed, slot) in to_check.iter() {
+                let mr = match (landed, peer) {
+                    (Landed::Back, _) => dst,
+                    (Landed::Remote, Some(p)) => &p.buf,
+                    (Landed::Received, Some(p)) => &p.recv,
+                    (_, None) => continue,
+                };
+                v.check(id, mr, slot);
+            }
+            to_check.clear();
+        };
+        let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
+        let mut errors = 0u64;
+        let t0 = Instant::now();
+        // When posting ends: the duration's end, or the moment `stop` is seen.
+        let mut end = duration.and_then(|d| t0.checked_add(d));
+        let mut interrupted = false;
+        // Operations posted in this point: operation k is due at t0 + k / rate.
+        let mut next_k = 0u64;
+        let base = self.posted;
+        // The queue pair that takes the next operation of a closed loop.
+        let mut cursor = 0usize;
+        let mut last_print = t0;
+        let mut last_done = 0u64;
+        let mut done = 0u64;
+        let mut stuck = false;
+        let lanes = &mut self.lanes;
+        loop {
+            let now = Instant::now();
+            if stop.load(Ordering::Relaxed) && end.is_none_or(|e| e > now) {
+                end = Some(now);
+                interrupted = duration.is_some();
+            }
+            let ended = end.is_some_and(|e| now >= e);
+            if uses_send {
+                // Keep B's receive queues a window ahead of the SENDs, before any of this
+                // round's SENDs is posted (filling sources can take longer than the RNR
+                // retries last).
+                for l in lanes.iter_mut() {
+                    let lane = l.index;
+                    let Some((rqp, _)) = l.conn.peer.as_mut() else {
+                        continue;
+                    };
+                    let recv = &peer.as_ref().expect("uses_send has B").recv;
+                    l.recv_batch.clear();
+                    while l.recv_posted < l.sends_posted + l.window as u64
+                        && l.recv_batch.len() < l.recv_batch.capacity()
+                    {
+                        let slot = recv_slot(lane, l.recv_posted);
+                        l.recv_batch.push(RecvRequest::new(
+                            l.recv_posted,
+                            recv.sgl(slot, recv_len as u32),
+                        ));
+                        l.recv_posted += 1;
+                    }
+                    if let Err(full) = rqp.post_recv(&l.recv_batch) {
+                        l.recv_posted -= (l.recv_batch.len() - full.posted) as u64;
+                    }
+                }
+            }
+            // Post while there is room in a window and (with a rate) the next operation is
+            // due: each queue pair's batch with one doorbell. Operations go to the queue pairs
+            // in turn.
+            for l in lanes.iter_mut() {
+                l.batch.clear();
+            }
+            let mut blocked = 0;
+            while !ended && blocked < lanes_n {
+                // With a rate, operation k belongs to queue pair k mod n and waits for it;
+                // closed, the next queue pair in turn that has room takes it.
+                let lane = match rate {
+                    Some(_) => (next_k % lanes_n as u64) as usize,
+                    None => cursor,
+                };
+                let l = &mut lanes[lane];
+                if l.outstanding + l.batch.len() >= l.window {
+                    if rate.is_some() {
+                        break;
+                    }
+                    blocked += 1;
+                    cursor = next_lane(cursor, lanes_n);
+                    continue;
+                }
+                blocked = 0;
+                let intended = match rate {
+                    // An operation due beyond any clock reading (a tiny rate) is never due.
+                    Some(r) => match Duration::try_from_secs_f64(next_k as f64 / r)
+                        .ok()
+                        .and_then(|d| t0.checked_add(d))
+                    {
+                        Some(t) => t,
+                        None => break,
+                    },
+                    None => now,
+                };
+                if intended > now {
+                    break;
+                }
+                let seq = l.next_seq;
+                let id = (seq << LANE_BITS) | lane as u64;
+                let slot = slot_of(lane, seq);
+                let kind = ops.kind(base + next_k);
+                if let Some(v) = verifier.as_mut() {
+                    match (kind, peer) {
+                        (1, Some(p)) => v.fill(id, &p.buf, slot),
+                        (1, None) => {}
+                        _ => v.fill(id, src, slot),
+                    }
+                }
+                let wr = match kind {
+                    0 => WorkRequest::write(
+                        id,
+                        src.sgl(slot, point.size),
+                        remote.addr + slot as u64,
+                        remote.rkey,
+                        None,
+                    ),
+                    1 => WorkRequest::read(
+                        id,
+                        dst.sgl(slot, point.size),
+                        remote.addr + slot as u64,
+                        remote.rkey,
+                    ),
+                    _ => {
+                        let mask = l.send_mask();
+                        l.send_ids[l.sends_posted as usize & mask] = id;
+                        l.sends_posted += 1;
+                        WorkRequest::send(id, src.sgl(slot, point.size), None)
+                    }
+                };
+                l.batch.push(wr);
+                let mask = l.mask();
+                l.started[seq as usize & mask] = Some(intended);
+                l.next_seq += 1;
+                next_k += 1;
+                cursor = next_lane(cursor, lanes_n);
+                if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
+                    // Filling takes time: ring for what is ready rather than for the whole
+                    // batch.
+                    l.flush()?;
+                }
+            }
+            for l in lanes.iter_mut() {
+                l.flush()?;
+            }
+            if let Some(v) = verifier.as_mut() {
+                check(v, &mut to_check);
+            }
+            for l in lanes.iter_mut() {
+                let lane = l.index;
+                let n = l.conn.cq.poll(&mut wcs);
+                if n > 0 {
+                    // One clock read per batch of completions: the work they did ended by now.
+                    let polled_at = Instant::now();
+                    if let Some((log, _)) = logs.hlog.as_mut() {
+                        log.tick(polled_at);
+                    }
+                    if let Some(log) = logs.timeline.as_mut() {
+                        log.tick(polled_at);
+                    }
+                    let mask = l.mask();
+                    for wc in &wcs[..n] {
+                        let seq = wc.wr_id >> LANE_BITS;
+                        let Some(t) = l.started[seq as usize & mask].take() else {
+                            continue;
+                        };
+                        l.outstanding -= 1;
+                        if wc.status != WcStatus::Success {
+                            errors += 1;
+                            continue;
+                        }
+                        let k = op_index(wc.opcode);
+                        let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
+                        hist[k].record(ns);
+                        if let Some((log, tag_base)) = logs.hlog.as_mut() {
+                            log.record(*tag_base + k, ns);
+                        }
+                        if let Some(log) = logs.timeline.as_mut() {
+                            log.record(k, ns);
+                        }
+                        counts[k] += 1;
+                        done += 1;
+                        if verifier.is_some() {
+                            let slot = slot_of(lane, seq);
+                            match wc.opcode {
+                                WcOpcode::RdmaWrite => {
+                                    to_check.push((wc.wr_id, Landed::Remote, slot))
+                                }
+                                WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                if uses_send && let Some((_, rcq)) = l.conn.peer.as_mut() {
+                    let n = rcq.poll(&mut wcs);
+                    let mask = l.send_mask();
+                    for wc in &wcs[..n] {
+                        let id = l.send_ids[l.sends_received as usize & mask];
+                        l.sends_received += 1;
+                        if wc.status != WcStatus::Success {
+                            errors += 1;
+                        } else if verifier.is_some() {
+                            to_check.push((id, Landed::Received, recv_slot(lane, wc.wr_id)));
+                        }
+                    }
+                }
+            }
+            let outstanding: usize = lanes.iter().map(|l| l.outstanding).sum();
+            if now.duration_since(last_print) >= Duration::from_secs(1) {
+                let dt = now.duration_since(last_print).as_secs_f64();
+                human(
+                    progress.json,
+                    &format!(
+                        "{}[{:6.1}s] {:>12} ops/s  {:>14}  outstanding {}",
+                        progress.prefix,
+                        now.duration_since(t0).as_secs_f64(),
+                        report::rate((done - last_done) as f64 / dt, ""),
+                        report::rate((done - last_done) as f64 * size as f64 * 8.0 / dt, "bit/s"),
+                        outstanding
+                    ),
+                );
+                last_print = now;
+                last_done = done;
+            }
+            let receives_done =
+                !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
+            if ended && outstanding == 0 && receives_done {
+                break;
+            }
+            if end.is_some_and(|e| now.saturating_duration_since(e) >= DRAIN_LIMIT) {
+                errors += outstanding as u64;
+                stuck = true;
+                break;
+            }
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        self.posted += next_k;
+        // A point of a sweep that does not send leaves the receives it posted for the next.
+        if let Some(v) = verifier.as_mut() {
+            check(v, &mut to_check);
+        }
+        Ok(Measured {
+            point,
+            seconds,
+            hist,
+            counts,
+            errors,
+            verify: verifier.map(|v| v.summary),
+            interrupted,
+            stuck,
+        })
+    }
+}
+
+/// A buffer's share of slots of `size` for each of `connections` queue pairs, at least one.
+fn share_or_one(len: usize, size: usize, connections: usize) -> usize {
+    share(len, size.max(1), connections).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_check_finds_any_byte_that_differs_from_the_pattern() {
+        for len in [1usize, 7, 8, 9, 64, 4096, 4099] {
+            let mut buf = vec![0u8; len];
+            fill_pattern(42, &mut buf);
+            assert!(has_pattern(42, &buf), "len {len}");
+            assert!(
+                !has_pattern(43, &buf),
+                "another operation's pattern, len {len}"
+            );
+            for at in [0, len / 2, len - 1] {
+                buf[at] ^= 0x10;
+                assert!(!has_pattern(42, &buf), "len {len}, byte {at} changed");
+                buf[at] ^= 0x10;
+            }
+        }
+    }
+
+    #[test]
+    fn buffers_hold_every_point_and_points_are_checked_against_them() {
+        let pts = [
+            Point { size: 64, qd: 8 },
+            Point {
+                size: 8 << 20,
+                qd: 1,
+            },
+        ];
+        // 64 B: 1024 slots; 8 MiB: 8 slots.
+        assert_eq!(buffer_len(&pts), 64 << 20);
+        let len = buffer_len(&pts);
+        assert!(check_point(pts[0], 1, true, len).is_ok());
+        assert!(check_point(pts[1], 1, false, len).is_ok());
+        // Eight 8 MiB slots cannot give four per operation to a --verify window of 4.
+        let e = check_point(
+            Point {
+                size: 8 << 20,
+                qd: 4,
+            },
+            1,
+            true,
+            len,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--verify"), "{e}");
+        let e = check_point(Point { size: 64, qd: 121 }, 1, false, len).unwrap_err();
+        assert!(e.to_string().contains("--qd: 121"), "{e}");
+        let e = check_point(Point { size: 64, qd: 2 }, 4, false, len).unwrap_err();
+        assert!(
+            e.to_string().contains("fewer than the 4 queue pairs"),
+            "{e}"
+        );
+    }
+}
