@@ -45,11 +45,12 @@ pub mod persist;
 pub mod placement;
 mod plot;
 pub mod point;
+pub mod remote;
 pub mod shaper;
 pub mod tagged;
 
 /// Which operations to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BenchOp {
     Write,
@@ -509,7 +510,7 @@ pub fn all_sizes() -> Vec<u32> {
 
 /// Checks what every run of the main loop needs of its options: the operation, the rate, and
 /// the flags other benches take.
-fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> {
+pub(crate) fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> {
     if !opts.part.is_empty() {
         return Err(usage("--part: only `bench tagged` takes it".into()));
     }
@@ -1049,6 +1050,15 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
     if let Some(c) = &s.csv {
         println!("  csv: {c}");
+    }
+    if let Some(v) = &s.server {
+        println!(
+            "  server side: {} SENDs received, {} receive errors, its port rx {} tx {} packets",
+            v["receives"],
+            v["receive_errors"],
+            v["ports"][0]["stats"]["rx_packets"],
+            v["ports"][0]["stats"]["tx_packets"]
+        );
     }
     if let Some(p) = hgrm {
         println!("  latency distribution (µs) written to {}", p.display());

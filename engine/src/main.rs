@@ -144,6 +144,28 @@ enum Command {
         /// and operation type).
         #[arg(long, value_name = "FILE")]
         csv: Option<PathBuf>,
+        /// write, read, send, mixed: be the server of a two-host run (its own DPDK port,
+        /// --dev and --ip): wait for a `--client`, exchange queue pairs, addresses and keys
+        /// over TCP, serve its run, report this side, exit.
+        #[arg(long, requires_all = ["dev", "ip"], conflicts_with = "client")]
+        server: bool,
+        /// The server's TCP address for the exchange (default 0.0.0.0:18515).
+        #[arg(long, value_name = "ADDR:PORT", requires = "server")]
+        listen: Option<String>,
+        /// write, read, send, mixed: run against the server at ADDR[:PORT] (default port
+        /// 18515) over this side's own DPDK port (--dev and --ip).
+        #[arg(long, value_name = "ADDR:PORT", requires_all = ["dev", "ip"])]
+        client: Option<String>,
+        /// --server, --client: this side's DPDK port, a vdev
+        /// (`net_memif0,role=server,socket=/tmp/x.sock`) or a PCI address.
+        #[arg(long, value_name = "DEVARGS")]
+        dev: Option<String>,
+        /// --server, --client: this side's IPv4 address on its DPDK port.
+        #[arg(long)]
+        ip: Option<std::net::Ipv4Addr>,
+        /// --server, --client: this side's MAC address (default: the port's own).
+        #[arg(long)]
+        mac: Option<String>,
         /// write, read, send, mixed: workers the two engines run on. 1: both engines on one
         /// worker; N: N workers on N queues of each port, worker i holding the queue pairs
         /// homed on it (on this 2-core machine N = 2 shares a core with the host).
@@ -498,6 +520,12 @@ fn run(cli: Cli) -> Result<(), AppError> {
             sizes,
             all_sizes,
             csv,
+            server,
+            listen,
+            client,
+            dev,
+            ip,
+            mac,
             cores,
             connections,
             rate,
@@ -687,6 +715,22 @@ fn run(cli: Cli) -> Result<(), AppError> {
                         .into(),
                 ));
             }
+            if (dev.is_some() || ip.is_some() || mac.is_some()) && !server && client.is_none() {
+                return Err(AppError::Usage(
+                    "--dev: --dev, --ip and --mac are for --server and --client".into(),
+                ));
+            }
+            if (server || client.is_some()) && !main_loop {
+                return Err(AppError::Usage(format!(
+                    "--{}: bench write, read, send and mixed run across two processes; bench {} runs in one",
+                    if server { "server" } else { "client" },
+                    format!("{op:?}").to_lowercase()
+                )));
+            }
+            if let Some(m) = &mac {
+                portico::config::peer::parse_mac("--mac", m)
+                    .map_err(|e| AppError::Usage(e.to_string()))?;
+            }
             if congestion {
                 let d = portico::bench::congestion::CongestionArgs::default();
                 let args = portico::bench::congestion::CongestionArgs {
@@ -776,7 +820,33 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     Ok(())
                 };
             }
-            let summary = portico::bench::run(&opts, interrupt_flag())?;
+            let spec = dev.map(|dev| portico::bench::remote::PortSpec {
+                dev,
+                ip: ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+                mac,
+            });
+            if server {
+                let spec = spec.expect("clap requires --dev with --server");
+                let listen = listen
+                    .unwrap_or_else(|| format!("0.0.0.0:{}", portico::bench::remote::DEFAULT_PORT));
+                let report =
+                    portico::bench::remote::run_server(&opts, &spec, &listen, interrupt_flag())?;
+                portico::bench::remote::print_server(&report, json);
+                return if report.receive_errors > 0 {
+                    Err(AppError::CheckFailed(format!(
+                        "{} receives completed in error",
+                        report.receive_errors
+                    )))
+                } else {
+                    Ok(())
+                };
+            }
+            let summary = match (&client, spec) {
+                (Some(addr), Some(spec)) => {
+                    portico::bench::remote::run_client(&opts, &spec, addr, interrupt_flag())?
+                }
+                _ => portico::bench::run(&opts, interrupt_flag())?,
+            };
             portico::bench::print(&summary, json, opts.hgrm.as_ref());
             match summary.verify {
                 Some(v) if v.mismatches > 0 => Err(AppError::CheckFailed(format!(

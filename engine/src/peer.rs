@@ -55,26 +55,26 @@ use crate::wire::rss;
 const POOL_MBUFS: u32 = 8191;
 
 /// A running engine on one port (on one worker or several), and the application's ends of it.
-struct Peer {
-    runtime: Runtime,
-    handle: RdmaHandle,
+pub(crate) struct Peer {
+    pub(crate) runtime: Runtime,
+    pub(crate) handle: RdmaHandle,
     /// Queue pair 0 and its completion queue; the initiator's only one.
-    qp: Qp,
-    cq: Cq,
+    pub(crate) qp: Qp,
+    pub(crate) cq: Cq,
     /// Queue pairs 1.. of a target on several workers, with their completion queues.
-    more: Vec<(Qp, Cq)>,
+    pub(crate) more: Vec<(Qp, Cq)>,
     /// Per queue pair: its QPN, the peer's, its home worker and its UDP source port.
     qps: Vec<QpPlace>,
     /// The workers' cores.
-    workers: Vec<usize>,
-    port: Port,
-    capture: Option<Arc<CaptureSink>>,
+    pub(crate) workers: Vec<usize>,
+    pub(crate) port: Port,
+    pub(crate) capture: Option<Arc<CaptureSink>>,
     /// The first PSN this side sends.
-    psn: u32,
+    pub(crate) psn: u32,
 }
 
 /// Flushes the capture, if any: how many packets it holds.
-fn finish_capture(
+pub(crate) fn finish_capture(
     c: &Option<Arc<CaptureSink>>,
     pcap: Option<&Path>,
 ) -> Result<Option<u64>, AppError> {
@@ -201,7 +201,7 @@ fn is_pci(port: &str) -> bool {
 
 /// EAL's command line and memory for this config, and whether that memory holds the engine's
 /// mbuf pool: all known before EAL starts.
-fn plan(
+pub(crate) fn plan(
     cfg: &PeerConfig,
     workers: &[usize],
     extra_eal: &[String],
@@ -249,20 +249,36 @@ fn start(
     json: bool,
     pcap: Option<&Path>,
 ) -> Result<Peer, AppError> {
-    let r = &cfg.rdma;
-    let config_error = |source| AppError::Config {
-        path: cfg_path.display().to_string(),
-        source,
-    };
     let info = Eal::init(&args)?;
     report::banner(info, &memory, json);
+    start_engine(cfg_path, cfg, workers, pcap)
+}
+
+/// The id of the port `rdma.port` names, once EAL has probed it.
+pub(crate) fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
+    let r = &cfg.rdma;
     let name = if is_pci(&r.port) {
         r.port.as_str()
     } else {
         vdev_driver(&r.port).0
     };
-    let id = dataplane::port_by_name(name)
-        .ok_or_else(|| AppError::Failed(format!("rdma.port: EAL probed no port named {name}")))?;
+    dataplane::port_by_name(name)
+        .ok_or_else(|| AppError::Failed(format!("rdma.port: EAL probed no port named {name}")))
+}
+
+/// Starts the engine on `workers`, EAL already running ([`start`]).
+pub(crate) fn start_engine(
+    cfg_path: &Path,
+    cfg: &PeerConfig,
+    workers: &[usize],
+    pcap: Option<&Path>,
+) -> Result<Peer, AppError> {
+    let r = &cfg.rdma;
+    let config_error = |source| AppError::Config {
+        path: cfg_path.display().to_string(),
+        source,
+    };
+    let id = port_id(cfg)?;
     let pool = Arc::new(Mempool::new(
         "peer_pool",
         POOL_MBUFS,
@@ -482,7 +498,7 @@ const ALWAYS_COUNTED: [&str; 5] = [
 /// The counters both roles print at the end: every stage counter the workers report, summed
 /// by name (so a drop reason the engine adds appears without a change here), and those of
 /// [`ALWAYS_COUNTED`] at 0 when no worker reports them.
-fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
+pub(crate) fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
     let mut counts: BTreeMap<String, u64> =
         ALWAYS_COUNTED.iter().map(|k| (k.to_string(), 0)).collect();
     for (k, v) in reports.iter().flat_map(|r| &r.counters) {

@@ -24,7 +24,7 @@ use crate::report;
 use crate::transport::{RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest};
 
 /// A point of a run: message size and operations outstanding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Point {
     pub size: u32,
     pub qd: usize,

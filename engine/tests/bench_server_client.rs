@@ -1,0 +1,388 @@
+//! `portico bench <op> --server` and `--client` as two real processes on this machine, each
+//! with its own DPDK port, joined by `net_memif`, with the exchange over loopback TCP: a SEND
+//! sweep whose every SEND the server counts as received, a READ run, and exchanges that are
+//! refused (another op, a size the server does not host, another version, no server), each
+//! with one line on both sides that says why. Every wait has a deadline; the processes are
+//! killed if the test fails.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The runs share this machine's two cores: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// A running server: killed when dropped, unless it was waited for.
+struct Server {
+    child: Option<Child>,
+    /// Its stderr lines (the human text, with --json).
+    err: mpsc::Receiver<String>,
+    addr: String,
+    sock: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn sock(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("portico-bsc-{tag}-{}.sock", std::process::id()))
+}
+
+const EAL: [&str; 4] = ["--hugepages", "off", "--memory-mb", "512"];
+
+/// Starts `portico bench <args> --server` on a fresh memif socket and an OS-chosen TCP port,
+/// and waits for its `listening on` line.
+fn server(tag: &str, args: &[&str]) -> Server {
+    let sock = sock(tag);
+    let _ = std::fs::remove_file(&sock);
+    let dev = format!("net_memif0,role=server,id=0,socket={}", sock.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .arg("bench")
+        .args(args)
+        .args(["--server", "--listen", "127.0.0.1:0", "--dev", &dev])
+        .args(["--ip", "10.77.0.1", "--json"])
+        .args(EAL)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("portico runs");
+    let err = lines(child.stderr.take().unwrap());
+    let mut s = Server {
+        child: Some(child),
+        err,
+        addr: String::new(),
+        sock,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while s.addr.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = s
+            .err
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no listening line: {seen:?}"));
+        if let Some(rest) = line.split(" listening on ").nth(1) {
+            s.addr = rest.split_whitespace().next().unwrap().to_string();
+        }
+        seen.push(line);
+    }
+    s
+}
+
+/// Runs `portico bench <args> --client <addr>` on the other end of `s`'s memif socket.
+fn client(s: &Server, args: &[&str]) -> Output {
+    let dev = format!("net_memif0,role=client,id=0,socket={}", s.sock.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .arg("bench")
+        .args(args)
+        .args([
+            "--client",
+            &s.addr,
+            "--dev",
+            &dev,
+            "--ip",
+            "10.77.0.2",
+            "--json",
+        ])
+        .args(EAL)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("portico runs");
+    let (out, err) = (
+        lines(child.stdout.take().unwrap()),
+        lines(child.stderr.take().unwrap()),
+    );
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the client still ran at its deadline; killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let collect = |rx: mpsc::Receiver<String>| -> Vec<u8> {
+        let mut v = Vec::new();
+        while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+            v.extend_from_slice(l.as_bytes());
+            v.push(b'\n');
+        }
+        v
+    };
+    Output {
+        status,
+        stdout: collect(out),
+        stderr: collect(err),
+    }
+}
+
+/// Waits for the server to exit: its status, its stdout, and its stderr lines.
+fn finish(mut s: Server) -> (std::process::ExitStatus, String, Vec<String>) {
+    let mut child = s.child.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server still ran after its client; killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    let mut err = Vec::new();
+    while let Ok(l) = s.err.recv_timeout(Duration::from_secs(2)) {
+        err.push(l);
+    }
+    (status, out, err)
+}
+
+fn last_error(text: &str) -> String {
+    text.lines()
+        .rfind(|l| l.starts_with("portico: error: "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_send_sweep_runs_across_two_processes_and_the_server_receives_every_send() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("send", &["send"]);
+    let out = client(
+        &s,
+        &["send", "--sizes", "64,4K", "--qd", "4", "--duration", "0.4"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{v}");
+    assert_eq!(
+        (results[0]["size"].as_u64(), results[1]["size"].as_u64()),
+        (Some(64), Some(4096))
+    );
+    let sent: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();
+    assert!(
+        results.iter().all(|r| r["ops"].as_u64().unwrap() > 0),
+        "{v}"
+    );
+    assert!(stderr.contains("against the server 127.0.0.1:"), "{stderr}");
+    // The server's side, as it reported it to the client: every SEND acknowledged to the
+    // client was received into a buffer the server posted, none in error.
+    assert_eq!(v["server"]["receives"].as_u64(), Some(sent), "{v}");
+    assert_eq!(v["server"]["receive_errors"], 0);
+    let (status, out, err) = finish(s);
+    assert!(status.success(), "server: {err:?}");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("the server's JSON");
+    assert_eq!(r["role"], "server");
+    assert_eq!(r["server"]["receives"].as_u64(), Some(sent), "{r}");
+    assert!(
+        err.iter().any(|l| l.contains("serving 127.0.0.1:")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_read_run_across_two_processes_completes_every_read() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("read", &["read"]);
+    let out = client(
+        &s,
+        &["read", "--size", "8192", "--qd", "8", "--duration", "0.5"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errors"], 0, "{v}");
+    let r = &v["results"][0];
+    assert_eq!(
+        (r["op"].as_str(), r["size"].as_u64()),
+        (Some("read"), Some(8192))
+    );
+    let reads = r["ops"].as_u64().unwrap();
+    assert!(reads > 0);
+    // Each 8 KiB READ came back in 8 response packets of 1 KiB (MTU 1024), at least.
+    let rx = v["ports"][0]["stats"]["rx_packets"].as_u64().unwrap();
+    assert!(rx >= 8 * reads, "{rx} packets for {reads} READs");
+    let (status, _, err) = finish(s);
+    assert!(status.success(), "server: {err:?}");
+}
+
+#[test]
+fn a_refused_exchange_gives_one_line_on_both_sides() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Another op.
+    let s = server("op", &["write"]);
+    let out = client(&s, &["read", "--duration", "0.2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = last_error(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        line.contains(
+            " refused: wrong op: the server runs bench write, the client asked for bench read"
+        ),
+        "{line}"
+    );
+    let (status, _, err) = finish(s);
+    assert_eq!(status.code(), Some(1));
+    let line = last_error(&err.join("\n"));
+    assert!(
+        line.starts_with("portico: error: refused the client 127.0.0.1:")
+            && line.ends_with(
+                "wrong op: the server runs bench write, the client asked for bench read"
+            ),
+        "{line}"
+    );
+    // A size the server does not host (its --size).
+    let s = server("size", &["write", "--size", "4096"]);
+    let out = client(&s, &["write", "--sizes", "64,64K", "--duration", "0.2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = last_error(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        line.contains(" refused: size 65536 B: the server hosts messages of at most 4096 B"),
+        "{line}"
+    );
+    let (status, _, err) = finish(s);
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        last_error(&err.join("\n")).contains("size 65536 B"),
+        "{err:?}"
+    );
+    // Another version of the exchange, spoken by hand.
+    let s = server("version", &["write"]);
+    let mut tcp = std::net::TcpStream::connect(&s.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    tcp.write_all(b"{\"protocol\":\"portico-bench\",\"version\":99,\"op\":\"write\"}\n")
+        .unwrap();
+    let mut answer = String::new();
+    BufReader::new(&tcp).read_line(&mut answer).unwrap();
+    let a: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(a["msg"], "refused");
+    assert_eq!(
+        a["reason"],
+        "version mismatch: the client speaks portico-bench version 99, this server 1"
+    );
+    let (status, _, err) = finish(s);
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        last_error(&err.join("\n")).contains("version mismatch"),
+        "{err:?}"
+    );
+    // No server at all: the client says where it looked.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap().to_string();
+    drop(free);
+    let out = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .args(["bench", "write", "--client", &addr, "--dev", "net_null0"])
+        .args(["--ip", "10.77.0.2"])
+        .args(EAL)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let line = last_error(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        line.starts_with(&format!("portico: error: --client {addr}: "))
+            && line.contains("(is `portico bench write --server` running there?)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn server_and_client_flags_are_checked_before_anything_starts() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_portico"))
+            .args(args)
+            .args(EAL)
+            .output()
+            .unwrap()
+    };
+    for (args, field) in [
+        (
+            &[
+                "bench",
+                "tagged",
+                "--server",
+                "--dev",
+                "net_null0",
+                "--ip",
+                "10.0.0.1",
+            ][..],
+            "--server",
+        ),
+        (
+            &[
+                "bench",
+                "write",
+                "--client",
+                "127.0.0.1",
+                "--dev",
+                "net_null0",
+                "--ip",
+                "10.0.0.1",
+                "--verify",
+            ][..],
+            "--verify",
+        ),
+        (
+            &[
+                "bench",
+                "write",
+                "--client",
+                "127.0.0.1",
+                "--dev",
+                "net_null0",
+                "--ip",
+                "10.0.0.1",
+                "--mac",
+                "zz",
+            ][..],
+            "--mac",
+        ),
+        (&["bench", "write", "--dev", "net_null0"][..], "--dev"),
+    ] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.trim_end().lines().count() == 1
+                && err.starts_with(&format!("portico: error: {field}: ")),
+            "{args:?}: {err}"
+        );
+    }
+    // --server needs its port (clap: exit 2, naming what is missing).
+    let out = run(&["bench", "write", "--server"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dev"));
+}
