@@ -35,6 +35,8 @@ pub use live::{LiveQps, LiveReader, QpLive};
 pub use node::{AddQpError, CcCounters, NodeCounters, RdmaNode, RxOutcome, Tx};
 pub use placed::{PlaceError, Placed};
 pub use rings::{Cq, Qp, QueueFull};
+#[cfg(test)]
+pub(crate) use stage::COUNTER_NAMES;
 pub use stage::{Ingress, IngressReport, RdmaStage, ShaperProbe, ShaperReport};
 pub use tagged::{
     TagCommand, TagCommandError, TagConfig, TagCounters, TagEntry, TagEvent, TagEventKind, TagPort,

@@ -27,7 +27,7 @@ use crate::wire::{self, Ecn};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 42] = [
+pub(crate) const COUNTER_NAMES: [&str; 42] = [
     "delivered",
     "icrc_errors",
     "malformed",
