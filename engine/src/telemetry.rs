@@ -306,19 +306,21 @@ pub fn register(engine: Engine) -> Result<Registration, TelemetryError> {
     let engine = Arc::new(engine);
     let pid = std::process::id();
     let dpdk = crate::dataplane::dpdk_version();
+    type Answer = Box<dyn Fn(&str) -> Value + Send + Sync>;
+    let e = engine.clone();
+    let info: Answer = Box::new(move |p| info_answer(&e, pid, &dpdk, p));
+    let e = engine.clone();
+    let workers: Answer = Box::new(move |p| workers_answer(&e.counters.reports(), p));
+    let e = engine.clone();
+    let qps: Answer = Box::new(move |p| {
+        let live = e.live.as_ref().map(LiveReader::read).unwrap_or_default();
+        qps_answer(&e.qps, &live, p)
+    });
+    let e = engine;
+    let latency: Answer = Box::new(move |p| latency_answer(&e.latency, p));
+    // In the order of COMMANDS.
     let mut commands = Vec::with_capacity(COMMANDS.len());
-    for (name, help) in COMMANDS {
-        let e = engine.clone();
-        let dpdk = dpdk.clone();
-        let answer: Box<dyn Fn(&str) -> Value + Send + Sync> = match name {
-            "/portico/info" => Box::new(move |p| info_answer(&e, pid, &dpdk, p)),
-            "/portico/workers" => Box::new(move |p| workers_answer(&e.counters.reports(), p)),
-            "/portico/qps" => Box::new(move |p| {
-                let live = e.live.as_ref().map(LiveReader::read).unwrap_or_default();
-                qps_answer(&e.qps, &live, p)
-            }),
-            _ => Box::new(move |p| latency_answer(&e.latency, p)),
-        };
+    for ((name, help), answer) in COMMANDS.into_iter().zip([info, workers, qps, latency]) {
         commands.push(tel::register(name, help, answer)?);
     }
     Ok(Registration {

@@ -136,6 +136,8 @@ pub fn register(
     if Eal::get().is_none() {
         return Err(TelemetryError::NotStarted(name.into()));
     }
+    let c_name = c_string("telemetry command", name)?;
+    let c_help = c_string("telemetry help", help)?;
     let known = {
         let mut reg = registry();
         match reg.get_mut(name) {
@@ -153,8 +155,6 @@ pub fn register(
     if !known {
         // Outside the registry's lock: DPDK takes its own lock here, and its thread may be
         // waiting for the registry in the trampoline.
-        let c_name = c_string("telemetry command", name)?;
-        let c_help = c_string("telemetry help", help)?;
         // SAFETY: both strings are NUL-terminated and outlive the call (DPDK copies them);
         // the trampoline is a valid `telemetry_cb` for the life of the process.
         let rc = unsafe {
