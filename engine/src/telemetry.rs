@@ -5,7 +5,7 @@
 //! - `/portico/info`: version, DPDK version, role (`target`, `initiator`, `bench`), pid, the
 //!   ports by name with their DPDK port ids (for `/ethdev/stats,<id>`), workers and queue pairs;
 //! - `/portico/workers[,<i>]`: per worker, its name, core, stage and every counter by name,
-//!   as the worker last published it (at most 64 loop iterations old);
+//!   as the worker last published it (the stage's counters every 64 loop iterations);
 //! - `/portico/qps[,<i>]`: per queue pair, where it lives (QPN, the peer's, home worker and
 //!   core, UDP source port) and its live transport state as its worker last published it (once
 //!   a millisecond: PSNs, queue depths, RTO and RTT, retransmissions, ...; see
