@@ -145,7 +145,7 @@ fn main() {
         .derive_default(true)
         .generate_comments(false)
         .allowlist_function("portico_.*")
-        .allowlist_function("rte_eal_(init|cleanup|has_hugepages|process_type)")
+        .allowlist_function("rte_eal_(init|cleanup|has_hugepages|process_type|get_runtime_dir)")
         .allowlist_function("rte_strerror|rte_version|rte_socket_id|rte_lcore_count|rte_get_tsc_hz")
         .allowlist_function("rte_thread_(register|unregister)")
         .allowlist_function("rte_pktmbuf_(pool_create|free_bulk)")
@@ -160,6 +160,10 @@ fn main() {
         .allowlist_function("rte_eth_call_(rx|tx)_callbacks|rte_eth_add_(rx|tx)_callback")
         .allowlist_function("rte_eth_dev_(configure|start|stop|close|info_get|socket_id|count_avail|get_port_by_name|get_name_by_port|is_valid_port|set_mtu|default_mac_addr_set)")
         .allowlist_function("rte_eth_(rx_queue_setup|tx_queue_setup|macaddr_get|link_get_nowait|stats_get|stats_reset|xstats_get|xstats_get_names|xstats_reset|promiscuous_enable|find_next_owned_by|link_speed_to_str)")
+        // Telemetry: commands answered from Rust (none of these is inline).
+        .allowlist_function("rte_telemetry_register_cmd|rte_tel_data_.*")
+        .allowlist_type("rte_tel_value_type")
+        .allowlist_var("RTE_TEL_MAX_.*")
         .allowlist_type("rte_mbuf")
         .allowlist_var("RTE_MAX_ETHPORTS|RTE_MBUF_DEFAULT_BUF_SIZE|RTE_PKTMBUF_HEADROOM|RTE_ETH_LINK_.*|RTE_MAX_LCORE|SOCKET_ID_ANY|RING_F_.*|RTE_ETH_NAME_MAX_LEN|RTE_ETH_DEV_NO_OWNER")
         // Packed structs that also carry an alignment cannot be expressed in Rust

@@ -15,6 +15,7 @@
 #include <rte_ring.h>
 #include <rte_ethdev.h>
 #include <rte_eth_ring.h>
+#include <rte_telemetry.h>
 
 /* rte_errno is a per-lcore thread-local variable. */
 int portico_errno(void);

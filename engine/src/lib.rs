@@ -30,6 +30,7 @@ pub mod report;
 pub mod runtime;
 pub mod shaper;
 pub mod summary;
+pub mod telemetry;
 pub mod traffic;
 pub mod transport;
 pub mod wire;

@@ -46,6 +46,7 @@ use crate::latency::Latency;
 use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, WorkerSpec};
+use crate::telemetry::{self, LatencySlot, LatencySource, QpPlacement};
 use crate::transport::{
     Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest, random_psn,
 };
@@ -410,6 +411,37 @@ pub(crate) fn start_engine(
     })
 }
 
+/// Registers the engine's telemetry commands (`/portico/...`, see [`crate::telemetry`]); if
+/// that fails, says so and runs on without them.
+fn serve_telemetry(
+    peer: &Peer,
+    role: &'static str,
+    latency: LatencySource,
+) -> Option<telemetry::Registration> {
+    let engine = telemetry::Engine {
+        role,
+        ports: vec![("rdma".into(), peer.port.id())],
+        counters: peer.runtime.counter_reader(),
+        qps: peer
+            .qps
+            .iter()
+            .map(|q| QpPlacement {
+                qpn: q.qpn,
+                peer_qpn: q.peer_qpn,
+                worker: q.queue,
+                core: q.core,
+                peer_queue: q.peer_queue,
+                udp_src_port: q.udp_src_port,
+            })
+            .collect(),
+        live: Some(peer.handle.live_qps()),
+        latency,
+    };
+    telemetry::register(engine)
+        .map_err(|e| eprintln!("warning: no telemetry commands: {e}"))
+        .ok()
+}
+
 fn host(e: crate::rdma::HostError) -> AppError {
     AppError::Failed(format!("host call: {e}"))
 }
@@ -623,6 +655,13 @@ pub fn run_target(
     let receives = cfg.rdma.receives as usize;
     let map = map_region(path, &cfg, file.as_deref(), simulate.is_some())?;
     let mut peer = start(path, &cfg, planned, &workers, true, pcap)?;
+    let telemetry = serve_telemetry(
+        &peer,
+        "target",
+        LatencySource::None(
+            "portico target runs no operations of its own; its initiator measures latency",
+        ),
+    );
     let access = target_access(&cfg);
     let mr = register(&peer, &cfg, &map, access)?;
     let recvs: Vec<RecvRequest> = (0..receives)
@@ -643,6 +682,7 @@ pub fn run_target(
                "durable_writes": cfg.rdma.durable_writes,
                "file": file.as_ref().map(|f| f.display().to_string()),
                "cores": peer.workers, "qps": peer.qps,
+               "telemetry": telemetry.as_ref().and_then(|t| t.socket.as_ref()).map(|p| p.display().to_string()),
                "rss": {"queues": peer.workers.len(), "hash_fields": rss.hash_fields,
                        "reta_size": rss.reta_size, "key_set": rss.key_set}})
     );
@@ -686,6 +726,7 @@ pub fn run_target(
         .map_err(|e| AppError::Failed(e.to_string()))?;
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let reports = peer.runtime.join()?;
+    drop(telemetry);
     // A file region is made durable before the process ends.
     let persisted = if file.is_some() {
         map.persist(0, map.len())
@@ -865,6 +906,8 @@ pub fn run_initiator(
     let file = file.map(|(f, _)| f);
     let map = map_region(path, &cfg, file.as_deref(), false)?;
     let mut peer = start(path, &cfg, planned, &workers, true, pcap)?;
+    let latency = LatencySlot::new();
+    let telemetry = serve_telemetry(&peer, "initiator", LatencySource::Slot(latency.clone()));
     let t_link = Instant::now();
     while !peer.port.link().up {
         if t_link.elapsed() > Duration::from_secs(30) {
@@ -880,11 +923,14 @@ pub fn run_initiator(
                       "region": map.kind().to_string()});
     let t0 = Instant::now();
     let (mut summary, outcome) = match o.mode {
-        InitiatorMode::WriteRead => write_read(&mut peer, &mr, o, size, slots)?,
-        InitiatorMode::Durable { qd } => stream_durable(&mut peer, &mr, o, size, qd, slots)?,
+        InitiatorMode::WriteRead => write_read(&mut peer, &mr, o, size, slots, &latency)?,
+        InitiatorMode::Durable { qd } => {
+            stream_durable(&mut peer, &mr, o, size, qd, slots, &latency)?
+        }
     };
     let seconds = t0.elapsed().as_secs_f64();
     let reports = peer.runtime.join()?;
+    drop(telemetry);
     let ports = ports(&peer.port)?;
     let captured = finish_capture(&peer.capture, pcap)?;
     let fields = summary.as_object_mut().expect("a JSON object");
@@ -899,17 +945,23 @@ pub fn run_initiator(
     outcome.map_err(AppError::CheckFailed)
 }
 
+/// How often the initiator's latency figures are published to telemetry.
+const PUBLISH_LATENCY: Duration = Duration::from_secs(1);
+
 /// The WRITE+READ mode: each message written, read back and compared, one pair at a time.
 /// Its summary fields, and a failure message if any operation failed or read back differently.
+/// The latency figures go to `slot` (`write_read`) once a second and at the end.
 fn write_read(
     peer: &mut Peer,
     mr: &MemoryRegion,
     o: &InitiatorOpts,
     size: usize,
     slots: u64,
+    slot: &LatencySlot,
 ) -> Result<(serde_json::Value, Result<(), String>), AppError> {
     let half = mr.len() / 2;
     let mut latency = Latency::new();
+    let mut published = Instant::now();
     let (mut failed, mut mismatched) = (0u64, 0u64);
     let mut data = vec![0u8; size];
     let mut back = vec![0u8; size];
@@ -945,6 +997,10 @@ fn write_read(
             }
         }
         latency.record(started.elapsed().as_nanos() as u64);
+        if published.elapsed() >= PUBLISH_LATENCY {
+            slot.publish("write_read", &latency);
+            published = Instant::now();
+        }
         // The READ's completion made the bytes visible in this process's own mapping.
         mr.read(half + off, &mut back)
             .map_err(|e| AppError::Failed(e.to_string()))?;
@@ -952,6 +1008,7 @@ fn write_read(
             mismatched += 1;
         }
     }
+    slot.publish("write_read", &latency);
     let summary = json!({"mode": "write_read", "failed": failed, "mismatched": mismatched,
                          "write_read_latency_ns": latency.summary()});
     let outcome = if failed > 0 || mismatched > 0 {
@@ -972,7 +1029,8 @@ const DURABLE_WAIT: Duration = Duration::from_secs(10);
 /// `seq % slots` of the lower half of this side's region to the same offset of the target's,
 /// `qd` outstanding. Each completion prints `{"type":"durable","seq":..,"offset":..}` at once
 /// (stdout is flushed per line), so that whoever reads the lines knows, for every WRITE they
-/// name, that the target had made it durable. The first error completion ends the run.
+/// name, that the target had made it durable. The first error completion ends the run. The
+/// latency figures go to `slot` (`durable`) once a second and at the end.
 fn stream_durable(
     peer: &mut Peer,
     mr: &MemoryRegion,
@@ -980,12 +1038,14 @@ fn stream_durable(
     size: usize,
     qd: usize,
     slots: u64,
+    slot: &LatencySlot,
 ) -> Result<(serde_json::Value, Result<(), String>), AppError> {
     use std::io::Write as _;
     let offset = |seq: u64| ((seq % slots) as usize) * size;
     let mut record = vec![0u8; size];
     let mut started: BTreeMap<u64, Instant> = BTreeMap::new();
     let mut latency = Latency::new();
+    let mut published = Instant::now();
     let (mut posted, mut durable) = (0u64, 0u64);
     let mut wrs = Vec::with_capacity(qd);
     let mut wcs = [WorkCompletion::EMPTY; 64];
@@ -1050,7 +1110,12 @@ fn stream_durable(
             .map_err(printing)?;
         }
         out.flush().map_err(printing)?;
+        if published.elapsed() >= PUBLISH_LATENCY {
+            slot.publish("durable", &latency);
+            published = Instant::now();
+        }
     }
+    slot.publish("durable", &latency);
     let summary = json!({"mode": "durable", "qd": qd, "slots": slots, "durable": durable,
                          "failed": u64::from(error.is_some()), "error": error,
                          "durable_latency_ns": latency.summary()});

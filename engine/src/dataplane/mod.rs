@@ -1,5 +1,6 @@
 //! The DPDK adapter: EAL start-up, mempools, an owning [`Mbuf`], bursts with sound TX ownership,
-//! ports and queues for PMDs and vdevs, link status, stats and xstats, thread registration.
+//! ports and queues for PMDs and vdevs, link status, stats and xstats, thread registration,
+//! telemetry commands answered in Rust.
 //!
 //! This is the only module of the engine that contains `unsafe`; each block says why it holds.
 //! Everything above it (wire formats, state machines, the runtime's stages) sees safe types.
@@ -10,6 +11,7 @@ mod lcore;
 mod mbuf;
 mod mempool;
 mod port;
+pub mod telemetry;
 
 pub use burst::{Burst, Drain, MAX_BURST};
 pub use eal::{Eal, EalError, EalInfo};

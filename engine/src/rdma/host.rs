@@ -14,6 +14,7 @@ use std::time::Duration;
 use crossbeam::channel::{self, Receiver, Sender};
 use pmem::Mapping;
 
+use super::live::{LiveQps, LiveReader};
 use crate::transport::{Access, MrKeys, RegisterError, SgList, Sge};
 
 /// A request on the control path.
@@ -53,6 +54,8 @@ pub enum ControlReply {
 pub struct ControlPort {
     pub(crate) requests: Receiver<(u64, Control)>,
     pub(crate) replies: Sender<(u64, ControlReply)>,
+    /// Where the worker publishes its queue pairs' live state (telemetry).
+    pub(crate) live: Arc<LiveQps>,
 }
 
 /// Why a host call failed.
@@ -84,6 +87,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct RdmaHandle {
     paths: Mutex<Vec<ControlPath>>,
     timeout: Duration,
+    /// Per worker (shard): its queue pairs' live state, as it last published it.
+    live: Vec<Arc<LiveQps>>,
 }
 
 /// The application's end of one worker's control path, and the number of its last request.
@@ -129,8 +134,10 @@ impl RdmaHandle {
     /// A handle on an engine that runs on `shards` workers (at least one), and each worker's
     /// end of its control path, in shard order.
     pub fn sharded(shards: usize) -> (RdmaHandle, Vec<ControlPort>) {
-        let (paths, ports) = (0..shards.max(1))
-            .map(|_| {
+        let live: Vec<Arc<LiveQps>> = (0..shards.max(1)).map(|_| Arc::default()).collect();
+        let (paths, ports) = live
+            .iter()
+            .map(|live| {
                 let (req_tx, req_rx) = channel::bounded(64);
                 let (rep_tx, rep_rx) = channel::bounded(64);
                 (
@@ -142,6 +149,7 @@ impl RdmaHandle {
                     ControlPort {
                         requests: req_rx,
                         replies: rep_tx,
+                        live: live.clone(),
                     },
                 )
             })
@@ -150,9 +158,15 @@ impl RdmaHandle {
             RdmaHandle {
                 paths: Mutex::new(paths),
                 timeout: ANSWER_TIMEOUT,
+                live,
             },
             ports,
         )
+    }
+
+    /// A reader of every worker's (shard's) published queue pairs, for another thread.
+    pub fn live_qps(&self) -> LiveReader {
+        LiveReader::new(self.live.clone())
     }
 
     /// The workers (shards) the engine runs on.

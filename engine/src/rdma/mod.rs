@@ -13,11 +13,14 @@
 //!   one ring commit and one doorbell per list) and per completion queue a [`Cq`] (poll into a
 //!   slice, or wait: spin, then park). See [`rings`] for the lock-free rings between the two
 //!   and the memory-ordering contract.
+//! - [`live`]: each worker's queue pairs' transport state (PSNs, queue depths, RTT), copied
+//!   into relaxed atomics once a millisecond for readers such as telemetry.
 
 #[cfg(test)]
 mod acceptance_tests;
 pub mod flusher;
 mod host;
+pub mod live;
 pub mod loopback;
 mod node;
 mod placed;
@@ -28,9 +31,12 @@ pub mod tagged;
 mod tagged_tests;
 
 pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, RdmaHandle};
+pub use live::{LiveQps, LiveReader, QpLive};
 pub use node::{AddQpError, CcCounters, NodeCounters, RdmaNode, RxOutcome, Tx};
 pub use placed::{PlaceError, Placed};
 pub use rings::{Cq, Qp, QueueFull};
+#[cfg(test)]
+pub(crate) use stage::COUNTER_NAMES;
 pub use stage::{Ingress, IngressReport, RdmaStage, ShaperProbe, ShaperReport};
 pub use tagged::{
     TagCommand, TagCommandError, TagConfig, TagCounters, TagEntry, TagEvent, TagEventKind, TagPort,

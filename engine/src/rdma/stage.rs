@@ -8,7 +8,8 @@
 //!   deregistrations;
 //! - emits what the ready queue pairs want to send, straight from the application's memory
 //!   into fresh mbufs, until the TX burst is full;
-//! - hands the iteration's completions to the host's completion rings.
+//! - hands the iteration's completions to the host's completion rings;
+//! - once a millisecond of its clock, publishes its queue pairs' live state ([`super::live`]).
 //!
 //! The nodes are told the time by a [`WorkerClock`]: the TSC, except that time the worker did
 //! not run (descheduled by the kernel, or stuck in a long iteration) counts for little, so that
@@ -17,6 +18,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::host::ControlPort;
+use super::live::LIVE_EVERY_NS;
 use super::{RdmaNode, RxOutcome};
 use crate::cc::bottleneck::{Bottleneck, BottleneckCounters, Trace};
 use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
@@ -25,7 +27,7 @@ use crate::wire::{self, Ecn};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
 /// [`RdmaStage::publish`]), then the stage's own.
-const COUNTER_NAMES: [&str; 42] = [
+pub(crate) const COUNTER_NAMES: [&str; 42] = [
     "delivered",
     "icrc_errors",
     "malformed",
@@ -271,6 +273,8 @@ pub struct RdmaStage {
     pool: Arc<Mempool>,
     polls: u64,
     alloc_failures: u64,
+    /// The worker time the queue pairs' live state was last published.
+    live_at: u64,
     clock: WorkerClock,
     tsc0: u64,
     /// Nanoseconds per TSC tick, 32.32 fixed point.
@@ -292,6 +296,7 @@ impl RdmaStage {
             pool,
             polls: 0,
             alloc_failures: 0,
+            live_at: 0,
             clock: WorkerClock::new(0),
             tsc0: rdtsc(),
             ns_per_tick: ((1_000_000_000u128 << 32) / u128::from(tsc_hz().max(1))) as u64,
@@ -554,6 +559,12 @@ impl Stage for RdmaStage {
             e.node.flush_completions();
         }
         self.sample_shaper(now);
+        if now.saturating_sub(self.live_at) >= LIVE_EVERY_NS {
+            self.live_at = now;
+            for e in &self.engines {
+                e.control.live.publish(e.node.qps(), now);
+            }
+        }
         self.polls += 1;
         if self.polls.is_multiple_of(PUBLISH_EVERY) {
             self.publish(c);
@@ -562,6 +573,10 @@ impl Stage for RdmaStage {
 
     fn on_stop(&mut self, c: &mut Counters) {
         self.publish(c);
+        let now = self.now_ns();
+        for e in &self.engines {
+            e.control.live.publish(e.node.qps(), now);
+        }
         if let Some(p) = &mut self.probe
             && let Some(sh) = self.engines.get(p.engine).and_then(|e| e.node.shaper())
         {

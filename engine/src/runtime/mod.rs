@@ -193,13 +193,46 @@ pub enum RuntimeError {
     },
 }
 
-struct WorkerHandle {
+/// What a reader needs of one worker's counters: its names and the block it publishes into.
+#[derive(Clone)]
+struct WorkerView {
     name: String,
     core: Option<usize>,
     stage: &'static str,
     counter_names: &'static [&'static str],
-    finite: bool,
     counters: Arc<SharedCounters>,
+}
+
+impl WorkerView {
+    fn report(&self) -> WorkerReport {
+        WorkerReport::new(
+            &self.name,
+            self.core,
+            self.stage,
+            self.counter_names,
+            &self.counters.read(),
+        )
+    }
+}
+
+/// The workers' counters as they last published them, readable from any thread while the
+/// engine runs and after it stopped (it shares the counter blocks, nothing else): what
+/// telemetry reads.
+#[derive(Clone)]
+pub struct CounterReader {
+    workers: Vec<WorkerView>,
+}
+
+impl CounterReader {
+    /// The same as [`Runtime::reports`].
+    pub fn reports(&self) -> Vec<WorkerReport> {
+        self.workers.iter().map(WorkerView::report).collect()
+    }
+}
+
+struct WorkerHandle {
+    view: WorkerView,
+    finite: bool,
     done: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
 }
@@ -229,12 +262,14 @@ impl Runtime {
             let counters = Arc::new(SharedCounters::default());
             let done = Arc::new(AtomicBool::new(false));
             let mut handle = WorkerHandle {
-                name: spec.name.clone(),
-                core: spec.core,
-                stage: spec.stage.name,
-                counter_names: spec.stage.counter_names,
+                view: WorkerView {
+                    name: spec.name.clone(),
+                    core: spec.core,
+                    stage: spec.stage.name,
+                    counter_names: spec.stage.counter_names,
+                    counters: counters.clone(),
+                },
                 finite: spec.stage.finite,
-                counters: counters.clone(),
                 done: done.clone(),
                 join: None,
             };
@@ -294,18 +329,14 @@ impl Runtime {
 
     /// The counters every worker last published.
     pub fn reports(&self) -> Vec<WorkerReport> {
-        self.workers
-            .iter()
-            .map(|w| {
-                WorkerReport::new(
-                    &w.name,
-                    w.core,
-                    w.stage,
-                    w.counter_names,
-                    &w.counters.read(),
-                )
-            })
-            .collect()
+        self.workers.iter().map(|w| w.view.report()).collect()
+    }
+
+    /// A reader of the counters that [`Runtime::reports`] reads, for another thread.
+    pub fn counter_reader(&self) -> CounterReader {
+        CounterReader {
+            workers: self.workers.iter().map(|w| w.view.clone()).collect(),
+        }
     }
 
     fn join_all(&mut self) {

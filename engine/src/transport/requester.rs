@@ -231,6 +231,11 @@ impl Requester {
         psn::diff(self.tx_psn, self.snd_una).max(0) as u32
     }
 
+    /// The PSN the transmit cursor sends next.
+    pub fn tx_psn(&self) -> u32 {
+        self.tx_psn
+    }
+
     /// Oldest unacknowledged PSN.
     pub fn snd_una(&self) -> u32 {
         self.snd_una
