@@ -591,6 +591,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let (a_src, a_dst, b_buf, b_recv) =
         (map(buf_len)?, map(buf_len)?, map(buf_len)?, map(buf_len)?);
     let buffers = a_src.kind().to_string();
+    let ea_live = ea.engine.live_qps();
     let remote = eb.engine.register_all(&b_buf, Access::ALL).map_err(host)?;
     let regions = point::Buffers {
         src: ea.engine.register_all(&a_src, Access::ALL).map_err(host)?,
@@ -617,6 +618,19 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             peer: Some((rqp, rcq)),
         })
         .collect();
+    // Engine A's queue pairs, as telemetry shows them (the live state is A's).
+    let placements: Vec<crate::telemetry::QpPlacement> = conns
+        .iter()
+        .zip(&homes)
+        .map(|(c, h)| crate::telemetry::QpPlacement {
+            qpn: c.qp.qpn(),
+            peer_qpn: c.peer.as_ref().map_or(0, |(q, _)| q.qpn()),
+            worker: h[0],
+            core: worker_cores.get(h[0]).copied().unwrap_or(0),
+            peer_queue: h[1] as u16,
+            udp_src_port: 0,
+        })
+        .collect();
     let placing = if worker_cores.len() == 1 {
         format!("both engines on core {}, host on core {a}", worker_cores[0])
     } else {
@@ -638,7 +652,25 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             }
         )
     };
-    let runner = point::Runner::new(conns, regions, ops, opts.rate, opts.verify);
+    // /portico/... on EAL's telemetry socket: the workers' counters, engine A's queue pairs,
+    // the current point's latency.
+    let slot = crate::telemetry::LatencySlot::new();
+    let telemetry = crate::telemetry::register(crate::telemetry::Engine {
+        role: "bench",
+        ports: running
+            .port_ids
+            .iter()
+            .filter_map(|&(end, id)| Some((end.to_string(), id?)))
+            .collect(),
+        counters: running.runtime.counter_reader(),
+        qps: placements,
+        live: Some(ea_live),
+        latency: crate::telemetry::LatencySource::Slot(slot.clone()),
+    })
+    .map_err(|e| eprintln!("warning: no telemetry commands: {e}"))
+    .ok();
+    let runner =
+        point::Runner::new(conns, regions, ops, opts.rate, opts.verify).with_latency_slot(slot);
     human(
         opts.json,
         &format!(
@@ -649,6 +681,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let measured = run_points(opts, runner, &points, &stop)?;
     // Every operation has completed, so nothing more is on the way.
     let stopped = running.finish(opts.pcap.as_ref())?;
+    drop(telemetry);
     summarise(opts, &measured, memory, buffers, connections, stopped)
 }
 

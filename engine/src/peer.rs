@@ -413,7 +413,7 @@ pub(crate) fn start_engine(
 
 /// Registers the engine's telemetry commands (`/portico/...`, see [`crate::telemetry`]); if
 /// that fails, says so and runs on without them.
-fn serve_telemetry(
+pub(crate) fn serve_telemetry(
     peer: &Peer,
     role: &'static str,
     latency: LatencySource,

@@ -383,6 +383,8 @@ pub(crate) struct Runner {
     verify: bool,
     /// Operations posted over the whole run: mixed runs take turns across points.
     posted: u64,
+    /// Where the current point's latency goes for `/portico/latency`, once a second.
+    latency: Option<crate::telemetry::LatencySlot>,
 }
 
 impl Runner {
@@ -404,6 +406,23 @@ impl Runner {
             rate,
             verify,
             posted: 0,
+            latency: None,
+        }
+    }
+
+    /// Publishes the current point's latency to `slot` once a second and at its end.
+    pub(crate) fn with_latency_slot(mut self, slot: crate::telemetry::LatencySlot) -> Runner {
+        self.latency = Some(slot);
+        self
+    }
+
+    fn publish(&self, hist: &[Latency; 3]) {
+        if let Some(slot) = &self.latency {
+            for (k, h) in hist.iter().enumerate() {
+                if h.count() > 0 {
+                    slot.publish(super::OP_NAMES[k], h);
+                }
+            }
         }
     }
 
@@ -436,6 +455,7 @@ impl Runner {
             ..
         } = &self.buffers;
         let (ops, rate) = (self.ops, self.rate);
+        let slot = self.latency.clone();
         let uses_send = ops.uses_send() && peer.is_some();
         let mut verifier = self.verify.then(|| Verifier::new(size));
         let mut hist: [Latency; 3] = Default::default();
@@ -669,6 +689,13 @@ impl Runner {
                 );
                 last_print = now;
                 last_done = done;
+                if let Some(slot) = &slot {
+                    for (k, h) in hist.iter().enumerate() {
+                        if h.count() > 0 {
+                            slot.publish(super::OP_NAMES[k], h);
+                        }
+                    }
+                }
             }
             let receives_done =
                 !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
@@ -683,6 +710,7 @@ impl Runner {
         }
         let seconds = t0.elapsed().as_secs_f64();
         self.posted += next_k;
+        self.publish(&hist);
         // A point of a sweep that does not send leaves the receives it posted for the next.
         if let Some(v) = verifier.as_mut() {
             check(v, &mut to_check);

@@ -483,6 +483,13 @@ pub fn run_server(
         queues: opts.cores as u16,
     };
     let mut peer = start_side(opts, spec, &me, (&hello.side, hello.mtu), &started.workers)?;
+    let telemetry = peer::serve_telemetry(
+        &peer,
+        "bench-server",
+        crate::telemetry::LatencySource::None(
+            "a bench server answers; its client measures latency",
+        ),
+    );
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let map = |len: usize| {
         Mapping::anonymous_prefer_huge(len.max(1))
@@ -589,6 +596,7 @@ pub fn run_server(
     let seconds = t0.elapsed().as_secs_f64();
     let ports = vec![port_summary(peer.port.id(), "server")?];
     let workers = peer.runtime.join()?;
+    drop(telemetry);
     let report = ServerReport {
         op: hello.op,
         client,
@@ -726,6 +734,12 @@ pub fn run_client(
     let mtu = opts.mtu.bytes();
     let mut peer = start_side(opts, spec, &me, (&server_side, mtu), &workers)?;
     wait_link(&peer.port, spec)?;
+    let slot = crate::telemetry::LatencySlot::new();
+    let telemetry = peer::serve_telemetry(
+        &peer,
+        "bench-client",
+        crate::telemetry::LatencySource::Slot(slot.clone()),
+    );
     let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let map = |len: usize| {
         Mapping::anonymous_prefer_huge(len)
@@ -768,11 +782,12 @@ pub fn run_client(
             peer.workers
         ),
     );
-    let runner = point::Runner::new(conns, regions, ops, opts.rate, false);
+    let runner = point::Runner::new(conns, regions, ops, opts.rate, false).with_latency_slot(slot);
     let measured = super::run_points(opts, runner, &points, &stop)?;
     let ports = vec![port_summary(peer.port.id(), "client")?];
     let cores = crate::app::CoresReport::sample();
     let workers = peer.runtime.join()?;
+    drop(telemetry);
     let captured = peer::finish_capture(&peer.capture, opts.pcap.as_deref())?;
     let stopped = Stopped {
         workers,
