@@ -163,20 +163,25 @@ fn ack_carries_the_congestion_and_the_senders_follow_it() {
     assert!(counter(&o, "becn_acks_sent") > 0, "congested ACKs went out");
     assert_eq!(counter(&o, "cnps_sent"), 0);
     // Each sender heard the congestion and changed its rate, and went back to its line rate
-    // on a clear ACK; flow 0, alone at the end, is at its line rate.
+    // on a clear ACK.
     for (f, (stats, _)) in o.report.senders.iter().enumerate() {
         assert!(stats.congestion_signals > 0, "flow {f} was told: {stats:?}");
         assert!(stats.rate_changes > 0, "flow {f} slowed down: {stats:?}");
         assert!(stats.restores > 0, "flow {f} restored: {stats:?}");
     }
-    assert_eq!(
-        o.report.senders[0].1,
-        Some(LINE),
-        "flow 0 ends at its line rate"
-    );
+    // The trace saw flow 0 slower, then back at its line rate. (Its rate when the worker
+    // stopped is not asserted: alone at the bottleneck's own rate, a burst after the worker
+    // was descheduled queues past Kmin, and the last ACK may carry that; it did in about one
+    // run in five in debug builds.)
+    let trace = rates(&o, 0);
+    let slower = trace
+        .iter()
+        .position(|&x| x < LINE)
+        .expect("the trace saw flow 0 slower");
     assert!(
-        rates(&o, 0).iter().any(|&x| x < LINE),
-        "the trace saw flow 0 slower"
+        trace[slower..].contains(&LINE),
+        "the trace saw flow 0 back at its line rate after it was slower: {:?}",
+        &trace[slower..]
     );
 }
 
