@@ -90,6 +90,9 @@ pub struct BenchOpts {
     pub qds: Vec<usize>,
     /// Write every point's results as CSV here.
     pub csv: Option<PathBuf>,
+    /// `--server` / `--client`: the queue pairs' congestion control (`--cc`), negotiated in
+    /// the exchange.
+    pub cc: Option<crate::cc::CcMode>,
     /// Operations per second (None: as fast as completions come back).
     pub rate: Option<f64>,
     /// None: until Ctrl-C or SIGTERM.
@@ -861,6 +864,14 @@ pub(crate) fn summarise(
         capture,
     } = stopped;
     let sweep = m.points.len() > 1 || !opts.sizes.is_empty() || !opts.qds.is_empty();
+    // Operation type k's name: `bench persist` (across two processes) runs durable WRITEs.
+    let name = |k: usize| {
+        if opts.op == BenchOp::Persist && k == 2 {
+            "durable"
+        } else {
+            OP_NAMES[k]
+        }
+    };
     let mut points = Vec::with_capacity(m.points.len());
     let mut results = Vec::new();
     let mut verify: Option<VerifySummary> = None;
@@ -870,7 +881,7 @@ pub(crate) fn summarise(
         let rs: Vec<OpResult> = (0..3)
             .filter(|&k| p.counts[k] > 0)
             .map(|k| OpResult {
-                op: OP_NAMES[k],
+                op: name(k),
                 size: Some(p.point.size),
                 qd: Some(p.point.qd),
                 ops: p.counts[k],
@@ -928,9 +939,9 @@ pub(crate) fn summarise(
             .flat_map(|p| {
                 (0..3).filter(|&k| p.counts[k] > 0).map(move |k| {
                     let name = if sweep {
-                        format!("{} {} B qd {}", OP_NAMES[k], p.point.size, p.point.qd)
+                        format!("{} {} B qd {}", name(k), p.point.size, p.point.qd)
                     } else {
-                        OP_NAMES[k].to_string()
+                        name(k).to_string()
                     };
                     (name, &p.hist[k])
                 })
@@ -1058,8 +1069,8 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
         op_table(&s.results, false);
     } else {
         // A sweep: one table per operation type, a row per point.
-        for op in OP_NAMES {
-            let rows: Vec<OpResult> = s.results.iter().filter(|r| r.op == op).cloned().collect();
+        for op in OP_NAMES.iter().chain(&["durable"]) {
+            let rows: Vec<OpResult> = s.results.iter().filter(|r| r.op == *op).cloned().collect();
             if !rows.is_empty() {
                 println!("  {op}:");
                 op_table(&rows, true);

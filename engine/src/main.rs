@@ -569,7 +569,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
         } => {
             let congestion = op == portico::bench::BenchOp::Congestion;
             let shaper = op == portico::bench::BenchOp::Shaper;
-            let given = !cc.is_empty()
+            let remote = server || client.is_some();
+            let given = (!cc.is_empty() && !remote)
                 || flows.is_some()
                 || bottleneck_gbps.is_some()
                 || line_gbps.is_some()
@@ -624,14 +625,16 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 .map_err(|e| AppError::Usage(e.to_string()))?;
             let tagged = op == portico::bench::BenchOp::Tagged;
             let placement = op == portico::bench::BenchOp::Placement;
-            // The benches of the main loop (the others run their own).
+            // The benches of the main loop (the others run their own), and bench persist
+            // across two processes, which runs its durable WRITEs in it.
             let main_loop = matches!(
                 op,
                 portico::bench::BenchOp::Write
                     | portico::bench::BenchOp::Read
                     | portico::bench::BenchOp::Send
                     | portico::bench::BenchOp::Mixed
-            );
+            ) || (op == portico::bench::BenchOp::Persist
+                && (server || client.is_some()));
             let sizes = if all_sizes {
                 portico::bench::all_sizes()
             } else {
@@ -678,6 +681,17 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 size_given: size.is_some(),
                 qd: qd[0],
                 qds: if qd.len() > 1 { qd.clone() } else { Vec::new() },
+                cc: match cc.as_slice() {
+                    [] => None,
+                    [one] if remote => Some(*one),
+                    _ if remote => {
+                        return Err(AppError::Usage(
+                            "--cc: one scheme with --server and --client (the queue pairs' own)"
+                                .into(),
+                        ));
+                    }
+                    _ => None,
+                },
                 sizes,
                 csv,
                 rate,
@@ -722,7 +736,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             }
             if (server || client.is_some()) && !main_loop {
                 return Err(AppError::Usage(format!(
-                    "--{}: bench write, read, send and mixed run across two processes; bench {} runs in one",
+                    "--{}: bench write, read, send, mixed and persist --mode durable run across two processes; bench {} runs in one",
                     if server { "server" } else { "client" },
                     format!("{op:?}").to_lowercase()
                 )));

@@ -252,7 +252,7 @@ fn start(
 ) -> Result<Peer, AppError> {
     let info = Eal::init(&args)?;
     report::banner(info, &memory, json);
-    start_engine(cfg_path, cfg, workers, pcap)
+    start_engine(cfg_path, cfg, workers, pcap, None)
 }
 
 /// The id of the port `rdma.port` names, once EAL has probed it.
@@ -267,12 +267,14 @@ pub(crate) fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
         .ok_or_else(|| AppError::Failed(format!("rdma.port: EAL probed no port named {name}")))
 }
 
-/// Starts the engine on `workers`, EAL already running ([`start`]).
+/// Starts the engine on `workers`, EAL already running ([`start`]); `tweak` sets what the
+/// config has no key for on every queue pair (`bench --client`'s congestion control).
 pub(crate) fn start_engine(
     cfg_path: &Path,
     cfg: &PeerConfig,
     workers: &[usize],
     pcap: Option<&Path>,
+    tweak: Option<&dyn Fn(&mut QpConfig)>,
 ) -> Result<Peer, AppError> {
     let r = &cfg.rdma;
     let config_error = |source| AppError::Config {
@@ -330,6 +332,9 @@ pub(crate) fn start_engine(
         qp.durable_writes = r.durable_writes;
         qp.traffic_class = r.traffic_class;
         qp.dscp = r.dscp;
+        if let Some(tweak) = tweak {
+            tweak(&mut qp);
+        }
         let peer_queue = (r.peer_queue + i as u16) % r.peer_queues;
         if r.peer_queues > 1 {
             qp.udp_src_port = rss::source_port(&peer_rss, r.ip, r.peer_ip, peer_queue, qpn as u16)

@@ -12,6 +12,9 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod child;
+use child::{lines, wait};
+
 /// The runs share this machine's two cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -34,19 +37,6 @@ impl Drop for Server {
         }
         let _ = std::fs::remove_file(&self.sock);
     }
-}
-
-fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn sock(tag: &str) -> PathBuf {
@@ -118,18 +108,7 @@ fn client(s: &Server, args: &[&str]) -> Output {
         lines(child.stdout.take().unwrap()),
         lines(child.stderr.take().unwrap()),
     );
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the client still ran at its deadline; killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait(&mut child, DEADLINE, "the client");
     let collect = |rx: mpsc::Receiver<String>| -> Vec<u8> {
         let mut v = Vec::new();
         while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
@@ -148,18 +127,11 @@ fn client(s: &Server, args: &[&str]) -> Output {
 /// Waits for the server to exit: its status, its stdout, and its stderr lines.
 fn finish(mut s: Server) -> (std::process::ExitStatus, String, Vec<String>) {
     let mut child = s.child.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the server still ran after its client; killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait(
+        &mut child,
+        Duration::from_secs(30),
+        "the server, after its client,",
+    );
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
     let mut err = Vec::new();
@@ -239,6 +211,108 @@ fn a_read_run_across_two_processes_completes_every_read() {
     assert!(rx >= 8 * reads, "{rx} packets for {reads} READs");
     let (status, _, err) = finish(s);
     assert!(status.success(), "server: {err:?}");
+}
+
+#[test]
+fn durable_writes_across_two_processes_land_in_the_servers_file() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::env::temp_dir().join(format!("portico-bsc-region-{}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let s = server(
+        "durable",
+        &[
+            "persist",
+            "--mode",
+            "durable",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+    );
+    let out = client(
+        &s,
+        &[
+            "persist",
+            "--mode",
+            "durable",
+            "--size",
+            "256",
+            "--qd",
+            "8",
+            "--duration",
+            "0.4",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errors"], 0, "{v}");
+    let r = &v["results"][0];
+    assert_eq!(r["op"], "durable", "{v}");
+    assert!(r["ops"].as_u64().unwrap() > 0, "{v}");
+    // The server persisted what landed, into the file it was given, and failed nothing.
+    assert_eq!(v["server"]["region"]["file"], file.to_str().unwrap(), "{v}");
+    // (A worker's counters are [name, value] pairs.)
+    let counter = |name: &str| {
+        v["server"]["workers"][0]["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c[0] == name)
+            .and_then(|c| c[1].as_u64())
+    };
+    assert!(counter("persist_jobs").unwrap() > 0, "{v}");
+    assert_eq!(counter("persist_failures"), Some(0));
+    let (status, _, err) = finish(s);
+    assert!(status.success(), "server: {err:?}");
+    // The file holds the client's bytes where the first WRITE went.
+    let bytes = std::fs::read(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        bytes[..256].iter().all(|&b| b == 0x5a),
+        "{:?}",
+        &bytes[..16]
+    );
+}
+
+#[test]
+fn the_client_s_congestion_control_is_the_server_s_queue_pairs_too() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("cc", &["write"]);
+    let out = client(
+        &s,
+        &[
+            "write",
+            "--cc",
+            "ack",
+            "--size",
+            "4096",
+            "--duration",
+            "0.3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errors"], 0, "{v}");
+    assert_eq!(v["server"]["cc"], "ack", "{v}");
+    let (status, _, _) = finish(s);
+    assert!(status.success());
+    // A server that names another scheme refuses.
+    let s = server("cc2", &["write", "--cc", "dcqcn"]);
+    let out = client(&s, &["write", "--cc", "ack", "--duration", "0.2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = last_error(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        line.ends_with(
+            "congestion control: the server runs --cc dcqcn, the client asked for --cc ack"
+        ),
+        "{line}"
+    );
+    let (status, _, _) = finish(s);
+    assert_eq!(status.code(), Some(1));
 }
 
 #[test]

@@ -22,11 +22,13 @@
 //! itself is shown to fail on images that lack a reported write (a test below, and on every
 //! real trial's image with one reported record removed or torn).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+mod child;
+use child::lines;
 
 /// Bytes per record: one cache line.
 const SIZE: usize = 64;
@@ -249,20 +251,6 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Lines of a child's output, read on a thread so that every wait can have a deadline.
-fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn config(

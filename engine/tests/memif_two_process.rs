@@ -11,12 +11,13 @@
 //! target's own is drawn at random and only printed, since it only answers and its answers
 //! carry the initiator's PSNs.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+mod child;
+use child::lines;
 
 const OPS: u64 = 200;
 const SIZE: usize = 4096;
@@ -105,20 +106,6 @@ impl Drop for Guard {
             let _ = c.wait();
         }
     }
-}
-
-/// Lines of a child's output, read on a thread so that every wait can have a deadline.
-fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// What one run printed: the target's `ready` line and summary, the initiator's summary.

@@ -15,14 +15,15 @@
 //! Every wait has a deadline; processes are killed and their EAL directories removed when the
 //! test ends, pass or fail.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use portico::dataplane::telemetry::{self, Client};
 use serde_json::{Value, json};
+
+mod child;
+use child::lines;
 
 const OPS: u64 = 200;
 const SIZE: usize = 4096;
@@ -76,19 +77,6 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn config(

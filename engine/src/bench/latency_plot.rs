@@ -18,6 +18,10 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::bench::OpResult;
+use plotters::chart::MeshStyle;
+use plotters::coord::CoordTranslate;
+use plotters::coord::ranged1d::Ranged;
+
 use crate::bench::plot::{Area, DrawResult, axis_top, drawing_error};
 use crate::latency::{IntervalLog, Latency};
 
@@ -60,6 +64,41 @@ fn color(i: usize, n: usize) -> RGBColor {
         let (r, g, b) = Palette99::pick(i).rgb();
         RGBColor(r, g, b)
     }
+}
+
+/// A panel of the timeline or the sweep: its caption, margins and label areas.
+fn panel<'a, 'x>(area: &'a Area<'x>, caption: &str) -> ChartBuilder<'a, 'static, SVGBackend<'x>> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(caption, ("sans-serif", LABEL_FONT + 4))
+        .margin(12)
+        .margin_right(30)
+        .x_label_area_size(40)
+        .y_label_area_size(80);
+    b
+}
+
+/// The meshes' common look: grey grid lines, no light ones, the label fonts.
+fn look<'m, 'a, 'b, X: Ranged, Y: Ranged, DB: DrawingBackend>(
+    m: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB> {
+    m.max_light_lines(0)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .label_style(("sans-serif", LABEL_FONT))
+        .axis_desc_style(("sans-serif", LABEL_FONT))
+}
+
+/// The legend, at `at`.
+fn legend<'a, 'x: 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'x>, CT>,
+    at: SeriesLabelPosition,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", LABEL_FONT))
+        .draw()
 }
 
 /// An axis value: whole numbers on an axis that reaches 10, two decimals below.
@@ -122,8 +161,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
         .x_label_area_size(50)
         .y_label_area_size(70)
         .build_cartesian_2d((1.0..MAX_SPREAD).log_scale(), (bottom..top).log_scale())?;
-    chart
-        .configure_mesh()
+    look(&mut chart.configure_mesh())
         .x_desc("percentile")
         .y_desc("latency (µs)")
         .x_label_formatter(&|x| {
@@ -134,10 +172,6 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
         })
         .y_labels(8)
         .y_label_formatter(&|v| value_label(*v, *v >= 10.0))
-        .max_light_lines(0)
-        .bold_line_style(RGBColor(225, 225, 225))
-        .label_style(("sans-serif", LABEL_FONT))
-        .axis_desc_style(("sans-serif", LABEL_FONT))
         .draw()?;
     for (i, (name, pts)) in curves.iter().enumerate() {
         let color = color(i, curves.len());
@@ -146,13 +180,7 @@ fn draw_latency(root: &Area<'_>, title: &str, hists: &Named<'_>) -> DrawResult {
             .label(*name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", LABEL_FONT))
-        .draw()
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// One operation type's points over the run: (time s at the interval's end, ops/s, p99 µs).
@@ -204,28 +232,17 @@ fn draw_timeline(root: &Area<'_>, title: &str, log: &IntervalLog) -> DrawResult 
         .flat_map(|(_, v)| v.iter().map(|p| p.0))
         .fold(0.0, f64::max)
         .max(1e-3);
-    for (panel, (caption, pick)) in panels.iter().zip([
+    for (area, (caption, pick)) in panels.iter().zip([
         ("operations per second", 1usize),
         ("p99 latency (µs)", 2usize),
     ]) {
         let value = |p: &(f64, f64, f64)| if pick == 1 { p.1 } else { p.2 };
         let top = axis_top(series.iter().flat_map(|(_, v)| v.iter().map(value)));
-        let mut chart = ChartBuilder::on(panel)
-            .caption(caption, ("sans-serif", LABEL_FONT + 4))
-            .margin(12)
-            .margin_right(30)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0.0..end, 0.0..top)?;
-        chart
-            .configure_mesh()
+        let mut chart = panel(area, caption).build_cartesian_2d(0.0..end, 0.0..top)?;
+        look(&mut chart.configure_mesh())
             .x_desc("time (s)")
             .y_labels(6)
             .y_label_formatter(&|v| value_label(*v, top >= 10.0))
-            .max_light_lines(0)
-            .bold_line_style(RGBColor(225, 225, 225))
-            .label_style(("sans-serif", LABEL_FONT))
-            .axis_desc_style(("sans-serif", LABEL_FONT))
             .draw()?;
         for (i, (tag, pts)) in series.iter().enumerate() {
             let color = color(i, series.len());
@@ -239,13 +256,7 @@ fn draw_timeline(root: &Area<'_>, title: &str, log: &IntervalLog) -> DrawResult 
                     PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", LABEL_FONT))
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     }
     Ok(())
 }
@@ -324,24 +335,14 @@ fn draw_sweep(root: &Area<'_>, op: &str, lines: &[SweepLine]) -> DrawResult {
     };
     // Throughput, linear.
     let top = axis_top(lines.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)));
-    let mut chart = ChartBuilder::on(&panels[0])
-        .caption("throughput (Gbit/s)", ("sans-serif", LABEL_FONT + 4))
-        .margin(12)
-        .margin_right(30)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(lo..hi, 0.0..top)?;
-    chart
-        .configure_mesh()
+    let mut chart =
+        panel(&panels[0], "throughput (Gbit/s)").build_cartesian_2d(lo..hi, 0.0..top)?;
+    look(&mut chart.configure_mesh())
         .x_desc("message size (bytes)")
         .x_labels(((hi - lo) as usize + 1).min(24))
         .x_label_formatter(&|x| size_label(*x))
         .y_labels(6)
         .y_label_formatter(&|v| value_label(*v, top >= 10.0))
-        .max_light_lines(0)
-        .bold_line_style(RGBColor(225, 225, 225))
-        .label_style(("sans-serif", LABEL_FONT))
-        .axis_desc_style(("sans-serif", LABEL_FONT))
         .draw()?;
     for (i, (name, pts)) in lines.iter().enumerate() {
         let c = color(i, lines.len());
@@ -357,13 +358,7 @@ fn draw_sweep(root: &Area<'_>, op: &str, lines: &[SweepLine]) -> DrawResult {
                 .map(|p| Circle::new(((p.0 as f64).log2(), p.1), 3, c.filled())),
         )?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", LABEL_FONT))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     // Latency, log: p50 solid, p99 dashed.
     let lat = || {
         lines
@@ -377,27 +372,14 @@ fn draw_sweep(root: &Area<'_>, op: &str, lines: &[SweepLine]) -> DrawResult {
     } else {
         top / 10.0
     };
-    let mut chart = ChartBuilder::on(&panels[1])
-        .caption(
-            "latency (µs): p50 solid, p99 dashed",
-            ("sans-serif", LABEL_FONT + 4),
-        )
-        .margin(12)
-        .margin_right(30)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
+    let mut chart = panel(&panels[1], "latency (µs): p50 solid, p99 dashed")
         .build_cartesian_2d(lo..hi, (bottom..top).log_scale())?;
-    chart
-        .configure_mesh()
+    look(&mut chart.configure_mesh())
         .x_desc("message size (bytes)")
         .x_labels(((hi - lo) as usize + 1).min(24))
         .x_label_formatter(&|x| size_label(*x))
         .y_labels(8)
         .y_label_formatter(&|v| value_label(*v, *v >= 10.0))
-        .max_light_lines(0)
-        .bold_line_style(RGBColor(225, 225, 225))
-        .label_style(("sans-serif", LABEL_FONT))
-        .axis_desc_style(("sans-serif", LABEL_FONT))
         .draw()?;
     for (i, (name, pts)) in lines.iter().enumerate() {
         let c = color(i, lines.len());
@@ -415,13 +397,7 @@ fn draw_sweep(root: &Area<'_>, op: &str, lines: &[SweepLine]) -> DrawResult {
             c.stroke_width(2),
         ))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", LABEL_FONT))
-        .draw()
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 #[cfg(test)]

@@ -149,7 +149,7 @@ const WAIT: Duration = Duration::from_millis(2);
 const GRACE: Duration = Duration::from_secs(5);
 
 /// A directory made for this run, removed with everything in it when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -159,7 +159,7 @@ impl Drop for TempDir {
 
 /// A fresh directory under /var/tmp (on a disk; /tmp may be a tmpfs), else under the
 /// system's temporary directory.
-fn fresh_dir() -> Result<TempDir, AppError> {
+pub(crate) fn fresh_dir() -> Result<TempDir, AppError> {
     let var_tmp = Path::new("/var/tmp");
     let base = if var_tmp.is_dir() {
         var_tmp.to_path_buf()

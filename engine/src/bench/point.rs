@@ -326,13 +326,16 @@ pub(crate) enum Ops {
     Read,
     Send,
     Mixed,
+    /// Durable WRITEs (Portico's extension, negotiated per queue pair): each done when the
+    /// target has made it durable.
+    Durable,
 }
 
 impl Ops {
     /// 0 WRITE, 1 READ, 2 SEND, for operation `k` of the run.
     fn kind(self, k: u64) -> u64 {
         match self {
-            Ops::Write => 0,
+            Ops::Write | Ops::Durable => 0,
             Ops::Read => 1,
             Ops::Send => 2,
             Ops::Mixed => k % 3,
@@ -575,6 +578,13 @@ impl Runner {
                     }
                 }
                 let wr = match kind {
+                    0 if ops == Ops::Durable => WorkRequest::durable_write(
+                        id,
+                        src.sgl(slot, point.size),
+                        remote.addr + slot as u64,
+                        remote.rkey,
+                        false,
+                    ),
                     0 => WorkRequest::write(
                         id,
                         src.sgl(slot, point.size),

@@ -36,12 +36,13 @@ use serde_json::json;
 use super::point::{self, BUF_CAP, Point};
 use super::{BenchOp, BenchOpts, BenchSummary, Stopped, human, usage};
 use crate::app::{AppError, MemoryChoice, available_cores, port_summary};
+use crate::cc::CcMode;
 use crate::config::peer::{PeerConfig, RdmaSection};
 use crate::config::{EalSection, MemoryLimit, limits};
 use crate::dataplane::{Eal, PortInfo};
 use crate::peer::{self, Peer};
 use crate::report;
-use crate::transport::{Access, RecvRequest, WcStatus, WorkCompletion, random_psn};
+use crate::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, random_psn};
 
 /// The exchange's name, so that a stray connection is told apart from a client.
 pub const PROTOCOL: &str = "portico-bench";
@@ -54,6 +55,9 @@ pub const DEFAULT_PORT: u16 = 18515;
 /// capture easier to read).
 const SERVER_QPN: u32 = 0x22;
 const CLIENT_QPN: u32 = 0x11;
+
+/// Every byte of the client's source buffer.
+pub const SOURCE_BYTE: u8 = 0x5a;
 
 /// How long either side waits for the other's next message of the exchange.
 const EXCHANGE_WAIT: Duration = Duration::from_secs(30);
@@ -103,6 +107,9 @@ pub struct Hello {
     pub buf_len: usize,
     /// Bytes of each receive buffer the server posts (the largest SEND).
     pub recv_len: u32,
+    /// The queue pairs' congestion control (both ends the same).
+    #[serde(default)]
+    pub cc: CcMode,
     pub side: Side,
 }
 
@@ -127,6 +134,8 @@ pub struct Hosting {
     pub op: BenchOp,
     pub max_size: u32,
     pub connections: usize,
+    /// The server's `--cc`, if it named one; otherwise it takes the client's.
+    pub cc: Option<CcMode>,
 }
 
 /// Why the server refuses `hello` (raw JSON, so that another version's fields are not
@@ -170,6 +179,13 @@ pub fn check_hello(hosting: &Hosting, raw: &serde_json::Value) -> Result<Hello, 
             hello.connections,
             hosting.connections,
             if hosting.connections == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(cc) = hosting.cc.filter(|&c| c != hello.cc) {
+        return Err(format!(
+            "congestion control: the server runs --cc {}, the client asked for --cc {}",
+            cc.name(),
+            hello.cc.name()
         ));
     }
     let max_buf = point::buffer_len(&hello.points);
@@ -309,7 +325,7 @@ fn peer_config(
             timeout_us: 250,
             max_timeout: None,
             receives: 0,
-            durable_writes: false,
+            durable_writes: opts.op == BenchOp::Persist,
             durable_region: false,
             simulate_power_loss: false,
             traffic_class: 0,
@@ -357,9 +373,17 @@ fn start_side(
     me: &Side,
     other: (&Side, u32),
     workers: &[usize],
+    cc: CcMode,
 ) -> Result<Peer, AppError> {
     let cfg = peer_config(opts, spec, &me.mac, (me.qpn, me.psn), Some(other), workers);
-    peer::start_engine(Path::new("--dev"), &cfg, workers, opts.pcap.as_deref())
+    let tweak = move |qp: &mut QpConfig| qp.cc.mode = cc;
+    peer::start_engine(
+        Path::new("--dev"),
+        &cfg,
+        workers,
+        opts.pcap.as_deref(),
+        Some(&tweak),
+    )
 }
 
 /// Waits for the port's link (a `net_memif` link comes up once both sides have started).
@@ -382,6 +406,10 @@ fn wait_link(port: &crate::dataplane::Port, spec: &PortSpec) -> Result<(), AppEr
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerReport {
     pub op: BenchOp,
+    pub cc: CcMode,
+    /// `bench persist`: the file the durable WRITEs landed in, and what its mapping is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<serde_json::Value>,
     pub client: String,
     pub seconds: f64,
     /// SENDs received into the posted buffers, and receive completions in error.
@@ -407,7 +435,9 @@ pub fn run_server(
             (BUF_CAP / 4) as u32
         },
         connections: opts.cores,
+        cc: opts.cc,
     };
+    check_remote_op(opts)?;
     let addr = socket_addr("--listen", listen)?;
     let listener =
         TcpListener::bind(addr).map_err(|e| AppError::Failed(format!("--listen {addr}: {e}")))?;
@@ -482,7 +512,14 @@ pub fn run_server(
         psn: random_psn(),
         queues: opts.cores as u16,
     };
-    let mut peer = start_side(opts, spec, &me, (&hello.side, hello.mtu), &started.workers)?;
+    let mut peer = start_side(
+        opts,
+        spec,
+        &me,
+        (&hello.side, hello.mtu),
+        &started.workers,
+        hello.cc,
+    )?;
     let telemetry = peer::serve_telemetry(
         &peer,
         "bench-server",
@@ -496,10 +533,36 @@ pub fn run_server(
             .map(Arc::new)
             .map_err(|e| AppError::Failed(format!("mapping {len} bytes of buffer memory: {e}")))
     };
-    let buf = map(hello.buf_len)?;
+    // Durable WRITEs land in a file the server maps (`--file`, or one in a fresh directory
+    // under /var/tmp, removed afterwards), every block allocated and clean before the run.
+    let mut temp = None;
+    let (buf, access, region) = if hello.op == BenchOp::Persist {
+        let path = match &opts.file {
+            Some(p) => p.clone(),
+            None => temp.insert(super::persist::fresh_dir()?).0.join("region"),
+        };
+        let m = Mapping::create_file(&path, hello.buf_len)
+            .and_then(|m| {
+                m.fill(0, hello.buf_len, 0)?;
+                m.persist(0, hello.buf_len)?;
+                Ok(m)
+            })
+            .map_err(|e| {
+                AppError::Failed(format!("mapping {} as the region: {e}", path.display()))
+            })?;
+        let region = json!({"file": path.display().to_string(), "mapping": m.kind().to_string(),
+                            "dax": m.is_dax(), "temporary": temp.is_some()});
+        (
+            Arc::new(m),
+            Access::ALL | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT,
+            Some(region),
+        )
+    } else {
+        (map(hello.buf_len)?, Access::ALL, None)
+    };
     let mr = peer
         .handle
-        .register(&buf, 0, buf.len(), Access::ALL)
+        .register(&buf, 0, buf.len(), access)
         .map_err(host)?;
     // Receive buffers for SENDs: up to the receive queue's depth per queue pair, reused in
     // turn (their bytes are not looked at).
@@ -597,8 +660,11 @@ pub fn run_server(
     let ports = vec![port_summary(peer.port.id(), "server")?];
     let workers = peer.runtime.join()?;
     drop(telemetry);
+    drop(temp);
     let report = ServerReport {
         op: hello.op,
+        cc: hello.cc,
+        region,
         client,
         seconds,
         receives,
@@ -622,6 +688,25 @@ pub fn run_server(
     Ok(report)
 }
 
+/// What runs across two processes: `write`, `read`, `send`, `mixed`, and `persist --mode
+/// durable` (durable WRITEs into a file the server maps).
+fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
+    if opts.op != BenchOp::Persist {
+        return super::check_main_loop(opts);
+    }
+    if opts.mode != Some(super::persist::PersistMode::Durable) {
+        return Err(usage(
+            "--mode: across two processes bench persist runs --mode durable (durable WRITEs); write-read, write-flush and write-send run in one".into(),
+        ));
+    }
+    if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        return Err(usage(
+            "--rate: must be a positive number of operations per second".into(),
+        ));
+    }
+    Ok(point::Ops::Durable)
+}
+
 /// Prints the server's side: its counters, or one JSON object.
 pub fn print_server(r: &ServerReport, json: bool) {
     if json {
@@ -636,6 +721,9 @@ pub fn print_server(r: &ServerReport, json: bool) {
         r.receives,
         r.receive_errors
     );
+    if let Some(region) = &r.region {
+        println!("  region: {region}");
+    }
     super::print_workers(&r.workers);
     report::port_table(&r.ports);
 }
@@ -648,7 +736,7 @@ pub fn run_client(
     server: &str,
     stop: Arc<AtomicBool>,
 ) -> Result<BenchSummary, AppError> {
-    let ops = super::check_main_loop(opts)?;
+    let ops = check_remote_op(opts)?;
     if opts.verify {
         return Err(usage(
             "--verify: not with --client (the bytes land in the server's memory; run bench in one process to verify them)".into(),
@@ -702,6 +790,7 @@ pub fn run_client(
         mtu: opts.mtu.bytes(),
         buf_len,
         recv_len,
+        cc: opts.cc.unwrap_or_default(),
         side: me.clone(),
     })?;
     let answer = ch.recv(EXCHANGE_WAIT)?.ok_or_else(|| {
@@ -732,7 +821,14 @@ pub fn run_client(
         }
     };
     let mtu = opts.mtu.bytes();
-    let mut peer = start_side(opts, spec, &me, (&server_side, mtu), &workers)?;
+    let mut peer = start_side(
+        opts,
+        spec,
+        &me,
+        (&server_side, mtu),
+        &workers,
+        opts.cc.unwrap_or_default(),
+    )?;
     wait_link(&peer.port, spec)?;
     let slot = crate::telemetry::LatencySlot::new();
     let telemetry = peer::serve_telemetry(
@@ -747,6 +843,9 @@ pub fn run_client(
             .map_err(|e| AppError::Failed(format!("mapping {len} bytes of buffer memory: {e}")))
     };
     let (src, dst) = (map(buf_len)?, map(buf_len)?);
+    // What the WRITEs carry: a byte the server's memory (or file) can be checked for.
+    src.fill(0, buf_len, SOURCE_BYTE)
+        .map_err(|e| AppError::Failed(format!("filling the source buffer: {e}")))?;
     let buffers = src.kind().to_string();
     let regions = point::Buffers {
         src: peer
@@ -826,6 +925,7 @@ mod tests {
             mtu: 1024,
             buf_len: 4 << 20,
             recv_len: 4096,
+            cc: CcMode::None,
             side: Side {
                 mac: "02:00:00:00:00:0a".into(),
                 ip: Ipv4Addr::new(10, 0, 0, 1),
@@ -840,6 +940,7 @@ mod tests {
         op: BenchOp::Write,
         max_size: 65536,
         connections: 1,
+        cc: None,
     };
 
     fn raw(h: &Hello) -> serde_json::Value {
@@ -907,6 +1008,19 @@ mod tests {
             e.starts_with("2 queue pairs asked for: the server runs 1 worker"),
             "{e}"
         );
+        let mut h = hello();
+        h.cc = CcMode::Ack;
+        let dcqcn = Hosting {
+            cc: Some(CcMode::Dcqcn),
+            ..HOSTING
+        };
+        let e = check_hello(&dcqcn, &raw(&h)).unwrap_err();
+        assert_eq!(
+            e,
+            "congestion control: the server runs --cc dcqcn, the client asked for --cc ack"
+        );
+        // A server that names none takes the client's.
+        assert_eq!(check_hello(&HOSTING, &raw(&h)).unwrap().cc, CcMode::Ack);
         let mut v = raw(&hello());
         v["points"] = json!("many");
         assert!(
