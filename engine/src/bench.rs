@@ -864,13 +864,12 @@ pub(crate) fn summarise(
         capture,
     } = stopped;
     let sweep = m.points.len() > 1 || !opts.sizes.is_empty() || !opts.qds.is_empty();
-    // Operation type k's name: `bench persist` (across two processes) runs durable WRITEs.
-    let name = |k: usize| {
-        if opts.op == BenchOp::Persist && k == 2 {
-            "durable"
-        } else {
-            OP_NAMES[k]
-        }
+    // Operation type k's name: across two processes `bench persist` runs durable WRITEs and
+    // `bench tagged` tagged sends, both counted where WRITEs are.
+    let name = |k: usize| match (opts.op, k) {
+        (BenchOp::Persist, 2) => "durable",
+        (BenchOp::Tagged, 2) => "tagged",
+        _ => OP_NAMES[k],
     };
     let mut points = Vec::with_capacity(m.points.len());
     let mut results = Vec::new();
@@ -1069,7 +1068,7 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
         op_table(&s.results, false);
     } else {
         // A sweep: one table per operation type, a row per point.
-        for op in OP_NAMES.iter().chain(&["durable"]) {
+        for op in OP_NAMES.iter().chain(&["durable", "tagged"]) {
             let rows: Vec<OpResult> = s.results.iter().filter(|r| r.op == *op).cloned().collect();
             if !rows.is_empty() {
                 println!("  {op}:");

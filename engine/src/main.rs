@@ -395,6 +395,27 @@ fn parse_u32(s: &str) -> Result<u32, String> {
 
 /// A duration or period in seconds, 0 meaning "until stopped" (`None`); an error names
 /// `field`.
+/// Prints a `bench write|read|send|mixed` summary (also `--client`'s) and says whether the
+/// run failed: bytes that differ under `--verify`, or operations that did not complete.
+fn bench_verdict(
+    summary: &portico::bench::BenchSummary,
+    json: bool,
+    hgrm: Option<&PathBuf>,
+) -> Result<(), AppError> {
+    portico::bench::print(summary, json, hgrm);
+    match summary.verify {
+        Some(v) if v.mismatches > 0 => Err(AppError::CheckFailed(format!(
+            "{} of {} operations landed bytes that differ from what was sent",
+            v.mismatches, v.checked_ops
+        ))),
+        _ if summary.errors > 0 => Err(AppError::CheckFailed(format!(
+            "{} operations did not complete successfully",
+            summary.errors
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A message size: bytes, or KiB and MiB with K and M (`4K`, `1M`).
 fn parse_size(s: &str) -> Result<u32, String> {
     let t = s.trim();
@@ -633,8 +654,10 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     | portico::bench::BenchOp::Read
                     | portico::bench::BenchOp::Send
                     | portico::bench::BenchOp::Mixed
-            ) || (op == portico::bench::BenchOp::Persist
-                && (server || client.is_some()));
+            ) || (matches!(
+                op,
+                portico::bench::BenchOp::Persist | portico::bench::BenchOp::Tagged
+            ) && remote);
             let sizes = if all_sizes {
                 portico::bench::all_sizes()
             } else {
@@ -666,7 +689,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             }
             let duration = duration.unwrap_or(if sweep {
                 1.0
-            } else if tagged {
+            } else if tagged && !remote {
                 portico::bench::tagged::DEFAULT_POINT_SECONDS
             } else if placement {
                 portico::bench::placement::DEFAULT_POINT_SECONDS
@@ -736,7 +759,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             }
             if (server || client.is_some()) && !main_loop {
                 return Err(AppError::Usage(format!(
-                    "--{}: bench write, read, send, mixed and persist --mode durable run across two processes; bench {} runs in one",
+                    "--{}: bench write, read, send, mixed, tagged and persist --mode durable run across two processes; bench {} runs in one",
                     if server { "server" } else { "client" },
                     format!("{op:?}").to_lowercase()
                 )));
@@ -744,6 +767,32 @@ fn run(cli: Cli) -> Result<(), AppError> {
             if let Some(m) = &mac {
                 portico::config::peer::parse_mac("--mac", m)
                     .map_err(|e| AppError::Usage(e.to_string()))?;
+            }
+            let spec = dev.map(|dev| portico::bench::remote::PortSpec {
+                dev,
+                ip: ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+                mac,
+            });
+            if server {
+                let spec = spec.expect("clap requires --dev with --server");
+                let listen = listen
+                    .unwrap_or_else(|| format!("0.0.0.0:{}", portico::bench::remote::DEFAULT_PORT));
+                let report =
+                    portico::bench::remote::run_server(&opts, &spec, &listen, interrupt_flag())?;
+                portico::bench::remote::print_server(&report, json);
+                return if report.receive_errors > 0 {
+                    Err(AppError::CheckFailed(format!(
+                        "{} receives completed in error",
+                        report.receive_errors
+                    )))
+                } else {
+                    Ok(())
+                };
+            }
+            if let (Some(addr), Some(spec)) = (&client, spec) {
+                let summary =
+                    portico::bench::remote::run_client(&opts, &spec, addr, interrupt_flag())?;
+                return bench_verdict(&summary, json, opts.hgrm.as_ref());
             }
             if congestion {
                 let d = portico::bench::congestion::CongestionArgs::default();
@@ -834,45 +883,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
                     Ok(())
                 };
             }
-            let spec = dev.map(|dev| portico::bench::remote::PortSpec {
-                dev,
-                ip: ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
-                mac,
-            });
-            if server {
-                let spec = spec.expect("clap requires --dev with --server");
-                let listen = listen
-                    .unwrap_or_else(|| format!("0.0.0.0:{}", portico::bench::remote::DEFAULT_PORT));
-                let report =
-                    portico::bench::remote::run_server(&opts, &spec, &listen, interrupt_flag())?;
-                portico::bench::remote::print_server(&report, json);
-                return if report.receive_errors > 0 {
-                    Err(AppError::CheckFailed(format!(
-                        "{} receives completed in error",
-                        report.receive_errors
-                    )))
-                } else {
-                    Ok(())
-                };
-            }
-            let summary = match (&client, spec) {
-                (Some(addr), Some(spec)) => {
-                    portico::bench::remote::run_client(&opts, &spec, addr, interrupt_flag())?
-                }
-                _ => portico::bench::run(&opts, interrupt_flag())?,
-            };
-            portico::bench::print(&summary, json, opts.hgrm.as_ref());
-            match summary.verify {
-                Some(v) if v.mismatches > 0 => Err(AppError::CheckFailed(format!(
-                    "{} of {} operations landed bytes that differ from what was sent",
-                    v.mismatches, v.checked_ops
-                ))),
-                _ if summary.errors > 0 => Err(AppError::CheckFailed(format!(
-                    "{} operations did not complete successfully",
-                    summary.errors
-                ))),
-                _ => Ok(()),
-            }
+            let summary = portico::bench::run(&opts, interrupt_flag())?;
+            bench_verdict(&summary, json, opts.hgrm.as_ref())
         }
         Command::Target {
             config,

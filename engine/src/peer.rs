@@ -72,6 +72,8 @@ pub(crate) struct Peer {
     pub(crate) capture: Option<Arc<CaptureSink>>,
     /// The first PSN this side sends.
     pub(crate) psn: u32,
+    /// The application's end of tagged messaging, when [`Extras::tags`] asked for it.
+    pub(crate) tags: Option<crate::rdma::TagPort>,
 }
 
 /// Flushes the capture, if any: how many packets it holds.
@@ -252,7 +254,17 @@ fn start(
 ) -> Result<Peer, AppError> {
     let info = Eal::init(&args)?;
     report::banner(info, &memory, json);
-    start_engine(cfg_path, cfg, workers, pcap, None)
+    start_engine(cfg_path, cfg, workers, pcap, &Extras::default())
+}
+
+/// What an engine may have beyond its config file (`bench --server` and `--client`).
+#[derive(Default)]
+pub(crate) struct Extras<'a> {
+    /// Sets what the config has no key for on every queue pair (congestion control, tagged
+    /// messaging).
+    pub(crate) qp: Option<&'a dyn Fn(&mut QpConfig)>,
+    /// Tagged messaging on the (one) worker's engine; its port is [`Peer::tags`].
+    pub(crate) tags: Option<crate::rdma::TagConfig>,
 }
 
 /// The id of the port `rdma.port` names, once EAL has probed it.
@@ -267,14 +279,13 @@ pub(crate) fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
         .ok_or_else(|| AppError::Failed(format!("rdma.port: EAL probed no port named {name}")))
 }
 
-/// Starts the engine on `workers`, EAL already running ([`start`]); `tweak` sets what the
-/// config has no key for on every queue pair (`bench --client`'s congestion control).
+/// Starts the engine on `workers`, EAL already running ([`start`]), with `extras`.
 pub(crate) fn start_engine(
     cfg_path: &Path,
     cfg: &PeerConfig,
     workers: &[usize],
     pcap: Option<&Path>,
-    tweak: Option<&dyn Fn(&mut QpConfig)>,
+    extras: &Extras<'_>,
 ) -> Result<Peer, AppError> {
     let r = &cfg.rdma;
     let config_error = |source| AppError::Config {
@@ -316,6 +327,19 @@ pub(crate) fn start_engine(
                 .map_err(|e| bad(cfg_path, "shaper", e.to_string()))?;
         }
     }
+    let tags = match &extras.tags {
+        Some(_) if n > 1 => {
+            return Err(AppError::Usage(
+                "--cores: tagged messaging runs on one worker (its list-processing shard is not split across cores)".into(),
+            ));
+        }
+        Some(t) => Some(
+            nodes[0]
+                .enable_tags(t)
+                .map_err(|e| AppError::Failed(format!("tagged messaging: {e}")))?,
+        ),
+        None => None,
+    };
     let mut ends = Vec::with_capacity(n);
     let mut places = Vec::with_capacity(n);
     let mut psn = 0;
@@ -332,7 +356,7 @@ pub(crate) fn start_engine(
         qp.durable_writes = r.durable_writes;
         qp.traffic_class = r.traffic_class;
         qp.dscp = r.dscp;
-        if let Some(tweak) = tweak {
+        if let Some(tweak) = extras.qp {
             tweak(&mut qp);
         }
         let peer_queue = (r.peer_queue + i as u16) % r.peer_queues;
@@ -413,6 +437,7 @@ pub(crate) fn start_engine(
         workers: workers.to_vec(),
         port,
         psn,
+        tags,
     })
 }
 

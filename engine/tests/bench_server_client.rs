@@ -275,6 +275,46 @@ fn durable_writes_across_two_processes_land_in_the_servers_file() {
 }
 
 #[test]
+fn tagged_sends_across_two_processes_are_matched_by_the_server_eager_and_rendezvous() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("tagged", &["tagged"]);
+    // 4 KiB goes eager; 64 KiB is above the 16 KiB threshold and goes by rendezvous (the
+    // server READs the rest).
+    let out = client(
+        &s,
+        &[
+            "tagged",
+            "--sizes",
+            "4K,64K",
+            "--qd",
+            "8",
+            "--duration",
+            "0.4",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{v}");
+    assert!(
+        results
+            .iter()
+            .all(|r| r["op"] == "tagged" && r["ops"].as_u64().unwrap() > 0)
+    );
+    let sent: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();
+    // Every tagged send the client saw complete was matched and landed at the server.
+    assert_eq!(v["server"]["receives"].as_u64(), Some(sent), "{v}");
+    assert_eq!(v["server"]["receive_errors"], 0);
+    let (status, _, err) = finish(s);
+    assert!(status.success(), "server: {err:?}");
+}
+
+#[test]
 fn the_client_s_congestion_control_is_the_server_s_queue_pairs_too() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let s = server("cc", &["write"]);
@@ -395,18 +435,23 @@ fn a_refused_exchange_gives_one_line_on_both_sides() {
 
 #[test]
 fn server_and_client_flags_are_checked_before_anything_starts() {
+    // Each must end at once; one that went on (a server waiting for its client) is killed.
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_portico"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_portico"))
             .args(args)
             .args(EAL)
-            .output()
-            .unwrap()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait(&mut child, Duration::from_secs(30), &format!("{args:?}"));
+        child.wait_with_output().unwrap()
     };
     for (args, field) in [
         (
             &[
                 "bench",
-                "tagged",
+                "placement",
                 "--server",
                 "--dev",
                 "net_null0",
@@ -445,6 +490,21 @@ fn server_and_client_flags_are_checked_before_anything_starts() {
             "--mac",
         ),
         (&["bench", "write", "--dev", "net_null0"][..], "--dev"),
+        (
+            &[
+                "bench",
+                "persist",
+                "--mode",
+                "write-read",
+                "--client",
+                "127.0.0.1",
+                "--dev",
+                "net_null0",
+                "--ip",
+                "10.0.0.1",
+            ][..],
+            "--mode",
+        ),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);

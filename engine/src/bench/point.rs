@@ -329,13 +329,16 @@ pub(crate) enum Ops {
     /// Durable WRITEs (Portico's extension, negotiated per queue pair): each done when the
     /// target has made it durable.
     Durable,
+    /// Tagged sends (Portico's tagged messaging, negotiated per queue pair), matched by the
+    /// target's list-processing engine; tag = the operation's number.
+    Tagged,
 }
 
 impl Ops {
     /// 0 WRITE, 1 READ, 2 SEND, for operation `k` of the run.
     fn kind(self, k: u64) -> u64 {
         match self {
-            Ops::Write | Ops::Durable => 0,
+            Ops::Write | Ops::Durable | Ops::Tagged => 0,
             Ops::Read => 1,
             Ops::Send => 2,
             Ops::Mixed => k % 3,
@@ -578,6 +581,9 @@ impl Runner {
                     }
                 }
                 let wr = match kind {
+                    0 if ops == Ops::Tagged => {
+                        WorkRequest::tagged_send(id, src.sgl(slot, point.size), 0, base + next_k, 0)
+                    }
                     0 if ops == Ops::Durable => WorkRequest::durable_write(
                         id,
                         src.sgl(slot, point.size),

@@ -376,13 +376,24 @@ fn start_side(
     cc: CcMode,
 ) -> Result<Peer, AppError> {
     let cfg = peer_config(opts, spec, &me.mac, (me.qpn, me.psn), Some(other), workers);
-    let tweak = move |qp: &mut QpConfig| qp.cc.mode = cc;
+    let tagged = opts.op == BenchOp::Tagged;
+    let tweak = move |qp: &mut QpConfig| {
+        qp.cc.mode = cc;
+        qp.tagged = tagged;
+    };
+    let extras = peer::Extras {
+        qp: Some(&tweak),
+        tags: tagged.then(|| crate::rdma::TagConfig {
+            quiet: true,
+            ..crate::rdma::TagConfig::default()
+        }),
+    };
     peer::start_engine(
         Path::new("--dev"),
         &cfg,
         workers,
         opts.pcap.as_deref(),
-        Some(&tweak),
+        &extras,
     )
 }
 
@@ -412,7 +423,8 @@ pub struct ServerReport {
     pub region: Option<serde_json::Value>,
     pub client: String,
     pub seconds: f64,
-    /// SENDs received into the posted buffers, and receive completions in error.
+    /// SENDs received into the posted buffers (tagged sends matched and landed, for `bench
+    /// tagged`), and receive completions (events) in error.
     pub receives: u64,
     pub receive_errors: u64,
     pub workers: Vec<crate::runtime::WorkerReport>,
@@ -590,6 +602,25 @@ pub fn run_server(
             }
         }
     }
+    // Tagged sends: one persistent receive on endpoint 0 that matches every tag, each message
+    // landing at its start (an MPI_ANY_TAG receive posted once, as a benchmark's sink).
+    let tagged_mr = match peer.tags.as_mut() {
+        Some(port) => {
+            let m = map(recv_len)?;
+            let mr = peer
+                .handle
+                .register(&m, 0, m.len(), Access::LOCAL_WRITE)
+                .map_err(host)?;
+            let entry = crate::rdma::TagEntry::recv(0, mr.sge(0, recv_len as u32), 1)
+                .with_ignore(u64::MAX)
+                .with_options(crate::lpe::Options::NONE);
+            port.append(0, crate::lpe::ListKind::Priority, entry)
+                .map_err(|e| AppError::Failed(format!("posting the tagged receive: {e}")))?;
+            Some((m, mr))
+        }
+        None => None,
+    };
+    let mut events = [crate::rdma::TagEvent::EMPTY; 64];
     ch.send(&Answer::Welcome {
         side: me,
         addr: mr.addr(),
@@ -652,7 +683,16 @@ pub fn run_server(
                 break Err(AppError::Failed("the exchange's reader ended".into()));
             }
         }
-        if !uses_send {
+        if let Some(port) = peer.tags.as_mut() {
+            let got = port.poll(&mut events);
+            for e in &events[..got] {
+                match (e.kind, e.fail) {
+                    (crate::rdma::TagEventKind::Put, crate::lpe::NiFail::Ok) => receives += 1,
+                    (_, crate::lpe::NiFail::Ok) => {}
+                    _ => receive_errors += 1,
+                }
+            }
+        } else if !uses_send {
             std::thread::sleep(Duration::from_millis(1));
         }
     };
@@ -660,7 +700,7 @@ pub fn run_server(
     let ports = vec![port_summary(peer.port.id(), "server")?];
     let workers = peer.runtime.join()?;
     drop(telemetry);
-    drop(temp);
+    drop((temp, tagged_mr));
     let report = ServerReport {
         op: hello.op,
         cc: hello.cc,
@@ -691,6 +731,24 @@ pub fn run_server(
 /// What runs across two processes: `write`, `read`, `send`, `mixed`, and `persist --mode
 /// durable` (durable WRITEs into a file the server maps).
 fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
+    if opts.op == BenchOp::Tagged {
+        if !opts.part.is_empty() {
+            return Err(usage(
+                "--part: across two processes bench tagged runs tagged sends into one wildcard receive of the server's (eager, or rendezvous above the engine's threshold); its parts run in one".into(),
+            ));
+        }
+        if opts.cores != 1 {
+            return Err(usage(
+                "--cores: tagged messaging runs on one worker (its list-processing shard is not split across cores)".into(),
+            ));
+        }
+        if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+            return Err(usage(
+                "--rate: must be a positive number of operations per second".into(),
+            ));
+        }
+        return Ok(point::Ops::Tagged);
+    }
     if opts.op != BenchOp::Persist {
         return super::check_main_loop(opts);
     }
