@@ -1096,7 +1096,7 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
     if let Some(v) = &s.server {
         println!(
-            "  server side: {} SENDs received, {} receive errors, its port rx {} tx {} packets",
+            "  server side: {} messages received (SENDs, tagged sends), {} receive errors, its port rx {} tx {} packets",
             v["receives"],
             v["receive_errors"],
             v["ports"][0]["stats"]["rx_packets"],

@@ -269,6 +269,16 @@ impl Channel {
     }
 }
 
+/// `r`, and when it is an error, the client told why (`refused`) before the server gives up:
+/// a server that fails to set up after the hello names the failure on both sides.
+fn refusing<T>(ch: &mut Channel, r: Result<T, AppError>) -> Result<T, AppError> {
+    r.inspect_err(|e| {
+        let _ = ch.send(&Answer::Refused {
+            reason: format!("the server could not set up: {e}"),
+        });
+    })
+}
+
 /// `ADDR:PORT`, or `ADDR` with [`DEFAULT_PORT`].
 fn socket_addr(flag: &str, s: &str) -> Result<SocketAddr, AppError> {
     let with_port = if s
@@ -524,13 +534,16 @@ pub fn run_server(
         psn: random_psn(),
         queues: opts.cores as u16,
     };
-    let mut peer = start_side(
-        opts,
-        spec,
-        &me,
-        (&hello.side, hello.mtu),
-        &started.workers,
-        hello.cc,
+    let mut peer = refusing(
+        &mut ch,
+        start_side(
+            opts,
+            spec,
+            &me,
+            (&hello.side, hello.mtu),
+            &started.workers,
+            hello.cc,
+        ),
     )?;
     let telemetry = peer::serve_telemetry(
         &peer,
@@ -551,7 +564,10 @@ pub fn run_server(
     let (buf, access, region) = if hello.op == BenchOp::Persist {
         let path = match &opts.file {
             Some(p) => p.clone(),
-            None => temp.insert(super::persist::fresh_dir()?).0.join("region"),
+            None => temp
+                .insert(refusing(&mut ch, super::persist::fresh_dir())?)
+                .0
+                .join("region"),
         };
         let m = Mapping::create_file(&path, hello.buf_len)
             .and_then(|m| {
@@ -561,7 +577,8 @@ pub fn run_server(
             })
             .map_err(|e| {
                 AppError::Failed(format!("mapping {} as the region: {e}", path.display()))
-            })?;
+            });
+        let m = refusing(&mut ch, m)?;
         let region = json!({"file": path.display().to_string(), "mapping": m.kind().to_string(),
                             "dax": m.is_dax(), "temporary": temp.is_some()});
         (
@@ -570,7 +587,7 @@ pub fn run_server(
             Some(region),
         )
     } else {
-        (map(hello.buf_len)?, Access::ALL, None)
+        (refusing(&mut ch, map(hello.buf_len))?, Access::ALL, None)
     };
     let mr = peer
         .handle
@@ -772,7 +789,7 @@ pub fn print_server(r: &ServerReport, json: bool) {
     }
     println!();
     println!(
-        "bench {} server: served {} for {:.2} s; {} SENDs received, {} receive errors",
+        "bench {} server: served {} for {:.2} s; {} messages received (SENDs, tagged sends), {} receive errors",
         op_name(r.op),
         r.client,
         r.seconds,
