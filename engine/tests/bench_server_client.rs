@@ -141,6 +141,29 @@ fn finish(mut s: Server) -> (std::process::ExitStatus, String, Vec<String>) {
     (status, out, err)
 }
 
+/// Checks a client's JSON: no errors, one result of `op` per size of `sizes` (in order), each
+/// with operations done, and the server's report of as many messages landed, none in error.
+/// Returns the messages sent.
+fn every_message_landed(v: &serde_json::Value, op: &str, sizes: &[u64]) -> u64 {
+    assert_eq!(v["errors"], 0, "{v}");
+    let results = v["results"].as_array().unwrap();
+    let got: Vec<(Option<&str>, Option<u64>)> = results
+        .iter()
+        .map(|r| (r["op"].as_str(), r["size"].as_u64()))
+        .collect();
+    let want: Vec<(Option<&str>, Option<u64>)> =
+        sizes.iter().map(|&b| (Some(op), Some(b))).collect();
+    assert_eq!(got, want, "{v}");
+    assert!(
+        results.iter().all(|r| r["ops"].as_u64().unwrap() > 0),
+        "{v}"
+    );
+    let sent: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();
+    assert_eq!(v["server"]["receives"].as_u64(), Some(sent), "{v}");
+    assert_eq!(v["server"]["receive_errors"], 0);
+    sent
+}
+
 fn last_error(text: &str) -> String {
     text.lines()
         .rfind(|l| l.starts_with("portico: error: "))
@@ -159,23 +182,10 @@ fn a_send_sweep_runs_across_two_processes_and_the_server_receives_every_send() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "client: {stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    assert_eq!(v["errors"], 0, "{v}");
-    let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2, "{v}");
-    assert_eq!(
-        (results[0]["size"].as_u64(), results[1]["size"].as_u64()),
-        (Some(64), Some(4096))
-    );
-    let sent: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();
-    assert!(
-        results.iter().all(|r| r["ops"].as_u64().unwrap() > 0),
-        "{v}"
-    );
     assert!(stderr.contains("against the server 127.0.0.1:"), "{stderr}");
     // The server's side, as it reported it to the client: every SEND acknowledged to the
     // client was received into a buffer the server posted, none in error.
-    assert_eq!(v["server"]["receives"].as_u64(), Some(sent), "{v}");
-    assert_eq!(v["server"]["receive_errors"], 0);
+    let sent = every_message_landed(&v, "send", &[64, 4096]);
     let (status, out, err) = finish(s);
     assert!(status.success(), "server: {err:?}");
     let r: serde_json::Value = serde_json::from_str(&out).expect("the server's JSON");
@@ -298,18 +308,8 @@ fn tagged_sends_across_two_processes_are_matched_by_the_server_eager_and_rendezv
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["errors"], 0, "{v}");
-    let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2, "{v}");
-    assert!(
-        results
-            .iter()
-            .all(|r| r["op"] == "tagged" && r["ops"].as_u64().unwrap() > 0)
-    );
-    let sent: u64 = results.iter().map(|r| r["ops"].as_u64().unwrap()).sum();
     // Every tagged send the client saw complete was matched and landed at the server.
-    assert_eq!(v["server"]["receives"].as_u64(), Some(sent), "{v}");
-    assert_eq!(v["server"]["receive_errors"], 0);
+    every_message_landed(&v, "tagged", &[4096, 65536]);
     let (status, _, err) = finish(s);
     assert!(status.success(), "server: {err:?}");
 }

@@ -580,35 +580,22 @@ impl Runner {
                         _ => v.fill(id, src, slot),
                     }
                 }
+                let (out, back) = (src.sgl(slot, point.size), dst.sgl(slot, point.size));
+                let at = remote.addr + slot as u64;
                 let wr = match kind {
                     0 if ops == Ops::Tagged => {
-                        WorkRequest::tagged_send(id, src.sgl(slot, point.size), 0, base + next_k, 0)
+                        WorkRequest::tagged_send(id, out, 0, base + next_k, 0)
                     }
-                    0 if ops == Ops::Durable => WorkRequest::durable_write(
-                        id,
-                        src.sgl(slot, point.size),
-                        remote.addr + slot as u64,
-                        remote.rkey,
-                        false,
-                    ),
-                    0 => WorkRequest::write(
-                        id,
-                        src.sgl(slot, point.size),
-                        remote.addr + slot as u64,
-                        remote.rkey,
-                        None,
-                    ),
-                    1 => WorkRequest::read(
-                        id,
-                        dst.sgl(slot, point.size),
-                        remote.addr + slot as u64,
-                        remote.rkey,
-                    ),
+                    0 if ops == Ops::Durable => {
+                        WorkRequest::durable_write(id, out, at, remote.rkey, false)
+                    }
+                    0 => WorkRequest::write(id, out, at, remote.rkey, None),
+                    1 => WorkRequest::read(id, back, at, remote.rkey),
                     _ => {
                         let mask = l.send_mask();
                         l.send_ids[l.sends_posted as usize & mask] = id;
                         l.sends_posted += 1;
-                        WorkRequest::send(id, src.sgl(slot, point.size), None)
+                        WorkRequest::send(id, out, None)
                     }
                 };
                 l.batch.push(wr);
