@@ -646,8 +646,9 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 .map_err(|e| AppError::Usage(e.to_string()))?;
             let tagged = op == portico::bench::BenchOp::Tagged;
             let placement = op == portico::bench::BenchOp::Placement;
-            // The benches of the main loop (the others run their own), and bench persist
-            // across two processes, which runs its durable WRITEs in it.
+            // The benches of the main loop (the others run their own), and bench persist and
+            // bench tagged across two processes, which run their durable WRITEs and tagged
+            // sends in it.
             let main_loop = matches!(
                 op,
                 portico::bench::BenchOp::Write
