@@ -16,6 +16,7 @@
 
 mod counters;
 mod fault;
+pub mod polling;
 mod tap;
 
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
