@@ -33,7 +33,7 @@ use crate::hugepages::HugepageStatus;
 use crate::latency::{Latency, LatencySummary};
 use crate::rdma::loopback::{self, LoopbackOpts};
 use crate::report;
-use crate::runtime::{CaptureSink, Runtime};
+use crate::runtime::{CaptureSink, Polling, Runtime, polling};
 use crate::transport::{Access, Mtu, QpConfig, WcOpcode, WorkRequest};
 
 pub use point::Point;
@@ -321,7 +321,12 @@ fn start_eal(opts: &BenchOpts, host_core: usize, pairs: u32) -> Result<MemoryCho
         "",
     )?;
     let info = Eal::init(&args)?;
-    report::banner(info, &memory, opts.json);
+    report::banner(
+        info,
+        &memory,
+        Some(polling::effective(Polling::Busy)),
+        opts.json,
+    );
     Ok(memory)
 }
 

@@ -12,6 +12,7 @@ use portico::app::{self, AppError, FwdOpts, RunOpts};
 use portico::config::{HugepageMode, MemoryLimit, Scenario, installed_vdev_drivers, limits};
 use portico::dataplane::PMD_DIR;
 use portico::report;
+use portico::runtime::{Polling, polling};
 use portico::traffic::FwdMode;
 use portico::transport::Mtu;
 
@@ -31,6 +32,15 @@ use portico::transport::Mtu;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the workers wait when idle: `busy` polls without pause (dedicated cores; the
+    /// default), `adaptive` backs off and sleeps, and wakes on the host's posts (shared
+    /// cores, CI runners). Overrides a config's [runtime] polling.
+    #[arg(long, global = true, value_name = "POLICY")]
+    polling: Option<String>,
+    /// `adaptive` polling's longest sleep in µs (default 50, at most 10000); alone, it
+    /// implies --polling adaptive.
+    #[arg(long, global = true, value_name = "US")]
+    max_sleep_us: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -461,6 +471,18 @@ fn interrupt_flag() -> Arc<AtomicBool> {
 }
 
 fn run(cli: Cli) -> Result<(), AppError> {
+    if cli.polling.is_some() || cli.max_sleep_us.is_some() {
+        let name = cli.polling.as_deref().unwrap_or("adaptive");
+        let p = Polling::parse(name, cli.max_sleep_us).map_err(|e| {
+            let flag = if e.contains("sleep") {
+                "--max-sleep-us"
+            } else {
+                "--polling"
+            };
+            AppError::Usage(format!("{flag}: {e}"))
+        })?;
+        polling::set_command_line(p);
+    }
     match cli.command {
         Command::Run {
             config,

@@ -45,7 +45,9 @@ use crate::hugepages::HugepageStatus;
 use crate::latency::Latency;
 use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
-use crate::runtime::{CaptureSink, CaptureTap, Runtime, StageBox, TxPolicy, WorkerSpec};
+use crate::runtime::{
+    CaptureSink, CaptureTap, Polling, Runtime, StageBox, TxPolicy, WorkerSpec, polling,
+};
 use crate::telemetry::{self, LatencySlot, LatencySource, QpPlacement};
 use crate::transport::{
     Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest, random_psn,
@@ -241,6 +243,12 @@ pub(crate) fn plan(
     Ok((args, memory))
 }
 
+/// The policy of the engine's workers: the command line's `--polling`, else the config's
+/// (checked when it was parsed).
+pub(crate) fn polling_of(cfg: &PeerConfig) -> Polling {
+    polling::effective(cfg.runtime.polling().unwrap_or_default())
+}
+
 /// Starts EAL and the engine on `workers` (one worker per core, each with RX/TX queue *i* of
 /// the port and the queue pairs homed on it). A target has one queue pair per worker (QPN
 /// `qpn + i` to the peer's `peer_qpn + i`, homed on worker *i*); an initiator has one.
@@ -253,7 +261,7 @@ fn start(
     pcap: Option<&Path>,
 ) -> Result<Peer, AppError> {
     let info = Eal::init(&args)?;
-    report::banner(info, &memory, json);
+    report::banner(info, &memory, Some(polling_of(cfg)), json);
     start_engine(cfg_path, cfg, workers, pcap, &Extras::default())
 }
 
@@ -405,6 +413,7 @@ pub(crate) fn start_engine(
         None => None,
     };
     let (handle, controls) = RdmaHandle::sharded(n);
+    let polling = polling_of(cfg);
     let mut specs = Vec::with_capacity(n);
     for (i, (node, control)) in nodes.into_iter().zip(controls).enumerate() {
         let q = i as u16;
@@ -421,6 +430,7 @@ pub(crate) fn start_engine(
             stage: StageBox::new(RdmaStage::new(node, pool.clone(), control, 0)),
             faults: None,
             capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+            polling,
         });
     }
     let runtime = Runtime::start(specs)?;
@@ -773,7 +783,7 @@ pub fn run_target(
         json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(),
                "counters": counts(&reports), "ports": ports, "completions": completions,
                "region_head": hex(&head), "receive_head": hex(&recv_head), "persisted": persisted,
-               "captured": captured})
+               "captured": captured, "workers": report::worker_use(&reports)})
     );
     Ok(())
 }
@@ -971,6 +981,7 @@ pub fn run_initiator(
     fields.insert("counters".into(), json!(counts(&reports)));
     fields.insert("ports".into(), json!(ports));
     fields.insert("captured".into(), json!(captured));
+    fields.insert("workers".into(), report::worker_use(&reports));
     println!("{summary}");
     outcome.map_err(AppError::CheckFailed)
 }

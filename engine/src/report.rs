@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::config::{Task, Worker};
 use crate::dataplane::{EalInfo, PortInfo};
-use crate::runtime::WorkerReport;
+use crate::runtime::{Polling, WorkerReport};
 use crate::summary::{MemoryChoice, PortSummary, Summary};
 
 macro_rules! human {
@@ -21,7 +21,7 @@ macro_rules! human {
     };
 }
 
-pub fn banner(info: &EalInfo, memory: &MemoryChoice, json: bool) {
+pub fn banner(info: &EalInfo, memory: &MemoryChoice, polling: Option<Polling>, json: bool) {
     human!(
         json,
         "portico {} on {} · memory: {} · TSC {:.3} GHz",
@@ -31,6 +31,48 @@ pub fn banner(info: &EalInfo, memory: &MemoryChoice, json: bool) {
         info.tsc_hz as f64 / 1e9
     );
     human!(json, "EAL: {}", info.args[1..].join(" "));
+    if let Some(p) = polling {
+        human!(json, "workers: {}", p.describe());
+    }
+}
+
+/// Per worker: its core, its polling's idle counters, and the CPU time it used and its share
+/// of a core (what `portico target` and `initiator` summaries carry).
+pub fn worker_use(reports: &[WorkerReport]) -> serde_json::Value {
+    reports
+        .iter()
+        .map(|w| {
+            json!({"worker": w.worker, "core": w.core, "cpu_ns": w.cpu_ns, "wall_ns": w.wall_ns,
+                   "cpu_share": cpu_share(w), "idle": w.idle})
+        })
+        .collect()
+}
+
+/// The share of a core a worker used while its loop ran (0 before it published a reading).
+pub fn cpu_share(w: &WorkerReport) -> f64 {
+    if w.wall_ns == 0 {
+        return 0.0;
+    }
+    w.cpu_ns as f64 / w.wall_ns as f64
+}
+
+/// One line on what a worker's polling did, when it backed off at all.
+fn idle_line(w: &WorkerReport) -> Option<String> {
+    let i = &w.idle;
+    if i.backed_off == 0 && i.slept == 0 {
+        return None;
+    }
+    let mean_over = i.oversleep_ns.checked_div(i.timeouts).unwrap_or(0);
+    Some(format!(
+        "adaptive: {} iterations busy, {} paused, {} asleep ({:.1} ms in all); woken {} times by the host; sleeps overran by {:.1} µs on average, {:.1} µs at most",
+        i.busy,
+        i.backed_off,
+        i.slept,
+        i.sleep_taken_ns as f64 / 1e6,
+        i.host_wakes,
+        mean_over as f64 / 1e3,
+        i.max_oversleep_ns as f64 / 1e3
+    ))
 }
 
 pub fn plan(workers: &[Worker], ports: &[String], json: bool) {
@@ -166,6 +208,10 @@ pub fn summary(s: &Summary, json: bool) {
         if !w.counters.is_empty() {
             let c: Vec<String> = w.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
             println!("  {:<8} {}", "", c.join(", "));
+        }
+        println!("  {:<8} cpu {:.1} % of a core", "", 100.0 * cpu_share(w));
+        if let Some(line) = idle_line(w) {
+            println!("  {:<8} {line}", "");
         }
         let f = &w.faults;
         if *f != Default::default() {

@@ -6,6 +6,7 @@ use crate::config::HugepageMode;
 use crate::dataplane::Eal;
 use crate::hugepages::HugepageStatus;
 use crate::report;
+use crate::runtime::Polling;
 use crate::summary::MemoryChoice;
 
 use super::AppError;
@@ -139,10 +140,11 @@ pub(super) struct Started {
 pub(super) fn start_eal(
     args: Vec<String>,
     memory: MemoryChoice,
+    polling: Option<Polling>,
     json: bool,
 ) -> Result<Started, AppError> {
     let info = Eal::init(&args)?;
-    report::banner(info, &memory, json);
+    report::banner(info, &memory, polling, json);
     Ok(Started { memory, args })
 }
 

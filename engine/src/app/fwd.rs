@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use crate::config::{DESC_RANGE, HugepageMode, MAX_QUEUES, MemoryLimit, limits};
 use crate::dataplane::{self, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
-use crate::runtime::{CaptureTap, StageBox, TxPolicy, WorkerSpec};
+use crate::runtime::{CaptureTap, Polling, StageBox, TxPolicy, WorkerSpec, polling};
 use crate::summary::Summary;
 use crate::traffic::{Forward, FwdMode};
 
@@ -83,7 +83,8 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
         &[],
         &HugepageStatus::read(),
     )?;
-    let started = start_eal(args, memory, opts.run.json)?;
+    let polling = polling::effective(Polling::Busy);
+    let started = start_eal(args, memory, Some(polling), opts.run.json)?;
     let ids = dataplane::port_ids();
     if ids.is_empty() {
         return Err(AppError::Usage(
@@ -179,6 +180,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
             stage: StageBox::new(Forward::new(opts.mode, map)),
             faults: None,
             capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+            polling,
         });
     }
     let mut summary = execute(specs, &ports, started, "fwd", false, &opts.run, interrupted)?;

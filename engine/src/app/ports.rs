@@ -20,7 +20,7 @@ pub fn list_ports(eal: &[String], json: bool) -> Result<Vec<dataplane::PortInfo>
         &[],
         &HugepageStatus::read(),
     )?;
-    start_eal(args, memory, json)?;
+    start_eal(args, memory, None, json)?;
     dataplane::port_ids()
         .into_iter()
         .map(|id| dataplane::PortInfo::read(id).map_err(AppError::from))

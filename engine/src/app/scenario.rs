@@ -11,7 +11,9 @@ use crate::config::{PortSource, QueueRef, Scenario, Task, vdev_driver};
 use crate::dataplane::{self, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::report;
-use crate::runtime::{CaptureTap, FaultInjector, StageBox, TxPolicy, WorkerReport, WorkerSpec};
+use crate::runtime::{
+    CaptureTap, FaultInjector, StageBox, TxPolicy, WorkerReport, WorkerSpec, polling,
+};
 use crate::summary::{CheckVerdict, Summary};
 use crate::traffic::frame::FrameSpec;
 use crate::traffic::{Checker, Forward, Generator};
@@ -69,7 +71,8 @@ pub fn run_scenario(
         ("eal.memory_mb", "eal.hugepages"),
         "ports[].rx_queues/tx_queues/rx_desc/tx_desc",
     )?;
-    let started = start_eal(args, memory, opts.json)?;
+    let polling = polling::effective(scenario.polling);
+    let started = start_eal(args, memory, Some(polling), opts.json)?;
 
     // Resolve port ids: ring links are created here, vdevs and PCI devices were probed by EAL.
     let mut ids: Vec<Option<u16>> = vec![None; scenario.ports.len()];
@@ -198,6 +201,7 @@ pub fn run_scenario(
             stage,
             faults: w.faults.map(|f| FaultInjector::new(&f, pool.clone())),
             capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+            polling,
         });
     }
     report::plan(&scenario.workers, &names, opts.json);
@@ -325,6 +329,9 @@ mod tests {
             loops: 0,
             counters: counters.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             faults,
+            idle: Default::default(),
+            cpu_ns: 0,
+            wall_ns: 0,
         }
     }
 

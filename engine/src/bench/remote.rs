@@ -342,6 +342,7 @@ fn peer_config(
             dscp: crate::transport::QpConfig::new(0, 0).dscp,
         },
         shaper: None,
+        runtime: Default::default(),
     }
 }
 
@@ -360,7 +361,7 @@ fn start_eal(opts: &BenchOpts, spec: &PortSpec, cores: usize) -> Result<Started,
     let cfg = peer_config(opts, spec, "02:00:00:00:00:01", (0, 0), None, &workers);
     let (args, memory) = peer::plan(&cfg, &workers, &[])?;
     let info = Eal::init(&args)?;
-    report::banner(info, &memory, opts.json);
+    report::banner(info, &memory, Some(peer::polling_of(&cfg)), opts.json);
     let id = peer::port_id(&cfg)
         .map_err(|_| AppError::Failed(format!("--dev: EAL probed no port for {:?}", spec.dev)))?;
     let mac = match &spec.mac {

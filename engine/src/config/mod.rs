@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::runtime::FaultConfig;
+use crate::runtime::{FaultConfig, Polling};
 use crate::traffic::FwdMode;
 use crate::traffic::frame::{MAX_FRAME, MIN_FRAME};
 
@@ -192,6 +192,34 @@ pub struct WorkerSection {
     pub faults: Option<FaultConfig>,
 }
 
+/// `[runtime]`: how the workers wait when idle (`docs/dataplane.md`, "Polling").
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSection {
+    /// `busy` (the default: poll without pause, for dedicated cores) or `adaptive` (back
+    /// off and sleep when idle, for shared cores).
+    #[serde(default)]
+    pub polling: Option<String>,
+    /// `adaptive`'s longest sleep, in µs (default 50, at most 10 000).
+    #[serde(default)]
+    pub max_sleep_us: Option<u64>,
+}
+
+impl RuntimeSection {
+    /// The policy this section names.
+    pub fn polling(&self) -> Result<Polling, ConfigError> {
+        let name = self.polling.as_deref().unwrap_or("busy");
+        Polling::parse(name, self.max_sleep_us).map_err(|e| {
+            let field = if e.contains("sleep") && self.max_sleep_us.is_some() {
+                "runtime.max_sleep_us"
+            } else {
+                "runtime.polling"
+            };
+            err(field, e)
+        })
+    }
+}
+
 /// A whole scenario file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -200,6 +228,8 @@ pub struct Config {
     pub eal: EalSection,
     #[serde(default)]
     pub run: RunSection,
+    #[serde(default)]
+    pub runtime: RuntimeSection,
     #[serde(default)]
     pub ports: Vec<PortSection>,
     #[serde(default)]
@@ -253,6 +283,7 @@ pub struct Worker {
 pub struct Scenario {
     pub eal: EalSection,
     pub run: RunSection,
+    pub polling: Polling,
     pub ports: Vec<PortSection>,
     pub sources: Vec<PortSource>,
     pub workers: Vec<Worker>,
@@ -366,6 +397,7 @@ impl Config {
             ));
         }
         self.eal.check(None)?;
+        let polling = self.runtime.polling()?;
         if self.ports.is_empty() {
             return Err(err("ports", "at least one [[ports]] entry is needed"));
         }
@@ -687,6 +719,7 @@ impl Config {
         Ok(Scenario {
             eal: self.eal,
             run: self.run,
+            polling,
             ports: self.ports,
             sources,
             workers,
@@ -727,6 +760,44 @@ mod tests {
 
     fn parse(text: &str) -> Result<Scenario, ConfigError> {
         Scenario::parse(text, CORES, &drivers())
+    }
+
+    #[test]
+    fn runtime_polling_is_read_and_checked() {
+        let base = "[[ports]]\nname = \"a\"\nvdev = \"net_null0\"\n[[workers]]\nname = \"f\"\ncore = 0\ntask = \"forward\"\npaths = [[\"a\", \"a\"]]\n";
+        let s = Scenario::parse(base, &[0, 1], &[]).unwrap();
+        assert_eq!(s.polling, Polling::Busy);
+        let s = Scenario::parse(
+            &format!("{base}[runtime]\npolling = \"adaptive\"\nmax_sleep_us = 20\n"),
+            &[0, 1],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            s.polling,
+            Polling::Adaptive {
+                max_sleep_ns: 20_000
+            }
+        );
+        let e = Scenario::parse(
+            &format!("{base}[runtime]\npolling = \"lazy\"\n"),
+            &[0, 1],
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "runtime.polling: \"lazy\" is not a policy (busy or adaptive)"
+        );
+        let e = Scenario::parse(
+            &format!("{base}[runtime]\npolling = \"adaptive\"\nmax_sleep_us = 99999\n"),
+            &[0, 1],
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("runtime.max_sleep_us: "), "{e}");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{ConfigError, EalSection, MemoryLimit, ShaperSection, cores_text, err, from_toml};
+use super::{
+    ConfigError, EalSection, MemoryLimit, RuntimeSection, ShaperSection, cores_text, err, from_toml,
+};
 use crate::transport::{Mtu, QpConfig};
 use crate::wire::EthernetAddress;
 use crate::wire::bth::PSN_MASK;
@@ -26,6 +28,9 @@ pub struct PeerConfig {
     /// the queue pairs' windows allow.
     #[serde(default)]
     pub shaper: Option<ShaperSection>,
+    /// How the engine's workers wait when idle (`[runtime] polling`, `max_sleep_us`).
+    #[serde(default)]
+    pub runtime: RuntimeSection,
 }
 
 /// `[rdma]`: the engine's port, core and addresses, the peer's, and this side's region.
@@ -251,6 +256,7 @@ pub fn load_peer(path: &Path, cores: &[usize]) -> Result<PeerConfig, ConfigError
 pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError> {
     let cfg: PeerConfig = from_toml(text)?;
     cfg.eal.check(None)?;
+    cfg.runtime.polling()?;
     let r = &cfg.rdma;
     for (field, v) in [
         ("rdma.qpn", Some(r.qpn)),

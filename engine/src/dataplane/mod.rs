@@ -12,6 +12,7 @@ mod mbuf;
 mod mempool;
 mod port;
 pub mod telemetry;
+pub mod wake;
 
 pub use burst::{Burst, Drain, MAX_BURST};
 pub use eal::{Eal, EalError, EalInfo};

@@ -15,6 +15,7 @@ use crossbeam::channel::{self, Receiver, Sender};
 use pmem::Mapping;
 
 use super::live::{LiveQps, LiveReader};
+use crate::dataplane::wake::Wake;
 use crate::transport::{Access, MrKeys, RegisterError, SgList, Sge};
 
 /// A request on the control path.
@@ -56,6 +57,8 @@ pub struct ControlPort {
     pub(crate) replies: Sender<(u64, ControlReply)>,
     /// Where the worker publishes its queue pairs' live state (telemetry).
     pub(crate) live: Arc<LiveQps>,
+    /// Rung by the host after each request, for a worker asleep (adaptive polling).
+    pub(crate) wake: Arc<Wake>,
 }
 
 /// Why a host call failed.
@@ -96,6 +99,7 @@ struct ControlPath {
     requests: Sender<(u64, Control)>,
     replies: Receiver<(u64, ControlReply)>,
     last: u64,
+    wake: Arc<Wake>,
 }
 
 impl ControlPath {
@@ -105,6 +109,7 @@ impl ControlPath {
         self.requests
             .send((self.last, request))
             .map_err(|_| HostError::WorkerGone)?;
+        self.wake.notify();
         Ok(self.last)
     }
 
@@ -140,16 +145,19 @@ impl RdmaHandle {
             .map(|live| {
                 let (req_tx, req_rx) = channel::bounded(64);
                 let (rep_tx, rep_rx) = channel::bounded(64);
+                let wake = Arc::new(Wake::new());
                 (
                     ControlPath {
                         requests: req_tx,
                         replies: rep_rx,
                         last: 0,
+                        wake: wake.clone(),
                     },
                     ControlPort {
                         requests: req_rx,
                         replies: rep_tx,
                         live: live.clone(),
+                        wake,
                     },
                 )
             })

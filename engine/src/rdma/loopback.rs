@@ -21,8 +21,8 @@ use super::{
 use crate::cc::bottleneck::{Bottleneck, BottleneckConfig};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair_queues};
 use crate::runtime::{
-    CaptureSink, CaptureTap, FaultConfig, FaultInjector, Runtime, RuntimeError, StageBox, TxPolicy,
-    WorkerSpec,
+    CaptureSink, CaptureTap, FaultConfig, FaultInjector, Polling, Runtime, RuntimeError, StageBox,
+    TxPolicy, WorkerSpec, polling,
 };
 use crate::shaper::ShaperConfig;
 use crate::transport::{QpConfig, random_psn};
@@ -81,6 +81,8 @@ pub struct LoopbackOpts {
     pub bottleneck: Option<BottleneckSpec>,
     /// A traffic shaper on engine B's requests (both engines on one worker only).
     pub shaper: Option<ShaperSpec>,
+    /// How the workers wait when idle (the command line's `--polling` overrides it).
+    pub polling: Polling,
 }
 
 /// The shaper [`LoopbackOpts::shaper`] asks for.
@@ -127,6 +129,7 @@ impl LoopbackOpts {
             homes: Vec::new(),
             bottleneck: None,
             shaper: None,
+            polling: Polling::Busy,
         }
     }
 
@@ -384,6 +387,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         None => None,
     };
     let tap = || capture.as_ref().map(|s| CaptureTap::new(s.clone()));
+    let polling = polling::effective(opts.polling);
     let specs = if sharded || opts.cores[0] == opts.cores[1] {
         // Worker i serves queue i of both ports with shard i of both engines. One worker
         // without `workers`: both engines on one core, the other core is the application's.
@@ -427,6 +431,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 stage: StageBox::new(stage),
                 faults: faults(i as u64),
                 capture: tap(),
+                polling,
             });
         }
         specs
@@ -448,6 +453,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 stage: StageBox::new(RdmaStage::new(node_a, pool.clone(), ca, 0)),
                 faults: faults(0),
                 capture: tap(),
+                polling,
             },
             WorkerSpec {
                 name: format!("{name}_b"),
@@ -458,6 +464,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 stage: StageBox::new(RdmaStage::new(node_b, pool.clone(), cb, 0)),
                 faults: faults(1),
                 capture: tap(),
+                polling,
             },
         ]
     };

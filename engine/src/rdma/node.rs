@@ -26,6 +26,7 @@ use super::flusher::Flusher;
 use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
+use crate::dataplane::wake::Wake;
 use crate::shaper::{Packet, Shaper, ShaperConfig, ShaperError};
 use crate::transport::{
     Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
@@ -296,6 +297,8 @@ pub struct RdmaNode {
     shaper: Option<Shaper>,
     pub counters: NodeCounters,
     arp: [u8; 64],
+    /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]).
+    host_spin_ns: u64,
 }
 
 /// Congestion-control counters summed over an engine's queue pairs.
@@ -336,6 +339,7 @@ impl RdmaNode {
             shaper: None,
             counters: NodeCounters::default(),
             arp: [0; 64],
+            host_spin_ns: rings::SPIN_NS,
         }
     }
 
@@ -375,10 +379,76 @@ impl RdmaNode {
         self.tags.as_ref()
     }
 
+    /// Adaptive polling: the host → worker paths whose posts wake this engine's worker (its
+    /// doorbells, and its tag commands).
+    pub(crate) fn wakes(&self) -> Vec<Arc<Wake>> {
+        let mut w = vec![self.doorbells.wake().clone()];
+        if let Some(t) = &self.tags {
+            w.push(t.command_wake().clone());
+        }
+        w
+    }
+
+    /// Adaptive polling: the host posted work the worker has not taken yet.
+    pub(crate) fn host_work_pending(&self) -> bool {
+        self.doorbells.pending() || self.tags.as_ref().is_some_and(|t| t.commands_pending())
+    }
+
+    /// Adaptive polling: how long (worker time from `now`) until this engine needs a poll if
+    /// nothing arrives: `Some(0)` while it holds work it could not finish (queue pairs ready
+    /// to send, a backlog, persistence or deregistration under way, completions or tag
+    /// actions not handed over, a shaper with something to pick); else its next timer.
+    pub(crate) fn next_due(&self, now: u64) -> Option<u64> {
+        let busy = !self.ready.is_empty()
+            || !self.backlog.is_empty()
+            || !self.deregs.is_empty()
+            || !self.persist_waiters.is_empty()
+            || self.unsent_job.is_some()
+            || self.mem.has_persist_jobs()
+            || !self.staged.is_empty()
+            || self.tags.as_ref().is_some_and(|t| t.has_actions());
+        if busy {
+            return Some(0);
+        }
+        let shaper = self
+            .shaper
+            .as_ref()
+            .and_then(|sh| sh.next_ready_at(now))
+            .map(|t| t.saturating_sub(now));
+        let timer = self
+            .timers
+            .peek()
+            .map(|&Reverse((due, _))| due.saturating_sub(now));
+        match (shaper, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// How long the host's waits (completion queues, tag events) spin before they park: the
+    /// worker's policy says (`Cq::wait`).
+    pub(crate) fn set_host_spin(&mut self, ns: u64) {
+        self.host_spin_ns = ns;
+        for c in &self.cqs {
+            c.set_host_spin(ns);
+        }
+        if let Some(t) = &self.tags {
+            t.set_host_spin(ns);
+        }
+    }
+
+    /// After an iteration: wakes a host waiting for tag events.
+    pub(crate) fn publish_tag_events(&mut self) {
+        if let Some(t) = &mut self.tags {
+            t.publish_events();
+        }
+    }
+
     /// Creates a completion queue of `depth` entries; the application polls the returned end.
     pub fn create_cq(&mut self, depth: usize) -> Cq {
         let id = self.cqs.len() as u32;
         let (host, worker) = rings::cq_ring(id, depth.max(1));
+        worker.set_host_spin(self.host_spin_ns);
         self.cqs.push(worker);
         // Every completion had a reserved slot in its ring, so this many can be staged at most.
         let capacity: usize = self.cqs.iter().map(|c| c.unreserved()).sum();

@@ -12,6 +12,10 @@
 //!   work (counted as `cq_full`) instead.
 //! - Waiting for completions spins, then parks; the worker wakes a parked host after it
 //!   publishes completions (a flag and a fence on both sides, so a wake-up is never missed).
+//!   How long it spins follows the worker's polling policy: 50 µs beside a busy worker, a
+//!   couple of microseconds beside an adaptive one (the host should not hold a shared core).
+//! - The reverse holds too: a worker that runs adaptive polling may sleep, and a post that
+//!   queues a doorbell wakes it (`dataplane::wake`).
 //!
 //! Memory ordering: a ring commit is a release store and a ring read an acquire load. The
 //! worker places data in the application's memory before it publishes the completion that
@@ -25,28 +29,41 @@ use crossbeam::queue::ArrayQueue;
 use crossbeam::sync::{Parker, Unparker};
 use rtrb::{Consumer, Producer, RingBuffer};
 
+use crate::dataplane::wake::Wake;
 use crate::transport::{RecvRequest, WorkCompletion, WorkRequest};
 
 /// Queue pairs one engine can have: the doorbell queue holds each at most once.
 pub const MAX_QPS: usize = 4096;
 
-/// How long [`Cq::wait`] spins before it parks.
-const SPIN: Duration = Duration::from_micros(50);
+/// How long [`Cq::wait`] spins before it parks, beside a busy-polling worker.
+pub(crate) const SPIN_NS: u64 = 50_000;
 
 /// The engine's doorbell queue: slots of queue pairs with new work requests.
 pub(crate) struct Doorbells {
     queue: ArrayQueue<u32>,
+    /// Wakes the worker when a doorbell is queued while it sleeps (adaptive polling).
+    wake: Arc<Wake>,
 }
 
 impl Doorbells {
     pub(crate) fn new() -> Arc<Doorbells> {
         Arc::new(Doorbells {
             queue: ArrayQueue::new(MAX_QPS),
+            wake: Arc::new(Wake::new()),
         })
     }
 
     pub(crate) fn pop(&self) -> Option<u32> {
         self.queue.pop()
+    }
+
+    /// Doorbells are queued (the worker checks before it sleeps).
+    pub(crate) fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    pub(crate) fn wake(&self) -> &Arc<Wake> {
+        &self.wake
     }
 }
 
@@ -138,6 +155,7 @@ impl Qp {
         if !self.shared.rung.swap(true, Ordering::AcqRel) {
             // The flag admits one entry per queue pair, and the queue has a place for each.
             let _ = self.doorbells.queue.push(self.slot);
+            self.doorbells.wake.notify();
         }
     }
 
@@ -185,6 +203,8 @@ pub(crate) struct CqShared {
     unparker: Unparker,
     /// Times the worker left work in a ring because this queue had no free slot.
     full: AtomicU64,
+    /// How long [`Cq::wait`] spins before it parks (the worker's policy sets it).
+    spin_ns: AtomicU64,
 }
 
 /// The application's end of a completion queue.
@@ -213,6 +233,7 @@ pub(crate) fn cq_ring(id: u32, depth: usize) -> (Cq, CqWriter) {
         sleeping: AtomicBool::new(false),
         unparker: parker.unparker().clone(),
         full: AtomicU64::new(0),
+        spin_ns: AtomicU64::new(SPIN_NS),
     });
     (
         Cq {
@@ -239,6 +260,11 @@ impl CqWriter {
     /// Promise one slot to a work request being taken.
     pub(crate) fn reserve(&mut self) {
         self.reserved += 1;
+    }
+
+    /// How long the host's [`Cq::wait`] spins before it parks.
+    pub(crate) fn set_host_spin(&self, ns: u64) {
+        self.shared.spin_ns.store(ns, Ordering::Relaxed);
     }
 
     /// Counts a stall: work left in a ring for want of a completion slot.
@@ -315,14 +341,16 @@ impl Cq {
     }
 
     /// Waits up to `timeout` for at least one completion and takes up to `out.len()`: spins
-    /// for a short while, then parks until the worker publishes one.
+    /// for a short while (50 µs beside a busy-polling worker, 2 µs beside an adaptive one),
+    /// then parks until the worker publishes one.
     pub fn wait(&mut self, out: &mut [WorkCompletion], timeout: Duration) -> usize {
         let n = self.poll(out);
         if n > 0 || out.is_empty() {
             return n;
         }
         let start = Instant::now();
-        let spin_until = start + SPIN.min(timeout);
+        let spin = Duration::from_nanos(self.shared.spin_ns.load(Ordering::Relaxed));
+        let spin_until = start + spin.min(timeout);
         loop {
             for _ in 0..64 {
                 let n = self.poll(out);

@@ -19,10 +19,12 @@ use std::sync::{Arc, Mutex};
 
 use super::host::ControlPort;
 use super::live::LIVE_EVERY_NS;
+use super::rings;
 use super::{RdmaNode, RxOutcome};
 use crate::cc::bottleneck::{Bottleneck, BottleneckCounters, Trace};
+use crate::dataplane::wake::Wake;
 use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
-use crate::runtime::{Counters, Outputs, Stage};
+use crate::runtime::{Counters, Outputs, Polling, Stage, polling};
 use crate::wire::{self, Ecn};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
@@ -222,6 +224,9 @@ pub struct WorkerClock {
     now: u64,
     /// Gaps longer than `MAX_STEP_NS`.
     pub stalls: u64,
+    /// Time the worker slept on purpose since the last reading (adaptive polling): it
+    /// passed for the transport too, and the next step may be that much longer.
+    slept: u64,
 }
 
 impl WorkerClock {
@@ -231,17 +236,25 @@ impl WorkerClock {
             real,
             now: 0,
             stalls: 0,
+            slept: 0,
         }
+    }
+
+    /// The worker slept `ns` on purpose: the next reading counts that time (a timer armed
+    /// before the sleep fires on time), and only a gap beyond it is a stall.
+    pub fn slept(&mut self, ns: u64) {
+        self.slept = self.slept.saturating_add(ns);
     }
 
     /// The worker time at the real time `real` (a monotonic reading).
     pub fn advance(&mut self, real: u64) -> u64 {
         let step = real.saturating_sub(self.real);
         self.real = self.real.max(real);
-        if step > MAX_STEP_NS {
+        let most = MAX_STEP_NS + std::mem::take(&mut self.slept);
+        if step > most {
             self.stalls += 1;
         }
-        self.now += step.min(MAX_STEP_NS);
+        self.now += step.min(most);
         self.now
     }
 }
@@ -482,6 +495,54 @@ impl Stage for RdmaStage {
         "rdma"
     }
 
+    fn start(&mut self, polling: Polling) {
+        // Beside an adaptive worker the host spins only briefly before it parks: on a shared
+        // core its spinning is time the worker (or the peer's) does not get.
+        let spin = match polling {
+            Polling::Busy => rings::SPIN_NS,
+            Polling::Adaptive { .. } => polling::SPIN_NS,
+        };
+        for e in &mut self.engines {
+            e.node.set_host_spin(spin);
+        }
+    }
+
+    fn next_due_ns(&mut self) -> Option<u64> {
+        let now = self.now_ns();
+        // Frames held by an emulated bottleneck leave when it releases them.
+        let ingress = self
+            .ingress
+            .as_ref()
+            .and_then(|i| i.bottleneck.next_release())
+            .map(|t| t.saturating_sub(now));
+        self.engines
+            .iter()
+            .filter_map(|e| e.node.next_due(now))
+            .chain(ingress)
+            .min()
+    }
+
+    fn wakes(&self) -> Vec<Arc<Wake>> {
+        self.engines
+            .iter()
+            .flat_map(|e| {
+                let mut w = e.node.wakes();
+                w.push(e.control.wake.clone());
+                w
+            })
+            .collect()
+    }
+
+    fn host_work_pending(&self) -> bool {
+        self.engines
+            .iter()
+            .any(|e| e.node.host_work_pending() || !e.control.requests.is_empty())
+    }
+
+    fn slept(&mut self, ns: u64) {
+        self.clock.slept(ns);
+    }
+
     fn counter_names(&self) -> &'static [&'static str] {
         &COUNTER_NAMES
     }
@@ -557,6 +618,7 @@ impl Stage for RdmaStage {
                 }
             }
             e.node.flush_completions();
+            e.node.publish_tag_events();
         }
         self.sample_shaper(now);
         if now.saturating_sub(self.live_at) >= LIVE_EVERY_NS {

@@ -28,10 +28,13 @@
 //! packets reach an engine from different cores; here both are on the owning core).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rtrb::{Consumer, Producer, RingBuffer};
 
+use crate::dataplane::wake::{self, Wake};
 use crate::lpe::{
     Appended, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId,
     EntryHandle, Event, EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry,
@@ -358,12 +361,26 @@ pub struct TagShard {
     /// to each queue pair.
     actions: VecDeque<(u32, Next)>,
     pub counters: TagCounters,
+    paths: Arc<TagWakes>,
+    /// Events pushed since the host was last told.
+    pushed: bool,
+}
+
+/// The wake-ups between the application and the shard: commands wake a sleeping worker,
+/// events a waiting host.
+#[derive(Debug, Default)]
+struct TagWakes {
+    commands: Arc<Wake>,
+    events: Wake,
+    /// How long [`TagPort::wait`] spins before it sleeps (the worker's policy sets it).
+    spin_ns: AtomicU64,
 }
 
 /// The application's end: commands in, events out.
 pub struct TagPort {
     commands: Producer<TagCommand>,
     events: Consumer<TagEvent>,
+    paths: Arc<TagWakes>,
 }
 
 /// The command ring is full.
@@ -373,7 +390,9 @@ pub struct CommandRingFull;
 
 impl TagPort {
     fn push(&mut self, c: TagCommand) -> Result<(), CommandRingFull> {
-        self.commands.push(c).map_err(|_| CommandRingFull)
+        self.commands.push(c).map_err(|_| CommandRingFull)?;
+        self.paths.commands.notify();
+        Ok(())
     }
 
     /// Appends `entry` to `endpoint`'s priority or overflow list. A priority append first
@@ -431,10 +450,12 @@ impl TagPort {
         n
     }
 
-    /// Waits up to `timeout` for at least one event: spins briefly, then sleeps in short
-    /// steps (the worker's core is not this thread's).
+    /// Waits up to `timeout` for at least one event: spins for a short while (as
+    /// [`super::Cq::wait`] does, by the worker's policy), then sleeps until the worker
+    /// publishes one.
     pub fn wait(&mut self, out: &mut [TagEvent], timeout: Duration) -> usize {
         let start = Instant::now();
+        let spin = Duration::from_nanos(self.paths.spin_ns.load(Ordering::Relaxed));
         loop {
             let n = self.poll(out);
             if n > 0 {
@@ -444,11 +465,16 @@ impl TagPort {
             if waited >= timeout {
                 return 0;
             }
-            if waited > Duration::from_micros(50) {
-                std::thread::sleep(Duration::from_micros(20));
-            } else {
+            if waited < spin {
                 std::hint::spin_loop();
+                continue;
             }
+            // Bounded, like every wait here; the fences make a missed wake-up impossible.
+            let left = (timeout - waited).min(Duration::from_millis(10));
+            let events = &self.events;
+            wake::sleep(&[&self.paths.events], left.as_nanos() as u64, || {
+                !events.is_empty()
+            });
         }
     }
 
@@ -468,6 +494,13 @@ impl TagShard {
         }
         let (cp, cc) = RingBuffer::new(cfg.command_depth.max(1));
         let (ep, ec) = RingBuffer::new(cfg.event_depth.max(COMMAND_EVENT_ROOM * 2));
+        let paths = Arc::new(TagWakes {
+            spin_ns: AtomicU64::new(super::rings::SPIN_NS),
+            ..Default::default()
+        });
+        // The host always sleeps on its events (the worker fences once per iteration with
+        // new events); the commands' path is armed by an adaptive worker.
+        paths.events.arm();
         let n = cfg.max_messages.max(1);
         let blank = Msg {
             generation: 0,
@@ -505,10 +538,13 @@ impl TagShard {
                 owed: 0,
                 actions: VecDeque::with_capacity(n),
                 counters: TagCounters::default(),
+                paths: paths.clone(),
+                pushed: false,
             },
             TagPort {
                 commands: cp,
                 events: ec,
+                paths,
             },
         ))
     }
@@ -685,6 +721,34 @@ impl TagShard {
         if self.events.push(ev).is_err() {
             self.counters.events_lost += 1;
         }
+        self.pushed = true;
+    }
+
+    /// After an iteration's events: wakes a host sleeping in [`TagPort::wait`].
+    pub(crate) fn publish_events(&mut self) {
+        if std::mem::take(&mut self.pushed) {
+            self.paths.events.notify();
+        }
+    }
+
+    /// The command path's wake-up, for a worker that sleeps (adaptive polling).
+    pub(crate) fn command_wake(&self) -> &Arc<Wake> {
+        &self.paths.commands
+    }
+
+    /// Pulls and done messages wait to be handed to queue pairs.
+    pub(crate) fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// The application has pushed commands not served yet.
+    pub(crate) fn commands_pending(&self) -> bool {
+        !self.commands.is_empty()
+    }
+
+    /// How long the host's [`TagPort::wait`] spins before it sleeps.
+    pub(crate) fn set_host_spin(&self, ns: u64) {
+        self.paths.spin_ns.store(ns, Ordering::Relaxed);
     }
 
     /// Emits a recorded message's held events with the final `mlength` on its put.

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use serde::Serialize;
 
 use super::fault::FaultCounts;
+use super::polling::IdleCounters;
 
 /// How many stage-defined counters a worker has room for.
 pub const STAGE_COUNTERS: usize = 48;
@@ -28,6 +29,12 @@ pub struct Counters {
     pub stage: [u64; STAGE_COUNTERS],
     /// Faults injected on the receive path (all 0 without fault injection).
     pub faults: FaultCounts,
+    /// What adaptive polling did (all 0 when busy polling).
+    pub idle: IdleCounters,
+    /// The worker thread's CPU time, and the time since its loop started (read now and then,
+    /// and when it stops): their ratio is the share of a core it used.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
 }
 
 impl Default for Counters {
@@ -42,6 +49,9 @@ impl Default for Counters {
             loops: 0,
             stage: [0; STAGE_COUNTERS],
             faults: FaultCounts::default(),
+            idle: IdleCounters::default(),
+            cpu_ns: 0,
+            wall_ns: 0,
         }
     }
 }
@@ -58,6 +68,43 @@ pub struct SharedCounters {
     loops: AtomicU64,
     stage: [AtomicU64; STAGE_COUNTERS],
     faults: [AtomicU64; 4],
+    idle: [AtomicU64; IDLE_COUNTERS],
+    cpu_ns: AtomicU64,
+    wall_ns: AtomicU64,
+}
+
+const IDLE_COUNTERS: usize = 11;
+
+fn idle_values(i: &IdleCounters) -> [u64; IDLE_COUNTERS] {
+    [
+        i.busy,
+        i.backed_off,
+        i.slept,
+        i.sleep_asked_ns,
+        i.sleep_taken_ns,
+        i.timeouts,
+        i.oversleep_ns,
+        i.max_oversleep_ns,
+        i.host_wakes,
+        i.wakeups,
+        i.skipped,
+    ]
+}
+
+fn idle_from(v: [u64; IDLE_COUNTERS]) -> IdleCounters {
+    IdleCounters {
+        busy: v[0],
+        backed_off: v[1],
+        slept: v[2],
+        sleep_asked_ns: v[3],
+        sleep_taken_ns: v[4],
+        timeouts: v[5],
+        oversleep_ns: v[6],
+        max_oversleep_ns: v[7],
+        host_wakes: v[8],
+        wakeups: v[9],
+        skipped: v[10],
+    }
 }
 
 impl Default for SharedCounters {
@@ -72,6 +119,9 @@ impl Default for SharedCounters {
             loops: AtomicU64::new(0),
             stage: std::array::from_fn(|_| AtomicU64::new(0)),
             faults: Default::default(),
+            idle: Default::default(),
+            cpu_ns: AtomicU64::new(0),
+            wall_ns: AtomicU64::new(0),
         }
     }
 }
@@ -98,6 +148,11 @@ impl SharedCounters {
         {
             s.store(v, Relaxed);
         }
+        for (s, v) in self.idle.iter().zip(idle_values(&c.idle)) {
+            s.store(v, Relaxed);
+        }
+        self.cpu_ns.store(c.cpu_ns, Relaxed);
+        self.wall_ns.store(c.wall_ns, Relaxed);
     }
 
     /// The last published values.
@@ -121,6 +176,9 @@ impl SharedCounters {
                 reordered: self.faults[2].load(Relaxed),
                 corrupted: self.faults[3].load(Relaxed),
             },
+            idle: idle_from(std::array::from_fn(|i| self.idle[i].load(Relaxed))),
+            cpu_ns: self.cpu_ns.load(Relaxed),
+            wall_ns: self.wall_ns.load(Relaxed),
         }
     }
 }
@@ -141,6 +199,11 @@ pub struct WorkerReport {
     /// Stage counters by name.
     pub counters: Vec<(String, u64)>,
     pub faults: FaultCounts,
+    /// What adaptive polling did (all 0 when busy polling).
+    pub idle: IdleCounters,
+    /// CPU time the worker thread used, and the time its loop ran.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
 }
 
 impl WorkerReport {
@@ -168,6 +231,9 @@ impl WorkerReport {
                 .map(|(n, v)| (n.to_string(), v))
                 .collect(),
             faults: c.faults,
+            idle: c.idle,
+            cpu_ns: c.cpu_ns,
+            wall_ns: c.wall_ns,
         }
     }
 
@@ -199,6 +265,10 @@ mod tests {
         };
         c.stage[7] = 99;
         c.faults.reordered = 3;
+        c.idle.max_oversleep_ns = 11;
+        c.idle.wakeups = 12;
+        c.cpu_ns = 13;
+        c.wall_ns = 14;
         shared.publish(&c);
         assert_eq!(shared.read(), c);
         assert_eq!(std::mem::align_of::<SharedCounters>(), 128);

@@ -9,8 +9,13 @@
 //!     stage.on_poll(...)                                    (generators, timers; not while draining)
 //!     for each TX buffer: burst out → drop or keep the unsent tail
 //!     publish counters
+//!     adaptive polling, when nothing was received or sent: poll on, pause, or sleep
 //! }
 //! ```
+//!
+//! A worker's [`Polling`] policy says how it waits when idle: `busy` polls on (dedicated
+//! cores), `adaptive` backs off and sleeps, woken early by a host that posts work
+//! ([`polling`], `dataplane::wake`).
 //!
 //! A panicking worker stops the whole engine, and its message is what the engine reports.
 
@@ -21,14 +26,18 @@ mod tap;
 
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
 pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
+pub use polling::{IdleCounters, Polling};
 pub use tap::{CaptureSink, CaptureTap};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
+use crate::dataplane::wake::{self, Wake, Woke};
 use crate::dataplane::{Burst, Eal, RxQueue, ThreadRegistration, TxQueue};
+use polling::{Backoff, Idle};
 
 /// The work a worker does with the packets it receives, and any packets it makes itself.
 pub trait Stage: Send {
@@ -59,6 +68,33 @@ pub trait Stage: Send {
     fn is_done(&self) -> bool {
         false
     }
+
+    /// Told once, before the first iteration, which policy the worker runs.
+    fn start(&mut self, _polling: Polling) {}
+
+    /// Adaptive polling, on an iteration that received and sent nothing: how long until the
+    /// stage next needs a poll if nothing arrives. `Some(0)`: it holds work it could not do
+    /// yet (a paced send, a flush under way): do not back off. `Some(ns)`: a timer is due in
+    /// `ns`. `None`: only a packet or a host's post gives it work. The default keeps a stage
+    /// that does not say polling busily.
+    fn next_due_ns(&mut self) -> Option<u64> {
+        Some(0)
+    }
+
+    /// Adaptive polling: the host → worker paths whose posts end this worker's sleeps.
+    fn wakes(&self) -> Vec<Arc<Wake>> {
+        Vec::new()
+    }
+
+    /// Adaptive polling, asked once the worker raised its sleep flags: whether a host posted
+    /// work since the last iteration (then the worker does not sleep).
+    fn host_work_pending(&self) -> bool {
+        false
+    }
+
+    /// The worker slept `ns` on purpose (a stage's clock may count it as time that passed,
+    /// not as a stall).
+    fn slept(&mut self, _ns: u64) {}
 }
 
 /// What happens to packets a TX queue does not take.
@@ -128,6 +164,10 @@ impl Outputs {
     }
 }
 
+/// Loop iterations between two readings of the worker's CPU time (a power of two, a multiple
+/// of the counters' publishing period).
+const CPU_EVERY: u64 = 1 << 16;
+
 type LoopFn = dyn FnOnce(&WorkerCtx, LoopParts) + Send;
 
 /// What the loop owns besides its stage.
@@ -137,6 +177,7 @@ struct LoopParts {
     burst: usize,
     faults: Option<FaultInjector>,
     capture: Option<CaptureTap>,
+    polling: Polling,
 }
 
 /// A stage, ready to run on a worker. The type is erased only at the thread boundary: the loop
@@ -178,6 +219,8 @@ pub struct WorkerSpec {
     pub faults: Option<FaultInjector>,
     /// Capture of what this worker's ports receive and send (`--pcap`).
     pub capture: Option<CaptureTap>,
+    /// How the worker waits when idle.
+    pub polling: Polling,
 }
 
 /// Why the engine stopped abnormally.
@@ -417,6 +460,7 @@ impl WorkerCtx {
             stage,
             faults,
             capture,
+            polling,
             ..
         } = spec;
         let parts = LoopParts {
@@ -425,6 +469,7 @@ impl WorkerCtx {
             burst,
             faults,
             capture,
+            polling,
         };
         let result = catch_unwind(AssertUnwindSafe(|| (stage.run)(&self, parts)));
         if let Err(payload) = result {
@@ -447,6 +492,7 @@ impl WorkerCtx {
             burst: burst_size,
             mut faults,
             mut capture,
+            polling,
         } = parts;
         // With faults on, a burst must have room for a duplicate of every packet.
         let max = if faults.is_some() {
@@ -469,6 +515,22 @@ impl WorkerCtx {
         let mut c = Counters::default();
         // Only stages with a finite job are asked whether it is done.
         let mut watch_done = stage.is_finite();
+        stage.start(polling);
+        let mut backoff = match polling {
+            Polling::Busy => None,
+            Polling::Adaptive { max_sleep_ns } => Some(Backoff::new(max_sleep_ns)),
+        };
+        let wakes = stage.wakes();
+        if backoff.is_some() {
+            for w in &wakes {
+                w.arm();
+            }
+            // Linux ends sleeps up to 50 µs late by default, longer than most sleeps here.
+            // Without the setting, sleeps are longer; nothing else changes.
+            let _ = wake::set_timer_slack_ns(1);
+        }
+        let wakes: Vec<&Wake> = wakes.iter().map(|w| &**w).collect();
+        let epoch = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             let mut received = 0;
             for (i, q) in rx.iter_mut().enumerate() {
@@ -495,13 +557,57 @@ impl WorkerCtx {
                 stage.on_poll(&mut out, &mut c);
             }
             let sent = out.flush(&mut c, capture.as_mut());
-            if received == 0 && sent == 0 {
+            let worked = received > 0 || sent > 0;
+            if !worked {
                 c.empty_polls += 1;
             }
             c.loops += 1;
+            if let Some(b) = backoff.as_mut() {
+                let idle = if worked {
+                    b.next(true, 0, None)
+                } else {
+                    // Packets a full TX queue did not take are work not done yet.
+                    let due = if out.holds_packets() {
+                        Some(0)
+                    } else {
+                        stage.next_due_ns()
+                    };
+                    b.next(false, epoch.elapsed().as_nanos() as u64, due)
+                };
+                match idle {
+                    Idle::Poll => {}
+                    Idle::Pause(n) => {
+                        for _ in 0..n {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    Idle::Sleep(ns) => {
+                        let t0 = Instant::now();
+                        let woke = wake::sleep(&wakes, ns, || {
+                            stage.host_work_pending() || self.stop.load(Ordering::Relaxed)
+                        });
+                        let taken = t0.elapsed().as_nanos() as u64;
+                        match woke {
+                            Woke::Pending => b.skipped(),
+                            _ => {
+                                b.slept(ns, taken, woke == Woke::Host);
+                                stage.slept(taken);
+                            }
+                        }
+                    }
+                }
+            }
             // Every 8th iteration is fresh enough for a once-a-second reader; the final values
             // are published when the loop ends.
             if c.loops % 8 == 0 {
+                if let Some(b) = &backoff {
+                    c.idle = b.counters;
+                }
+                // A clock read costs a system call: about once a second when busy.
+                if c.loops % CPU_EVERY == 0 {
+                    c.cpu_ns = wake::thread_cpu_ns();
+                    c.wall_ns = epoch.elapsed().as_nanos() as u64;
+                }
                 self.counters.publish(&c);
             }
             if watch_done && stage.is_done() && !out.holds_packets() {
@@ -510,6 +616,11 @@ impl WorkerCtx {
             }
         }
         stage.on_stop(&mut c);
+        if let Some(b) = &backoff {
+            c.idle = b.counters;
+        }
+        c.cpu_ns = wake::thread_cpu_ns();
+        c.wall_ns = epoch.elapsed().as_nanos() as u64;
         self.counters.publish(&c);
     }
 }
@@ -558,6 +669,7 @@ mod tests {
             stage: StageBox::new(t),
             faults: None,
             capture: None,
+            polling: Polling::Busy,
         }
     }
 
@@ -629,6 +741,80 @@ mod tests {
             job.empty_polls, job.loops,
             "no RX queues: every poll is empty"
         );
+    }
+
+    /// A stage with work only when the test posts some, woken by the test's posts.
+    struct Idler {
+        posted: Arc<std::sync::atomic::AtomicU64>,
+        taken: Arc<std::sync::atomic::AtomicU64>,
+        wake: Arc<Wake>,
+    }
+
+    impl Stage for Idler {
+        fn name(&self) -> &'static str {
+            "idler"
+        }
+        fn on_rx(&mut self, _: usize, _: &mut Burst, _: &mut Outputs, _: &mut Counters) {}
+        fn on_poll(&mut self, _: &mut Outputs, _: &mut Counters) {
+            let n = self.posted.swap(0, Ordering::Acquire);
+            self.taken.fetch_add(n, Ordering::Release);
+        }
+        fn next_due_ns(&mut self) -> Option<u64> {
+            None
+        }
+        fn wakes(&self) -> Vec<Arc<Wake>> {
+            vec![self.wake.clone()]
+        }
+        fn host_work_pending(&self) -> bool {
+            self.posted.load(Ordering::Acquire) > 0
+        }
+    }
+
+    #[test]
+    fn an_adaptive_worker_sleeps_when_idle_and_a_post_wakes_it() {
+        use std::sync::atomic::AtomicU64;
+        let posted = Arc::new(AtomicU64::new(0));
+        let taken = Arc::new(AtomicU64::new(0));
+        let wake = Arc::new(Wake::new());
+        let mut s = spec(
+            "idler",
+            Ticker {
+                polls: 0,
+                panic_at: None,
+                finish_at: None,
+            },
+        );
+        s.stage = StageBox::new(Idler {
+            posted: posted.clone(),
+            taken: taken.clone(),
+            wake: wake.clone(),
+        });
+        // Sleeps of up to 10 ms: a post that had to wait for one to end would be slow, but
+        // only the counters are asserted.
+        s.polling = Polling::Adaptive {
+            max_sleep_ns: 10_000_000,
+        };
+        let rt = Runtime::start(vec![s]).unwrap();
+        assert!(wait_until(Duration::from_secs(10), || {
+            rt.reports()[0].idle.slept >= 10
+        }));
+        for k in 1..=20 {
+            // Let it fall asleep again, then post.
+            std::thread::sleep(Duration::from_millis(3));
+            posted.fetch_add(1, Ordering::Release);
+            wake.notify();
+            assert!(wait_until(Duration::from_secs(10), || {
+                taken.load(Ordering::Acquire) == k
+            }));
+        }
+        let r = rt.join().unwrap();
+        let i = r[0].idle;
+        assert_eq!(taken.load(Ordering::Acquire), 20);
+        assert!(i.host_wakes >= 1, "{i:?}");
+        assert_eq!(i.timeouts + i.host_wakes + i.skipped, i.slept, "{i:?}");
+        assert!(i.sleep_taken_ns > 0 && r[0].empty_polls > 0);
+        // Asleep most of the time: far less CPU than time.
+        assert!(r[0].cpu_ns < r[0].wall_ns, "{:?}", r[0]);
     }
 
     #[test]

@@ -1,40 +1,50 @@
-//! How a worker waits when it has nothing to do (issue 16; not wired into the worker loop
-//! yet): `busy` polls without pause, as DPDK's run-to-completion loops do on dedicated cores;
-//! `adaptive` backs off in steps after a run of empty iterations, as OVS-DPDK's
-//! `pmd-sleep-max` and VPP's adaptive mode do, and snaps back to busy polling on the first
-//! iteration that did work.
+//! How a worker waits when it has nothing to do (issue 16): `busy` polls without pause, as
+//! DPDK's run-to-completion loops do on dedicated cores; `adaptive` backs off in steps once it
+//! has been idle for a while, as OVS-DPDK's `pmd-sleep-max` and VPP's adaptive mode do, and
+//! snaps back to busy polling on the first iteration that did work.
 //!
 //! The back-off is a pure state machine ([`Backoff::next`]): told whether an iteration did
-//! work and how long until the worker's next timer is due, it says what to do before the next
-//! iteration. The worker then spins, executes pause instructions, or sleeps. Its steps:
+//! work, the time, and how long until the worker's next timer is due, it says what to do
+//! before the next iteration. The worker then polls again, executes pause instructions, or
+//! sleeps (in `ppoll` on its host paths' eventfds, so a host that posts work wakes it at
+//! once: `dataplane::wake`). Its steps, timed from the last iteration that did work:
 //!
-//! 1. up to [`SPIN_ITERATIONS`] empty iterations: nothing (busy polling);
-//! 2. then [`PAUSE_ITERATIONS`] iterations with a pause burst before each, doubling from 1 to
-//!    [`MAX_PAUSES`] pause instructions (tens of ns each: the sibling hyperthread and the
-//!    power budget get the core, and a packet is still seen within a microsecond or so);
+//! 1. for [`SPIN_NS`]: nothing (busy polling: a reply that comes back within a few
+//!    microseconds finds the worker polling);
+//! 2. until [`PAUSE_NS`]: a pause burst before each iteration, doubling from 1 to
+//!    [`MAX_PAUSES`] pause instructions;
 //! 3. then a sleep before each iteration, doubling from [`FIRST_SLEEP_NS`] to the policy's
 //!    maximum, and never past the next timer (a retransmission timeout still fires on time).
 //!
-//! Every decision is counted ([`IdleCounters`]): iterations busy, backed off and asleep, the
-//! time asked to sleep and the time actually slept, so the cost of waking is measured, not
-//! assumed.
+//! The steps are timed, not counted in iterations: an empty iteration costs from 50 ns (a
+//! null port) to microseconds (memif), and what matters to the core's other tenants and to
+//! the CPU bill is time. Every decision is counted ([`IdleCounters`]): iterations busy,
+//! backed off and asleep, the time asked to sleep and the time actually slept, so the cost of
+//! waking is measured, not assumed.
+
+use std::sync::OnceLock;
 
 use serde::Serialize;
 
-/// Empty iterations polled at full speed before backing off.
-pub const SPIN_ITERATIONS: u32 = 256;
-/// Iterations with a pause burst before the worker starts to sleep.
-pub const PAUSE_ITERATIONS: u32 = 1024;
+/// Idle time polled at full speed before backing off.
+pub const SPIN_NS: u64 = 2_000;
+/// Idle time after which pause bursts give way to sleeps.
+pub const PAUSE_NS: u64 = 10_000;
 /// The longest pause burst, in pause instructions.
 pub const MAX_PAUSES: u32 = 128;
 /// The first sleep.
-pub const FIRST_SLEEP_NS: u64 = 1_000;
+pub const FIRST_SLEEP_NS: u64 = 2_000;
+/// The default longest sleep of `adaptive`.
+pub const DEFAULT_MAX_SLEEP_NS: u64 = 50_000;
+/// The longest sleep a config may ask for: 10 ms, OVS's `pmd-sleep-max` bound.
+pub const MAX_MAX_SLEEP_NS: u64 = 10_000_000;
 
 /// A worker's polling policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "lowercase", tag = "policy")]
 pub enum Polling {
     /// Poll without pause (dedicated cores; the benchmarks' default).
+    #[default]
     Busy,
     /// Back off when idle, sleeping at most `max_sleep_ns` at a time.
     Adaptive { max_sleep_ns: u64 },
@@ -51,6 +61,44 @@ impl Polling {
             ),
         }
     }
+
+    /// The policy named `name` (`busy` or `adaptive`), with `max_sleep_us` for `adaptive`
+    /// (None: [`DEFAULT_MAX_SLEEP_NS`]). The error says what is wrong, for the caller to
+    /// prefix with the field's name.
+    pub fn parse(name: &str, max_sleep_us: Option<u64>) -> Result<Polling, String> {
+        match name {
+            "busy" => match max_sleep_us {
+                None => Ok(Polling::Busy),
+                Some(_) => Err("a maximum sleep needs polling = \"adaptive\"".into()),
+            },
+            "adaptive" => {
+                let ns = max_sleep_us.map_or(DEFAULT_MAX_SLEEP_NS, |us| us.saturating_mul(1000));
+                if ns > MAX_MAX_SLEEP_NS {
+                    return Err(format!(
+                        "a maximum sleep of {} µs is longer than {} µs",
+                        ns / 1000,
+                        MAX_MAX_SLEEP_NS / 1000
+                    ));
+                }
+                Ok(Polling::Adaptive { max_sleep_ns: ns })
+            }
+            other => Err(format!("{other:?} is not a policy (busy or adaptive)")),
+        }
+    }
+}
+
+static COMMAND_LINE: OnceLock<Polling> = OnceLock::new();
+
+/// Records the command line's `--polling` (the binary does, once, before anything starts):
+/// it overrides every config's `[runtime] polling`.
+pub fn set_command_line(p: Polling) {
+    let _ = COMMAND_LINE.set(p);
+}
+
+/// The policy of workers whose config (or, without one, the default) says `configured`: the
+/// command line's, when it named one.
+pub fn effective(configured: Polling) -> Polling {
+    COMMAND_LINE.get().copied().unwrap_or(configured)
 }
 
 /// What to do before the next iteration.
@@ -60,24 +108,31 @@ pub enum Idle {
     Poll,
     /// Execute this many pause instructions, then poll.
     Pause(u32),
-    /// Sleep this many nanoseconds, then poll.
+    /// Sleep this many nanoseconds (or until a host posts work), then poll.
     Sleep(u64),
 }
 
 /// What the back-off did, as counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct IdleCounters {
-    /// Iterations polled at full speed: they did work, or were among the first empty ones.
+    /// Iterations polled at full speed: they did work, or came early in an idle spell.
     pub busy: u64,
     /// Empty iterations after a pause burst.
     pub backed_off: u64,
     /// Empty iterations after a sleep.
     pub slept: u64,
-    /// Nanoseconds of sleep asked for, and slept (the excess is the cost of waking up).
+    /// Nanoseconds of sleep asked for, and slept.
     pub sleep_asked_ns: u64,
     pub sleep_taken_ns: u64,
-    /// The longest a sleep overran what was asked.
+    /// Sleeps that ran their time out, and the time they overran it in all (the cost of
+    /// waking up: timer and scheduler), and at most.
+    pub timeouts: u64,
+    pub oversleep_ns: u64,
     pub max_oversleep_ns: u64,
+    /// Sleeps a host ended early by posting work (its eventfd write woke the worker).
+    pub host_wakes: u64,
+    /// Sleeps not taken: work was already posted when the worker raised its flags.
+    pub skipped: u64,
     /// Iterations that did work right after a sleep or a pause burst.
     pub wakeups: u64,
 }
@@ -86,8 +141,8 @@ pub struct IdleCounters {
 #[derive(Debug, Clone)]
 pub struct Backoff {
     max_sleep_ns: u64,
-    /// Empty iterations in a row.
-    empty: u32,
+    /// When the current idle spell began (the first empty iteration's time).
+    idle_since: Option<u64>,
     /// The last decision was a pause or a sleep.
     idle: bool,
     sleep_ns: u64,
@@ -99,35 +154,39 @@ impl Backoff {
     pub fn new(max_sleep_ns: u64) -> Backoff {
         Backoff {
             max_sleep_ns,
-            empty: 0,
+            idle_since: None,
             idle: false,
             sleep_ns: FIRST_SLEEP_NS,
             counters: IdleCounters::default(),
         }
     }
 
-    /// After an iteration that did work (`worked`) or not, with the worker's next timer due in
-    /// `timer_in_ns` (None: no timer armed): what to do before the next iteration.
-    pub fn next(&mut self, worked: bool, timer_in_ns: Option<u64>) -> Idle {
-        if worked {
-            if self.idle {
+    /// After an iteration that did work (`worked`) or not, at `now_ns`, with the worker's
+    /// next timer due in `timer_in_ns` (None: nothing is due until a packet or a post comes;
+    /// Some(0): the worker has work it could not do yet): what to do before the next
+    /// iteration.
+    pub fn next(&mut self, worked: bool, now_ns: u64, timer_in_ns: Option<u64>) -> Idle {
+        if worked || timer_in_ns == Some(0) {
+            if worked && self.idle {
                 self.counters.wakeups += 1;
             }
-            self.empty = 0;
+            self.idle_since = None;
             self.idle = false;
             self.sleep_ns = FIRST_SLEEP_NS;
             self.counters.busy += 1;
             return Idle::Poll;
         }
-        self.empty = self.empty.saturating_add(1);
-        if self.empty <= SPIN_ITERATIONS {
+        let idle_for = now_ns.saturating_sub(*self.idle_since.get_or_insert(now_ns));
+        if idle_for < SPIN_NS {
             self.counters.busy += 1;
             return Idle::Poll;
         }
-        let backing = self.empty - SPIN_ITERATIONS;
-        if backing <= PAUSE_ITERATIONS || self.max_sleep_ns == 0 {
-            // Doubling every 128 iterations: 1, 2, 4, ... MAX_PAUSES.
-            let step = ((backing - 1) / 128).min(MAX_PAUSES.trailing_zeros());
+        if idle_for < PAUSE_NS || self.max_sleep_ns == 0 {
+            // Doubling over the pause phase: 1 pause just after SPIN_NS, MAX_PAUSES at the end.
+            let span = PAUSE_NS - SPIN_NS;
+            let into = (idle_for - SPIN_NS).min(span);
+            let steps = MAX_PAUSES.trailing_zeros() as u64;
+            let step = (into * (steps + 1) / span).min(steps);
             self.idle = true;
             self.counters.backed_off += 1;
             return Idle::Pause(1 << step);
@@ -137,10 +196,6 @@ impl Backoff {
             .sleep_ns
             .min(self.max_sleep_ns)
             .min(timer_in_ns.unwrap_or(u64::MAX));
-        if sleep == 0 {
-            self.counters.busy += 1;
-            return Idle::Poll;
-        }
         self.sleep_ns = (self.sleep_ns * 2).min(self.max_sleep_ns);
         self.idle = true;
         self.counters.slept += 1;
@@ -148,13 +203,29 @@ impl Backoff {
         Idle::Sleep(sleep)
     }
 
-    /// Records how long a sleep of `asked_ns` actually took.
-    pub fn slept(&mut self, asked_ns: u64, taken_ns: u64) {
-        self.counters.sleep_taken_ns += taken_ns;
-        self.counters.max_oversleep_ns = self
-            .counters
-            .max_oversleep_ns
-            .max(taken_ns.saturating_sub(asked_ns));
+    /// A sleep was not taken: the host had posted work already.
+    pub fn skipped(&mut self) {
+        self.counters.skipped += 1;
+        self.idle_since = None;
+        self.sleep_ns = FIRST_SLEEP_NS;
+    }
+
+    /// Records how a sleep of `asked_ns` went: it took `taken_ns`, and a host ended it early
+    /// (`by_host`) or it ran its time out.
+    pub fn slept(&mut self, asked_ns: u64, taken_ns: u64, by_host: bool) {
+        let c = &mut self.counters;
+        c.sleep_taken_ns += taken_ns;
+        if by_host {
+            c.host_wakes += 1;
+            // The host's work is there: back to busy polling at once.
+            self.idle_since = None;
+            self.sleep_ns = FIRST_SLEEP_NS;
+            return;
+        }
+        let over = taken_ns.saturating_sub(asked_ns);
+        c.timeouts += 1;
+        c.oversleep_ns += over;
+        c.max_oversleep_ns = c.max_oversleep_ns.max(over);
     }
 }
 
@@ -162,78 +233,160 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    /// The decisions of `n` empty iterations in a row.
-    fn idle_run(b: &mut Backoff, n: u32, timer: Option<u64>) -> Vec<Idle> {
-        (0..n).map(|_| b.next(false, timer)).collect()
+    /// The decisions of empty iterations every `step_ns` from time 0 up to `until_ns`.
+    fn idle_run(b: &mut Backoff, from: u64, until_ns: u64, step_ns: u64) -> Vec<(u64, Idle)> {
+        (from..until_ns)
+            .step_by(step_ns as usize)
+            .map(|t| (t, b.next(false, t, None)))
+            .collect()
     }
 
     #[test]
     fn it_polls_then_pauses_in_doubling_bursts_then_sleeps_up_to_its_maximum() {
         let mut b = Backoff::new(50_000);
-        let run = idle_run(&mut b, SPIN_ITERATIONS + PAUSE_ITERATIONS + 8, None);
-        let (spin, rest) = run.split_at(SPIN_ITERATIONS as usize);
-        let (pause, sleep) = rest.split_at(PAUSE_ITERATIONS as usize);
-        assert!(spin.iter().all(|&i| i == Idle::Poll));
-        assert_eq!(pause[0], Idle::Pause(1));
-        assert_eq!(pause[127], Idle::Pause(1));
-        assert_eq!(pause[128], Idle::Pause(2));
-        assert_eq!(pause[1023], Idle::Pause(MAX_PAUSES));
+        let run = idle_run(&mut b, 0, PAUSE_NS, 100);
+        for &(t, i) in &run {
+            match t {
+                t if t < SPIN_NS => assert_eq!(i, Idle::Poll, "at {t} ns"),
+                t if t < SPIN_NS + 100 => assert_eq!(i, Idle::Pause(1), "at {t} ns"),
+                t if t >= PAUSE_NS - 100 => assert_eq!(i, Idle::Pause(MAX_PAUSES), "at {t} ns"),
+                _ => assert!(matches!(i, Idle::Pause(1..=128)), "at {t} ns: {i:?}"),
+            }
+        }
+        // Bursts only grow.
+        let bursts: Vec<u32> = run
+            .iter()
+            .filter_map(|&(_, i)| {
+                if let Idle::Pause(n) = i {
+                    Some(n)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert!(bursts.windows(2).all(|w| w[0] <= w[1]));
+        let sleeps: Vec<Idle> = (0..7).map(|k| b.next(false, PAUSE_NS + k, None)).collect();
         assert_eq!(
-            sleep,
-            [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 50_000, 50_000].map(Idle::Sleep)
+            sleeps,
+            [2_000, 4_000, 8_000, 16_000, 32_000, 50_000, 50_000].map(Idle::Sleep)
         );
         let c = b.counters;
         assert_eq!(
             (c.busy, c.backed_off, c.slept),
-            (u64::from(SPIN_ITERATIONS), u64::from(PAUSE_ITERATIONS), 8)
+            (SPIN_NS / 100, (PAUSE_NS - SPIN_NS) / 100, 7)
         );
-        assert_eq!(c.sleep_asked_ns, 163_000);
+        assert_eq!(c.sleep_asked_ns, 162_000);
     }
 
     #[test]
     fn work_snaps_it_back_to_busy_polling_and_counts_the_wakeup() {
         let mut b = Backoff::new(50_000);
-        idle_run(&mut b, SPIN_ITERATIONS + PAUSE_ITERATIONS + 3, None);
-        assert_eq!(b.next(true, None), Idle::Poll);
+        idle_run(&mut b, 0, PAUSE_NS + 300, 100);
+        assert!(matches!(
+            b.next(false, PAUSE_NS + 400, None),
+            Idle::Sleep(_)
+        ));
+        assert_eq!(b.next(true, PAUSE_NS + 500, None), Idle::Poll);
         assert_eq!(b.counters.wakeups, 1);
-        // Back at the start: a full spin run before the first pause, the first sleep 1 µs.
-        let run = idle_run(&mut b, SPIN_ITERATIONS + PAUSE_ITERATIONS + 1, None);
+        // Back at the start: busy for SPIN_NS of new idleness, then the first sleep is 2 µs.
+        let t0 = 1_000_000;
+        let run = idle_run(&mut b, t0, t0 + PAUSE_NS, 100);
         assert!(
-            run[..SPIN_ITERATIONS as usize]
-                .iter()
-                .all(|&i| i == Idle::Poll)
+            run.iter()
+                .take_while(|(t, _)| *t < t0 + SPIN_NS)
+                .all(|(_, i)| *i == Idle::Poll)
         );
-        assert_eq!(run.last(), Some(&Idle::Sleep(FIRST_SLEEP_NS)));
+        assert_eq!(
+            b.next(false, t0 + PAUSE_NS, None),
+            Idle::Sleep(FIRST_SLEEP_NS)
+        );
         // Work while still spinning is not a wake-up.
-        b.next(true, None);
-        b.next(false, None);
-        b.next(true, None);
+        b.next(true, t0 + PAUSE_NS + 1, None);
+        b.next(false, t0 + PAUSE_NS + 2, None);
+        b.next(true, t0 + PAUSE_NS + 3, None);
         assert_eq!(b.counters.wakeups, 2);
     }
 
     #[test]
-    fn a_timer_due_sooner_bounds_the_sleep_and_a_due_timer_means_poll() {
+    fn a_timer_due_sooner_bounds_the_sleep_and_work_not_yet_done_means_poll() {
         let mut b = Backoff::new(1_000_000);
-        idle_run(&mut b, SPIN_ITERATIONS + PAUSE_ITERATIONS + 10, None);
-        assert_eq!(b.next(false, Some(3_000)), Idle::Sleep(3_000));
-        assert_eq!(b.next(false, Some(0)), Idle::Poll);
+        idle_run(&mut b, 0, PAUSE_NS, 100);
+        for _ in 0..5 {
+            b.next(false, PAUSE_NS, None);
+        }
+        assert_eq!(b.next(false, PAUSE_NS, Some(3_000)), Idle::Sleep(3_000));
+        // Some(0): the stage has work it could not do yet (a paced send): busy again.
+        assert_eq!(b.next(false, PAUSE_NS, Some(0)), Idle::Poll);
+        assert_eq!(b.next(false, PAUSE_NS + 1, None), Idle::Poll);
     }
 
     #[test]
     fn without_a_sleep_budget_it_only_pauses() {
         let mut b = Backoff::new(0);
-        let run = idle_run(&mut b, SPIN_ITERATIONS + PAUSE_ITERATIONS + 100, None);
-        assert!(run.iter().all(|i| !matches!(i, Idle::Sleep(_))));
-        assert_eq!(run.last(), Some(&Idle::Pause(MAX_PAUSES)));
+        let run = idle_run(&mut b, 0, 10 * PAUSE_NS, 100);
+        assert!(run.iter().all(|(_, i)| !matches!(i, Idle::Sleep(_))));
+        assert_eq!(run.last().map(|r| r.1), Some(Idle::Pause(MAX_PAUSES)));
     }
 
     #[test]
-    fn oversleep_is_measured() {
+    fn sleeps_are_measured_and_a_host_wake_restarts_the_spell() {
         let mut b = Backoff::new(10_000);
-        b.slept(1_000, 61_000);
-        b.slept(2_000, 3_000);
-        assert_eq!(b.counters.sleep_taken_ns, 64_000);
-        assert_eq!(b.counters.max_oversleep_ns, 60_000);
+        b.slept(2_000, 62_000, false);
+        b.slept(4_000, 5_000, false);
+        assert_eq!(b.counters.sleep_taken_ns, 67_000);
+        assert_eq!(
+            (
+                b.counters.timeouts,
+                b.counters.oversleep_ns,
+                b.counters.max_oversleep_ns
+            ),
+            (2, 61_000, 60_000)
+        );
+        idle_run(&mut b, 0, PAUSE_NS + 100, 100);
+        b.slept(2_000, 700, true);
+        assert_eq!(b.counters.host_wakes, 1);
+        assert_eq!(
+            b.next(false, PAUSE_NS + 200, None),
+            Idle::Poll,
+            "busy again"
+        );
+        idle_run(&mut b, PAUSE_NS + 300, 3 * PAUSE_NS, 100);
+        b.skipped();
+        assert_eq!(b.counters.skipped, 1);
+        assert_eq!(
+            b.next(false, 3 * PAUSE_NS + 1, None),
+            Idle::Poll,
+            "busy again"
+        );
+    }
+
+    #[test]
+    fn policies_parse_and_describe_themselves() {
+        assert_eq!(Polling::parse("busy", None), Ok(Polling::Busy));
+        assert_eq!(
+            Polling::parse("adaptive", None),
+            Ok(Polling::Adaptive {
+                max_sleep_ns: DEFAULT_MAX_SLEEP_NS
+            })
+        );
+        assert_eq!(
+            Polling::parse("adaptive", Some(20)),
+            Ok(Polling::Adaptive {
+                max_sleep_ns: 20_000
+            })
+        );
+        assert_eq!(
+            Polling::parse("adaptive", Some(20_000)).unwrap_err(),
+            "a maximum sleep of 20000 µs is longer than 10000 µs"
+        );
+        assert_eq!(
+            Polling::parse("busy", Some(5)).unwrap_err(),
+            "a maximum sleep needs polling = \"adaptive\""
+        );
+        assert_eq!(
+            Polling::parse("lazy", None).unwrap_err(),
+            "\"lazy\" is not a policy (busy or adaptive)"
+        );
         assert_eq!(
             Polling::Adaptive {
                 max_sleep_ns: 50_000

@@ -44,6 +44,11 @@ impl Stage for Forward {
         }
     }
 
+    /// Only packets give it work.
+    fn next_due_ns(&mut self) -> Option<u64> {
+        None
+    }
+
     #[inline]
     fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, _c: &mut Counters) {
         if self.mode == FwdMode::Macswap {

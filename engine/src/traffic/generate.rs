@@ -71,6 +71,25 @@ impl Stage for Generator {
         &["generated", "alloc_failures"]
     }
 
+    /// Done: nothing more, ever. Paced: the next frame's time. Unpaced: always due.
+    fn next_due_ns(&mut self) -> Option<u64> {
+        if self.is_done() {
+            return None;
+        }
+        let Some(rate) = self.rate_pps else {
+            return Some(0);
+        };
+        let due = self.due();
+        if due > self.next_seq {
+            return Some(0);
+        }
+        // Frame next_seq is due at (next_seq + 1) / rate seconds after the start.
+        let elapsed = rdtsc().saturating_sub(self.start_tsc.unwrap_or(0)) as u128;
+        let at = (u128::from(self.next_seq) + 1) * u128::from(self.hz) / u128::from(rate);
+        let ticks = at.saturating_sub(elapsed);
+        Some((ticks * 1_000_000_000 / u128::from(self.hz)) as u64)
+    }
+
     fn on_rx(&mut self, _: usize, _: &mut Burst, _: &mut Outputs, _: &mut Counters) {}
 
     #[inline]
