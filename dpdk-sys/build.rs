@@ -162,6 +162,9 @@ fn main() {
         .allowlist_function("rte_eth_(rx_queue_setup|tx_queue_setup|macaddr_get|link_get_nowait|stats_get|stats_reset|xstats_get|xstats_get_names|xstats_reset|promiscuous_enable|find_next_owned_by|link_speed_to_str)")
         // Telemetry: commands answered from Rust (none of these is inline).
         .allowlist_function("rte_telemetry_register_cmd|rte_tel_data_.*")
+        // What the CPU offers DPDK's power management (adaptive polling reports it).
+        .allowlist_function("rte_cpu_get_intrinsics_support")
+        .allowlist_type("rte_cpu_intrinsics")
         .allowlist_type("rte_tel_value_type")
         .allowlist_var("RTE_TEL_MAX_.*")
         .allowlist_type("rte_mbuf")

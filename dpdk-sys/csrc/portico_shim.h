@@ -16,6 +16,7 @@
 #include <rte_ethdev.h>
 #include <rte_eth_ring.h>
 #include <rte_telemetry.h>
+#include <rte_cpuflags.h>
 
 /* rte_errno is a per-lcore thread-local variable. */
 int portico_errno(void);

@@ -33,6 +33,17 @@ pub fn banner(info: &EalInfo, memory: &MemoryChoice, polling: Option<Polling>, j
     human!(json, "EAL: {}", info.args[1..].join(" "));
     if let Some(p) = polling {
         human!(json, "workers: {}", p.describe());
+        if matches!(p, Polling::Adaptive { .. }) {
+            human!(
+                json,
+                "workers: idle sleeps end on a host post or a timeout: no RX interrupts are used, and DPDK's power monitor is {}",
+                if crate::dataplane::cpu_has_power_monitor() {
+                    "on this CPU but not used yet (docs/dataplane.md, \"Polling\")"
+                } else {
+                    "not on this CPU (neither WAITPKG nor MONITORX)"
+                }
+            );
+        }
     }
 }
 

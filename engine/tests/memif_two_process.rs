@@ -279,6 +279,15 @@ fn initiator_and_target_processes_over_memif() {
         r.target["persisted"], false,
         "anonymous memory is not persisted"
     );
+    // Busy polling, the default: neither worker ever backed off.
+    for v in [&r.initiator, &r.target] {
+        let idle = &v["workers"][0]["idle"];
+        assert_eq!(
+            (&idle["slept"], &idle["backed_off"]),
+            (&0.into(), &0.into()),
+            "{idle}"
+        );
+    }
     // The first message of the region, as the target sees it in its own memory (slot 0 last
     // held message 128).
     let head: String = message(128)[..64]
@@ -286,6 +295,47 @@ fn initiator_and_target_processes_over_memif() {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(r.target["region_head"], head.as_str());
+}
+
+#[test]
+fn both_processes_polling_adaptively_complete_every_pair() {
+    // Issue 16: both workers back off and sleep when idle. The target takes the policy from
+    // the command line, the initiator from its config's [runtime] section; every pair still
+    // completes and compares, and both say they slept. No timing is asserted (the latency
+    // figures are in docs/dataplane.md).
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir("adaptive");
+    let r = run(
+        "adaptive",
+        &dir,
+        &["--polling", "adaptive", "--max-sleep-us", "100"],
+        "\n[runtime]\npolling = \"adaptive\"\n",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    check_summaries(&r);
+    for (side, v) in [("initiator", &r.initiator), ("target", &r.target)] {
+        let w = &v["workers"][0];
+        let idle = &w["idle"];
+        assert!(idle["slept"].as_u64().unwrap() > 0, "{side}: {w}");
+        assert_eq!(
+            idle["timeouts"].as_u64().unwrap()
+                + idle["host_wakes"].as_u64().unwrap()
+                + idle["skipped"].as_u64().unwrap(),
+            idle["slept"].as_u64().unwrap(),
+            "{side}: {w}"
+        );
+        assert!(w["cpu_ns"].as_u64().unwrap() > 0, "{side}: {w}");
+    }
+    // The target waits for the initiator's packets; its host posts nothing after set-up, so
+    // its sleeps end by timing out. The initiator's host posts every pair.
+    assert!(
+        r.initiator["workers"][0]["idle"]["host_wakes"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{}",
+        r.initiator["workers"]
+    );
 }
 
 #[test]

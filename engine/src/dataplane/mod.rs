@@ -89,6 +89,15 @@ pub fn tsc_hz() -> u64 {
     unsafe { dpdk_sys::rte_get_tsc_hz() }
 }
 
+/// Whether this CPU has what DPDK's power monitor (`rte_power_monitor`, the `monitor` mode of
+/// `rte_power_ethdev_pmgmt_queue_enable`) needs: WAITPKG's UMWAIT or AMD's MONITORX.
+pub fn cpu_has_power_monitor() -> bool {
+    let mut i = dpdk_sys::rte_cpu_intrinsics::default();
+    // SAFETY: fills the struct it is given; needs nothing else (EAL or not).
+    unsafe { dpdk_sys::rte_cpu_get_intrinsics_support(&mut i) };
+    i.power_monitor() != 0
+}
+
 /// The DPDK version linked at run time, e.g. "DPDK 22.11.11".
 pub fn dpdk_version() -> String {
     // SAFETY: rte_version returns a pointer to a static string.

@@ -27,6 +27,7 @@ use super::host::{Control, ControlReply};
 use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::dataplane::wake::Wake;
+use crate::runtime::Outlook;
 use crate::shaper::{Packet, Shaper, ShaperConfig, ShaperError};
 use crate::transport::{
     Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
@@ -395,10 +396,11 @@ impl RdmaNode {
     }
 
     /// Adaptive polling: how long (worker time from `now`) until this engine needs a poll if
-    /// nothing arrives: `Some(0)` while it holds work it could not finish (queue pairs ready
+    /// nothing arrives, `Some(0)` while it holds work it could not finish (queue pairs ready
     /// to send, a backlog, persistence or deregistration under way, completions or tag
-    /// actions not handed over, a shaper with something to pick); else its next timer.
-    pub(crate) fn next_due(&self, now: u64) -> Option<u64> {
+    /// actions not handed over), else its next timer or shaper pick; and whether it awaits
+    /// packets (a timer is armed: a request in flight, its retransmission timer running).
+    pub(crate) fn outlook(&mut self, now: u64) -> Outlook {
         let busy = !self.ready.is_empty()
             || !self.backlog.is_empty()
             || !self.deregs.is_empty()
@@ -408,8 +410,9 @@ impl RdmaNode {
             || !self.staged.is_empty()
             || self.tags.as_ref().is_some_and(|t| t.has_actions());
         if busy {
-            return Some(0);
+            return Outlook::BUSY;
         }
+        self.prune_timers();
         let shaper = self
             .shaper
             .as_ref()
@@ -419,9 +422,29 @@ impl RdmaNode {
             .timers
             .peek()
             .map(|&Reverse((due, _))| due.saturating_sub(now));
-        match (shaper, timer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        Outlook {
+            due_in_ns: match (shaper, timer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            awaits_packets: timer.is_some(),
+        }
+    }
+
+    /// Drops the timers at the top of the heap that no longer stand (the queue pair's deadline
+    /// moved or went away: its requests were all acknowledged), re-arming the real ones, so
+    /// that the top is a deadline that will fire.
+    fn prune_timers(&mut self) {
+        while let Some(&Reverse((due, slot))) = self.timers.peek() {
+            let e = &mut self.qps.entries[slot as usize];
+            if e.qp.next_deadline() == Some(due) {
+                break;
+            }
+            self.timers.pop();
+            if e.armed == Some(due) {
+                e.armed = None;
+            }
+            self.arm(slot);
         }
     }
 

@@ -24,7 +24,7 @@ use super::{RdmaNode, RxOutcome};
 use crate::cc::bottleneck::{Bottleneck, BottleneckCounters, Trace};
 use crate::dataplane::wake::Wake;
 use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
-use crate::runtime::{Counters, Outputs, Polling, Stage, polling};
+use crate::runtime::{Counters, Outlook, Outputs, Polling, Stage, polling};
 use crate::wire::{self, Ecn};
 
 /// The stage's counters, in slot order: the nodes' (summed over the engines, see
@@ -507,19 +507,26 @@ impl Stage for RdmaStage {
         }
     }
 
-    fn next_due_ns(&mut self) -> Option<u64> {
+    fn outlook(&mut self) -> Outlook {
         let now = self.now_ns();
         // Frames held by an emulated bottleneck leave when it releases them.
-        let ingress = self
-            .ingress
-            .as_ref()
-            .and_then(|i| i.bottleneck.next_release())
-            .map(|t| t.saturating_sub(now));
-        self.engines
-            .iter()
-            .filter_map(|e| e.node.next_due(now))
-            .chain(ingress)
-            .min()
+        let mut o = Outlook {
+            due_in_ns: self
+                .ingress
+                .as_ref()
+                .and_then(|i| i.bottleneck.next_release())
+                .map(|t| t.saturating_sub(now)),
+            awaits_packets: false,
+        };
+        for e in &mut self.engines {
+            let n = e.node.outlook(now);
+            o.due_in_ns = match (o.due_in_ns, n.due_in_ns) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            o.awaits_packets |= n.awaits_packets || o.due_in_ns == Some(0);
+        }
+        o
     }
 
     fn wakes(&self) -> Vec<Arc<Wake>> {

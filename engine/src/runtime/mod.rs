@@ -26,7 +26,7 @@ mod tap;
 
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
 pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
-pub use polling::{IdleCounters, Polling};
+pub use polling::{IdleCounters, Outlook, Polling};
 pub use tap::{CaptureSink, CaptureTap};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -72,13 +72,11 @@ pub trait Stage: Send {
     /// Told once, before the first iteration, which policy the worker runs.
     fn start(&mut self, _polling: Polling) {}
 
-    /// Adaptive polling, on an iteration that received and sent nothing: how long until the
-    /// stage next needs a poll if nothing arrives. `Some(0)`: it holds work it could not do
-    /// yet (a paced send, a flush under way): do not back off. `Some(ns)`: a timer is due in
-    /// `ns`. `None`: only a packet or a host's post gives it work. The default keeps a stage
-    /// that does not say polling busily.
-    fn next_due_ns(&mut self) -> Option<u64> {
-        Some(0)
+    /// Adaptive polling, on an iteration that received and sent nothing: when the stage next
+    /// needs a poll if nothing arrives, and whether it awaits packets ([`Outlook`]). The
+    /// default, [`Outlook::BUSY`], keeps a stage that does not say polling busily.
+    fn outlook(&mut self) -> Outlook {
+        Outlook::BUSY
     }
 
     /// Adaptive polling: the host → worker paths whose posts end this worker's sleeps.
@@ -518,6 +516,9 @@ impl WorkerCtx {
         stage.start(polling);
         let mut backoff = match polling {
             Polling::Busy => None,
+            Polling::Adaptive { max_sleep_ns } if rx.is_empty() => {
+                Some(Backoff::new(max_sleep_ns).deaf())
+            }
             Polling::Adaptive { max_sleep_ns } => Some(Backoff::new(max_sleep_ns)),
         };
         let wakes = stage.wakes();
@@ -564,15 +565,15 @@ impl WorkerCtx {
             c.loops += 1;
             if let Some(b) = backoff.as_mut() {
                 let idle = if worked {
-                    b.next(true, 0, None)
+                    b.next(true, 0, Outlook::BUSY)
                 } else {
                     // Packets a full TX queue did not take are work not done yet.
-                    let due = if out.holds_packets() {
-                        Some(0)
+                    let outlook = if out.holds_packets() {
+                        Outlook::BUSY
                     } else {
-                        stage.next_due_ns()
+                        stage.outlook()
                     };
-                    b.next(false, epoch.elapsed().as_nanos() as u64, due)
+                    b.next(false, epoch.elapsed().as_nanos() as u64, outlook)
                 };
                 match idle {
                     Idle::Poll => {}
@@ -759,8 +760,8 @@ mod tests {
             let n = self.posted.swap(0, Ordering::Acquire);
             self.taken.fetch_add(n, Ordering::Release);
         }
-        fn next_due_ns(&mut self) -> Option<u64> {
-            None
+        fn outlook(&mut self) -> Outlook {
+            Outlook::PACKETS
         }
         fn wakes(&self) -> Vec<Arc<Wake>> {
             vec![self.wake.clone()]

@@ -4,7 +4,7 @@
 
 use super::frame;
 use crate::dataplane::Burst;
-use crate::runtime::{Counters, Outputs, Stage};
+use crate::runtime::{Counters, Outlook, Outputs, Stage};
 
 pub const VALID: usize = 0;
 pub const INVALID: usize = 1;
@@ -41,8 +41,8 @@ impl Stage for Checker {
     }
 
     /// Only packets give it work.
-    fn next_due_ns(&mut self) -> Option<u64> {
-        None
+    fn outlook(&mut self) -> Outlook {
+        Outlook::PACKETS
     }
 
     fn on_rx(&mut self, _: usize, burst: &mut Burst, _: &mut Outputs, c: &mut Counters) {

@@ -2,7 +2,7 @@
 //! (`io`) or with its Ethernet source and destination swapped (`macswap`), as testpmd does.
 
 use crate::dataplane::Burst;
-use crate::runtime::{Counters, Outputs, Stage};
+use crate::runtime::{Counters, Outlook, Outputs, Stage};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
@@ -45,8 +45,8 @@ impl Stage for Forward {
     }
 
     /// Only packets give it work.
-    fn next_due_ns(&mut self) -> Option<u64> {
-        None
+    fn outlook(&mut self) -> Outlook {
+        Outlook::PACKETS
     }
 
     #[inline]

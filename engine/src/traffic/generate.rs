@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::frame::{self, FrameSpec};
 use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
-use crate::runtime::{Counters, Outputs, Stage};
+use crate::runtime::{Counters, Outlook, Outputs, Stage};
 
 pub const GENERATED: usize = 0;
 pub const ALLOC_FAILURES: usize = 1;
@@ -60,6 +60,24 @@ impl Generator {
         let elapsed = now.saturating_sub(start) as u128;
         (elapsed * rate as u128 / self.hz as u128) as u64
     }
+
+    /// How long until the next frame is due (None: none will be; 0: now).
+    fn next_frame_in_ns(&mut self) -> Option<u64> {
+        if self.count.is_some_and(|n| self.next_seq >= n) {
+            return None;
+        }
+        let Some(rate) = self.rate_pps else {
+            return Some(0);
+        };
+        if self.due() > self.next_seq {
+            return Some(0);
+        }
+        // Frame next_seq is due at (next_seq + 1) / rate seconds after the start.
+        let elapsed = rdtsc().saturating_sub(self.start_tsc.unwrap_or(0)) as u128;
+        let at = (u128::from(self.next_seq) + 1) * u128::from(self.hz) / u128::from(rate);
+        let ticks = at.saturating_sub(elapsed);
+        Some((ticks * 1_000_000_000 / u128::from(self.hz)) as u64)
+    }
 }
 
 impl Stage for Generator {
@@ -71,23 +89,14 @@ impl Stage for Generator {
         &["generated", "alloc_failures"]
     }
 
-    /// Done: nothing more, ever. Paced: the next frame's time. Unpaced: always due.
-    fn next_due_ns(&mut self) -> Option<u64> {
-        if self.is_done() {
-            return None;
+    /// Done: nothing more, ever. Paced: the next frame's time. Unpaced: always due. It
+    /// receives nothing.
+    fn outlook(&mut self) -> Outlook {
+        let due_in_ns = self.next_frame_in_ns();
+        Outlook {
+            due_in_ns,
+            awaits_packets: false,
         }
-        let Some(rate) = self.rate_pps else {
-            return Some(0);
-        };
-        let due = self.due();
-        if due > self.next_seq {
-            return Some(0);
-        }
-        // Frame next_seq is due at (next_seq + 1) / rate seconds after the start.
-        let elapsed = rdtsc().saturating_sub(self.start_tsc.unwrap_or(0)) as u128;
-        let at = (u128::from(self.next_seq) + 1) * u128::from(self.hz) / u128::from(rate);
-        let ticks = at.saturating_sub(elapsed);
-        Some((ticks * 1_000_000_000 / u128::from(self.hz)) as u64)
     }
 
     fn on_rx(&mut self, _: usize, _: &mut Burst, _: &mut Outputs, _: &mut Counters) {}
