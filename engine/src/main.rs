@@ -37,7 +37,7 @@ struct Cli {
     /// cores, CI runners). Overrides a config's [runtime] polling.
     #[arg(long, global = true, value_name = "POLICY")]
     polling: Option<String>,
-    /// `adaptive` polling's longest sleep in µs (default 50, at most 10000); alone, it
+    /// `adaptive` polling's longest sleep in µs (default 100, at most 10000); alone, it
     /// implies --polling adaptive.
     #[arg(long, global = true, value_name = "US")]
     max_sleep_us: Option<u64>,

@@ -200,7 +200,7 @@ pub struct RuntimeSection {
     /// off and sleep when idle, for shared cores).
     #[serde(default)]
     pub polling: Option<String>,
-    /// `adaptive`'s longest sleep, in µs (default 50, at most 10 000).
+    /// `adaptive`'s longest sleep, in µs (default 100, at most 10 000).
     #[serde(default)]
     pub max_sleep_us: Option<u64>,
 }
