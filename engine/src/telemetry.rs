@@ -200,7 +200,8 @@ fn select(params: &str, what: &str, items: Vec<Value>) -> Value {
     }
 }
 
-/// One worker: name, core, stage, the runtime's counters, the stage's by name, faults.
+/// One worker: name, core, stage, the runtime's counters, the stage's by name, faults, what
+/// its polling did while idle, and its CPU time.
 fn worker(r: &WorkerReport) -> Value {
     let stage: Map<String, Value> = r
         .counters
@@ -211,7 +212,8 @@ fn worker(r: &WorkerReport) -> Value {
         "name": r.worker, "core": r.core.map_or(json!("none"), |c| json!(c)), "stage": r.stage,
         "rx_packets": r.rx_packets, "rx_bytes": r.rx_bytes, "tx_packets": r.tx_packets,
         "tx_bytes": r.tx_bytes, "drops": r.drops, "empty_polls": r.empty_polls, "loops": r.loops,
-        "counters": stage, "faults": r.faults,
+        "counters": stage, "faults": r.faults, "idle": r.idle, "cpu_ns": r.cpu_ns,
+        "wall_ns": r.wall_ns,
     })
 }
 
@@ -341,6 +343,8 @@ mod tests {
             ..Counters::default()
         };
         c.stage[0] = 7;
+        c.idle.slept = 3;
+        c.cpu_ns = 5;
         WorkerReport::new(name, Some(1), "rdma", &["delivered", "icrc_errors"], &c)
     }
 
@@ -359,6 +363,10 @@ mod tests {
         assert_eq!(all["1"]["rx_packets"], 20);
         assert_eq!(all["1"]["counters"]["delivered"], 7);
         assert_eq!(all["0"]["core"], 1);
+        assert_eq!(
+            (&all["1"]["idle"]["slept"], &all["1"]["cpu_ns"]),
+            (&json!(3), &json!(5))
+        );
         let one = workers_answer(&r, "1");
         assert_eq!(
             (one["index"].clone(), one["name"].clone()),
