@@ -94,6 +94,13 @@ impl CoresReport {
                 report.eal_threads.push(p);
             }
         }
+        // Listing /proc/self/task while other threads start and end can skip entries (the
+        // directory is walked by thread id): the calling thread is read by its own path.
+        if report.host.is_none()
+            && let Some(tid) = me
+        {
+            report.host = read_place(std::path::Path::new("/proc/thread-self"), tid);
+        }
         report
     }
 
