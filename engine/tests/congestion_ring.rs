@@ -169,20 +169,20 @@ fn ack_carries_the_congestion_and_the_senders_follow_it() {
         assert!(stats.rate_changes > 0, "flow {f} slowed down: {stats:?}");
         assert!(stats.restores > 0, "flow {f} restored: {stats:?}");
     }
-    // The trace saw flow 0 slower, then back at its line rate. (Its rate when the worker
-    // stopped is not asserted: alone at the bottleneck's own rate, a burst after the worker
-    // was descheduled queues past Kmin, and the last ACK may carry that; it did in about one
-    // run in five in debug builds.)
+    // Where the trace saw flow 0 slower, it saw it back at its line rate afterwards. (The
+    // trace samples once per worker iteration, so a slowdown that a burst of ACKs began and
+    // ended within one iteration is in the counters above but not in the trace: CI saw that
+    // once. Its rate when the worker stopped is not asserted either: alone at the
+    // bottleneck's own rate, a burst after the worker was descheduled queues past Kmin, and
+    // the last ACK may carry that; it did in about one run in five in debug builds.)
     let trace = rates(&o, 0);
-    let slower = trace
-        .iter()
-        .position(|&x| x < LINE)
-        .expect("the trace saw flow 0 slower");
-    assert!(
-        trace[slower..].contains(&LINE),
-        "the trace saw flow 0 back at its line rate after it was slower: {:?}",
-        &trace[slower..]
-    );
+    if let Some(slower) = trace.iter().position(|&x| x < LINE) {
+        assert!(
+            trace[slower..].contains(&LINE),
+            "the trace saw flow 0 back at its line rate after it was slower: {:?}",
+            &trace[slower..]
+        );
+    }
 }
 
 #[test]
