@@ -518,6 +518,16 @@ pub fn all_sizes() -> Vec<u32> {
 
 /// Checks what every run of the main loop needs of its options: the operation, the rate, and
 /// the flags other benches take.
+/// `--rate`, when given, is a positive, finite number of operations per second.
+pub(crate) fn check_rate(opts: &BenchOpts) -> Result<(), AppError> {
+    if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        return Err(usage(
+            "--rate: must be a positive number of operations per second".into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> {
     if !opts.part.is_empty() {
         return Err(usage("--part: only `bench tagged` takes it".into()));
@@ -528,11 +538,7 @@ pub(crate) fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> 
     if opts.file.is_some() {
         return Err(usage("--file: only `bench persist` takes it".into()));
     }
-    if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-        return Err(usage(
-            "--rate: must be a positive number of operations per second".into(),
-        ));
-    }
+    check_rate(opts)?;
     match opts.op {
         BenchOp::Write => Ok(point::Ops::Write),
         BenchOp::Read => Ok(point::Ops::Read),

@@ -458,6 +458,14 @@ fn seconds_or(
     }
 }
 
+/// A check that counted `n` failures: `why(n)` says what failed, and the run exits 1.
+fn check_none(n: u64, why: impl FnOnce(u64) -> String) -> Result<(), AppError> {
+    if n > 0 {
+        return Err(AppError::CheckFailed(why(n)));
+    }
+    Ok(())
+}
+
 fn interrupt_flag() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = flag.clone();
@@ -803,14 +811,9 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 let report =
                     portico::bench::remote::run_server(&opts, &spec, &listen, interrupt_flag())?;
                 portico::bench::remote::print_server(&report, json);
-                return if report.receive_errors > 0 {
-                    Err(AppError::CheckFailed(format!(
-                        "{} receives completed in error",
-                        report.receive_errors
-                    )))
-                } else {
-                    Ok(())
-                };
+                return check_none(report.receive_errors, |n| {
+                    format!("{n} receives completed in error")
+                });
             }
             if let (Some(addr), Some(spec)) = (&client, spec) {
                 let summary =
@@ -837,14 +840,9 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 };
                 let summary = portico::bench::congestion::run(&opts, &args, interrupt_flag())?;
                 portico::bench::congestion::print(&summary, json);
-                return if summary.errors > 0 {
-                    Err(AppError::CheckFailed(format!(
-                        "{} congestion-bench messages did not complete successfully",
-                        summary.errors
-                    )))
-                } else {
-                    Ok(())
-                };
+                return check_none(summary.errors, |n| {
+                    format!("{n} congestion-bench messages did not complete successfully")
+                });
             }
             if shaper {
                 let d = portico::bench::shaper::ShaperArgs::default();
@@ -874,37 +872,25 @@ fn run(cli: Cli) -> Result<(), AppError> {
                 // Without pacing, READs that exhaust their retries are what the phase measures
                 // (counted in its `errors` and `failed_qps`); elsewhere a failure is a failure.
                 let failed = summary.shaper.failures_with_pacing();
-                return if failed > 0 {
-                    Err(AppError::CheckFailed(format!(
-                        "{failed} shaper-bench operations did not complete successfully with pacing on or without READs"
-                    )))
-                } else {
-                    Ok(())
-                };
+                return check_none(failed, |n| {
+                    format!(
+                        "{n} shaper-bench operations did not complete successfully with pacing on or without READs"
+                    )
+                });
             }
             if placement {
                 let summary = portico::bench::placement::run(&opts, interrupt_flag())?;
                 portico::bench::placement::print(&summary, json);
-                return if summary.errors > 0 {
-                    Err(AppError::CheckFailed(format!(
-                        "placement bench: {}",
-                        summary.failures.join("; ")
-                    )))
-                } else {
-                    Ok(())
-                };
+                return check_none(summary.errors, |_| {
+                    format!("placement bench: {}", summary.failures.join("; "))
+                });
             }
             if tagged {
                 let summary = portico::bench::tagged::run(&opts, interrupt_flag())?;
                 portico::bench::tagged::print(&summary, json);
-                return if summary.errors > 0 {
-                    Err(AppError::CheckFailed(format!(
-                        "{} tagged-bench operations failed or went unmatched",
-                        summary.errors
-                    )))
-                } else {
-                    Ok(())
-                };
+                return check_none(summary.errors, |n| {
+                    format!("{n} tagged-bench operations failed or went unmatched")
+                });
             }
             let summary = portico::bench::run(&opts, interrupt_flag())?;
             bench_verdict(&summary, json, opts.hgrm.as_ref())

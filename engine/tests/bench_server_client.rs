@@ -124,6 +124,16 @@ fn client(s: &Server, args: &[&str]) -> Output {
     }
 }
 
+/// Runs the client (as [`client`]); it must succeed. Returns its JSON summary and its stderr.
+fn client_json(s: &Server, args: &[&str]) -> (serde_json::Value, String) {
+    let out = client(s, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "client: {stderr}");
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("one JSON object ({e}): {stderr}"));
+    (v, stderr)
+}
+
 /// Waits for the server to exit: its status, its stdout, and its stderr lines.
 fn finish(mut s: Server) -> (std::process::ExitStatus, String, Vec<String>) {
     let mut child = s.child.take().unwrap();
@@ -175,13 +185,10 @@ fn last_error(text: &str) -> String {
 fn a_send_sweep_runs_across_two_processes_and_the_server_receives_every_send() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let s = server("send", &["send"]);
-    let out = client(
+    let (v, stderr) = client_json(
         &s,
         &["send", "--sizes", "64,4K", "--qd", "4", "--duration", "0.4"],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "client: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert!(stderr.contains("against the server 127.0.0.1:"), "{stderr}");
     // The server's side, as it reported it to the client: every SEND acknowledged to the
     // client was received into a buffer the server posted, none in error.
@@ -201,13 +208,10 @@ fn a_send_sweep_runs_across_two_processes_and_the_server_receives_every_send() {
 fn a_read_run_across_two_processes_completes_every_read() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let s = server("read", &["read"]);
-    let out = client(
+    let (v, _) = client_json(
         &s,
         &["read", "--size", "8192", "--qd", "8", "--duration", "0.5"],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "client: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["errors"], 0, "{v}");
     let r = &v["results"][0];
     assert_eq!(
@@ -238,7 +242,7 @@ fn durable_writes_across_two_processes_land_in_the_servers_file() {
             file.to_str().unwrap(),
         ],
     );
-    let out = client(
+    let (v, _) = client_json(
         &s,
         &[
             "persist",
@@ -252,9 +256,6 @@ fn durable_writes_across_two_processes_land_in_the_servers_file() {
             "0.4",
         ],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "client: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["errors"], 0, "{v}");
     let r = &v["results"][0];
     assert_eq!(r["op"], "durable", "{v}");
@@ -290,7 +291,7 @@ fn tagged_sends_across_two_processes_are_matched_by_the_server_eager_and_rendezv
     let s = server("tagged", &["tagged"]);
     // 4 KiB goes eager; 64 KiB is above the 16 KiB threshold and goes by rendezvous (the
     // server READs the rest).
-    let out = client(
+    let (v, _) = client_json(
         &s,
         &[
             "tagged",
@@ -302,12 +303,6 @@ fn tagged_sends_across_two_processes_are_matched_by_the_server_eager_and_rendezv
             "0.4",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // Every tagged send the client saw complete was matched and landed at the server.
     every_message_landed(&v, "tagged", &[4096, 65536]);
     let (status, _, err) = finish(s);
@@ -318,7 +313,7 @@ fn tagged_sends_across_two_processes_are_matched_by_the_server_eager_and_rendezv
 fn the_client_s_congestion_control_is_the_server_s_queue_pairs_too() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let s = server("cc", &["write"]);
-    let out = client(
+    let (v, _) = client_json(
         &s,
         &[
             "write",
@@ -330,12 +325,6 @@ fn the_client_s_congestion_control_is_the_server_s_queue_pairs_too() {
             "0.3",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["errors"], 0, "{v}");
     assert_eq!(v["server"]["cc"], "ack", "{v}");
     let (status, _, _) = finish(s);

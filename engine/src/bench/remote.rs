@@ -746,8 +746,9 @@ pub fn run_server(
     Ok(report)
 }
 
-/// What runs across two processes: `write`, `read`, `send`, `mixed`, and `persist --mode
-/// durable` (durable WRITEs into a file the server maps).
+/// What runs across two processes: `write`, `read`, `send`, `mixed`, `persist --mode
+/// durable` (durable WRITEs into a file the server maps) and `tagged` (tagged sends into one
+/// wildcard receive of the server's).
 fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
     if opts.op == BenchOp::Tagged {
         if !opts.part.is_empty() {
@@ -760,11 +761,7 @@ fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
                 "--cores: tagged messaging runs on one worker (its list-processing shard is not split across cores)".into(),
             ));
         }
-        if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-            return Err(usage(
-                "--rate: must be a positive number of operations per second".into(),
-            ));
-        }
+        super::check_rate(opts)?;
         return Ok(point::Ops::Tagged);
     }
     if opts.op != BenchOp::Persist {
@@ -775,11 +772,7 @@ fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
             "--mode: across two processes bench persist runs --mode durable (durable WRITEs); write-read, write-flush and write-send run in one".into(),
         ));
     }
-    if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-        return Err(usage(
-            "--rate: must be a positive number of operations per second".into(),
-        ));
-    }
+    super::check_rate(opts)?;
     Ok(point::Ops::Durable)
 }
 
