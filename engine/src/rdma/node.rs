@@ -19,12 +19,13 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
 use super::flusher::Flusher;
 use super::host::{Control, ControlReply};
-use super::rings::{self, Cq, CqWriter, Doorbells, MAX_QPS, Qp, QpRings};
+use super::rings::{self, Cq, CqWriter, Doorbells, HostSpin, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::dataplane::wake::Wake;
 use crate::runtime::Outlook;
@@ -298,8 +299,9 @@ pub struct RdmaNode {
     shaper: Option<Shaper>,
     pub counters: NodeCounters,
     arp: [u8; 64],
-    /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]).
-    host_spin_ns: u64,
+    /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]), shared
+    /// with the completion queues and the tag port.
+    host_spin: HostSpin,
 }
 
 /// Congestion-control counters summed over an engine's queue pairs.
@@ -340,7 +342,7 @@ impl RdmaNode {
             shaper: None,
             counters: NodeCounters::default(),
             arp: [0; 64],
-            host_spin_ns: rings::SPIN_NS,
+            host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
         }
     }
 
@@ -370,7 +372,7 @@ impl RdmaNode {
     /// queue pairs ([`QpConfig::tagged`]) then match their messages against it. Returns the
     /// application's end (commands and events).
     pub fn enable_tags(&mut self, cfg: &TagConfig) -> Result<TagPort, crate::lpe::LpeError> {
-        let (shard, port) = TagShard::new(cfg)?;
+        let (shard, port) = TagShard::new(cfg, self.host_spin.clone())?;
         self.tags = Some(shard);
         Ok(port)
     }
@@ -422,13 +424,10 @@ impl RdmaNode {
             .timers
             .peek()
             .map(|&Reverse((due, _))| due.saturating_sub(now));
-        Outlook {
-            due_in_ns: match (shaper, timer) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
+        Outlook::due_in(shaper).and(Outlook {
+            due_in_ns: timer,
             awaits_packets: timer.is_some(),
-        }
+        })
     }
 
     /// Drops the timers at the top of the heap that no longer stand (the queue pair's deadline
@@ -450,14 +449,8 @@ impl RdmaNode {
 
     /// How long the host's waits (completion queues, tag events) spin before they park: the
     /// worker's policy says (`Cq::wait`).
-    pub(crate) fn set_host_spin(&mut self, ns: u64) {
-        self.host_spin_ns = ns;
-        for c in &self.cqs {
-            c.set_host_spin(ns);
-        }
-        if let Some(t) = &self.tags {
-            t.set_host_spin(ns);
-        }
+    pub(crate) fn set_host_spin(&self, ns: u64) {
+        self.host_spin.store(ns, Ordering::Relaxed);
     }
 
     /// After an iteration: wakes a host waiting for tag events.
@@ -470,8 +463,7 @@ impl RdmaNode {
     /// Creates a completion queue of `depth` entries; the application polls the returned end.
     pub fn create_cq(&mut self, depth: usize) -> Cq {
         let id = self.cqs.len() as u32;
-        let (host, worker) = rings::cq_ring(id, depth.max(1));
-        worker.set_host_spin(self.host_spin_ns);
+        let (host, worker) = rings::cq_ring(id, depth.max(1), self.host_spin.clone());
         self.cqs.push(worker);
         // Every completion had a reserved slot in its ring, so this many can be staged at most.
         let capacity: usize = self.cqs.iter().map(|c| c.unreserved()).sum();

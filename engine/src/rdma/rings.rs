@@ -38,6 +38,10 @@ pub const MAX_QPS: usize = 4096;
 /// How long [`Cq::wait`] spins before it parks, beside a busy-polling worker.
 pub(crate) const SPIN_NS: u64 = 50_000;
 
+/// How long the host's waits spin before they park, in ns: one per engine, shared by its
+/// completion queues and its tag port, set from the worker's polling policy.
+pub(crate) type HostSpin = Arc<AtomicU64>;
+
 /// The engine's doorbell queue: slots of queue pairs with new work requests.
 pub(crate) struct Doorbells {
     queue: ArrayQueue<u32>,
@@ -204,7 +208,7 @@ pub(crate) struct CqShared {
     /// Times the worker left work in a ring because this queue had no free slot.
     full: AtomicU64,
     /// How long [`Cq::wait`] spins before it parks (the worker's policy sets it).
-    spin_ns: AtomicU64,
+    spin_ns: HostSpin,
 }
 
 /// The application's end of a completion queue.
@@ -226,14 +230,14 @@ pub(crate) struct CqWriter {
 }
 
 /// Both ends of a new completion queue of `depth` entries.
-pub(crate) fn cq_ring(id: u32, depth: usize) -> (Cq, CqWriter) {
+pub(crate) fn cq_ring(id: u32, depth: usize, spin_ns: HostSpin) -> (Cq, CqWriter) {
     let (p, c) = RingBuffer::new(depth);
     let parker = Parker::new();
     let shared = Arc::new(CqShared {
         sleeping: AtomicBool::new(false),
         unparker: parker.unparker().clone(),
         full: AtomicU64::new(0),
-        spin_ns: AtomicU64::new(SPIN_NS),
+        spin_ns,
     });
     (
         Cq {
@@ -260,11 +264,6 @@ impl CqWriter {
     /// Promise one slot to a work request being taken.
     pub(crate) fn reserve(&mut self) {
         self.reserved += 1;
-    }
-
-    /// How long the host's [`Cq::wait`] spins before it parks.
-    pub(crate) fn set_host_spin(&self, ns: u64) {
-        self.shared.spin_ns.store(ns, Ordering::Relaxed);
     }
 
     /// Counts a stall: work left in a ring for want of a completion slot.
@@ -424,7 +423,7 @@ mod tests {
 
     #[test]
     fn completions_fill_the_callers_slice_in_order_and_wake_a_waiter() {
-        let (mut cq, mut w) = cq_ring(0, 8);
+        let (mut cq, mut w) = cq_ring(0, 8, HostSpin::default());
         assert_eq!(w.unreserved(), 8);
         for i in 0..5 {
             w.reserve();
@@ -451,7 +450,7 @@ mod tests {
 
     #[test]
     fn reservations_keep_room_for_every_completion_promised() {
-        let (mut cq, mut w) = cq_ring(0, 2);
+        let (mut cq, mut w) = cq_ring(0, 2, HostSpin::default());
         w.reserve();
         w.reserve();
         assert_eq!(w.unreserved(), 0, "no third request may be taken");

@@ -502,7 +502,7 @@ impl Stage for RdmaStage {
             Polling::Busy => rings::SPIN_NS,
             Polling::Adaptive { .. } => polling::SPIN_NS,
         };
-        for e in &mut self.engines {
+        for e in &self.engines {
             e.node.set_host_spin(spin);
         }
     }
@@ -510,23 +510,15 @@ impl Stage for RdmaStage {
     fn outlook(&mut self) -> Outlook {
         let now = self.now_ns();
         // Frames held by an emulated bottleneck leave when it releases them.
-        let mut o = Outlook {
-            due_in_ns: self
-                .ingress
+        let ingress = Outlook::due_in(
+            self.ingress
                 .as_ref()
                 .and_then(|i| i.bottleneck.next_release())
                 .map(|t| t.saturating_sub(now)),
-            awaits_packets: false,
-        };
-        for e in &mut self.engines {
-            let n = e.node.outlook(now);
-            o.due_in_ns = match (o.due_in_ns, n.due_in_ns) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            o.awaits_packets |= n.awaits_packets || o.due_in_ns == Some(0);
-        }
-        o
+        );
+        self.engines
+            .iter_mut()
+            .fold(ingress, |o, e| o.and(e.node.outlook(now)))
     }
 
     fn wakes(&self) -> Vec<Arc<Wake>> {

@@ -29,11 +29,12 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rtrb::{Consumer, Producer, RingBuffer};
 
+use super::rings::HostSpin;
 use crate::dataplane::wake::{self, Wake};
 use crate::lpe::{
     Appended, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId,
@@ -373,7 +374,7 @@ struct TagWakes {
     commands: Arc<Wake>,
     events: Wake,
     /// How long [`TagPort::wait`] spins before it sleeps (the worker's policy sets it).
-    spin_ns: AtomicU64,
+    spin_ns: HostSpin,
 }
 
 /// The application's end: commands in, events out.
@@ -486,8 +487,8 @@ impl TagPort {
 }
 
 impl TagShard {
-    /// The shard and the application's port.
-    pub fn new(cfg: &TagConfig) -> Result<(TagShard, TagPort), LpeError> {
+    /// The shard and the application's port, whose waits spin for `spin_ns` (its engine's).
+    pub(crate) fn new(cfg: &TagConfig, spin_ns: HostSpin) -> Result<(TagShard, TagPort), LpeError> {
         let mut engine = ProcessingEngine::new(EngineId(0), cfg.engine.clone());
         for &(ep, ec) in &cfg.endpoints {
             engine.add_endpoint(ep, ec)?;
@@ -495,7 +496,7 @@ impl TagShard {
         let (cp, cc) = RingBuffer::new(cfg.command_depth.max(1));
         let (ep, ec) = RingBuffer::new(cfg.event_depth.max(COMMAND_EVENT_ROOM * 2));
         let paths = Arc::new(TagWakes {
-            spin_ns: AtomicU64::new(super::rings::SPIN_NS),
+            spin_ns,
             ..Default::default()
         });
         // The host always sleeps on its events (the worker fences once per iteration with
@@ -744,11 +745,6 @@ impl TagShard {
     /// The application has pushed commands not served yet.
     pub(crate) fn commands_pending(&self) -> bool {
         !self.commands.is_empty()
-    }
-
-    /// How long the host's [`TagPort::wait`] spins before it sleeps.
-    pub(crate) fn set_host_spin(&self, ns: u64) {
-        self.paths.spin_ns.store(ns, Ordering::Relaxed);
     }
 
     /// Emits a recorded message's held events with the final `mlength` on its put.

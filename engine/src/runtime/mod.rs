@@ -565,7 +565,8 @@ impl WorkerCtx {
             c.loops += 1;
             if let Some(b) = backoff.as_mut() {
                 let idle = if worked {
-                    b.next(true, 0, Outlook::BUSY)
+                    b.worked();
+                    Idle::Poll
                 } else {
                     // Packets a full TX queue did not take are work not done yet.
                     let outlook = if out.holds_packets() {
@@ -573,7 +574,7 @@ impl WorkerCtx {
                     } else {
                         stage.outlook()
                     };
-                    b.next(false, epoch.elapsed().as_nanos() as u64, outlook)
+                    b.next(epoch.elapsed().as_nanos() as u64, outlook)
                 };
                 match idle {
                     Idle::Poll => {}

@@ -3,9 +3,9 @@
 //! has been idle for a while, as OVS-DPDK's `pmd-sleep-max` and VPP's adaptive mode do, and
 //! snaps back to busy polling on the first iteration that did work.
 //!
-//! The back-off is a pure state machine ([`Backoff::next`]): told whether an iteration did
-//! work, the time, and how long until the worker's next timer is due, it says what to do
-//! before the next iteration. The worker then polls again, executes pause instructions, or
+//! The back-off is a pure state machine ([`Backoff::worked`], [`Backoff::next`]): told that an
+//! iteration did work, or the time and the stage's outlook after one that did not, it says
+//! what to do before the next iteration. The worker then polls again, executes pause instructions, or
 //! sleeps (in `ppoll` on its host paths' eventfds, so a host that posts work wakes it at
 //! once: `dataplane::wake`). Its steps, timed from the last iteration that did work:
 //!
@@ -138,6 +138,25 @@ impl Outlook {
         due_in_ns: None,
         awaits_packets: true,
     };
+
+    /// A timer due in `ns`, nothing awaited.
+    pub fn due_in(ns: Option<u64>) -> Outlook {
+        Outlook {
+            due_in_ns: ns,
+            awaits_packets: false,
+        }
+    }
+
+    /// Two parts of one worker together: the sooner timer, and packets awaited by either.
+    pub fn and(self, other: Outlook) -> Outlook {
+        Outlook {
+            due_in_ns: match (self.due_in_ns, other.due_in_ns) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            awaits_packets: self.awaits_packets || other.awaits_packets,
+        }
+    }
 }
 
 /// What to do before the next iteration.
@@ -213,21 +232,34 @@ impl Backoff {
         self
     }
 
-    /// After an iteration that did work (`worked`) or not, at `now_ns`, with the stage's
-    /// `outlook` (asked only when it did not work): what to do before the next iteration.
-    pub fn next(&mut self, worked: bool, now_ns: u64, outlook: Outlook) -> Idle {
-        let timer_in_ns = outlook.due_in_ns;
-        if worked || timer_in_ns == Some(0) {
-            if worked && self.idle {
-                self.counters.wakeups += 1;
-                // Work found by polling after a pause or a timed-out sleep: a packet.
-                if self.idle_since.is_some() {
-                    self.host_driven = false;
-                }
+    /// After an iteration that did work: back to busy polling.
+    pub fn worked(&mut self) {
+        if self.idle {
+            self.counters.wakeups += 1;
+            // Work found by polling after a pause or a timed-out sleep: a packet. (After a
+            // host's wake-up `idle_since` is already cleared.)
+            if self.idle_since.is_some() {
+                self.host_driven = false;
             }
-            self.idle_since = None;
-            self.idle = false;
-            self.sleep_ns = FIRST_SLEEP_NS;
+        }
+        self.restart();
+        self.counters.busy += 1;
+    }
+
+    /// A new idle spell starts at the next empty iteration.
+    fn restart(&mut self) {
+        self.idle_since = None;
+        self.idle = false;
+        self.sleep_ns = FIRST_SLEEP_NS;
+    }
+
+    /// After an iteration that did nothing, at `now_ns`, with the stage's `outlook`: what to
+    /// do before the next iteration.
+    pub fn next(&mut self, now_ns: u64, outlook: Outlook) -> Idle {
+        let timer_in_ns = outlook.due_in_ns;
+        if timer_in_ns == Some(0) {
+            // Work the stage could not do yet: not idle.
+            self.restart();
             self.counters.busy += 1;
             return Idle::Poll;
         }
@@ -300,7 +332,7 @@ mod tests {
     fn idle_run(b: &mut Backoff, from: u64, until_ns: u64, step_ns: u64) -> Vec<(u64, Idle)> {
         (from..until_ns)
             .step_by(step_ns as usize)
-            .map(|t| (t, b.next(false, t, Outlook::PACKETS)))
+            .map(|t| (t, b.next(t, Outlook::PACKETS)))
             .collect()
     }
 
@@ -329,7 +361,7 @@ mod tests {
             .collect();
         assert!(bursts.windows(2).all(|w| w[0] <= w[1]));
         let sleeps: Vec<Idle> = (0..7)
-            .map(|k| b.next(false, PAUSE_NS + k, Outlook::PACKETS))
+            .map(|k| b.next(PAUSE_NS + k, Outlook::PACKETS))
             .collect();
         assert_eq!(
             sleeps,
@@ -348,10 +380,10 @@ mod tests {
         let mut b = Backoff::new(50_000);
         idle_run(&mut b, 0, PAUSE_NS + 300, 100);
         assert!(matches!(
-            b.next(false, PAUSE_NS + 400, Outlook::PACKETS),
+            b.next(PAUSE_NS + 400, Outlook::PACKETS),
             Idle::Sleep(_)
         ));
-        assert_eq!(b.next(true, PAUSE_NS + 500, Outlook::PACKETS), Idle::Poll);
+        b.worked();
         assert_eq!(b.counters.wakeups, 1);
         // Back at the start: busy for SPIN_NS of new idleness, then the first sleep is 2 µs.
         let t0 = 1_000_000;
@@ -362,13 +394,13 @@ mod tests {
                 .all(|(_, i)| *i == Idle::Poll)
         );
         assert_eq!(
-            b.next(false, t0 + PAUSE_NS, Outlook::PACKETS),
+            b.next(t0 + PAUSE_NS, Outlook::PACKETS),
             Idle::Sleep(FIRST_SLEEP_NS)
         );
-        // Work while still spinning is not a wake-up.
-        b.next(true, t0 + PAUSE_NS + 1, Outlook::PACKETS);
-        b.next(false, t0 + PAUSE_NS + 2, Outlook::PACKETS);
-        b.next(true, t0 + PAUSE_NS + 3, Outlook::PACKETS);
+        // Work after that sleep is a wake-up; work while still spinning is not.
+        b.worked();
+        b.next(t0 + PAUSE_NS + 2, Outlook::PACKETS);
+        b.worked();
         assert_eq!(b.counters.wakeups, 2);
     }
 
@@ -377,11 +409,10 @@ mod tests {
         let mut b = Backoff::new(1_000_000);
         idle_run(&mut b, 0, PAUSE_NS, 100);
         for _ in 0..5 {
-            b.next(false, PAUSE_NS, Outlook::PACKETS);
+            b.next(PAUSE_NS, Outlook::PACKETS);
         }
         assert_eq!(
             b.next(
-                false,
                 PAUSE_NS,
                 Outlook {
                     due_in_ns: Some(3_000),
@@ -391,8 +422,8 @@ mod tests {
             Idle::Sleep(3_000)
         );
         // Some(0): the stage has work it could not do yet (a paced send): busy again.
-        assert_eq!(b.next(false, PAUSE_NS, Outlook::BUSY), Idle::Poll);
-        assert_eq!(b.next(false, PAUSE_NS + 1, Outlook::PACKETS), Idle::Poll);
+        assert_eq!(b.next(PAUSE_NS, Outlook::BUSY), Idle::Poll);
+        assert_eq!(b.next(PAUSE_NS + 1, Outlook::PACKETS), Idle::Poll);
     }
 
     #[test]
@@ -421,7 +452,7 @@ mod tests {
         b.slept(2_000, 700, true);
         assert_eq!(b.counters.host_wakes, 1);
         assert_eq!(
-            b.next(false, PAUSE_NS + 200, Outlook::PACKETS),
+            b.next(PAUSE_NS + 200, Outlook::PACKETS),
             Idle::Poll,
             "busy again"
         );
@@ -429,7 +460,7 @@ mod tests {
         b.skipped();
         assert_eq!(b.counters.skipped, 1);
         assert_eq!(
-            b.next(false, 3 * PAUSE_NS + 1, Outlook::PACKETS),
+            b.next(3 * PAUSE_NS + 1, Outlook::PACKETS),
             Idle::Poll,
             "busy again"
         );
@@ -437,50 +468,64 @@ mod tests {
 
     #[test]
     fn after_a_host_wake_with_no_packet_awaited_the_first_sleep_is_the_longest() {
-        let quiet = Outlook {
-            due_in_ns: None,
-            awaits_packets: false,
-        };
+        let quiet = Outlook::due_in(None);
         let mut b = Backoff::new(50_000);
         // Packets (or nothing yet) drove it: sleeps start short even with none awaited.
         idle_run(&mut b, 0, PAUSE_NS, 100);
-        assert_eq!(b.next(false, PAUSE_NS, quiet), Idle::Sleep(FIRST_SLEEP_NS));
+        assert_eq!(b.next(PAUSE_NS, quiet), Idle::Sleep(FIRST_SLEEP_NS));
         // The host ended that sleep; the work is done and no reply is awaited.
         b.slept(FIRST_SLEEP_NS, 500, true);
-        assert_eq!(b.next(true, 0, quiet), Idle::Poll);
+        b.worked();
         let t0 = 1_000_000;
         idle_run(&mut b, t0, t0 + PAUSE_NS, 100);
-        assert_eq!(b.next(false, t0 + PAUSE_NS, quiet), Idle::Sleep(50_000));
+        assert_eq!(b.next(t0 + PAUSE_NS, quiet), Idle::Sleep(50_000));
         // Host-driven, but a reply is awaited (a request in flight): short sleeps again.
         b.slept(50_000, 100, true);
-        b.next(true, 0, quiet);
+        b.worked();
         let t1 = 2_000_000;
         idle_run(&mut b, t1, t1 + PAUSE_NS, 100);
         assert_eq!(
-            b.next(false, t1 + PAUSE_NS, Outlook::PACKETS),
+            b.next(t1 + PAUSE_NS, Outlook::PACKETS),
             Idle::Sleep(FIRST_SLEEP_NS)
         );
         // A packet found after a timed-out sleep: packet-driven, short sleeps from then on.
         b.slept(FIRST_SLEEP_NS, 2_500, false);
-        b.next(true, 0, quiet);
+        b.worked();
         let t2 = 3_000_000;
         idle_run(&mut b, t2, t2 + PAUSE_NS, 100);
-        assert_eq!(
-            b.next(false, t2 + PAUSE_NS, quiet),
-            Idle::Sleep(FIRST_SLEEP_NS)
-        );
+        assert_eq!(b.next(t2 + PAUSE_NS, quiet), Idle::Sleep(FIRST_SLEEP_NS));
     }
 
     #[test]
     fn a_worker_without_rx_queues_sleeps_straight_to_its_timer() {
         let mut b = Backoff::new(50_000).deaf();
         idle_run(&mut b, 0, PAUSE_NS, 100);
-        let timer = |ns| Outlook {
-            due_in_ns: Some(ns),
-            awaits_packets: false,
-        };
-        assert_eq!(b.next(false, PAUSE_NS, timer(37_000)), Idle::Sleep(37_000));
-        assert_eq!(b.next(false, PAUSE_NS, timer(80_000)), Idle::Sleep(50_000));
+        let timer = |ns| Outlook::due_in(Some(ns));
+        assert_eq!(b.next(PAUSE_NS, timer(37_000)), Idle::Sleep(37_000));
+        assert_eq!(b.next(PAUSE_NS, timer(80_000)), Idle::Sleep(50_000));
+    }
+
+    #[test]
+    fn the_parts_of_a_worker_add_up_to_the_sooner_timer_and_any_awaited_packet() {
+        let o = Outlook::due_in(Some(7_000))
+            .and(Outlook::due_in(None))
+            .and(Outlook {
+                due_in_ns: Some(9_000),
+                awaits_packets: true,
+            });
+        assert_eq!(
+            o,
+            Outlook {
+                due_in_ns: Some(7_000),
+                awaits_packets: true
+            }
+        );
+        assert_eq!(Outlook::due_in(None).and(Outlook::BUSY), Outlook::BUSY);
+        assert!(
+            !Outlook::due_in(None)
+                .and(Outlook::due_in(None))
+                .awaits_packets
+        );
     }
 
     #[test]
