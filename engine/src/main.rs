@@ -482,7 +482,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
     if cli.polling.is_some() || cli.max_sleep_us.is_some() {
         let name = cli.polling.as_deref().unwrap_or("adaptive");
         let p = Polling::parse(name, cli.max_sleep_us).map_err(|e| {
-            let flag = if e.contains("sleep") {
+            let flag = if e.max_sleep {
                 "--max-sleep-us"
             } else {
                 "--polling"

@@ -210,12 +210,12 @@ impl RuntimeSection {
     pub fn polling(&self) -> Result<Polling, ConfigError> {
         let name = self.polling.as_deref().unwrap_or("busy");
         Polling::parse(name, self.max_sleep_us).map_err(|e| {
-            let field = if e.contains("sleep") && self.max_sleep_us.is_some() {
+            let field = if e.max_sleep {
                 "runtime.max_sleep_us"
             } else {
                 "runtime.polling"
             };
-            err(field, e)
+            err(field, e.message)
         })
     }
 }

@@ -76,28 +76,47 @@ impl Polling {
     }
 
     /// The policy named `name` (`busy` or `adaptive`), with `max_sleep_us` for `adaptive`
-    /// (None: [`DEFAULT_MAX_SLEEP_NS`]). The error says what is wrong, for the caller to
-    /// prefix with the field's name.
-    pub fn parse(name: &str, max_sleep_us: Option<u64>) -> Result<Polling, String> {
+    /// (None: [`DEFAULT_MAX_SLEEP_NS`]). The error says which of the two is wrong and why,
+    /// for the caller to name its field.
+    pub fn parse(name: &str, max_sleep_us: Option<u64>) -> Result<Polling, PollingError> {
+        let bad = |max_sleep: bool, message: String| PollingError { max_sleep, message };
         match name {
             "busy" => match max_sleep_us {
                 None => Ok(Polling::Busy),
-                Some(_) => Err("a maximum sleep needs polling = \"adaptive\"".into()),
+                Some(_) => Err(bad(
+                    true,
+                    "a maximum sleep needs polling = \"adaptive\"".into(),
+                )),
             },
             "adaptive" => {
                 let ns = max_sleep_us.map_or(DEFAULT_MAX_SLEEP_NS, |us| us.saturating_mul(1000));
                 if ns > MAX_MAX_SLEEP_NS {
-                    return Err(format!(
-                        "a maximum sleep of {} µs is longer than {} µs",
-                        ns / 1000,
-                        MAX_MAX_SLEEP_NS / 1000
+                    return Err(bad(
+                        true,
+                        format!(
+                            "a maximum sleep of {} µs is longer than {} µs",
+                            ns / 1000,
+                            MAX_MAX_SLEEP_NS / 1000
+                        ),
                     ));
                 }
                 Ok(Polling::Adaptive { max_sleep_ns: ns })
             }
-            other => Err(format!("{other:?} is not a policy (busy or adaptive)")),
+            other => Err(bad(
+                false,
+                format!("{other:?} is not a policy (busy or adaptive)"),
+            )),
         }
     }
+}
+
+/// A policy that does not parse: `max_sleep` when the maximum sleep is what is wrong (else
+/// the policy's name), and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PollingError {
+    pub max_sleep: bool,
+    pub message: String,
 }
 
 static COMMAND_LINE: OnceLock<Polling> = OnceLock::new();
@@ -530,6 +549,13 @@ mod tests {
 
     #[test]
     fn policies_parse_and_describe_themselves() {
+        assert!(
+            Polling::parse("adaptive", Some(20_000))
+                .unwrap_err()
+                .max_sleep
+        );
+        assert!(Polling::parse("busy", Some(5)).unwrap_err().max_sleep);
+        assert!(!Polling::parse("lazy", Some(5)).unwrap_err().max_sleep);
         assert_eq!(Polling::parse("busy", None), Ok(Polling::Busy));
         assert_eq!(
             Polling::parse("adaptive", None),
@@ -544,15 +570,17 @@ mod tests {
             })
         );
         assert_eq!(
-            Polling::parse("adaptive", Some(20_000)).unwrap_err(),
+            Polling::parse("adaptive", Some(20_000))
+                .unwrap_err()
+                .to_string(),
             "a maximum sleep of 20000 µs is longer than 10000 µs"
         );
         assert_eq!(
-            Polling::parse("busy", Some(5)).unwrap_err(),
+            Polling::parse("busy", Some(5)).unwrap_err().to_string(),
             "a maximum sleep needs polling = \"adaptive\""
         );
         assert_eq!(
-            Polling::parse("lazy", None).unwrap_err(),
+            Polling::parse("lazy", None).unwrap_err().to_string(),
             "\"lazy\" is not a policy (busy or adaptive)"
         );
         assert_eq!(
