@@ -1288,6 +1288,56 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn the_outlook_follows_a_request_in_flight_and_forgets_its_timer_once_acknowledged() {
+        let (mut a, mut b) = pair();
+        let src = register_anonymous(&mut a.node, 4096);
+        let dst = register_anonymous(&mut b.node, 4096);
+        assert_eq!(a.node.outlook(0), Outlook::due_in(None), "nothing to do");
+        assert!(!a.node.host_work_pending());
+        let sgl = crate::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
+            .unwrap();
+        // Posted, not taken: the worker must not sleep.
+        assert!(a.node.host_work_pending());
+        a.node.service(0);
+        assert!(!a.node.host_work_pending());
+        assert_eq!(a.node.outlook(0), Outlook::BUSY, "ready to send");
+        let mut frame = vec![0u8; 9000];
+        let tx = a.node.poll_transmit(0).expect("the WRITE");
+        let len = a.node.emit(&tx, &mut frame).unwrap();
+        assert!(
+            a.node.poll_transmit(0).is_none(),
+            "one packet, and its turn ends"
+        );
+        // In flight: its retransmission timer is what is due, and the reply is awaited.
+        let o = a.node.outlook(1_000);
+        let rto = a.node.qp(0x11).unwrap().next_deadline().unwrap();
+        assert_eq!(
+            o,
+            Outlook {
+                due_in_ns: Some(rto - 1_000),
+                awaits_packets: true
+            }
+        );
+        // Acknowledged: the heap still holds the timer, the outlook drops it.
+        b.node.receive(2_000, &frame[..len]);
+        b.node.service(2_000);
+        let ack = b.node.poll_transmit(2_000).expect("the ACK");
+        let len = b.node.emit(&ack, &mut frame).unwrap();
+        assert!(b.node.poll_transmit(2_000).is_none());
+        a.node.receive(3_000, &frame[..len]);
+        // The rest of the worker's iteration: nothing more to send, the completion handed over.
+        a.node.service(3_000);
+        assert!(a.node.poll_transmit(3_000).is_none());
+        a.node.flush_completions();
+        assert_eq!(a.node.qp(0x11).unwrap().next_deadline(), None);
+        assert_eq!(a.node.timers.len(), 1, "the stale timer is still queued");
+        assert_eq!(a.node.outlook(4_000), Outlook::due_in(None));
+        assert!(a.node.timers.is_empty(), "and is pruned");
+        assert_eq!(a.cq.poll_one().map(|w| w.status), Some(WcStatus::Success));
+    }
+
+    #[test]
     fn write_and_send_between_two_nodes_land_in_the_applications_memory() {
         let (mut a, mut b) = pair();
         let src_map = Arc::new(Mapping::anonymous(10_000).unwrap());

@@ -63,7 +63,7 @@ impl Generator {
 
     /// How long until the next frame is due (None: none will be; 0: now).
     fn next_frame_in_ns(&mut self) -> Option<u64> {
-        if self.count.is_some_and(|n| self.next_seq >= n) {
+        if self.is_done() {
             return None;
         }
         let Some(rate) = self.rate_pps else {
@@ -92,11 +92,7 @@ impl Stage for Generator {
     /// Done: nothing more, ever. Paced: the next frame's time. Unpaced: always due. It
     /// receives nothing.
     fn outlook(&mut self) -> Outlook {
-        let due_in_ns = self.next_frame_in_ns();
-        Outlook {
-            due_in_ns,
-            awaits_packets: false,
-        }
+        Outlook::due_in(self.next_frame_in_ns())
     }
 
     fn on_rx(&mut self, _: usize, _: &mut Burst, _: &mut Outputs, _: &mut Counters) {}
