@@ -972,7 +972,7 @@ pub(crate) fn summarise(
         }
     }
     if let Some(path) = &opts.csv {
-        std::fs::write(path, csv(&points))
+        std::fs::write(path, csv(&points, &format!("{:?}", opts.op).to_lowercase()))
             .map_err(|e| AppError::Failed(format!("writing {}: {e}", path.display())))?;
     }
     let last = m.points.last().map(|p| p.point);
@@ -1002,11 +1002,20 @@ pub(crate) fn summarise(
 }
 
 /// The CSV of a run: one row per point and operation type.
-pub(crate) fn csv(points: &[PointSummary]) -> String {
+///
+/// A point that completed no operation (cut by Ctrl-C before its first completion) still has
+/// its row, as it has its entry in the JSON: op `bench_op`, 0 operations, no latencies.
+pub(crate) fn csv(points: &[PointSummary], bench_op: &str) -> String {
     let mut out = String::from(
         "op,size,qd,ops,seconds,ops_per_sec,gbit_per_sec,p50_ns,p90_ns,p99_ns,p99_9_ns,p99_99_ns,max_ns,mean_ns,errors,interrupted\n",
     );
     for p in points {
+        if p.results.is_empty() {
+            out.push_str(&format!(
+                "{bench_op},{},{},0,{:.6},0.0,0.000000,,,,,,,,{},{}\n",
+                p.size, p.qd, p.seconds, p.errors, p.interrupted
+            ));
+        }
         for r in &p.results {
             let l = &r.latency_ns;
             out.push_str(&format!(
@@ -1170,6 +1179,52 @@ pub(crate) fn print_workers(workers: &[crate::runtime::WorkerReport]) {
             w.worker,
             w.core.unwrap_or(0),
             c.join(", ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_point_has_a_csv_row_even_one_cut_before_its_first_completion() {
+        let mut h = Latency::new();
+        h.record(2_000);
+        let measured = PointSummary {
+            size: 2,
+            qd: 64,
+            seconds: 1.0,
+            results: vec![OpResult {
+                op: "write",
+                size: Some(2),
+                qd: Some(64),
+                ops: 1,
+                ops_per_sec: 1.0,
+                gbit_per_sec: 0.000000016,
+                latency_ns: h.summary(),
+            }],
+            errors: 0,
+            interrupted: false,
+        };
+        let cut = PointSummary {
+            size: 4,
+            qd: 64,
+            seconds: 0.002,
+            results: Vec::new(),
+            errors: 0,
+            interrupted: true,
+        };
+        let text = csv(&[measured, cut], "write");
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(rows[1].starts_with("write,2,64,1,1.000000,"), "{text}");
+        assert_eq!(rows[2], "write,4,64,0,0.002000,0.0,0.000000,,,,,,,,0,true");
+        // As many fields as the header.
+        let fields = rows[0].split(',').count();
+        assert!(
+            rows.iter().all(|r| r.split(',').count() == fields),
+            "{text}"
         );
     }
 }
