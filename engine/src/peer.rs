@@ -215,7 +215,11 @@ pub(crate) fn plan(
     let device = if is_pci(&r.port) {
         DeviceArg::Pci(r.port.clone())
     } else {
-        DeviceArg::Vdev(r.port.clone())
+        // A memif port gets a buffer size that holds every frame (`bench --dev` comes here
+        // without the config's check).
+        let port = crate::config::peer::memif_port(&r.port, r.mtu)
+            .map_err(|why| AppError::Usage(format!("rdma.port (--dev): {why}")))?;
+        DeviceArg::Vdev(port)
     };
     let cores = available_cores();
     let main = cores

@@ -36,6 +36,9 @@ pub(crate) const BUF_CAP: usize = 64 << 20;
 /// Slots a buffer is cut into at most (per point, over all queue pairs).
 const MAX_SLOTS: usize = 1024;
 
+/// Operations outstanding on one queue pair at most (its send queue holds 128).
+pub(crate) const QD_PER_QP: usize = 120;
+
 /// Completions taken per poll.
 pub(crate) const WCS_LEN: usize = 64;
 
@@ -69,10 +72,14 @@ pub(crate) fn check_point(
             BUF_CAP / 4
         )));
     }
-    if p.qd == 0 || p.qd > 120 {
+    // --qd is the total over the queue pairs: each holds its share (the widest share is the
+    // rounded-up quotient), and each share must fit one send queue.
+    if p.qd == 0 || p.qd.div_ceil(connections) > QD_PER_QP {
         return Err(usage(format!(
-            "--qd: {}: must be 1..=120 (the send queue holds 128)",
-            p.qd
+            "--qd: {}: must be 1..={} ({QD_PER_QP} outstanding on each of the {connections} queue pair{}; a send queue holds 128)",
+            p.qd,
+            QD_PER_QP * connections,
+            if connections == 1 { "" } else { "s" },
         )));
     }
     if p.qd < connections {
@@ -785,7 +792,17 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("--verify"), "{e}");
         let e = check_point(Point { size: 64, qd: 121 }, 1, false, len).unwrap_err();
-        assert!(e.to_string().contains("--qd: 121"), "{e}");
+        assert!(e.to_string().contains("--qd: 121: must be 1..=120"), "{e}");
+        // --qd is the total: two queue pairs take 240, 120 each, also under --verify.
+        check_point(Point { size: 64, qd: 240 }, 2, true, len).unwrap();
+        check_point(Point { size: 64, qd: 256 }, 4, false, len).unwrap();
+        let e = check_point(Point { size: 64, qd: 241 }, 2, false, len).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "--qd: 241: must be 1..=240 (120 outstanding on each of the 2 queue pairs"
+            ),
+            "{e}"
+        );
         let e = check_point(Point { size: 64, qd: 2 }, 4, false, len).unwrap_err();
         assert!(
             e.to_string().contains("fewer than the 4 queue pairs"),

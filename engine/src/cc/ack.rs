@@ -1,6 +1,7 @@
 //! Seed 002: the congestion state carried in ACKs (`cc = ack`).
 //!
-//! **Receiver** ([`EcnMonitor`]): per queue pair, a sliding window over the last data packets
+//! **Receiver** ([`EcnMonitor`]): per port by default (per queue pair with
+//! [`EcnScope::QueuePair`]), a sliding window over the last data packets
 //! (at most `window_packets`, none older than `window_ns`) counts the CE-marked ones; their
 //! share gives a level: none (no mark), light (up to `light_permille`), moderate (up to
 //! `moderate_permille`), heavy (above). Every ACK says the level: BECN clear for none, BECN set
@@ -48,8 +49,9 @@ pub enum EcnScope {
 
 impl Default for AckParams {
     /// The values `docs/congestion.md` tunes in simulation: a 32-packet window of at most
-    /// 20 µs, light up to 1 mark in 16, moderate up to 1 in 4, and rates of 1, 1/2, 1/4 and
-    /// 1/8 of the line rate.
+    /// 50 µs, light up to 1 mark in 16, moderate up to 1 in 4, rates of 1, 1/4, 1/8 and 1/16
+    /// of the line rate, the window sized from the reported queue, and one ECN window per
+    /// port.
     fn default() -> Self {
         AckParams {
             window_packets: 32,

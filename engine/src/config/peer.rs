@@ -357,6 +357,7 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
     parse_mac("rdma.mac", &r.mac)?;
     parse_mac("rdma.peer_mac", &r.peer_mac)?;
     parse_mtu(r.mtu)?;
+    memif_port(&r.port, r.mtu).map_err(|why| err("rdma.port", why))?;
     if r.dscp > 63 {
         return Err(err(
             "rdma.dscp",
@@ -398,6 +399,43 @@ pub fn parse_mac(field: &str, s: &str) -> Result<EthernetAddress, ConfigError> {
         return Err(bad());
     }
     EthernetAddress::from_bytes(&octets).ok_or_else(bad)
+}
+
+/// Bytes a RoCEv2 frame adds to its path MTU of payload at most (Ethernet, IPv4, UDP, BTH and
+/// the extension headers, pad, ICRC), rounded up: `rdma::FRAME_DATA_ROOM` less headroom.
+pub const FRAME_OVERHEAD: u32 = 256;
+
+/// `rdma.port` as EAL is given it. A `net_memif` port must hold every frame in one of its
+/// buffers: DPDK 22.11's memif splits a longer frame over several descriptors, and its
+/// transmit path leaves a stale "next" flag on a descriptor that a later one-buffer frame
+/// reuses, gluing that frame to the next one (`docs/dataplane.md`, "memif"). So a memif port
+/// without `bsize` gets the power of two that holds the largest frame at `mtu` (2048, memif's
+/// default, up to MTU 1024; 8192 at 4096), and one whose `bsize` is smaller is refused with
+/// the reason. Other ports are returned as they are.
+pub fn memif_port(port: &str, mtu: u32) -> Result<String, String> {
+    let (_, driver) = super::vdev_driver(port);
+    if driver != "net_memif" {
+        return Ok(port.to_string());
+    }
+    let frame = mtu + FRAME_OVERHEAD;
+    let given = port
+        .split(',')
+        .skip(1)
+        .filter_map(|kv| kv.trim().strip_prefix("bsize="))
+        .last();
+    match given {
+        None => Ok(format!("{port},bsize={}", frame.next_power_of_two())),
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(b) if b < frame => Err(format!(
+                "net_memif bsize={b} is smaller than a frame at mtu {mtu} (up to {frame} bytes): \
+                 DPDK 22.11's memif corrupts frames that span buffers; leave bsize out (Portico \
+                 then sets {}) or give at least {frame}",
+                frame.next_power_of_two()
+            )),
+            // A value memif cannot parse is memif's to refuse, in its own words.
+            _ => Ok(port.to_string()),
+        },
+    }
 }
 
 /// The path MTU for `rdma.mtu`, in bytes.
@@ -540,6 +578,32 @@ mod tests {
             e.to_string(),
             "rdma.peer_mac: \"aa:bb\" is not a MAC address"
         );
+    }
+
+    #[test]
+    fn a_memif_port_holds_every_frame_in_one_buffer() {
+        let m = "net_memif0,role=server,socket=/tmp/p.sock";
+        assert_eq!(memif_port(m, 4096).unwrap(), format!("{m},bsize=8192"));
+        assert_eq!(memif_port(m, 1024).unwrap(), format!("{m},bsize=2048"));
+        assert_eq!(memif_port(m, 256).unwrap(), format!("{m},bsize=512"));
+        let big = format!("{m},bsize=16384");
+        assert_eq!(memif_port(&big, 4096).unwrap(), big);
+        let e = memif_port(&format!("{m},bsize=2048"), 4096).unwrap_err();
+        assert!(
+            e.contains("bsize=2048 is smaller than a frame at mtu 4096 (up to 4352 bytes)"),
+            "{e}"
+        );
+        // Other ports are left alone.
+        for p in ["net_ring0", "0000:3b:00.0", "net_tap0,iface=x"] {
+            assert_eq!(memif_port(p, 4096).unwrap(), p);
+        }
+        // From a config: the field is named (exit 2).
+        let text = TARGET.replace(
+            "port = \"net_memif0,role=server,socket=/tmp/portico.sock\"",
+            "port = \"net_memif0,role=server,socket=/tmp/portico.sock,bsize=2048\"\nmtu = 4096",
+        );
+        let e = parse_peer(&text, CORES).unwrap_err().to_string();
+        assert!(e.contains("rdma.port") && e.contains("bsize=2048"), "{e}");
     }
 
     #[test]

@@ -159,10 +159,17 @@ impl Burst {
     pub fn rx(&mut self, q: &mut RxQueue, max: usize) -> usize {
         let n = max.min(self.spare()) as u16;
         let dst = self.len;
+        // A PMD that may unmap its rings under this call is told we are inside it.
+        let inside = if q.guarded() {
+            super::unmap_guard::enter()
+        } else {
+            None
+        };
         // SAFETY: the queue handle proves a started port and a configured queue that only this
         // thread polls; the PMD writes at most n valid, owned mbuf pointers into free slots.
         let got =
             unsafe { dpdk_sys::rx_burst(q.port_id(), q.queue_id(), self.raw_slots().add(dst), n) };
+        drop(inside);
         let got = got as usize;
         self.len += got;
         if let Some(b) = self.known_bytes {
@@ -181,10 +188,16 @@ impl Burst {
         }
         let before = self.bytes();
         let n = self.len as u16;
+        let inside = if q.guarded() {
+            super::unmap_guard::enter()
+        } else {
+            None
+        };
         // SAFETY: the queue handle proves a started port and a configured queue used by this
         // thread only; passes n owned mbufs, and the PMD takes ownership of the first `sent`.
         let sent =
             unsafe { dpdk_sys::tx_burst(q.port_id(), q.queue_id(), self.raw_slots(), n) } as usize;
+        drop(inside);
         if sent == self.len {
             // The usual case: everything left. No tail to move or to count.
             self.len = 0;

@@ -59,6 +59,8 @@ impl Eal {
         if let Some(main) = single_lcore(args) {
             core_affinity::set_for_current(core_affinity::CoreId { id: main });
         }
+        // Before EAL loads any PMD: the process's own munmap, which waits for pollers.
+        super::unmap_guard::install();
         // EAL may permute argv, so it gets its own array of pointers; the strings stay owned
         // by `owned` (EAL keeps no pointer to them after init returns).
         let mut argv: Vec<*mut c_char> = owned.iter().map(|c| c.as_ptr() as *mut c_char).collect();

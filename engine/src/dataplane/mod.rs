@@ -12,6 +12,7 @@ mod mbuf;
 mod mempool;
 mod port;
 pub mod telemetry;
+pub mod unmap_guard;
 pub mod wake;
 
 pub use burst::{Burst, Drain, MAX_BURST};

@@ -45,6 +45,9 @@ impl Default for PortConfig {
 
 struct PortInner {
     id: u16,
+    /// The driver unmaps memory under polling threads (memif): bursts are guarded
+    /// (`dataplane::unmap_guard`).
+    guarded: bool,
     _pool: Arc<Mempool>,
 }
 
@@ -74,6 +77,8 @@ pub struct RxQueue {
     _port: Arc<PortInner>,
     port_id: u16,
     queue: u16,
+    /// A copy of the port's `guarded`.
+    guarded: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -82,6 +87,8 @@ pub struct TxQueue {
     _port: Arc<PortInner>,
     port_id: u16,
     queue: u16,
+    /// A copy of the port's `guarded`.
+    guarded: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -89,6 +96,11 @@ impl RxQueue {
     #[inline]
     pub fn port_id(&self) -> u16 {
         self.port_id
+    }
+    /// Whether bursts on this queue are bracketed for `dataplane::unmap_guard`.
+    #[inline]
+    pub(crate) fn guarded(&self) -> bool {
+        self.guarded
     }
     #[inline]
     pub fn queue_id(&self) -> u16 {
@@ -100,6 +112,11 @@ impl TxQueue {
     #[inline]
     pub fn port_id(&self) -> u16 {
         self.port_id
+    }
+    /// Whether bursts on this queue are bracketed for `dataplane::unmap_guard`.
+    #[inline]
+    pub(crate) fn guarded(&self) -> bool {
+        self.guarded
     }
     #[inline]
     pub fn queue_id(&self) -> u16 {
@@ -243,7 +260,11 @@ impl Port {
             unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
         }
         Ok(Port {
-            inner: Arc::new(PortInner { id, _pool: pool }),
+            inner: Arc::new(PortInner {
+                id,
+                guarded: super::unmap_guard::driver_needs_guard(&info.driver),
+                _pool: pool,
+            }),
             rss,
             name,
             taken_rx: Mutex::new(vec![false; cfg.rx_queues as usize]),
@@ -282,6 +303,7 @@ impl Port {
             _port: self.inner.clone(),
             port_id: self.inner.id,
             queue: q,
+            guarded: self.inner.guarded,
             _not_sync: PhantomData,
         })
     }
@@ -297,6 +319,7 @@ impl Port {
             _port: self.inner.clone(),
             port_id: self.inner.id,
             queue: q,
+            guarded: self.inner.guarded,
             _not_sync: PhantomData,
         })
     }

@@ -25,8 +25,16 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(|_| {})
+}
+
+/// [`setup`] with A's queue pair (and so B's, its mirror) adjusted by `tune`.
+fn setup_with(tune: impl FnOnce(&mut crate::transport::QpConfig)) -> Setup {
     // A's PSNs start near the 24-bit wrap, so the frames here cross it.
-    let (mut a, mut b) = pair_with(64, |cfg| cfg.send_psn = 0x00ff_fff0);
+    let (mut a, mut b) = pair_with(64, |cfg| {
+        cfg.send_psn = 0x00ff_fff0;
+        tune(cfg);
+    });
     let src_map = Arc::new(Mapping::anonymous(4096).unwrap());
     src_map.fill(0, 4096, PATTERN).unwrap();
     let src = a.node.register(src_map, 0, 4096, Access::ALL).unwrap();
@@ -315,4 +323,372 @@ fn a_zero_length_write_request_on_the_wire_is_acknowledged() {
     assert_eq!(ack.bth.opcode, Opcode::Acknowledge);
     assert_eq!(ack.aeth.unwrap().syndrome, Syndrome::ACK_UNLIMITED);
     assert!(s.b_memory().iter().all(|&x| x == 0));
+}
+
+/// The rules at DMA length 0, one test per row of the table in `docs/security.md` ("Length
+/// 0"): which request opcodes are checked against rkey, bounds and access flags when they
+/// name no bytes. Each request is crafted from A's WRITE frame with B's expected PSN, sent to
+/// B alone, and B's one answer is read back.
+mod zero_length {
+    use super::*;
+    use crate::transport::RecvRequest;
+    use crate::wire::{FethRepr, ImmDtRepr, Placement, RethRepr, Selectivity};
+
+    /// A key and an address that name nothing at B.
+    const BOGUS_RKEY: u32 = 0x1234_5678;
+    const BOGUS_ADDR: u64 = 0xdead_0000;
+
+    /// What B sent back to one request.
+    #[derive(Debug, PartialEq)]
+    struct Answer {
+        opcode: Opcode,
+        syndrome: Option<Syndrome>,
+        payload: usize,
+        state: QpState,
+    }
+
+    fn ack(opcode: Opcode) -> Answer {
+        Answer {
+            opcode,
+            syndrome: Some(Syndrome::ACK_UNLIMITED),
+            payload: 0,
+            state: QpState::Ready,
+        }
+    }
+
+    fn nak(code: NakCode) -> Answer {
+        Answer {
+            opcode: Opcode::Acknowledge,
+            syndrome: Some(Syndrome::Nak(code)),
+            payload: 0,
+            state: QpState::Error,
+        }
+    }
+
+    /// A region of B that allows FLUSH of both placement types (B's `dst` allows neither).
+    fn flushable(s: &mut Setup) -> MrKeys {
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        let access = Access::ALL | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT;
+        s.b.node.register(map, 0, 4096, access).unwrap()
+    }
+
+    /// One request of `opcode` with these extension headers and payload, at B's expected PSN
+    /// and with AckReq set, made from a WRITE frame of A's.
+    fn request(
+        s: &mut Setup,
+        opcode: Opcode,
+        reth: Option<RethRepr>,
+        feth: Option<FethRepr>,
+        imm: bool,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let frame = s.write_frame(8);
+        let (mut repr, _) = wire::parse_frame(&frame).unwrap();
+        repr.bth.opcode = opcode;
+        repr.bth.ack_req = true;
+        repr.reth = reth;
+        repr.feth = feth;
+        repr.immdt = imm.then_some(ImmDtRepr { data: [1, 2, 3, 4] });
+        let mut out = vec![0u8; repr.buffer_len(payload.len())];
+        let n = repr.emit(&mut out, payload).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    /// B takes `frame` and answers it once.
+    fn answer(s: &mut Setup, frame: &[u8]) -> Answer {
+        assert_eq!(s.b.node.receive(0, frame), RxOutcome::Delivered);
+        s.b.node.service(0);
+        let tx = s.b.node.poll_transmit(0).expect("an answer");
+        let mut out = vec![0u8; tx.frame_len()];
+        s.b.node.emit(&tx, &mut out).unwrap();
+        let (repr, payload) = wire::parse_frame(&out).unwrap();
+        Answer {
+            opcode: repr.bth.opcode,
+            syndrome: repr.aeth.map(|a| a.syndrome),
+            payload: payload.len(),
+            state: s.b.node.qp(0x22).unwrap().state(),
+        }
+    }
+
+    fn reth(virtual_addr: u64, rkey: u32, dma_len: u32) -> Option<RethRepr> {
+        Some(RethRepr {
+            virtual_addr,
+            rkey,
+            dma_len,
+        })
+    }
+
+    fn feth(
+        selectivity: Selectivity,
+        global_visibility: bool,
+        persistence: bool,
+    ) -> Option<FethRepr> {
+        Some(FethRepr {
+            selectivity,
+            placement: Placement {
+                global_visibility,
+                persistence,
+            },
+        })
+    }
+
+    fn untouched(s: &Setup) {
+        assert!(s.b_memory().iter().all(|&x| x == 0), "B's memory untouched");
+    }
+
+    #[test]
+    fn send_only_of_zero_bytes_needs_a_receive_and_completes_it_empty() {
+        let mut s = setup();
+        let f = request(&mut s, Opcode::SendOnly, None, None, false, &[]);
+        // No receive posted: RNR NAK, nothing consumed.
+        let rnr = answer(&mut s, &f);
+        assert!(
+            matches!(rnr.syndrome, Some(Syndrome::RnrNak { .. })),
+            "{rnr:?}"
+        );
+        let mut s = setup();
+        let sgl = SgList::one(s.dst.lkey, s.dst.addr, 64);
+        s.b.qp.post_recv(&[RecvRequest::new(9, sgl)]).unwrap();
+        s.b.node.service(0);
+        let f = request(&mut s, Opcode::SendOnly, None, None, false, &[]);
+        assert_eq!(answer(&mut s, &f), ack(Opcode::Acknowledge));
+        s.b.node.flush_completions();
+        let mut wcs = [WorkCompletion::EMPTY; 4];
+        let n = s.b.cq.poll(&mut wcs);
+        assert_eq!(
+            wcs[..n]
+                .iter()
+                .map(|w| (w.wr_id, w.status, w.byte_len))
+                .collect::<Vec<_>>(),
+            [(9, WcStatus::Success, 0)]
+        );
+        untouched(&s);
+    }
+
+    #[test]
+    fn write_only_of_zero_bytes_is_not_checked_c9_88() {
+        let mut s = setup();
+        let f = request(
+            &mut s,
+            Opcode::RdmaWriteOnly,
+            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+            None,
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), ack(Opcode::Acknowledge));
+        untouched(&s);
+    }
+
+    #[test]
+    fn write_only_with_immediate_of_zero_bytes_is_not_checked_and_consumes_a_receive() {
+        let mut s = setup();
+        s.b.qp
+            .post_recv(&[RecvRequest::new(9, SgList::new())])
+            .unwrap();
+        s.b.node.service(0);
+        let f = request(
+            &mut s,
+            Opcode::RdmaWriteOnlyWithImmediate,
+            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+            None,
+            true,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), ack(Opcode::Acknowledge));
+        s.b.node.flush_completions();
+        let mut wcs = [WorkCompletion::EMPTY; 4];
+        let n = s.b.cq.poll(&mut wcs);
+        assert_eq!(n, 1);
+        assert_eq!(
+            (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+            (9, WcStatus::Success, 0)
+        );
+        untouched(&s);
+    }
+
+    #[test]
+    fn write_first_of_zero_bytes_is_malformed() {
+        // A FIRST carries exactly one MTU: a zero-length message is WRITE ONLY.
+        let mut s = setup();
+        let (addr, rkey) = (s.dst.addr, s.dst.rkey);
+        let f = request(
+            &mut s,
+            Opcode::RdmaWriteFirst,
+            reth(addr, rkey, 0),
+            None,
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), nak(NakCode::InvalidRequest));
+        untouched(&s);
+    }
+
+    #[test]
+    fn read_of_zero_bytes_is_not_checked_c9_88() {
+        let mut s = setup();
+        let f = request(
+            &mut s,
+            Opcode::RdmaReadRequest,
+            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+            None,
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
+    }
+
+    #[test]
+    fn flush_of_a_zero_length_range_checks_the_rkey() {
+        // The independent peer's frame: rkey 0x12345678, address 0xDEAD0000, length 0.
+        let mut s = setup();
+        let f = request(
+            &mut s,
+            Opcode::Flush,
+            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+            feth(Selectivity::MemoryRange, false, true),
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
+        untouched(&s);
+    }
+
+    #[test]
+    fn flush_of_a_zero_length_range_checks_the_bounds() {
+        let mut s = setup();
+        let r = flushable(&mut s);
+        // One byte past the region's end: [VA, VA + 0) is not inside it.
+        let f = request(
+            &mut s,
+            Opcode::Flush,
+            reth(r.addr + 4097, r.rkey, 0),
+            feth(Selectivity::MemoryRange, true, false),
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
+    }
+
+    #[test]
+    fn flush_of_a_zero_length_range_checks_the_access_flags() {
+        // B's `dst` allows READ and WRITE, not FLUSH.
+        for (global, persistent) in [(true, false), (false, true)] {
+            let mut s = setup();
+            let (addr, rkey) = (s.dst.addr, s.dst.rkey);
+            let f = request(
+                &mut s,
+                Opcode::Flush,
+                reth(addr, rkey, 0),
+                feth(Selectivity::MemoryRange, global, persistent),
+                false,
+                &[],
+            );
+            assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
+        }
+    }
+
+    #[test]
+    fn flush_of_a_zero_length_range_that_passes_every_check_is_answered() {
+        // The row's other side: the same request, legitimate, gets its empty response, also
+        // at the region's very end.
+        for offset in [0, 4096] {
+            let mut s = setup();
+            let r = flushable(&mut s);
+            let f = request(
+                &mut s,
+                Opcode::Flush,
+                reth(r.addr + offset, r.rkey, 0),
+                feth(Selectivity::MemoryRange, true, true),
+                false,
+                &[],
+            );
+            assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
+        }
+    }
+
+    #[test]
+    fn flush_of_a_whole_region_checks_the_rkey_whatever_the_length() {
+        let mut s = setup();
+        let f = request(
+            &mut s,
+            Opcode::Flush,
+            reth(0, BOGUS_RKEY, 0),
+            feth(Selectivity::MemoryRegion, false, true),
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
+        let mut s = setup();
+        let r = flushable(&mut s);
+        let f = request(
+            &mut s,
+            Opcode::Flush,
+            reth(0, r.rkey, 0),
+            feth(Selectivity::MemoryRegion, false, true),
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
+    }
+
+    #[test]
+    fn atomic_write_of_dma_length_zero_is_an_invalid_request() {
+        // ATOMIC WRITE is always 8 bytes: its payload is exactly 8 (`wire` cannot even encode
+        // another length, and parses none), and a DMA length other than 8 is refused.
+        let mut s = setup();
+        let (addr, rkey) = (s.dst.addr, s.dst.rkey);
+        let value = 7u64.to_be_bytes();
+        let f = request(
+            &mut s,
+            Opcode::AtomicWrite,
+            reth(addr, rkey, 0),
+            None,
+            false,
+            &value,
+        );
+        assert_eq!(answer(&mut s, &f), nak(NakCode::InvalidRequest));
+        untouched(&s);
+        // And with DMA length 8 the same request lands (the row can fail).
+        let mut s = setup();
+        let (addr, rkey) = (s.dst.addr, s.dst.rkey);
+        let f = request(
+            &mut s,
+            Opcode::AtomicWrite,
+            reth(addr, rkey, 8),
+            None,
+            false,
+            &value,
+        );
+        assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
+        assert_eq!(s.b_memory()[..8], value);
+    }
+
+    #[test]
+    fn durable_write_only_of_zero_bytes_is_not_checked_like_a_write() {
+        // Portico's durable WRITE is a WRITE (C9-88 applies); its durable ACK vouches for the
+        // durable WRITEs before it, which were checked, and for no range of its own.
+        let mut s = setup_with(|cfg| cfg.durable_writes = true);
+        let f = request(
+            &mut s,
+            Opcode::DurableWriteOnly,
+            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+            None,
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), ack(Opcode::Acknowledge));
+        // Without the negotiation the opcode is refused at any length.
+        let mut s = setup();
+        let f = request(
+            &mut s,
+            Opcode::DurableWriteOnly,
+            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+            None,
+            false,
+            &[],
+        );
+        assert_eq!(answer(&mut s, &f), nak(NakCode::InvalidRequest));
+    }
 }

@@ -695,14 +695,12 @@ impl Responder {
                 if pl.persistence {
                     need = need | Access::FLUSH_PERSISTENT;
                 }
+                // Checked whatever the length: IBTA's zero-length exemption (C9-88) is for
+                // RDMA READ and WRITE only, and an empty FLUSH still answers that a range of a
+                // region is visible or durable (docs/security.md, "Length 0").
                 let target = match feth.selectivity {
                     Selectivity::MemoryRange => mem
-                        .check_remote_dma(
-                            reth.rkey,
-                            reth.virtual_addr,
-                            u64::from(reth.dma_len),
-                            need,
-                        )
+                        .check_remote(reth.rkey, reth.virtual_addr, u64::from(reth.dma_len), need)
                         .map(|at| (at, u64::from(reth.dma_len))),
                     Selectivity::MemoryRegion => {
                         mem.check_remote_region(reth.rkey, need).map(|(slot, len)| {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Prints the Rust toolchain the tests run with, and whether it has the MIR GVN miscompile
+# Portico hit in the release profile (rust-lang/rust#155241, docs/toolchain.md): a tiny
+# program of that shape built with `rustc -O` and run. Informational: it never fails the build
+# (Portico's own code avoids the shape), but a line that says "present" tells whoever reads a
+# red release-profile test where to look first.
+set -uo pipefail
+rustc_bin=${RUSTC:-rustc}
+echo "toolchain: $($rustc_bin --version) ($(cargo --version 2>/dev/null || echo 'cargo ?'))"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cat >"$dir/gvn.rs" <<'RS'
+// Two equal, by-value `Table::new()` arguments to a closure called twice: rustc 1.95's MIR GVN
+// passes the first call's (dropped) table to the second call as well.
+struct Table {
+    keys: Vec<u32>,
+    next: u64,
+    seed: u64,
+}
+impl Table {
+    fn new() -> Table {
+        Table { keys: Vec::new(), next: 0, seed: 0 }
+    }
+    fn register(&mut self) -> u32 {
+        self.keys.push(7 + self.next as u32 + self.seed as u32);
+        self.next += 1;
+        self.keys[0]
+    }
+}
+fn main() {
+    let register = |mut t: Table| t.register();
+    let a = register(Table::new());
+    let b = register(Table::new());
+    assert_eq!((a, b), (7, 7));
+}
+RS
+if ! $rustc_bin -O --edition 2021 "$dir/gvn.rs" -o "$dir/gvn" 2>"$dir/err"; then
+    echo "toolchain: the rust-lang/rust#155241 probe did not build: $(head -1 "$dir/err")"
+elif [ "$(bash -c '"$1" >/dev/null 2>&1; echo $?' _ "$dir/gvn" 2>/dev/null)" = 0 ]; then
+    echo "toolchain: rust-lang/rust#155241 (MIR GVN, by-value closure argument): not present"
+else
+    echo "toolchain: rust-lang/rust#155241 (MIR GVN, by-value closure argument): PRESENT (the probe aborts at -O; docs/toolchain.md)"
+fi
+exit 0
