@@ -31,17 +31,27 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Every test: formatting and lints, unit tests, integration tests on real EAL with vdevs,
-# then each fuzz target for FUZZ_SECONDS (30 s) from its seed corpus (scripts/fuzz.sh,
-# docs/fuzzing.md). Ends with the fuzz summary and one line that adds up every test
-# binary's result.
+# Every test: formatting and lints; the toolchain (scripts/toolchain-check.sh); unit tests and
+# integration tests on real EAL with vdevs (debug profile); the release profile, which users
+# run: every crate's unit tests, every bench operation with --verify and the memif soak from
+# the release binary (docs/toolchain.md); the node and transport tests under valgrind's
+# memcheck (scripts/valgrind.sh); then each fuzz target for FUZZ_SECONDS (30 s) from its seed
+# corpus (scripts/fuzz.sh, docs/fuzzing.md). Ends with the fuzz summary and one line that adds
+# up every test binary's result.
 FUZZ_SECONDS ?= 30
+RELEASE_TESTS := --test bench_verify_every_op --test memif_soak
 test: lint
 	@mkdir -p target
+	@scripts/toolchain-check.sh | tee target/toolchain.log
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log
+	set -o pipefail; $(CARGO) test --release --workspace --lib 2>&1 | tee target/test-release.log
+	set -o pipefail; $(CARGO) test --release -p portico $(RELEASE_TESTS) 2>&1 | tee -a target/test-release.log
+	set -o pipefail; CARGO="$(CARGO)" scripts/valgrind.sh 2>&1 | tee target/valgrind-summary.log
 	set -o pipefail; CARGO="$(CARGO)" scripts/fuzz.sh $(FUZZ_SECONDS) 2>&1 | tee target/fuzz.log
 	@grep -E '^fuzz: [a-z_]+: [0-9]+s,|^fuzz: [0-9]+ targets' target/fuzz.log
-	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' target/test.log
+	@grep -E '^valgrind: ' target/valgrind-summary.log
+	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "release: %d passed, %d failed\n", p, f}' target/test-release.log
+	@awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' target/test.log target/test-release.log
 
 # portico fwd vs dpdk-testpmd io forwarding on the same net_null ports (prints the ratio).
 bench-fwd: build

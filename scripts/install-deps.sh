@@ -2,11 +2,12 @@
 # Installs what Portico needs to build and test, from Debian's packages: DPDK 22.11 (headers,
 # PMDs, dpdk-testpmd), clang/libclang for bindgen, pkg-config, g++ (libFuzzer, built by the fuzz
 # targets), and for the tests iproute2 (network namespaces), python3-scapy (an independent
-# RoCEv2 peer) and tshark (captures of Portico's extensions must still decode as RoCEv2).
+# RoCEv2 peer), tshark (captures of Portico's extensions must still decode as RoCEv2) and
+# valgrind (memcheck of the engine's tests, scripts/valgrind.sh).
 # Idempotent: does nothing when everything is there. Uses sudo when not run as root.
 set -euo pipefail
 
-packages=(libdpdk-dev dpdk dpdk-dev clang libclang-dev pkg-config make g++ iproute2 python3-scapy tshark)
+packages=(libdpdk-dev dpdk dpdk-dev clang libclang-dev pkg-config make g++ iproute2 python3-scapy tshark valgrind)
 
 missing=()
 for p in "${packages[@]}"; do

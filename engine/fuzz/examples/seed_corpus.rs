@@ -6,6 +6,8 @@
 //! cargo run --release --example seed_corpus -- capture CAPTURE.pcapng OUT_DIR NAME [INPUTS] [FRAMES]
 //! # Conversations: OUT_DIR/rdma_node/conversation-SCENARIO.
 //! cargo run --release --example seed_corpus -- conversations OUT_DIR
+//! # FLUSH at DMA length 0: OUT_DIR/rdma_node/flush-zero-length-NN, OUT_DIR/parse_roce/...
+//! cargo run --release --example seed_corpus -- flush OUT_DIR
 //! ```
 //!
 //! **From a capture.** For `rdma_node`: INPUTS (24) windows of FRAMES (12) consecutive frames,
@@ -40,7 +42,7 @@ use portico_fuzz::rdma_node::{
     REGION_LEN, Record, dt_code, peer_rkey, run,
 };
 
-const USAGE: &str = "usage: seed_corpus capture CAPTURE.pcapng OUT_DIR NAME [INPUTS] [FRAMES]\n       seed_corpus conversations OUT_DIR";
+const USAGE: &str = "usage: seed_corpus capture CAPTURE.pcapng OUT_DIR NAME [INPUTS] [FRAMES]\n       seed_corpus conversations OUT_DIR\n       seed_corpus flush OUT_DIR";
 
 /// Inputs larger than this are not written whole (scripts/fuzz.sh runs with -max_len=8192).
 const MAX_INPUT: usize = 8000;
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
             })
         }
         Some("conversations") if args.len() == 2 => conversations(Path::new(&args[1])),
+        Some("flush") if args.len() == 2 => flush(Path::new(&args[1])),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -464,5 +467,99 @@ fn write_all(dir: &Path, name: &str, inputs: &[Vec<u8>]) -> Result<(), String> {
         let path: PathBuf = dir.join(format!("{name}-{k:02}"));
         std::fs::write(&path, input).map_err(|e| format!("{}: {e}", path.display()))?;
     }
+    Ok(())
+}
+
+/// FLUSH requests of DMA length 0 (issue 28: one with a bogus rkey was answered as a success):
+/// a bogus rkey and address with range selectivity (the independent peer's frame), the same
+/// with region selectivity, a zero-length range at R1's end (legitimate), and one just past it.
+/// Each input is one frame at the PSN the node expects, then a legitimate WRITE behind it, so
+/// that what follows the refusal (the queue pair in error) is exercised too.
+fn flush(out: &Path) -> Result<(), String> {
+    use wire::{BthRepr, Ecn, FethRepr, Placement, RethRepr, RoceIpv4, Selectivity};
+    let r1 = Harness::new().r1.rkey;
+    let (qpn, _, _) = QPS[0];
+    let frame = |psn: u32, opcode: Opcode, reth: RethRepr, feth: Option<FethRepr>, payload: &[u8]| {
+        let repr = RoceRepr {
+            src_mac: PEER_MAC,
+            dst_mac: NODE_MAC,
+            ip: RoceIpv4 {
+                src_addr: PEER_IP,
+                dst_addr: NODE_IP,
+                dscp: 0,
+                ecn: Ecn::NotEct,
+                ident: psn as u16,
+                dont_frag: true,
+                ttl: 64,
+            },
+            src_port: 0xc000,
+            bth: BthRepr {
+                opcode,
+                solicited: false,
+                migreq: false,
+                pad_count: 0,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: qpn,
+                ack_req: true,
+                psn,
+            },
+            feth,
+            reth: Some(reth),
+            aeth: None,
+            immdt: None,
+            ceth: None,
+        };
+        let mut buf = vec![0u8; repr.buffer_len(payload.len())];
+        let n = repr.emit(&mut buf, payload).map_err(|e| format!("emit: {e:?}"))?;
+        buf.truncate(n);
+        Ok::<Vec<u8>, String>(buf)
+    };
+    let range = |global, persistence| FethRepr {
+        selectivity: Selectivity::MemoryRange,
+        placement: Placement {
+            global_visibility: global,
+            persistence,
+        },
+    };
+    let region = FethRepr {
+        selectivity: Selectivity::MemoryRegion,
+        placement: Placement {
+            global_visibility: false,
+            persistence: true,
+        },
+    };
+    let flushes = [
+        (0xdead_0000, 0x1234_5678, range(false, true)),
+        (0, 0x1234_5678, region),
+        (R1_IOVA + REGION_LEN as u64, r1, range(true, true)),
+        (R1_IOVA + REGION_LEN as u64 + 1, r1, range(true, false)),
+    ];
+    let write = RethRepr {
+        virtual_addr: R1_IOVA,
+        rkey: r1,
+        dma_len: 16,
+    };
+    let mut rdma = Vec::new();
+    let mut parse = Vec::new();
+    for (addr, rkey, feth) in flushes {
+        let reth = RethRepr {
+            virtual_addr: addr,
+            rkey,
+            dma_len: 0,
+        };
+        let f = frame(0, Opcode::Flush, reth, Some(feth), &[])?;
+        let w = frame(1, Opcode::RdmaWriteOnly, write, None, &[0x5a; 16])?;
+        let mut input = Vec::new();
+        Record::Frame { dt: 1, frame: &f }.encode(&mut input);
+        Record::Frame { dt: 1, frame: &w }.encode(&mut input);
+        run(&input);
+        rdma.push(input);
+        parse.push(f);
+    }
+    write_all(&out.join("rdma_node"), "flush-zero-length", &rdma)?;
+    write_all(&out.join("parse_roce"), "flush-zero-length", &parse)?;
+    println!("seed_corpus: {} FLUSH inputs of DMA length 0", rdma.len());
     Ok(())
 }
