@@ -316,7 +316,8 @@ mod tests {
             assert_eq!(munmap(p, 4096), 0);
             // A second unmap of the same range succeeds too (nothing is mapped there).
             assert_eq!(munmap(p, 4096), 0);
-            assert_eq!(munmap(1 as *mut c_void, 4096), -1, "misaligned: EINVAL");
+            let misaligned = (p as *mut u8).wrapping_add(1).cast::<c_void>();
+            assert_eq!(munmap(misaligned, 4096), -1, "misaligned: EINVAL");
         }
     }
 }
