@@ -3,7 +3,8 @@
 //!
 //! - A long run: `PORTICO_SOAK_PAIRS` WRITE+READ pairs of 4 KiB (20 000 by default, a few
 //!   seconds; set it to millions for hours) at full rate, every byte read back and compared;
-//!   both sides must show no retransmission, no ICRC error and nothing missed by the ports.
+//!   both sides must show no needed retransmission, no ICRC error and nothing missed by the
+//!   ports.
 //! - Peers that come and go: one target serves `PORTICO_SOAK_CYCLES` initiators in turn (40 by
 //!   default, about 15 s), each a process that connects, runs its pairs and exits, then a few
 //!   that are killed mid-run, all while one spinning thread per CPU deschedules the target's
@@ -17,14 +18,14 @@
 //! killed if the test fails.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod child;
-use child::lines;
+use child::{Guard, lines};
 
 /// The two tests load the machine differently and would disturb each other: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -42,72 +43,22 @@ fn env_count(name: &str, default: u64) -> u64 {
     }
 }
 
+/// A config for one side, its worker on `core`.
 fn config(role: &str, dir: &Path, core: usize, psn_line: &str) -> String {
-    let (me, peer) = if role == "server" {
-        (
-            ("02:00:00:00:00:0b", "10.9.0.2", 0x22),
-            ("02:00:00:00:00:0a", "10.9.0.1", 0x11),
-        )
-    } else {
-        (
-            ("02:00:00:00:00:0a", "10.9.0.1", 0x11),
-            ("02:00:00:00:00:0b", "10.9.0.2", 0x22),
-        )
-    };
-    format!(
-        r#"
-[eal]
-args = ["--file-prefix=portico-soak-{role}-{pid}"]
-hugepages = "off"
-memory_mb = 512
-[rdma]
-port = "net_memif0,role={role},id=0,socket={sock}"
-core = {core}
-mac = "{}"
-ip = "{}"
-qpn = {}
-peer_mac = "{}"
-peer_ip = "{}"
-peer_qpn = {}
-mtu = 4096
-region_len = 1048576
-{psn_line}
-"#,
-        me.0,
-        me.1,
-        me.2,
-        peer.0,
-        peer.1,
-        peer.2,
-        sock = dir.join("memif.sock").display(),
-        pid = std::process::id(),
+    let a = ("02:00:00:00:00:0a", "10.9.0.1", 0x11);
+    let b = ("02:00:00:00:00:0b", "10.9.0.2", 0x22);
+    let sides = if role == "server" { (b, a) } else { (a, b) };
+    let prefix = format!("portico-soak-{role}-{}", std::process::id());
+    let rdma = format!("region_len = 1048576\n{psn_line}");
+    child::memif_config(
+        role,
+        &prefix,
+        &dir.join("memif.sock"),
+        core,
+        sides,
+        &[],
+        &rdma,
     )
-}
-
-/// A child process killed (and reaped) when the test lets go of it without waiting for it.
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn id(&self) -> u32 {
-        self.0.as_ref().unwrap().id()
-    }
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().unwrap()
-    }
-    fn wait(&mut self, what: &str, limit: Duration) -> ExitStatus {
-        let st = child::wait(self.child(), limit, what);
-        self.0 = None;
-        st
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// A running target, its `ready` line and its output.
@@ -193,7 +144,9 @@ fn stop_target(mut t: Target) -> serde_json::Value {
         .status()
         .unwrap();
     assert!(killed.success());
-    let status = t.proc.wait("the target", Duration::from_secs(60));
+    let status = t
+        .proc
+        .wait_until("the target", Instant::now() + Duration::from_secs(60));
     assert!(
         status.success(),
         "target exit {status:?} (SIGSEGV is 11): {:?}",
@@ -203,11 +156,20 @@ fn stop_target(mut t: Target) -> serde_json::Value {
     serde_json::from_str(rest.last().expect("a target summary")).unwrap()
 }
 
+/// Nothing was lost or damaged on the link. A retransmission is allowed only when the requester
+/// itself found it unneeded (`spurious_retransmissions`: the original's ACK came back): on this
+/// 2-core machine three busy threads (two workers and the initiator's host loop) share two
+/// cores, and a scheduler slice now and then outlasts the 250 µs minimum timeout (0 to 8 per
+/// 20 000 pairs in the debug build, 0 in the release build; `docs/dataplane.md`, "memif").
 fn assert_lossless(side: &str, v: &serde_json::Value) {
     let c = &v["counters"];
-    for k in ["retransmissions", "icrc_errors", "malformed", "unknown_qp"] {
+    for k in ["icrc_errors", "malformed", "unknown_qp"] {
         assert_eq!(c[k], 0, "{side} {k}: {c}");
     }
+    assert_eq!(
+        c["retransmissions"], c["spurious_retransmissions"],
+        "{side}: a retransmission that was needed: {c}"
+    );
     let stats = &v["ports"][0]["stats"];
     for k in ["rx_missed", "rx_errors", "rx_nombuf", "tx_errors"] {
         assert_eq!(stats[k], 0, "{side} {k}: {stats}");
@@ -226,7 +188,7 @@ fn a_long_run_at_full_rate_loses_nothing() {
     let out = lines(init.child().stdout.take().unwrap());
     let err = lines(init.child().stderr.take().unwrap());
     let limit = Duration::from_secs(60 + pairs / 1000);
-    let status = init.wait("the initiator", limit);
+    let status = init.wait_until("the initiator", Instant::now() + limit);
     let stdout: Vec<String> = out.iter().collect();
     assert!(
         status.success(),
@@ -297,7 +259,7 @@ fn the_target_survives_its_peers_going_away_under_load() {
         let mut init = Guard(Some(start_initiator(&dir, &t, c_init, ops, psn, k)));
         let err = lines(init.child().stderr.take().unwrap());
         let _out = lines(init.child().stdout.take().unwrap());
-        let status = init.wait("an initiator", Duration::from_secs(60));
+        let status = init.wait_until("an initiator", Instant::now() + Duration::from_secs(60));
         assert!(
             status.success(),
             "initiator {k}: {status:?}: {:?}",

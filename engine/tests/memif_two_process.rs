@@ -12,12 +12,12 @@
 //! carry the initiator's PSNs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod child;
-use child::lines;
+use child::{Guard, lines};
 
 const OPS: u64 = 200;
 const SIZE: usize = 4096;
@@ -28,84 +28,22 @@ const INITIATOR_PSN: u32 = 0x12_3456;
 /// The two runs share the cores and would slow each other down: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-#[allow(clippy::too_many_arguments)]
 fn config(
     role: &str,
     tag: &str,
     sock: &Path,
     core: usize,
-    me: (&str, &str, u32),
-    peer: (&str, &str, u32),
+    sides: (child::Side, child::Side),
     region_addr: Option<u64>,
     psn: &str,
 ) -> String {
     let region_addr = region_addr.map_or(String::new(), |a| format!("region_addr = {a}"));
-    format!(
-        r#"
-[eal]
-args = ["--file-prefix=portico-test-{tag}-{role}-{pid}"]
-hugepages = "off"
-memory_mb = 512
-[rdma]
-port = "net_memif0,role={role},id=0,socket={sock}"
-core = {core}
-mac = "{}"
-ip = "{}"
-qpn = {}
-peer_mac = "{}"
-peer_ip = "{}"
-peer_qpn = {}
-mtu = 4096
-# The target's region allows FLUSH with persistence, so every WRITE into a file region is
-# persisted (msync) before the READ behind it is answered: 5 to 20 ms here, now and then over
-# 100 ms. A retransmission timer of 1 ms (the default) would give up on the READ.
-timeout_us = 100000
-{psn}
-{region_addr}
-region_len = {REGION_LEN}
-"#,
-        me.0,
-        me.1,
-        me.2,
-        peer.0,
-        peer.1,
-        peer.2,
-        sock = sock.display(),
-        pid = std::process::id(),
-    )
-}
-
-/// A child process killed (and reaped) when the test lets go of it without waiting for it.
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn id(&self) -> u32 {
-        self.0.as_ref().unwrap().id()
-    }
-
-    /// Waits until `deadline` for the process to exit; kills it and panics otherwise.
-    fn wait_until(&mut self, what: &str, deadline: Instant) -> ExitStatus {
-        let child = self.0.as_mut().unwrap();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.0 = None;
-                return status;
-            }
-            if Instant::now() > deadline {
-                panic!("{what} still running at its deadline; killed");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    // The target's region allows FLUSH with persistence, so every WRITE into a file region is
+    // persisted (msync) before the READ behind it is answered: 5 to 20 ms here, now and then
+    // over 100 ms. A retransmission timer of 1 ms (the default) would give up on the READ.
+    let rdma = format!("timeout_us = 100000\n{psn}\n{region_addr}\nregion_len = {REGION_LEN}");
+    let prefix = format!("portico-test-{tag}-{role}-{}", std::process::id());
+    child::memif_config(role, &prefix, sock, core, sides, &[], &rdma)
 }
 
 /// What one run printed: the target's `ready` line and summary, the initiator's summary.
@@ -130,12 +68,20 @@ fn run(tag: &str, dir: &Path, target_args: &[&str], init_extra: &str) -> Run {
     let psn = format!("psn = {INITIATOR_PSN:#x}");
     std::fs::write(
         &target_cfg,
-        config("server", tag, &sock, c_target, b, a, None, &peer_psn),
+        config("server", tag, &sock, c_target, (b, a), None, &peer_psn),
     )
     .unwrap();
     std::fs::write(
         &init_cfg,
-        config("client", tag, &sock, c_init, a, b, Some(0x1000_0000), &psn) + init_extra,
+        config(
+            "client",
+            tag,
+            &sock,
+            c_init,
+            (a, b),
+            Some(0x1000_0000),
+            &psn,
+        ) + init_extra,
     )
     .unwrap();
 

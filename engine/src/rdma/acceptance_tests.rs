@@ -395,6 +395,17 @@ mod zero_length {
         out
     }
 
+    /// [`request`] of `opcode` with no immediate and no payload, and B's answer to it.
+    fn ask(
+        s: &mut Setup,
+        opcode: Opcode,
+        reth: Option<RethRepr>,
+        feth: Option<FethRepr>,
+    ) -> Answer {
+        let f = request(s, opcode, reth, feth, false, &[]);
+        answer(s, &f)
+    }
+
     /// B takes `frame` and answers it once.
     fn answer(s: &mut Setup, frame: &[u8]) -> Answer {
         assert_eq!(s.b.node.receive(0, frame), RxOutcome::Delivered);
@@ -469,15 +480,15 @@ mod zero_length {
     #[test]
     fn write_only_of_zero_bytes_is_not_checked_c9_88() {
         let mut s = setup();
-        let f = request(
-            &mut s,
-            Opcode::RdmaWriteOnly,
-            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
-            None,
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::RdmaWriteOnly,
+                reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+                None
+            ),
+            ack(Opcode::Acknowledge)
         );
-        assert_eq!(answer(&mut s, &f), ack(Opcode::Acknowledge));
         untouched(&s);
     }
 
@@ -513,45 +524,40 @@ mod zero_length {
         // A FIRST carries exactly one MTU: a zero-length message is WRITE ONLY.
         let mut s = setup();
         let (addr, rkey) = (s.dst.addr, s.dst.rkey);
-        let f = request(
-            &mut s,
-            Opcode::RdmaWriteFirst,
-            reth(addr, rkey, 0),
-            None,
-            false,
-            &[],
+        assert_eq!(
+            ask(&mut s, Opcode::RdmaWriteFirst, reth(addr, rkey, 0), None),
+            nak(NakCode::InvalidRequest)
         );
-        assert_eq!(answer(&mut s, &f), nak(NakCode::InvalidRequest));
         untouched(&s);
     }
 
     #[test]
     fn read_of_zero_bytes_is_not_checked_c9_88() {
         let mut s = setup();
-        let f = request(
-            &mut s,
-            Opcode::RdmaReadRequest,
-            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
-            None,
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::RdmaReadRequest,
+                reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+                None
+            ),
+            ack(Opcode::RdmaReadResponseOnly)
         );
-        assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
     }
 
     #[test]
     fn flush_of_a_zero_length_range_checks_the_rkey() {
         // The independent peer's frame: rkey 0x12345678, address 0xDEAD0000, length 0.
         let mut s = setup();
-        let f = request(
-            &mut s,
-            Opcode::Flush,
-            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
-            feth(Selectivity::MemoryRange, false, true),
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::Flush,
+                reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+                feth(Selectivity::MemoryRange, false, true)
+            ),
+            nak(NakCode::RemoteAccessError)
         );
-        assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
         untouched(&s);
     }
 
@@ -560,15 +566,15 @@ mod zero_length {
         let mut s = setup();
         let r = flushable(&mut s);
         // One byte past the region's end: [VA, VA + 0) is not inside it.
-        let f = request(
-            &mut s,
-            Opcode::Flush,
-            reth(r.addr + 4097, r.rkey, 0),
-            feth(Selectivity::MemoryRange, true, false),
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::Flush,
+                reth(r.addr + 4097, r.rkey, 0),
+                feth(Selectivity::MemoryRange, true, false)
+            ),
+            nak(NakCode::RemoteAccessError)
         );
-        assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
     }
 
     #[test]
@@ -577,15 +583,15 @@ mod zero_length {
         for (global, persistent) in [(true, false), (false, true)] {
             let mut s = setup();
             let (addr, rkey) = (s.dst.addr, s.dst.rkey);
-            let f = request(
-                &mut s,
-                Opcode::Flush,
-                reth(addr, rkey, 0),
-                feth(Selectivity::MemoryRange, global, persistent),
-                false,
-                &[],
+            assert_eq!(
+                ask(
+                    &mut s,
+                    Opcode::Flush,
+                    reth(addr, rkey, 0),
+                    feth(Selectivity::MemoryRange, global, persistent)
+                ),
+                nak(NakCode::RemoteAccessError)
             );
-            assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
         }
     }
 
@@ -596,41 +602,41 @@ mod zero_length {
         for offset in [0, 4096] {
             let mut s = setup();
             let r = flushable(&mut s);
-            let f = request(
-                &mut s,
-                Opcode::Flush,
-                reth(r.addr + offset, r.rkey, 0),
-                feth(Selectivity::MemoryRange, true, true),
-                false,
-                &[],
+            assert_eq!(
+                ask(
+                    &mut s,
+                    Opcode::Flush,
+                    reth(r.addr + offset, r.rkey, 0),
+                    feth(Selectivity::MemoryRange, true, true)
+                ),
+                ack(Opcode::RdmaReadResponseOnly)
             );
-            assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
         }
     }
 
     #[test]
     fn flush_of_a_whole_region_checks_the_rkey_whatever_the_length() {
         let mut s = setup();
-        let f = request(
-            &mut s,
-            Opcode::Flush,
-            reth(0, BOGUS_RKEY, 0),
-            feth(Selectivity::MemoryRegion, false, true),
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::Flush,
+                reth(0, BOGUS_RKEY, 0),
+                feth(Selectivity::MemoryRegion, false, true)
+            ),
+            nak(NakCode::RemoteAccessError)
         );
-        assert_eq!(answer(&mut s, &f), nak(NakCode::RemoteAccessError));
         let mut s = setup();
         let r = flushable(&mut s);
-        let f = request(
-            &mut s,
-            Opcode::Flush,
-            reth(0, r.rkey, 0),
-            feth(Selectivity::MemoryRegion, false, true),
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::Flush,
+                reth(0, r.rkey, 0),
+                feth(Selectivity::MemoryRegion, false, true)
+            ),
+            ack(Opcode::RdmaReadResponseOnly)
         );
-        assert_eq!(answer(&mut s, &f), ack(Opcode::RdmaReadResponseOnly));
     }
 
     #[test]
@@ -670,25 +676,25 @@ mod zero_length {
         // Portico's durable WRITE is a WRITE (C9-88 applies); its durable ACK vouches for the
         // durable WRITEs before it, which were checked, and for no range of its own.
         let mut s = setup_with(|cfg| cfg.durable_writes = true);
-        let f = request(
-            &mut s,
-            Opcode::DurableWriteOnly,
-            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
-            None,
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::DurableWriteOnly,
+                reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+                None
+            ),
+            ack(Opcode::Acknowledge)
         );
-        assert_eq!(answer(&mut s, &f), ack(Opcode::Acknowledge));
         // Without the negotiation the opcode is refused at any length.
         let mut s = setup();
-        let f = request(
-            &mut s,
-            Opcode::DurableWriteOnly,
-            reth(BOGUS_ADDR, BOGUS_RKEY, 0),
-            None,
-            false,
-            &[],
+        assert_eq!(
+            ask(
+                &mut s,
+                Opcode::DurableWriteOnly,
+                reth(BOGUS_ADDR, BOGUS_RKEY, 0),
+                None
+            ),
+            nak(NakCode::InvalidRequest)
         );
-        assert_eq!(answer(&mut s, &f), nak(NakCode::InvalidRequest));
     }
 }
