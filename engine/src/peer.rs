@@ -589,15 +589,15 @@ fn ports(port: &Port) -> Result<Vec<PortSummary>, AppError> {
     Ok(vec![port_summary(port.id(), "rdma")?])
 }
 
+/// How often `portico target` samples its port's counters (and polls its completions).
+const TALLY_PERIOD: Duration = Duration::from_millis(2);
+
 /// A port's counters summed across the PMD's own resets. `net_memif` counts only the current
 /// connection (its counters read 0 once the peer has gone), so the target samples them while
 /// it serves: a counter that went down has started again from 0, and what it had counted is
 /// kept. What arrives between the last sample and a disconnection ([`TALLY_PERIOD`] at most) is
 /// missed. (At 20 ms, a release build's 200 WRITE+READ pairs could begin and end between two
 /// samples, and the summary then showed no packet at all.)
-/// How often `portico target` samples its port's counters (and polls its completions).
-const TALLY_PERIOD: Duration = Duration::from_millis(2);
-
 #[derive(Default)]
 struct PortTally {
     /// What earlier connections counted.

@@ -401,10 +401,6 @@ pub fn parse_mac(field: &str, s: &str) -> Result<EthernetAddress, ConfigError> {
     EthernetAddress::from_bytes(&octets).ok_or_else(bad)
 }
 
-/// Bytes a RoCEv2 frame adds to its path MTU of payload at most (Ethernet, IPv4, UDP, BTH and
-/// the extension headers, pad, ICRC), rounded up: `rdma::FRAME_DATA_ROOM` less headroom.
-pub const FRAME_OVERHEAD: u32 = 256;
-
 /// `rdma.port` as EAL is given it. A `net_memif` port must hold every frame in one of its
 /// buffers: DPDK 22.11's memif splits a longer frame over several descriptors, and its
 /// transmit path leaves a stale "next" flag on a descriptor that a later one-buffer frame
@@ -417,7 +413,7 @@ pub fn memif_port(port: &str, mtu: u32) -> Result<String, String> {
     if driver != "net_memif" {
         return Ok(port.to_string());
     }
-    let frame = mtu + FRAME_OVERHEAD;
+    let frame = mtu + crate::wire::roce::MAX_FRAME_OVERHEAD as u32;
     let given = port
         .split(',')
         .skip(1)

@@ -24,8 +24,8 @@
 //!
 //! Any unmapping by any thread passes through [`before_unmap`]; with no worker registered (no
 //! memif port) it is one load. Unmapping from a worker thread skips its own slot. A thread that
-//! stays inside a PMD call longer than [`MAX_WAIT`] is given up on (counted): the unmap goes
-//! ahead rather than hang the process.
+//! stays inside a PMD call longer than [`MAX_WAIT`] is given up on (one line on standard
+//! error): the unmap goes ahead rather than hang the process.
 //!
 //! `PORTICO_UNMAP_GUARD=off` in the environment turns the wait off, to show the crash it
 //! prevents (`engine/tests/memif_soak.rs`); nothing else should set it.
@@ -65,10 +65,6 @@ static EXPEDITED: AtomicBool = AtomicBool::new(false);
 static REGISTER: Once = Once::new();
 /// Unmaps that found a thread inside a PMD call and waited for it.
 static WAITED: AtomicU64 = AtomicU64::new(0);
-/// ... and how long the longest wait took (ns).
-static LONGEST_NS: AtomicU64 = AtomicU64::new(0);
-/// Waits given up after [`MAX_WAIT`].
-static GAVE_UP: AtomicU64 = AtomicU64::new(0);
 
 // linux/membarrier.h
 const MEMBARRIER_CMD_GLOBAL: c_int = 1;
@@ -97,27 +93,9 @@ impl Drop for Release {
     }
 }
 
-/// What the guard did in this process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct GuardStats {
-    /// Unmaps that waited for a thread to leave a PMD call.
-    pub waited: u64,
-    /// The longest such wait, in ns.
-    pub longest_wait_ns: u64,
-    /// Waits given up after [`MAX_WAIT`].
-    pub gave_up: u64,
-    /// The guard is on (`PORTICO_UNMAP_GUARD` is not `off`).
-    pub enabled: bool,
-}
-
-/// The counters since the process started.
-pub fn stats() -> GuardStats {
-    GuardStats {
-        waited: WAITED.load(Ordering::Relaxed),
-        longest_wait_ns: LONGEST_NS.load(Ordering::Relaxed),
-        gave_up: GAVE_UP.load(Ordering::Relaxed),
-        enabled: !DISABLED.load(Ordering::Relaxed),
-    }
+/// Unmaps since the process started that found a thread inside a PMD call and waited for it.
+pub fn waited() -> u64 {
+    WAITED.load(Ordering::Relaxed)
 }
 
 /// Reads `PORTICO_UNMAP_GUARD` and makes sure the process's own `munmap` is linked in. Called by
@@ -183,9 +161,7 @@ fn claim() -> Option<usize> {
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     })?;
-    // An even number: outside.
-    let seq = &TABLE[i].seq;
-    seq.store((seq.load(Ordering::Relaxed) + 1) & !1, Ordering::Relaxed);
+    // Its sequence number is even: a slot is freed only by its thread, outside any call.
     MINE.with(|m| m.set(i));
     RELEASE.with(|_| {});
     CLAIMED.fetch_add(1, Ordering::AcqRel);
@@ -210,7 +186,7 @@ fn barrier() {
 
 /// Waits until every thread that was inside a guarded PMD call has left it. Allocates nothing
 /// and takes no lock, so it may run inside any `munmap` caller.
-pub fn before_unmap() {
+pub(crate) fn before_unmap() {
     if CLAIMED.load(Ordering::Acquire) == 0 || DISABLED.load(Ordering::Relaxed) {
         return;
     }
@@ -232,16 +208,19 @@ pub fn before_unmap() {
             if spins < 1024 {
                 std::hint::spin_loop();
             } else if t0.elapsed() > MAX_WAIT {
-                GAVE_UP.fetch_add(1, Ordering::Relaxed);
+                // Said once per unmap that gives up, without allocating or locking.
+                const GIVE_UP: &[u8] =
+                    b"portico: munmap went ahead after 1 s with a worker still inside a PMD call\n";
+                // SAFETY: writes a static buffer of its own length to standard error.
+                unsafe { libc::write(2, GIVE_UP.as_ptr().cast(), GIVE_UP.len()) };
                 break;
             } else {
                 std::thread::yield_now();
             }
         }
     }
-    if let Some(t0) = start {
+    if start.is_some() {
         WAITED.fetch_add(1, Ordering::Relaxed);
-        LONGEST_NS.fetch_max(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -282,7 +261,7 @@ mod tests {
             drop(inside);
         });
         rx.recv().unwrap();
-        let before = stats().waited;
+        let before = waited();
         go.store(true, Ordering::Release);
         let t0 = Instant::now();
         before_unmap();
@@ -292,7 +271,7 @@ mod tests {
             t0.elapsed()
         );
         // (Other tests' unmaps, on their own threads, may have waited for A too.)
-        assert!(stats().waited > before);
+        assert!(waited() > before);
         a.join().unwrap();
         // The thread ended: its slot is free again, and an unmap waits for nobody.
         let t0 = Instant::now();

@@ -45,4 +45,5 @@ pub use tagged::{
 
 /// Data room of the mbufs an RDMA engine uses: headroom plus a 4096-byte MTU payload plus
 /// every RoCEv2 header, pad and ICRC, so any frame fits one segment.
-pub const FRAME_DATA_ROOM: u16 = (dpdk_sys::RTE_PKTMBUF_HEADROOM + 4096 + 256) as u16;
+pub const FRAME_DATA_ROOM: u16 =
+    (dpdk_sys::RTE_PKTMBUF_HEADROOM as usize + 4096 + crate::wire::roce::MAX_FRAME_OVERHEAD) as u16;

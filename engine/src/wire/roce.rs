@@ -57,6 +57,15 @@ pub const BASE_HEADER_LEN: usize = EXT_OFFSET;
 /// BTH + RETH + ImmDt). Size mbuf headroom with this.
 pub const MAX_HEADER_LEN: usize = BASE_HEADER_LEN + 20;
 
+/// Bytes a RoCEv2 frame adds to its path MTU of payload at most, rounded up: every header up
+/// to [`MAX_HEADER_LEN`], pad and ICRC. Buffers that must hold any frame whole (an engine's
+/// mbufs, a memif port's `bsize`) are sized from it.
+pub const MAX_FRAME_OVERHEAD: usize = 256;
+const _: () = assert!(
+    MAX_HEADER_LEN + 3 + 4 <= MAX_FRAME_OVERHEAD,
+    "headers, pad, ICRC"
+);
+
 /// Offsets, counted from the IPv4 header, of the bytes the ICRC covers as all-ones: IPv4
 /// TOS, TTL and checksum, the UDP checksum, and the BTH's FECN/BECN byte.
 pub(crate) const ICRC_MASKED: [usize; 7] = [
