@@ -17,7 +17,7 @@
 //! Real processes, real EAL (no hugepages); every wait has a deadline; the processes are
 //! killed if the test fails.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -68,13 +68,6 @@ struct Target {
     err: std::sync::mpsc::Receiver<String>,
     rkey: String,
     addr: String,
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("portico-soak-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Starts a target whose worker polls on `core`.
@@ -182,7 +175,7 @@ fn a_long_run_at_full_rate_loses_nothing() {
     let pairs = env_count("PORTICO_SOAK_PAIRS", 20_000);
     let cores = portico::app::available_cores();
     let (c_init, c_target) = (cores[0], *cores.last().unwrap());
-    let dir = temp_dir("long");
+    let dir = child::temp_dir("soak-long");
     let t = start_target(&dir, c_target);
     let mut init = Guard(Some(start_initiator(&dir, &t, c_init, pairs, FIRST_PSN, 0)));
     let out = lines(init.child().stdout.take().unwrap());
@@ -226,7 +219,7 @@ fn the_target_survives_its_peers_going_away_under_load() {
     let ops = 50;
     let cores = portico::app::available_cores();
     let (c_init, c_target) = (cores[0], *cores.last().unwrap());
-    let dir = temp_dir("cycles");
+    let dir = child::temp_dir("soak-cycles");
 
     // Keep every CPU busy, so that the target's worker is descheduled now and then (bounded:
     // the flag stops them when the test ends or fails).

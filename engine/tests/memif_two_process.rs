@@ -11,7 +11,7 @@
 //! target's own is drawn at random and only printed, since it only answers and its answers
 //! carry the initiator's PSNs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -204,17 +204,10 @@ fn message(i: u64) -> Vec<u8> {
     (0..SIZE).map(|k| (i as usize * 31 + k * 7) as u8).collect()
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("portico-2p-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn initiator_and_target_processes_over_memif() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = temp_dir("anon");
+    let dir = child::temp_dir("2p-anon");
     let r = run("anon", &dir, &[], "");
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
@@ -250,7 +243,7 @@ fn both_processes_polling_adaptively_complete_every_pair() {
     // completes and compares, and both say they slept. No timing is asserted (the latency
     // figures are in docs/dataplane.md).
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = temp_dir("adaptive");
+    let dir = child::temp_dir("2p-adaptive");
     let r = run(
         "adaptive",
         &dir,
@@ -287,7 +280,7 @@ fn both_processes_polling_adaptively_complete_every_pair() {
 #[test]
 fn a_file_region_is_persisted_and_holds_the_last_messages() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = temp_dir("file");
+    let dir = child::temp_dir("2p-file");
     let file = dir.join("region.bin");
     let r = run("file", &dir, &["--region-file", file.to_str().unwrap()], "");
     let bytes = std::fs::read(&file).unwrap();
@@ -326,7 +319,7 @@ fn an_initiator_under_a_traffic_shaper_paces_its_reads_and_completes() {
     // of 8 KiB: every message is still read back and compared, every request it sends is
     // picked by the shaper, and its run cannot be shorter than the absorb rate allows.
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = temp_dir("shaped");
+    let dir = child::temp_dir("2p-shaped");
     let shaper = "\n[shaper]\nabsorb_gbps = 0.002\nabsorb_burst_bytes = 8192\n\
                   [[shaper.classes]]\nname = \"all\"\nceiling_gbps = 10\n";
     let r = run("shaped", &dir, &[], shaper);

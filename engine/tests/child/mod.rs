@@ -4,7 +4,7 @@
 #![allow(dead_code)] // Each test binary uses part of this module.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -115,4 +115,12 @@ mtu = 4096
         peer.2,
         sock = sock.display(),
     )
+}
+
+/// A fresh, empty folder `portico-NAME-<pid>` under the system's temporary folder.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("portico-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
