@@ -1,15 +1,19 @@
 //! Portico: a DPDK packet engine that does in software what an HPC/RDMA NIC does in hardware.
 //!
-//! Layers, dependencies pointing down only (see `docs/architecture.md`):
-//! - [`wire`] (RoCEv2 packet formats and the ICRC), [`traffic::frame`] and [`config`]: pure
-//!   code, tested without EAL; [`transport`] (RC queue pairs) on top of `wire`;
-//! - [`dataplane`]: the DPDK adapter, the only `unsafe` in this crate;
-//! - [`runtime`]: pinned run-to-completion workers running [`runtime::Stage`]s;
-//! - [`lpe`]: the list-processing engine (Portals/MPI matching), pure and sharded;
-//! - [`traffic`]: the built-in stages (forwarding, generator, checker);
-//! - [`app`] (and [`bench`], [`peer`]): what the `portico` command runs; [`report`]: what it
-//!   prints; [`summary`]: what a run measured, the plain data between the two
-//!   (`app` → `report` → `summary`).
+//! The layers are crates, dependencies pointing down only (see `docs/architecture.md`):
+//! - `wire` (`engine/wire`): packet formats and the ICRC; depends on no other Portico crate;
+//! - `proto` (`engine/proto`): the RC transport, congestion control and the seed cores
+//!   (shaper, list processing, placement, persistence rules), pure;
+//! - `node` (`engine/node`): the worker-side RDMA engine and the application's API to it;
+//! - this crate: [`dataplane`] (the DPDK adapter, the only `unsafe` here), [`runtime`]
+//!   (pinned run-to-completion workers running [`runtime::Stage`]s, [`rdma::RdmaStage`]
+//!   among them), [`traffic`] (forwarding, generator, checker), and what the `portico`
+//!   command runs: [`app`], [`bench`], [`peer`], [`config`]; [`report`] prints what
+//!   [`summary`] holds (`app` → `report` → `summary`).
+//!
+//! The lower crates are re-exported under their old module names ([`wire`], [`transport`],
+//! [`cc`], [`shaper`], [`lpe`], [`placement`], [`rdma`]) so that users of this crate see one
+//! tree.
 
 #![deny(unsafe_code)]
 
@@ -22,15 +26,13 @@ pub mod config;
 pub mod dataplane;
 pub mod hugepages;
 pub mod latency;
-pub mod lpe;
 pub mod peer;
-pub mod placement;
 pub mod rdma;
 pub mod report;
 pub mod runtime;
-pub mod shaper;
 pub mod summary;
 pub mod telemetry;
 pub mod traffic;
-pub mod transport;
-pub mod wire;
+
+pub use proto::{lpe, placement, shaper, transport};
+pub use wire;

@@ -17,7 +17,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::host::ControlPort;
+use super::ControlPort;
 use super::live::LIVE_EVERY_NS;
 use super::rings;
 use super::{RdmaNode, RxOutcome};
@@ -696,8 +696,8 @@ impl Stage for RdmaStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma::node::tests::pair_with;
     use crate::transport::{Access, SgList, WorkRequest};
+    use node::testing::pair_with;
     use pmem::Mapping;
 
     /// Both engines on one worker, in the loop's order: each receives what the other sent in

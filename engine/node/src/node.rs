@@ -1,0 +1,1543 @@
+//! One RDMA engine's state, driven with frames: pure, so it runs the same on mbufs and on
+//! plain buffers.
+//!
+//! What a worker does with it, each loop iteration:
+//! 1. [`RdmaNode::receive`] every frame: ARP for our address, or a RoCEv2 packet handed to the
+//!    queue pair its BTH names (one index into a QPN table, no search), which then becomes
+//!    *ready* (it may owe an ACK, or its window opened).
+//! 2. [`RdmaNode::service`]: take the doorbells the host rang (work requests move from the
+//!    host rings into the queue pairs, each with a completion slot reserved for it), retry
+//!    queue pairs whose rings were left non-empty, fire due timers (a heap of deadlines, at
+//!    most a few entries per queue pair), finish deregistrations nothing uses any more.
+//! 3. [`RdmaNode::poll_transmit`] / [`RdmaNode::emit`] until the TX burst is full: only the
+//!    ready list is visited, round robin, each queue pair's responses first and then its
+//!    requests within a per-turn [`Budget`].
+//! 4. [`RdmaNode::flush_completions`]: completions go into the host's completion rings, which
+//!    never overflow because every one of them had its slot reserved.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use super::flusher::Flusher;
+use super::host::{Control, ControlReply};
+use super::rings::{self, Cq, CqWriter, Doorbells, HostSpin, MAX_QPS, Qp, QpRings};
+use super::tagged::{TagConfig, TagPort, TagShard};
+use crate::Outlook;
+use crate::wake::Wake;
+use proto::shaper::{Packet, Shaper, ShaperConfig, ShaperError};
+use proto::transport::{
+    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
+    PersistJob, QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
+};
+use wire::{self, EthernetAddress};
+
+/// Request packets one queue pair may send per turn before the next ready one is served.
+const TURN_PACKETS: u32 = 16;
+
+/// What one received frame did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxOutcome {
+    /// A RoCEv2 packet for one of our QPs, handed to it.
+    Delivered,
+    /// An ARP request for our address; the reply is `len` bytes of `arp_reply()`.
+    ArpReply(usize),
+    /// Dropped (and counted).
+    Dropped,
+}
+
+/// What a node counts, besides its QPs' own statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NodeCounters {
+    pub rx_frames: u64,
+    pub delivered: u64,
+    pub icrc_errors: u64,
+    /// RoCEv2 frames that failed another check (length, checksum, opcode, ...).
+    pub malformed: u64,
+    /// Frames that are not RoCEv2 or ARP for us (other protocols, other IP addresses,
+    /// multicast and broadcast other than ARP).
+    pub not_for_us: u64,
+    /// Unicast frames to another host's MAC address (seen only when the port floods or is
+    /// promiscuous), whatever they carry.
+    pub wrong_mac: u64,
+    /// Frames with an 802.1Q/802.1ad VLAN tag.
+    pub vlan_tagged: u64,
+    /// IPv4 packets with options (a header longer than 20 bytes).
+    pub ip_options: u64,
+    /// IPv4 fragments.
+    pub ip_fragments: u64,
+    /// Packets of another transport service (UC, RD, UD, XRC): never taken by an RC QP.
+    pub wrong_transport: u64,
+    /// RoCEv2 packets to a QPN no queue pair of this engine has.
+    pub unknown_qp: u64,
+    /// Packets whose P_Key does not match their queue pair's (or is the invalid key).
+    pub bad_pkey: u64,
+    /// Packets to a connected queue pair from an address that is not its peer's.
+    pub wrong_source: u64,
+    /// RoCEv2 packets to a queue pair of this engine that is homed on another of its workers:
+    /// the NIC's RSS (or a flow rule) delivered them to the wrong queue. Dropped; the sender's
+    /// timer resends them, to the same wrong queue (see `docs/rdma.md`, "N cores").
+    pub wrong_core: u64,
+    pub arp_replies: u64,
+    pub tx_packets: u64,
+    /// Work requests posted by the host and taken by the worker.
+    pub posted: u64,
+    /// Completions handed to the host.
+    pub completions: u64,
+    /// Times work was left in a host ring because its completion queue had no free slot.
+    pub cq_full: u64,
+    /// Completions that found their ring full (0 unless the reservation rule is broken).
+    pub cq_overruns: u64,
+    /// Ranges handed to the flusher to persist (`msync`, or the power-loss simulator).
+    pub persist_jobs: u64,
+    /// Persists that failed; the queue pairs waiting for them went to the error state.
+    pub persist_failures: u64,
+    /// Requests the traffic shaper picked (one per request packet sent under a shaper).
+    pub shaper_picks: u64,
+    /// Picks whose queue pair then had nothing to send after all (0 unless a peek and the
+    /// send disagree; the pick's tokens are spent).
+    pub shaper_misses: u64,
+}
+
+/// A queue pair with the worker's end of its rings and its scheduling state.
+struct QpEntry {
+    qp: QueuePair,
+    rings: QpRings,
+    send_cq: u32,
+    recv_cq: u32,
+    /// On the ready list.
+    ready: bool,
+    /// On the backlog: its rings held requests it could not take yet.
+    backlog: bool,
+    /// The earliest deadline with an entry in the timer heap.
+    armed: Option<u64>,
+    /// On the list of queue pairs waiting for the persisted watermark.
+    persist_waiting: bool,
+    /// The ICRC register of the flow this queue pair receives (its peer's packets).
+    rx_icrc: wire::template::RxIcrc,
+}
+
+/// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
+/// QPNs would share a slot, so a lookup is one index and one compare.
+struct QpTable {
+    entries: Vec<QpEntry>,
+    index: Vec<u32>,
+}
+
+const NO_QP: u32 = u32::MAX;
+
+impl QpTable {
+    fn new() -> QpTable {
+        QpTable {
+            entries: Vec::new(),
+            index: vec![NO_QP; 64],
+        }
+    }
+
+    #[inline]
+    fn lookup(&self, qpn: u32) -> Option<usize> {
+        let i = self.index[qpn as usize & (self.index.len() - 1)];
+        match self.entries.get(i as usize) {
+            Some(e) if e.qp.config().local_qpn == qpn => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// Indexes the entry `at` (already in `entries`), growing the index until no two QPNs
+    /// share a slot. QPNs are 24-bit, so this ends by 2^24 slots.
+    fn insert(&mut self, qpn: u32, at: usize) {
+        let slot = qpn as usize & (self.index.len() - 1);
+        if self.index[slot] == NO_QP {
+            self.index[slot] = at as u32;
+            return;
+        }
+        let mut size = self.index.len() * 2;
+        while !self.rebuild(size) {
+            size *= 2;
+        }
+    }
+
+    /// Indexes every entry in a table of `size` slots; false if two collide.
+    fn rebuild(&mut self, size: usize) -> bool {
+        let mut index = vec![NO_QP; size];
+        for (i, e) in self.entries.iter().enumerate() {
+            let s = e.qp.config().local_qpn as usize & (size - 1);
+            if index[s] != NO_QP {
+                return false;
+            }
+            index[s] = i as u32;
+        }
+        self.index = index;
+        true
+    }
+}
+
+/// Offers the requests waiting in `ring` to `take` (which posts one and says whether it
+/// did), each with as many slots reserved in `cq` as it will complete (`completions`: two for a
+/// durable WRITE that reports placement, otherwise one). Returns how many were taken, and
+/// whether some were left behind (the queue pair's queue or the completion queue was full).
+fn take_from<T>(
+    ring: &mut rtrb::Consumer<T>,
+    cq: &mut CqWriter,
+    counters: &mut NodeCounters,
+    completions: impl Fn(&T) -> usize,
+    mut take: impl FnMut(&T) -> bool,
+) -> (usize, bool) {
+    let waiting = ring.slots();
+    if waiting == 0 {
+        return (0, false);
+    }
+    let Ok(chunk) = ring.read_chunk(waiting) else {
+        return (0, false);
+    };
+    let (a, b) = chunk.as_slices();
+    let mut used = 0;
+    let mut short = false;
+    for item in a.iter().chain(b) {
+        let need = completions(item);
+        if cq.unreserved() < need {
+            cq.note_full();
+            counters.cq_full += 1;
+            short = true;
+            break;
+        }
+        if !take(item) {
+            short = true;
+            break;
+        }
+        for _ in 0..need {
+            cq.reserve();
+        }
+        used += 1;
+    }
+    chunk.commit(used);
+    (used, short)
+}
+
+/// Why a queue pair could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddQpError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("queue pair number {0:#x} is already in use")]
+    DuplicateQpn(u32),
+    #[error("completion queue {0} does not belong to this engine")]
+    UnknownCq(u32),
+    #[error("an engine has at most {MAX_QPS} queue pairs")]
+    TooMany,
+    #[error("traffic_class {0}: the engine's shaper has {1} classes")]
+    NoSuchClass(u8, usize),
+}
+
+/// A deregistration waiting for the region's last user, and the number of its request.
+struct PendingDereg {
+    slot: u32,
+    id: u64,
+}
+
+/// A packet handed out by [`RdmaNode::poll_transmit`], to write with [`RdmaNode::emit`] before
+/// the next call that changes the node.
+#[derive(Debug, Clone, Copy)]
+pub struct Tx {
+    qp: u32,
+    pub packet: OutPacket,
+}
+
+impl Tx {
+    pub fn frame_len(&self) -> usize {
+        self.packet.frame_len()
+    }
+}
+
+/// An RDMA engine: address, memory, queue pairs, completion queues.
+pub struct RdmaNode {
+    pub mac: EthernetAddress,
+    pub ip: Ipv4Addr,
+    pub mem: MemoryTable,
+    qps: QpTable,
+    cqs: Vec<CqWriter>,
+    /// Completions the queue pairs produced since the last flush.
+    staged: CompletionQueue,
+    /// Completions for one ring, gathered to enter it with one commit.
+    run: [WorkCompletion; 32],
+    doorbells: Arc<Doorbells>,
+    ready: VecDeque<u32>,
+    backlog: Vec<u32>,
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// What the queue pair at the head of the ready list may still send in its turn.
+    turn: Budget,
+    deregs: Vec<PendingDereg>,
+    finished: Vec<(u64, ControlReply)>,
+    /// Queue pairs waiting for the persisted watermark to pass one of their tickets.
+    persist_waiters: Vec<u32>,
+    /// The flusher thread, started with the first persist job.
+    flusher: Option<Flusher>,
+    /// A job the flusher had no room for, offered again next iteration.
+    unsent_job: Option<PersistJob>,
+    /// Persist on the worker's own thread instead (tests and fuzzing).
+    persist_inline: bool,
+    /// Tagged messaging: this engine's list-processing shard (seed 001).
+    tags: Option<TagShard>,
+    /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
+    /// for a packet no queue pair here takes, to count it as `wrong_core`.
+    homed_elsewhere: Vec<u32>,
+    /// The depth of a bottleneck in front of this engine's receive path, when one tells it
+    /// (the CETH of `cc = ack` reports it).
+    ingress_queue: Option<u32>,
+    /// The port-wide ECN window of `cc = ack` queue pairs that use one (made with the first),
+    /// and those queue pairs' slots: a change of the port's level is told to all of them at
+    /// once, each in an ACK of its own.
+    port_ecn: Option<proto::cc::EcnMonitor>,
+    port_ecn_qps: Vec<u32>,
+    /// The traffic shaper (seed 000), when the engine has one: each queue pair's send queue is
+    /// its own flow queue (index: the queue pair's slot), a stream the shaper's MCUs take and
+    /// whose request packets it picks; responses never wait for it.
+    shaper: Option<Shaper>,
+    pub counters: NodeCounters,
+    arp: [u8; 64],
+    /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]), shared
+    /// with the completion queues and the tag port.
+    host_spin: HostSpin,
+}
+
+/// Congestion-control counters summed over an engine's queue pairs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CcCounters {
+    pub ce_received: u64,
+    pub becn_acks_sent: u64,
+    pub cnps_sent: u64,
+    pub cnps_received: u64,
+}
+
+impl RdmaNode {
+    pub fn new(mac: EthernetAddress, ip: Ipv4Addr) -> Self {
+        RdmaNode {
+            mac,
+            ip,
+            mem: MemoryTable::new(),
+            qps: QpTable::new(),
+            cqs: Vec::new(),
+            staged: CompletionQueue::new(0),
+            run: [WorkCompletion::EMPTY; 32],
+            doorbells: Doorbells::new(),
+            ready: VecDeque::new(),
+            backlog: Vec::new(),
+            timers: BinaryHeap::new(),
+            turn: Budget::packets(TURN_PACKETS),
+            deregs: Vec::new(),
+            finished: Vec::new(),
+            persist_waiters: Vec::new(),
+            flusher: None,
+            unsent_job: None,
+            persist_inline: false,
+            tags: None,
+            homed_elsewhere: Vec::new(),
+            ingress_queue: None,
+            port_ecn: None,
+            port_ecn_qps: Vec::new(),
+            shaper: None,
+            counters: NodeCounters::default(),
+            arp: [0; 64],
+            host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
+        }
+    }
+
+    /// Puts the engine's requests under a traffic shaper (`docs/shaper.md`); before any queue
+    /// pair is added. Its flow queues are the queue pairs' send queues, one per slot, so
+    /// `flow_queues` and `flow_queue_depth` are set here.
+    pub fn set_shaper(&mut self, mut cfg: ShaperConfig) -> Result<(), ShaperError> {
+        assert!(self.qps.entries.is_empty(), "set_shaper before add_qp");
+        cfg.flow_queues = MAX_QPS;
+        cfg.flow_queue_depth = 1;
+        self.shaper = Some(Shaper::new(cfg)?);
+        Ok(())
+    }
+
+    /// The traffic shaper, if the engine has one (its counters per class and per MCU).
+    pub fn shaper(&self) -> Option<&Shaper> {
+        self.shaper.as_ref()
+    }
+
+    /// Persist on the calling thread instead of a flusher thread: deterministic, for tests
+    /// and fuzzing. A worker must not (an `msync` would stall every queue pair it serves).
+    pub fn set_persist_inline(&mut self, inline: bool) {
+        self.persist_inline = inline;
+    }
+
+    /// Gives this engine a list-processing shard with the endpoints `cfg` homes here: tagged
+    /// queue pairs ([`QpConfig::tagged`]) then match their messages against it. Returns the
+    /// application's end (commands and events).
+    pub fn enable_tags(&mut self, cfg: &TagConfig) -> Result<TagPort, proto::lpe::LpeError> {
+        let (shard, port) = TagShard::new(cfg, self.host_spin.clone())?;
+        self.tags = Some(shard);
+        Ok(port)
+    }
+
+    /// The list-processing shard, when tagged messaging is on.
+    pub fn tags(&self) -> Option<&TagShard> {
+        self.tags.as_ref()
+    }
+
+    /// Adaptive polling: the host → worker paths whose posts wake this engine's worker (its
+    /// doorbells, and its tag commands).
+    pub fn wakes(&self) -> Vec<Arc<Wake>> {
+        let mut w = vec![self.doorbells.wake().clone()];
+        if let Some(t) = &self.tags {
+            w.push(t.command_wake().clone());
+        }
+        w
+    }
+
+    /// Adaptive polling: the host posted work the worker has not taken yet.
+    pub fn host_work_pending(&self) -> bool {
+        self.doorbells.pending() || self.tags.as_ref().is_some_and(|t| t.commands_pending())
+    }
+
+    /// Adaptive polling: how long (worker time from `now`) until this engine needs a poll if
+    /// nothing arrives, `Some(0)` while it holds work it could not finish (queue pairs ready
+    /// to send, a backlog, persistence or deregistration under way, completions or tag
+    /// actions not handed over), else its next timer or shaper pick; and whether it awaits
+    /// packets (a timer is armed: a request in flight, its retransmission timer running).
+    pub fn outlook(&mut self, now: u64) -> Outlook {
+        let busy = !self.ready.is_empty()
+            || !self.backlog.is_empty()
+            || !self.deregs.is_empty()
+            || !self.persist_waiters.is_empty()
+            || self.unsent_job.is_some()
+            || self.mem.has_persist_jobs()
+            || !self.staged.is_empty()
+            || self.tags.as_ref().is_some_and(|t| t.has_actions());
+        if busy {
+            return Outlook::BUSY;
+        }
+        self.prune_timers();
+        let shaper = self
+            .shaper
+            .as_ref()
+            .and_then(|sh| sh.next_ready_at(now))
+            .map(|t| t.saturating_sub(now));
+        let timer = self
+            .timers
+            .peek()
+            .map(|&Reverse((due, _))| due.saturating_sub(now));
+        Outlook::due_in(shaper).and(Outlook {
+            due_in_ns: timer,
+            awaits_packets: timer.is_some(),
+        })
+    }
+
+    /// Drops the timers at the top of the heap that no longer stand (the queue pair's deadline
+    /// moved or went away: its requests were all acknowledged), re-arming the real ones, so
+    /// that the top is a deadline that will fire.
+    fn prune_timers(&mut self) {
+        while let Some(&Reverse((due, slot))) = self.timers.peek() {
+            let e = &mut self.qps.entries[slot as usize];
+            if e.qp.next_deadline() == Some(due) {
+                break;
+            }
+            self.timers.pop();
+            if e.armed == Some(due) {
+                e.armed = None;
+            }
+            self.arm(slot);
+        }
+    }
+
+    /// How long the host's waits (completion queues, tag events) spin before they park: the
+    /// worker's policy says (`Cq::wait`).
+    pub fn set_host_spin(&self, ns: u64) {
+        self.host_spin.store(ns, Ordering::Relaxed);
+    }
+
+    /// After an iteration: wakes a host waiting for tag events.
+    pub fn publish_tag_events(&mut self) {
+        if let Some(t) = &mut self.tags {
+            t.publish_events();
+        }
+    }
+
+    /// Creates a completion queue of `depth` entries; the application polls the returned end.
+    pub fn create_cq(&mut self, depth: usize) -> Cq {
+        let id = self.cqs.len() as u32;
+        let (host, worker) = rings::cq_ring(id, depth.max(1), self.host_spin.clone());
+        self.cqs.push(worker);
+        // Every completion had a reserved slot in its ring, so this many can be staged at most.
+        let capacity: usize = self.cqs.iter().map(|c| c.unreserved()).sum();
+        self.staged = CompletionQueue::new(capacity);
+        host
+    }
+
+    /// Adds a queue pair; its local MAC and IP are this node's. Completions of its send work
+    /// go to `send_cq`, of its receives to `recv_cq`. Returns the application's end.
+    pub fn add_qp(
+        &mut self,
+        mut cfg: QpConfig,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+    ) -> Result<Qp, AddQpError> {
+        cfg.local_mac = self.mac;
+        cfg.local_ip = self.ip;
+        let qpn = cfg.local_qpn;
+        for cq in [send_cq, recv_cq] {
+            if !self
+                .cqs
+                .get(cq.id() as usize)
+                .is_some_and(|w| cq.feeds_from(w))
+            {
+                return Err(AddQpError::UnknownCq(cq.id()));
+            }
+        }
+        if self.qps.lookup(qpn).is_some() {
+            return Err(AddQpError::DuplicateQpn(qpn));
+        }
+        if self.qps.entries.len() >= MAX_QPS {
+            return Err(AddQpError::TooMany);
+        }
+        if let Some(sh) = &self.shaper
+            && cfg.traffic_class as usize >= sh.classes()
+        {
+            return Err(AddQpError::NoSuchClass(cfg.traffic_class, sh.classes()));
+        }
+        let qp = QueuePair::new(cfg.clone())?;
+        let slot = self.qps.entries.len();
+        if qp.port_scoped_ecn() {
+            self.port_ecn_qps.push(slot as u32);
+        }
+        let (host, rings) = rings::qp_rings(
+            qpn,
+            slot as u32,
+            cfg.max_send_wr,
+            cfg.max_recv_wr,
+            self.doorbells.clone(),
+        );
+        self.qps.entries.push(QpEntry {
+            qp,
+            rings,
+            send_cq: send_cq.id(),
+            recv_cq: recv_cq.id(),
+            ready: false,
+            backlog: false,
+            armed: None,
+            persist_waiting: false,
+            rx_icrc: Default::default(),
+        });
+        self.qps.insert(qpn, slot);
+        let n = self.qps.entries.len();
+        self.ready.reserve(n);
+        self.backlog.reserve(n);
+        self.timers.reserve(2 * n + 16);
+        Ok(host)
+    }
+
+    /// Notes that queue pair `qpn` of the same engine is homed on another worker (this node
+    /// is one shard of an engine that runs on several): a packet for it that arrives here is
+    /// dropped and counted as `wrong_core` rather than `unknown_qp`.
+    pub fn add_qp_homed_elsewhere(&mut self, qpn: u32) {
+        if let Err(at) = self.homed_elsewhere.binary_search(&qpn) {
+            self.homed_elsewhere.insert(at, qpn);
+        }
+    }
+
+    /// Registers memory directly (before the worker runs, or in tests).
+    pub fn register(
+        &mut self,
+        map: Arc<pmem::Mapping>,
+        offset: usize,
+        len: usize,
+        access: proto::transport::Access,
+    ) -> Result<MrKeys, RegisterError> {
+        self.mem.register(map, offset, len, access)
+    }
+
+    pub fn qp(&self, qpn: u32) -> Option<&QueuePair> {
+        self.qps.lookup(qpn).map(|i| &self.qps.entries[i].qp)
+    }
+
+    pub fn qps(&self) -> impl Iterator<Item = &QueuePair> {
+        self.qps.entries.iter().map(|e| &e.qp)
+    }
+
+    /// Request packets sent again, over all queue pairs (read without copying their stats).
+    pub fn retransmissions(&self) -> u64 {
+        self.qps
+            .entries
+            .iter()
+            .map(|e| e.qp.requester().retransmissions())
+            .sum()
+    }
+
+    /// Congestion-control counters over all queue pairs (the ones the stage publishes).
+    pub fn cc_counters(&self) -> CcCounters {
+        let mut c = CcCounters::default();
+        for e in &self.qps.entries {
+            let s = e.qp.stats();
+            c.ce_received += s.ce_received;
+            c.becn_acks_sent += s.becn_acks_sent;
+            c.cnps_sent += s.cnps_sent;
+            c.cnps_received += s.cnps_received;
+        }
+        c
+    }
+
+    /// The depth in bytes of the bottleneck in front of this engine's receive path, now.
+    pub fn set_ingress_queue(&mut self, bytes: Option<u32>) {
+        self.ingress_queue = bytes;
+    }
+
+    /// Retransmitted packets found not to have been needed, over all queue pairs.
+    pub fn spurious_retransmissions(&self) -> u64 {
+        self.qps
+            .entries
+            .iter()
+            .map(|e| e.qp.requester().spurious_retransmissions())
+            .sum()
+    }
+
+    /// The ARP reply written by the last [`RxOutcome::ArpReply`].
+    pub fn arp_reply(&self, len: usize) -> &[u8] {
+        &self.arp[..len]
+    }
+
+    fn make_ready(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        if !e.ready {
+            e.ready = true;
+            self.ready.push_back(slot);
+        }
+    }
+
+    /// Puts the queue pair's next deadline in the timer heap unless an entry at or before it
+    /// is there already.
+    fn arm(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        if let Some(d) = e.qp.next_deadline()
+            && e.armed.is_none_or(|a| d < a)
+        {
+            e.armed = Some(d);
+            self.timers.push(Reverse((d, slot)));
+        }
+    }
+
+    /// Handles one received frame.
+    ///
+    /// The checks come in the order a NIC makes them, each refusal counted under its own
+    /// reason with no NAK and no state change: the destination MAC (ours; broadcast only for
+    /// ARP), the frame's structure, checksums and ICRC ([`wire::parse_frame`]), the
+    /// destination IP, the destination QP, then the queue pair's own acceptance (P_Key,
+    /// source address). Only then does the transport see the packet.
+    pub fn receive(&mut self, now: u64, frame: &[u8]) -> RxOutcome {
+        self.counters.rx_frames += 1;
+        let Some(dst) = frame.get(..6) else {
+            self.counters.malformed += 1;
+            return RxOutcome::Dropped;
+        };
+        if dst != self.mac.0 {
+            if dst[0] & 1 == 0 {
+                self.counters.wrong_mac += 1;
+                return RxOutcome::Dropped;
+            }
+            // Broadcast or multicast: only an ARP request for our address is ours.
+            if dst == [0xff; 6]
+                && let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp)
+            {
+                self.counters.arp_replies += 1;
+                return RxOutcome::ArpReply(len);
+            }
+            self.counters.not_for_us += 1;
+            return RxOutcome::Dropped;
+        }
+        if let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp) {
+            self.counters.arp_replies += 1;
+            return RxOutcome::ArpReply(len);
+        }
+        let c = &mut self.counters;
+        let count_error = |c: &mut NodeCounters, e: wire::Error| {
+            *match e {
+                wire::Error::BadIcrc { .. } => &mut c.icrc_errors,
+                wire::Error::NotRoce { .. } => &mut c.not_for_us,
+                wire::Error::OtherTransport(_) => &mut c.wrong_transport,
+                wire::Error::Unsupported(u) => match u {
+                    wire::Unsupported::VlanTag(_) => &mut c.vlan_tagged,
+                    wire::Unsupported::IpOptions(_) => &mut c.ip_options,
+                    wire::Unsupported::IpFragment { .. } => &mut c.ip_fragments,
+                },
+                _ => &mut c.malformed,
+            } += 1;
+        };
+        // The structure first (lengths, layers), then the cheap filters (our address, a
+        // queue pair of ours) before the checksums and the ICRC: a packet for someone else is
+        // dropped without reading it whole, which the IBTA allows (nothing is answered to a
+        // packet that fails either check, whatever its ICRC).
+        let packet = match wire::RocePacket::new_checked(frame) {
+            Ok(p) => p,
+            Err(e) => {
+                count_error(c, e);
+                return RxOutcome::Dropped;
+            }
+        };
+        if packet.ipv4().dst_addr() != self.ip {
+            c.not_for_us += 1;
+            return RxOutcome::Dropped;
+        }
+        let dest_qp = packet.bth().dest_qp();
+        let Some(i) = self.qps.lookup(dest_qp) else {
+            // Multi-core: a queue pair of this engine that another worker holds.
+            match self.homed_elsewhere.binary_search(&dest_qp) {
+                Ok(_) => c.wrong_core += 1,
+                Err(_) => c.unknown_qp += 1,
+            }
+            return RxOutcome::Dropped;
+        };
+        let e = &mut self.qps.entries[i];
+        let repr = match wire::RoceRepr::parse_cached(&packet, &mut e.rx_icrc) {
+            Ok(r) => r,
+            Err(e) => {
+                count_error(c, e);
+                return RxOutcome::Dropped;
+            }
+        };
+        let payload = packet.payload();
+        if let Err(why) = e.qp.admit(&repr) {
+            *match why {
+                Inadmissible::PKey => &mut c.bad_pkey,
+                Inadmissible::Source => &mut c.wrong_source,
+            } += 1;
+            return RxOutcome::Dropped;
+        }
+        if self.ingress_queue.is_some() {
+            e.qp.note_ingress_queue(self.ingress_queue);
+        }
+        let mut level_changed = false;
+        if repr.bth.opcode.is_request() && e.qp.port_scoped_ecn() {
+            let cfg = &e.qp.config().cc.ack;
+            let m = self
+                .port_ecn
+                .get_or_insert_with(|| proto::cc::EcnMonitor::new(cfg));
+            level_changed = m.on_packet(now, repr.ip.ecn == wire::Ecn::Ce);
+            e.qp.set_shared_level(m.shared(level_changed));
+        }
+        match &mut self.tags {
+            Some(tags) => {
+                e.qp.on_packet_with(now, &repr, payload, &mut self.mem, &mut self.staged, tags)
+            }
+            None => {
+                e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged)
+            }
+        }
+        if !e.persist_waiting && e.qp.awaits_persistence() {
+            e.persist_waiting = true;
+            self.persist_waiters.push(i as u32);
+        }
+        c.delivered += 1;
+        // A packet that moved the queue pair to the error state may have cut off a tagged
+        // message or a pull.
+        self.tag_outcomes(i as u32);
+        self.make_ready(i as u32);
+        self.arm(i as u32);
+        if level_changed {
+            self.tell_port_level(i as u32);
+        }
+        RxOutcome::Delivered
+    }
+
+    /// The port's ECN level changed with a packet of queue pair `from`: every other queue
+    /// pair that follows the port's window says so now, in an ACK of its own (a repeat of its
+    /// last one if nothing new arrived), instead of at its next packet, which may be queued
+    /// behind the congestion itself.
+    fn tell_port_level(&mut self, from: u32) {
+        let Some(m) = &self.port_ecn else {
+            return;
+        };
+        let shared = m.shared(true);
+        for k in 0..self.port_ecn_qps.len() {
+            let slot = self.port_ecn_qps[k];
+            if slot == from {
+                continue;
+            }
+            let e = &mut self.qps.entries[slot as usize];
+            if e.qp.announce_level(shared) {
+                self.make_ready(slot);
+            }
+        }
+    }
+
+    /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.
+    pub fn service(&mut self, now: u64) {
+        while let Some(slot) = self.doorbells.pop() {
+            self.qps.entries[slot as usize].rings.take_doorbell();
+            self.take_work(slot);
+        }
+        if !self.backlog.is_empty() {
+            let n = self.backlog.len();
+            for k in 0..n {
+                let slot = self.backlog[k];
+                self.qps.entries[slot as usize].backlog = false;
+                self.take_work(slot);
+            }
+            // Queue pairs that are still short of room were pushed again behind the old list.
+            self.backlog.drain(..n);
+        }
+        if self.tags.is_some() {
+            self.serve_tags();
+        }
+        self.run_timers(now);
+        if !self.deregs.is_empty() {
+            self.finish_deregistrations();
+        }
+        if !self.persist_waiters.is_empty() || self.mem.has_persist_jobs() {
+            self.persistence();
+        }
+    }
+
+    /// Host commands to the list-processing shard, and what they ask of queue pairs (the
+    /// pulls and done messages of the unexpected messages they claimed).
+    fn serve_tags(&mut self) {
+        let Some(tags) = &mut self.tags else {
+            return;
+        };
+        tags.serve_commands(&self.mem);
+        while let Some((qpn, next)) = tags.take_action() {
+            let carried = match self.qps.lookup(qpn) {
+                Some(i) => {
+                    let e = &mut self.qps.entries[i];
+                    let ok = e.qp.tag_next(next);
+                    if ok && !e.ready {
+                        e.ready = true;
+                        self.ready.push_back(i as u32);
+                    }
+                    ok
+                }
+                None => false,
+            };
+            // The queue pair failed (or is gone): the claimed message cannot be pulled.
+            if !carried && let Next::Pull(p) = next {
+                tags.undeliverable(p.token, &self.mem);
+            }
+        }
+    }
+
+    /// Tells the list-processing shard what a queue pair's last call left for it: pulls that
+    /// ended, messages cut off by the error state.
+    fn tag_outcomes(&mut self, slot: u32) {
+        let Some(tags) = &mut self.tags else {
+            return;
+        };
+        let qp = &mut self.qps.entries[slot as usize].qp;
+        while let Some((token, ok)) = qp.take_tag_outcome() {
+            if ok {
+                // The done message; a queue pair that failed meanwhile cannot send it, and
+                // its sender's probes fail the send.
+                qp.tag_next(tags.pulled(token, &self.mem));
+            } else {
+                tags.undeliverable(token, &self.mem);
+            }
+        }
+    }
+
+    /// Hands new persist jobs to the flusher (or runs them here, inline), and lets the queue
+    /// pairs waiting for persistence see the watermark move.
+    fn persistence(&mut self) {
+        if self.persist_inline {
+            while let Some(job) = self.mem.take_persist_job() {
+                self.counters.persist_jobs += 1;
+                if job.run().is_err() {
+                    self.counters.persist_failures += 1;
+                    self.fail_persist_waiters();
+                    return;
+                }
+                self.mem.mark_persisted(job.ticket);
+            }
+        } else {
+            if self.flusher.is_none() && (self.unsent_job.is_some() || self.mem.has_persist_jobs())
+            {
+                match Flusher::spawn() {
+                    Ok(f) => self.flusher = Some(f),
+                    Err(e) => {
+                        eprintln!(
+                            "portico: cannot start the flusher thread ({e}); persisting on the worker"
+                        );
+                        self.persist_inline = true;
+                        return self.persistence();
+                    }
+                }
+            }
+            if let Some(f) = &self.flusher {
+                while let Some(job) = self
+                    .unsent_job
+                    .take()
+                    .or_else(|| self.mem.take_persist_job())
+                {
+                    if let Err(job) = f.offer(job) {
+                        self.unsent_job = Some(job);
+                        break;
+                    }
+                    self.counters.persist_jobs += 1;
+                }
+                if f.failed().is_some() {
+                    self.counters.persist_failures += 1;
+                    self.fail_persist_waiters();
+                    return;
+                }
+                self.mem.mark_persisted(f.done());
+            }
+        }
+        let persisted = self.mem.persisted();
+        let mut k = 0;
+        while k < self.persist_waiters.len() {
+            let slot = self.persist_waiters[k];
+            let e = &mut self.qps.entries[slot as usize];
+            let moved = e.qp.on_persisted(persisted);
+            if e.qp.awaits_persistence() {
+                k += 1;
+            } else {
+                e.persist_waiting = false;
+                self.persist_waiters.swap_remove(k);
+            }
+            if moved {
+                self.make_ready(slot);
+            }
+        }
+    }
+
+    /// A persist failed: nothing after it can be vouched for. Every queue pair waiting for
+    /// persistence NAKs (remote operational error) and goes to the error state.
+    fn fail_persist_waiters(&mut self) {
+        for slot in std::mem::take(&mut self.persist_waiters) {
+            let e = &mut self.qps.entries[slot as usize];
+            e.persist_waiting = false;
+            e.qp.persist_failed(&mut self.staged);
+            self.tag_outcomes(slot);
+            self.make_ready(slot);
+        }
+    }
+
+    /// Moves work requests from a queue pair's host rings into it, as far as its queues and
+    /// its completion queues have room.
+    fn take_work(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        let (mem, staged) = (&self.mem, &mut self.staged);
+        let qp = &mut e.qp;
+        // A request is offered only while its queue has room; a post is then refused only
+        // when full, so its result carries nothing more.
+        let (sends, short_s) = take_from(
+            &mut e.rings.sq,
+            &mut self.cqs[e.send_cq as usize],
+            &mut self.counters,
+            |wr| wr.kind.completions(),
+            |wr| qp.send_queue_has_room() && qp.post_send(wr, mem, staged).is_ok(),
+        );
+        let (recvs, short_r) = take_from(
+            &mut e.rings.rq,
+            &mut self.cqs[e.recv_cq as usize],
+            &mut self.counters,
+            |_| 1,
+            |wr| qp.recv_queue_has_room() && qp.post_recv(wr, mem, staged).is_ok(),
+        );
+        let short = short_s || short_r;
+        let took = (sends + recvs) as u64;
+        if short && !e.backlog {
+            e.backlog = true;
+            self.backlog.push(slot);
+        }
+        self.counters.posted += took;
+        // A post that failed its local checks moved the queue pair to the error state.
+        self.tag_outcomes(slot);
+        if took > 0 {
+            self.make_ready(slot);
+        }
+    }
+
+    /// Runs expired timers of every queue pair.
+    ///
+    /// One pass looks at no more entries than the heap held when it started: a deadline that
+    /// is still due after its queue pair was served (the end of an RNR wait stays due until
+    /// the queue pair next transmits) is armed again and seen in the next pass, not in a
+    /// loop inside this one.
+    pub fn run_timers(&mut self, now: u64) {
+        for _ in 0..self.timers.len() {
+            let Some(&Reverse((due, slot))) = self.timers.peek() else {
+                break;
+            };
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            let e = &mut self.qps.entries[slot as usize];
+            if e.armed == Some(due) {
+                e.armed = None;
+            }
+            // The entry may be stale (the deadline moved later): then only re-arm.
+            if e.qp.next_deadline().is_some_and(|d| d <= now) {
+                e.qp.on_timer(now, &mut self.staged);
+                self.tag_outcomes(slot);
+                self.make_ready(slot);
+            }
+            self.arm(slot);
+        }
+    }
+
+    /// The next packet to send: ready queue pairs in turn, each one's responses first, then
+    /// its requests within its turn's budget.
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Tx> {
+        while let Some(&slot) = self.ready.front() {
+            let e = &mut self.qps.entries[slot as usize];
+            let packet = match (e.qp.poll_response(), &mut self.shaper) {
+                (Some(p), _) => Some(p),
+                (None, None) => e.qp.poll_request(now, &mut self.turn),
+                (None, Some(sh)) => {
+                    // Its requests go when the shaper picks them: keep its stream in step.
+                    Self::sync_stream(sh, slot as usize, &e.qp);
+                    None
+                }
+            };
+            if let Some(packet) = packet {
+                self.counters.tx_packets += 1;
+                // A request just sent may have started the retransmission timer; the turn
+                // may end with the TX burst, before the QP is visited again.
+                self.arm(slot);
+                return Some(Tx { qp: slot, packet });
+            }
+            // The turn is over: either nothing more to send now, or its budget is spent.
+            self.ready.pop_front();
+            if self.turn.packets == 0 {
+                self.ready.push_back(slot);
+            } else {
+                e.ready = false;
+            }
+            self.turn = Budget::packets(TURN_PACKETS);
+            self.arm(slot);
+        }
+        self.poll_shaped(now)
+    }
+
+    /// Tells the shaper whether queue pair `slot` has requests to send, and how many of its
+    /// PSNs are out unacknowledged (the MCU's outstanding count, the seed's OrdPktActive: for
+    /// a READ, the response packets it awaits).
+    fn sync_stream(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
+        if qp.has_requests() {
+            let class = qp.config().traffic_class;
+            sh.activate(slot, class)
+                .expect("the class was checked when the queue pair was added");
+        } else {
+            sh.deactivate(slot);
+        }
+        if let Some(m) = sh.mcu_of(slot) {
+            // Not `in_flight`: after a go-back-N rewind the packets to resend are not out,
+            // and an MCU held at its cap by them could never resend them.
+            sh.set_outstanding(m, qp.requester().outstanding());
+        }
+    }
+
+    /// The request the shaper picks next, if any may go now.
+    fn poll_shaped(&mut self, now: u64) -> Option<Tx> {
+        let sh = self.shaper.as_mut()?;
+        let entries = &mut self.qps.entries;
+        // A miss spends the pick's tokens, so misses cannot go on for ever; a few per call at
+        // most all the same, should a peek and a send ever keep disagreeing.
+        for _ in 0..4 {
+            let pick = sh.next_with(now, |q| {
+                let (out, back) = entries[q].qp.peek_request(now)?;
+                Some(Packet { out, back })
+            })?;
+            let e = &mut entries[pick.queue];
+            let packet = e.qp.poll_request(now, &mut Budget::packets(1));
+            Self::sync_stream(sh, pick.queue, &e.qp);
+            match packet {
+                Some(packet) => {
+                    self.counters.tx_packets += 1;
+                    self.counters.shaper_picks += 1;
+                    let slot = pick.queue as u32;
+                    self.arm(slot);
+                    return Some(Tx { qp: slot, packet });
+                }
+                None => self.counters.shaper_misses += 1,
+            }
+        }
+        None
+    }
+
+    /// Writes a packet from [`RdmaNode::poll_transmit`] into `buf` (at least
+    /// [`Tx::frame_len`] bytes): headers, payload from the application's memory, ICRC.
+    pub fn emit(&self, tx: &Tx, buf: &mut [u8]) -> wire::Result<usize> {
+        self.qps.entries[tx.qp as usize]
+            .qp
+            .emit(&tx.packet, &self.mem, buf)
+    }
+
+    /// Hands the completions of this iteration to the host's completion rings: consecutive
+    /// completions for the same ring go in with one ring commit.
+    pub fn flush_completions(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let run = &mut self.run;
+        let mut len = 0;
+        let mut run_cq = 0u32;
+        while let Some(wc) = self.staged.poll() {
+            let Some(i) = self.qps.lookup(wc.qpn) else {
+                // Completions come only from this node's queue pairs; were one lost, it counts.
+                self.counters.cq_overruns += 1;
+                continue;
+            };
+            let e = &self.qps.entries[i];
+            let cq = match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
+                _ => e.send_cq,
+            };
+            if len == run.len() || (len > 0 && cq != run_cq) {
+                self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
+                len = 0;
+            }
+            run_cq = cq;
+            run[len] = wc;
+            len += 1;
+            self.counters.completions += 1;
+        }
+        self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
+        for cq in &mut self.cqs {
+            cq.publish();
+        }
+    }
+
+    /// Carries out a control request. A deregistration whose region is still in use is
+    /// answered later, through [`RdmaNode::take_replies`].
+    pub fn control(&mut self, id: u64, request: Control) -> Option<(u64, ControlReply)> {
+        let reply = match request {
+            Control::Register {
+                map,
+                offset,
+                len,
+                access,
+                iova,
+            } => ControlReply::Registered(match iova {
+                Some(iova) => self.mem.register_iova(map, offset, len, iova, access),
+                None => self.mem.register(map, offset, len, access),
+            }),
+            Control::Install {
+                map,
+                offset,
+                access,
+                keys,
+            } => ControlReply::Registered(self.mem.install(map, offset, keys, access)),
+            Control::Deregister { lkey } => match self.mem.retire(lkey) {
+                None => ControlReply::Deregistered(false),
+                Some(slot) => {
+                    if let Some(tags) = &mut self.tags {
+                        tags.region_retired(slot);
+                    }
+                    self.deregs.push(PendingDereg { slot, id });
+                    self.finish_deregistrations();
+                    return None;
+                }
+            },
+        };
+        Some((id, reply))
+    }
+
+    fn finish_deregistrations(&mut self) {
+        let mut k = 0;
+        while k < self.deregs.len() {
+            let slot = self.deregs[k].slot;
+            if self.qps.entries.iter().any(|e| e.qp.uses_region(slot))
+                || self.tags.as_ref().is_some_and(|t| t.uses_region(slot))
+            {
+                k += 1;
+                continue;
+            }
+            self.mem.remove(slot);
+            let done = self.deregs.swap_remove(k);
+            self.finished
+                .push((done.id, ControlReply::Deregistered(true)));
+        }
+    }
+
+    /// Answers that became ready since the last call (finished deregistrations).
+    pub fn take_replies(&mut self, mut f: impl FnMut((u64, ControlReply))) {
+        for r in self.finished.drain(..) {
+            f(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+    use pmem::Mapping;
+    use proto::transport::{Access, RecvRequest, WcStatus, WorkRequest};
+
+    /// `len` bytes of fresh anonymous memory, registered on `node` with all access.
+    fn register_anonymous(node: &mut RdmaNode, len: usize) -> MrKeys {
+        let map = Arc::new(Mapping::anonymous(len).unwrap());
+        node.register(map, 0, len, Access::ALL).unwrap()
+    }
+
+    fn drain(cq: &mut Cq) -> Vec<WorkCompletion> {
+        std::iter::from_fn(|| cq.poll_one()).collect()
+    }
+
+    #[test]
+    fn the_outlook_follows_a_request_in_flight_and_forgets_its_timer_once_acknowledged() {
+        let (mut a, mut b) = pair();
+        let src = register_anonymous(&mut a.node, 4096);
+        let dst = register_anonymous(&mut b.node, 4096);
+        assert_eq!(a.node.outlook(0), Outlook::due_in(None), "nothing to do");
+        assert!(!a.node.host_work_pending());
+        let sgl = proto::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
+            .unwrap();
+        // Posted, not taken: the worker must not sleep.
+        assert!(a.node.host_work_pending());
+        a.node.service(0);
+        assert!(!a.node.host_work_pending());
+        assert_eq!(a.node.outlook(0), Outlook::BUSY, "ready to send");
+        let mut frame = vec![0u8; 9000];
+        let tx = a.node.poll_transmit(0).expect("the WRITE");
+        let len = a.node.emit(&tx, &mut frame).unwrap();
+        assert!(
+            a.node.poll_transmit(0).is_none(),
+            "one packet, and its turn ends"
+        );
+        // In flight: its retransmission timer is what is due, and the reply is awaited.
+        let o = a.node.outlook(1_000);
+        let rto = a.node.qp(0x11).unwrap().next_deadline().unwrap();
+        assert_eq!(
+            o,
+            Outlook {
+                due_in_ns: Some(rto - 1_000),
+                awaits_packets: true
+            }
+        );
+        // Acknowledged: the heap still holds the timer, the outlook drops it.
+        b.node.receive(2_000, &frame[..len]);
+        b.node.service(2_000);
+        let ack = b.node.poll_transmit(2_000).expect("the ACK");
+        let len = b.node.emit(&ack, &mut frame).unwrap();
+        assert!(b.node.poll_transmit(2_000).is_none());
+        a.node.receive(3_000, &frame[..len]);
+        // The rest of the worker's iteration: nothing more to send, the completion handed over.
+        a.node.service(3_000);
+        assert!(a.node.poll_transmit(3_000).is_none());
+        a.node.flush_completions();
+        assert_eq!(a.node.qp(0x11).unwrap().next_deadline(), None);
+        assert_eq!(a.node.timers.len(), 1, "the stale timer is still queued");
+        assert_eq!(a.node.outlook(4_000), Outlook::due_in(None));
+        assert!(a.node.timers.is_empty(), "and is pruned");
+        assert_eq!(a.cq.poll_one().map(|w| w.status), Some(WcStatus::Success));
+    }
+
+    #[test]
+    fn write_and_send_between_two_nodes_land_in_the_applications_memory() {
+        let (mut a, mut b) = pair();
+        let src_map = Arc::new(Mapping::anonymous(10_000).unwrap());
+        let dst_map = Arc::new(Mapping::anonymous(10_000).unwrap());
+        let src = a
+            .node
+            .register(src_map.clone(), 0, 10_000, Access::ALL)
+            .unwrap();
+        let dst = b
+            .node
+            .register(dst_map.clone(), 0, 10_000, Access::ALL)
+            .unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 256) as u8).collect();
+        src_map.write(0, &data).unwrap();
+        let sgl = proto::transport::SgList::one(src.lkey, src.addr, 10_000);
+        a.qp.post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
+            .unwrap();
+        b.qp.post_recv(&[RecvRequest::new(
+            9,
+            proto::transport::SgList::one(dst.lkey, dst.addr, 100),
+        )])
+        .unwrap();
+        let first100 = proto::transport::SgList::one(src.lkey, src.addr, 100);
+        a.qp.post_send(&[WorkRequest::send(2, first100, Some(5))])
+            .unwrap();
+        let moved = pump(&mut a.node, &mut b.node, 5);
+        assert!(moved > 11, "{moved} frames");
+        let mut got = vec![0u8; 10_000];
+        dst_map.read(0, &mut got).unwrap();
+        assert_eq!(
+            got, data,
+            "WRITE landed in B's mapping, then SEND overwrote the first 100 bytes with the same data"
+        );
+        let wcs = drain(&mut a.cq);
+        assert_eq!(
+            wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [(1, WcStatus::Success), (2, WcStatus::Success)]
+        );
+        let recv = b.cq.poll_one().unwrap();
+        assert_eq!(
+            (recv.wr_id, recv.opcode, recv.byte_len, recv.imm_data),
+            (9, WcOpcode::Recv, 100, Some(5))
+        );
+        assert!(
+            a.node.counters.icrc_errors + b.node.counters.icrc_errors > 0,
+            "every 5th frame was corrupted, and recovered from"
+        );
+        assert_eq!(a.node.counters.posted, 2);
+        assert_eq!(b.node.counters.posted, 1);
+    }
+
+    #[test]
+    fn a_shaper_paces_reads_to_the_absorb_rate_and_never_holds_back_responses() {
+        use proto::shaper::ClassConfig;
+        // 1 Gbit/s of absorb (8 ns per byte) and a burst of one 64 KiB READ's responses.
+        let absorb_bps = 1_000_000_000;
+        let read = 64 * 1024u32;
+        let per_read = proto::transport::requester::read_response_frames(
+            &QpConfig {
+                pmtu: proto::transport::Mtu::M4096,
+                ..QpConfig::new(1, 2)
+            },
+            read,
+        ) as u64;
+        let mut cfg = ShaperConfig::new(vec![ClassConfig {
+            assured_bps: 0,
+            ceiling_bps: 100_000_000_000,
+            burst_bytes: 65_536,
+            strict: false,
+        }]);
+        cfg.absorb_bps = Some(absorb_bps);
+        cfg.absorb_burst_bytes = per_read;
+        let (mut a, mut b) = pair_shaped(256, Some(cfg), |c| {
+            c.pmtu = proto::transport::Mtu::M4096;
+            c.max_in_flight = 1024;
+        });
+        // A queue pair asking for a class the shaper does not have is refused.
+        let cq = a.node.create_cq(4);
+        let mut bad = QpConfig::new(0x33, 0x44);
+        bad.traffic_class = 1;
+        assert!(matches!(
+            a.node.add_qp(bad, &cq, &cq),
+            Err(AddQpError::NoSuchClass(1, 1))
+        ));
+        let dst = register_anonymous(&mut a.node, 1 << 20);
+        let src_map = Arc::new(Mapping::anonymous(1 << 20).unwrap());
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 % 251) as u8).collect();
+        src_map.write(0, &data).unwrap();
+        let src = b.node.register(src_map, 0, 1 << 20, Access::ALL).unwrap();
+        let wrs: Vec<WorkRequest> = (0..16u64)
+            .map(|i| {
+                let off = i * u64::from(read);
+                WorkRequest::read(
+                    i,
+                    proto::transport::SgList::one(dst.lkey, dst.addr + off, read),
+                    src.addr + off,
+                    src.rkey,
+                )
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        // 1 µs per round; count the response bytes A receives per round.
+        let mut frame = vec![0u8; 9000];
+        let mut arrivals = Vec::new();
+        for round in 0..20_000u64 {
+            let now = round * 1000;
+            let mut moved = 0;
+            carry(&mut a.node, &mut b.node, now, 0, &mut moved);
+            b.node.service(now);
+            while let Some(tx) = b.node.poll_transmit(now) {
+                let len = b.node.emit(&tx, &mut frame).unwrap();
+                arrivals.push((now, len as u64));
+                a.node.receive(now, &frame[..len]);
+            }
+            a.node.flush_completions();
+            if drain(&mut a.cq).len() == 16 {
+                break;
+            }
+        }
+        let mut got = vec![0u8; 1 << 20];
+        assert!(a.node.mem.read(dst.lkey, 0, &mut got));
+        assert!(got == data, "every READ landed");
+        // Inbound never ahead of the absorb rate plus the bucket: over every prefix of the run.
+        let total: u64 = arrivals.iter().map(|&(_, l)| l).sum();
+        assert_eq!(total, 16 * per_read);
+        let mut sum = 0;
+        for &(t, l) in &arrivals {
+            sum += l;
+            assert!(sum <= per_read + t / 8 + per_read, "{sum} B by {t} ns");
+        }
+        // Sixteen READs at 1 Gbit/s take ~8.5 ms: the last arrives no sooner than the rate lets.
+        let last = arrivals.last().unwrap().0;
+        assert!(last >= 15 * per_read * 8, "{last}");
+        let sh = a.node.shaper().unwrap();
+        assert_eq!(a.node.counters.shaper_picks, 16);
+        assert_eq!(a.node.counters.shaper_misses, 0);
+        assert_eq!(sh.class_counters(0).packets, 16);
+        assert_eq!(sh.class_counters(0).response_bytes, 16 * per_read);
+        assert!(sh.class_counters(0).waited_in > 0);
+        assert_eq!(a.node.retransmissions(), 0);
+    }
+
+    #[test]
+    fn multi_packet_reads_need_no_retransmission_on_a_clean_wire() {
+        let (mut a, mut b) = pair();
+        let dst = register_anonymous(&mut a.node, 1 << 20);
+        let src = register_anonymous(&mut b.node, 1 << 20);
+        let wrs: Vec<WorkRequest> = (0..16u64)
+            .map(|i| {
+                WorkRequest::read(
+                    i,
+                    proto::transport::SgList::one(dst.lkey, dst.addr + i * 16384, 16384),
+                    src.addr + i * 16384,
+                    src.rkey,
+                )
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        pump(&mut a.node, &mut b.node, 0);
+        let wcs = drain(&mut a.cq);
+        assert_eq!(wcs.len(), 16);
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(a.node.retransmissions(), 0);
+    }
+
+    #[test]
+    fn a_completion_queue_the_host_does_not_poll_holds_work_back_and_loses_nothing() {
+        let (mut a, mut b) = pair_with_cq(4);
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        let src = a.node.register(map.clone(), 0, 4096, Access::ALL).unwrap();
+        let dst = b.node.register(map, 0, 4096, Access::ALL).unwrap();
+        let wrs: Vec<WorkRequest> = (0..10u64)
+            .map(|i| {
+                WorkRequest::write(
+                    i,
+                    proto::transport::SgList::one(src.lkey, src.addr, 8),
+                    dst.addr,
+                    dst.rkey,
+                    None,
+                )
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        pump(&mut a.node, &mut b.node, 0);
+        assert_eq!(
+            a.node.counters.posted, 4,
+            "only as many as there are CQ slots"
+        );
+        assert!(a.node.counters.cq_full > 0 && a.cq.full_stalls() > 0);
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            got.extend(drain(&mut a.cq).iter().map(|w| w.wr_id));
+            pump(&mut a.node, &mut b.node, 0);
+        }
+        assert_eq!(
+            got,
+            (0..10).collect::<Vec<_>>(),
+            "every one completes, in order"
+        );
+        assert_eq!(a.node.counters.cq_overruns, 0);
+    }
+
+    #[test]
+    fn a_send_refused_for_want_of_a_receive_goes_through_once_one_is_posted() {
+        let (mut a, mut b) = pair();
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        let src = a.node.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        let dst = b.node.register(map, 64, 64, Access::ALL).unwrap();
+        let sgl = proto::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::send(1, sgl, None)]).unwrap();
+        // No receive on B: an RNR NAK, and A waits out the RNR timer (its deadline stays due
+        // until A transmits again, which once made the timer pass spin forever).
+        let mut moved = 0;
+        for round in 0..3u64 {
+            // 20 µs apart: past each RNR wait (timer code 1: 10 µs).
+            let now = round * 20_000;
+            carry(&mut a.node, &mut b.node, now, 0, &mut moved);
+            carry(&mut b.node, &mut a.node, now, 0, &mut moved);
+        }
+        let rnr = a.node.qp(0x11).unwrap().stats().rnr_naks_received;
+        assert!((2..=3).contains(&rnr), "{rnr} RNR NAKs");
+        assert!(a.cq.poll_one().is_none(), "still waiting, not failed");
+        b.qp.post_recv(&[RecvRequest::new(
+            7,
+            proto::transport::SgList::one(dst.lkey, dst.addr, 64),
+        )])
+        .unwrap();
+        for _ in 0..20 {
+            pump(&mut a.node, &mut b.node, 0);
+        }
+        let wc = a.cq.poll_one().expect("the SEND completes");
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
+        let wc = b.cq.poll_one().expect("the receive completes");
+        assert_eq!((wc.wr_id, wc.byte_len), (7, 64));
+    }
+
+    #[test]
+    fn qpns_index_directly_even_when_low_bits_collide() {
+        let mut n = RdmaNode::new(EthernetAddress([2, 0, 0, 0, 0, 1]), Ipv4Addr::LOCALHOST);
+        let cq = n.create_cq(16);
+        let qpns = [0x11, 0x51, 0x1011, 0x22, 0xff_ffff, 0x40];
+        for &q in &qpns {
+            n.add_qp(QpConfig::new(q, 1), &cq, &cq).unwrap();
+        }
+        for &q in &qpns {
+            assert_eq!(n.qp(q).unwrap().config().local_qpn, q);
+        }
+        assert!(n.qp(0x12).is_none());
+        assert!(matches!(
+            n.add_qp(QpConfig::new(0x51, 1), &cq, &cq),
+            Err(AddQpError::DuplicateQpn(0x51))
+        ));
+        // A completion queue of another engine, even one with a valid index here, is refused.
+        let mut other = RdmaNode::new(EthernetAddress([2, 0, 0, 0, 0, 2]), Ipv4Addr::LOCALHOST);
+        let foreign = other.create_cq(16);
+        assert_eq!(foreign.id(), cq.id());
+        assert!(matches!(
+            n.add_qp(QpConfig::new(0x99, 1), &foreign, &cq),
+            Err(AddQpError::UnknownCq(0))
+        ));
+    }
+
+    #[test]
+    fn a_packet_for_a_queue_pair_homed_on_another_shard_is_counted_as_wrong_core() {
+        let (mut a, b) = pair();
+        // Another shard of B's engine: same address, without B's queue pair but told of it.
+        let mut other = RdmaNode::new(b.node.mac, b.node.ip);
+        let map = Arc::new(Mapping::anonymous(64).unwrap());
+        let src = a.node.register(map, 0, 64, Access::ALL).unwrap();
+        let sgl = proto::transport::SgList::one(src.lkey, src.addr, 64);
+        a.qp.post_send(&[WorkRequest::send(1, sgl, None)]).unwrap();
+        a.node.service(0);
+        let tx = a.node.poll_transmit(0).expect("the SEND");
+        let mut frame = vec![0u8; 2048];
+        let len = a.node.emit(&tx, &mut frame).unwrap();
+        assert_eq!(other.receive(0, &frame[..len]), RxOutcome::Dropped);
+        assert_eq!(
+            (other.counters.unknown_qp, other.counters.wrong_core),
+            (1, 0)
+        );
+        other.add_qp_homed_elsewhere(0x22);
+        other.add_qp_homed_elsewhere(0x22);
+        assert_eq!(other.receive(0, &frame[..len]), RxOutcome::Dropped);
+        assert_eq!(
+            (other.counters.unknown_qp, other.counters.wrong_core),
+            (1, 1)
+        );
+        assert_eq!(other.counters.delivered, 0);
+    }
+
+    #[test]
+    fn arp_and_strangers_are_handled_and_counted() {
+        let (mut a, _) = pair();
+        #[rustfmt::skip]
+        let request: [u8; 42] = [
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 9, 0x08, 0x06,
+            0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 9, 0, 9,
+            0, 0, 0, 0, 0, 0, 10, 9, 0, 1,
+        ];
+        let RxOutcome::ArpReply(n) = a.node.receive(0, &request) else {
+            panic!("no ARP reply")
+        };
+        assert_eq!(&a.node.arp_reply(n)[..6], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(a.node.receive(0, &[0u8; 3]), RxOutcome::Dropped);
+        assert_eq!(a.node.receive(0, &request[..30]), RxOutcome::Dropped);
+        assert_eq!(a.node.counters.arp_replies, 1);
+        assert_eq!(a.node.counters.rx_frames, 3);
+        assert_eq!(a.node.counters.malformed + a.node.counters.not_for_us, 2);
+    }
+}

@@ -1,0 +1,463 @@
+//! The host ↔ worker boundary of an RDMA engine: lock-free single-producer/single-consumer
+//! rings, as a NIC's work queues and completion queues are.
+//!
+//! - Per queue pair, a **send ring** and a **receive ring** (host → worker) of work requests.
+//!   Posting a list is one ring commit and one **doorbell**: the queue pair's number goes onto
+//!   the engine's doorbell queue, once, until the worker has taken it (a flag per queue pair
+//!   keeps it from being queued twice). The worker serves only the queue pairs that rang, so
+//!   an idle queue pair costs nothing.
+//! - Per completion queue, a **completion ring** (worker → host). The worker takes a work
+//!   request off a ring only after reserving a completion slot for it, so a completion never
+//!   finds its ring full and nothing is ever lost: a host that does not poll stalls its own
+//!   work (counted as `cq_full`) instead.
+//! - Waiting for completions spins, then parks; the worker wakes a parked host after it
+//!   publishes completions (a flag and a fence on both sides, so a wake-up is never missed).
+//!   How long it spins follows the worker's polling policy: 50 µs beside a busy worker, a
+//!   couple of microseconds beside an adaptive one (the host should not hold a shared core).
+//! - The reverse holds too: a worker that runs adaptive polling may sleep, and a post that
+//!   queues a doorbell wakes it (`dataplane::wake`).
+//!
+//! Memory ordering: a ring commit is a release store and a ring read an acquire load. The
+//! worker places data in the application's memory before it publishes the completion that
+//! names it, so a host that polled a completion sees the data.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use crossbeam::queue::ArrayQueue;
+use crossbeam::sync::{Parker, Unparker};
+use rtrb::{Consumer, Producer, RingBuffer};
+
+use crate::wake::Wake;
+use proto::transport::{RecvRequest, WorkCompletion, WorkRequest};
+
+/// Queue pairs one engine can have: the doorbell queue holds each at most once.
+pub const MAX_QPS: usize = 4096;
+
+/// How long [`Cq::wait`] spins before it parks, beside a busy-polling worker.
+pub const SPIN_NS: u64 = 50_000;
+
+/// How long the host's waits spin before they park, in ns: one per engine, shared by its
+/// completion queues and its tag port, set from the worker's polling policy.
+pub(crate) type HostSpin = Arc<AtomicU64>;
+
+/// The engine's doorbell queue: slots of queue pairs with new work requests.
+pub(crate) struct Doorbells {
+    queue: ArrayQueue<u32>,
+    /// Wakes the worker when a doorbell is queued while it sleeps (adaptive polling).
+    wake: Arc<Wake>,
+}
+
+impl Doorbells {
+    pub(crate) fn new() -> Arc<Doorbells> {
+        Arc::new(Doorbells {
+            queue: ArrayQueue::new(MAX_QPS),
+            wake: Arc::new(Wake::new()),
+        })
+    }
+
+    pub(crate) fn pop(&self) -> Option<u32> {
+        self.queue.pop()
+    }
+
+    /// Doorbells are queued (the worker checks before it sleeps).
+    pub(crate) fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    pub(crate) fn wake(&self) -> &Arc<Wake> {
+        &self.wake
+    }
+}
+
+/// What the host and the worker share about one queue pair.
+pub(crate) struct QpShared {
+    /// Set by a post that queued the doorbell; cleared by the worker when it takes it.
+    rung: AtomicBool,
+}
+
+/// Not enough room in a ring: the first `posted` requests of the list were posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("queue full: {posted} of the list posted")]
+pub struct QueueFull {
+    pub posted: usize,
+}
+
+/// The application's end of one queue pair: post SENDs, WRITEs, READs and receives.
+pub struct Qp {
+    qpn: u32,
+    slot: u32,
+    sq: Producer<WorkRequest>,
+    rq: Producer<RecvRequest>,
+    shared: Arc<QpShared>,
+    doorbells: Arc<Doorbells>,
+}
+
+/// The worker's end of one queue pair's rings.
+pub(crate) struct QpRings {
+    pub(crate) sq: Consumer<WorkRequest>,
+    pub(crate) rq: Consumer<RecvRequest>,
+    shared: Arc<QpShared>,
+}
+
+impl QpRings {
+    /// Takes the doorbell: later posts ring again. Acquire: every request posted before the
+    /// ring that queued this doorbell is visible in the rings afterwards.
+    pub(crate) fn take_doorbell(&self) {
+        self.shared.rung.swap(false, Ordering::AcqRel);
+    }
+}
+
+/// Both ends of a new queue pair's rings.
+pub(crate) fn qp_rings(
+    qpn: u32,
+    slot: u32,
+    send_depth: usize,
+    recv_depth: usize,
+    doorbells: Arc<Doorbells>,
+) -> (Qp, QpRings) {
+    let (sq_p, sq_c) = RingBuffer::new(send_depth);
+    let (rq_p, rq_c) = RingBuffer::new(recv_depth);
+    let shared = Arc::new(QpShared {
+        rung: AtomicBool::new(false),
+    });
+    (
+        Qp {
+            qpn,
+            slot,
+            sq: sq_p,
+            rq: rq_p,
+            shared: shared.clone(),
+            doorbells,
+        },
+        QpRings {
+            sq: sq_c,
+            rq: rq_c,
+            shared,
+        },
+    )
+}
+
+impl Qp {
+    /// The queue pair's number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Send requests that fit in the send ring now.
+    pub fn send_space(&self) -> usize {
+        self.sq.slots()
+    }
+
+    /// Receive requests that fit in the receive ring now.
+    pub fn recv_space(&self) -> usize {
+        self.rq.slots()
+    }
+
+    fn ring(&self) {
+        if !self.shared.rung.swap(true, Ordering::AcqRel) {
+            // The flag admits one entry per queue pair, and the queue has a place for each.
+            let _ = self.doorbells.queue.push(self.slot);
+            self.doorbells.wake.notify();
+        }
+    }
+
+    /// Posts a list of SENDs, WRITEs and READs with one doorbell. What does not fit is not
+    /// posted (the error says how many were). The buffers belong to the engine until each
+    /// request's completion.
+    pub fn post_send(&mut self, wrs: &[WorkRequest]) -> Result<(), QueueFull> {
+        let n = post(&mut self.sq, wrs);
+        self.rang(n, wrs.len())
+    }
+
+    /// Posts a list of receive buffers with one doorbell.
+    pub fn post_recv(&mut self, wrs: &[RecvRequest]) -> Result<(), QueueFull> {
+        let n = post(&mut self.rq, wrs);
+        self.rang(n, wrs.len())
+    }
+
+    /// Rings for the `posted` of `asked` requests just committed.
+    fn rang(&self, posted: usize, asked: usize) -> Result<(), QueueFull> {
+        if posted > 0 {
+            self.ring();
+        }
+        if posted < asked {
+            return Err(QueueFull { posted });
+        }
+        Ok(())
+    }
+}
+
+fn post<T: Copy>(ring: &mut Producer<T>, items: &[T]) -> usize {
+    let n = items.len().min(ring.slots());
+    if n == 0 {
+        return 0;
+    }
+    match ring.write_chunk_uninit(n) {
+        Ok(chunk) => chunk.fill_from_iter(items[..n].iter().copied()),
+        Err(_) => 0,
+    }
+}
+
+/// What the host and the worker share about one completion queue.
+pub(crate) struct CqShared {
+    /// The host is about to park (or parked) in [`Cq::wait`].
+    sleeping: AtomicBool,
+    unparker: Unparker,
+    /// Times the worker left work in a ring because this queue had no free slot.
+    full: AtomicU64,
+    /// How long [`Cq::wait`] spins before it parks (the worker's policy sets it).
+    spin_ns: HostSpin,
+}
+
+/// The application's end of a completion queue.
+pub struct Cq {
+    id: u32,
+    ring: Consumer<WorkCompletion>,
+    shared: Arc<CqShared>,
+    parker: Parker,
+}
+
+/// The worker's end of a completion queue.
+pub(crate) struct CqWriter {
+    ring: Producer<WorkCompletion>,
+    /// Slots promised to work requests taken and not yet completed.
+    reserved: usize,
+    shared: Arc<CqShared>,
+    /// Completions pushed since the last [`CqWriter::publish`].
+    pushed: bool,
+}
+
+/// Both ends of a new completion queue of `depth` entries.
+pub(crate) fn cq_ring(id: u32, depth: usize, spin_ns: HostSpin) -> (Cq, CqWriter) {
+    let (p, c) = RingBuffer::new(depth);
+    let parker = Parker::new();
+    let shared = Arc::new(CqShared {
+        sleeping: AtomicBool::new(false),
+        unparker: parker.unparker().clone(),
+        full: AtomicU64::new(0),
+        spin_ns,
+    });
+    (
+        Cq {
+            id,
+            ring: c,
+            shared: shared.clone(),
+            parker,
+        },
+        CqWriter {
+            ring: p,
+            reserved: 0,
+            shared,
+            pushed: false,
+        },
+    )
+}
+
+impl CqWriter {
+    /// Completion slots free and not yet promised.
+    pub(crate) fn unreserved(&self) -> usize {
+        self.ring.slots().saturating_sub(self.reserved)
+    }
+
+    /// Promise one slot to a work request being taken.
+    pub(crate) fn reserve(&mut self) {
+        self.reserved += 1;
+    }
+
+    /// Counts a stall: work left in a ring for want of a completion slot.
+    pub(crate) fn note_full(&self) {
+        self.shared.full.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Push one completion into a slot reserved for it (tests); false if it did not fit.
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
+        self.push_all(&[wc]) == 0
+    }
+
+    /// Push completions into slots reserved for them, with one ring commit. Returns how many
+    /// did not fit (0 unless the reservation rule is broken; those are not kept).
+    pub(crate) fn push_all(&mut self, wcs: &[WorkCompletion]) -> usize {
+        if wcs.is_empty() {
+            return 0;
+        }
+        self.reserved = self.reserved.saturating_sub(wcs.len());
+        self.pushed = true;
+        let n = wcs.len().min(self.ring.slots());
+        if let Ok(chunk) = self.ring.write_chunk_uninit(n) {
+            chunk.fill_from_iter(wcs[..n].iter().copied());
+        }
+        wcs.len() - n
+    }
+
+    /// After a batch of pushes: wake the host if it parked waiting.
+    pub(crate) fn publish(&mut self) {
+        if !self.pushed {
+            return;
+        }
+        self.pushed = false;
+        // Pairs with the fence in `Cq::wait`: either the host sees the completions before it
+        // parks, or the worker sees that it is sleeping.
+        fence(Ordering::SeqCst);
+        if self.shared.sleeping.load(Ordering::Relaxed) {
+            self.shared.unparker.unpark();
+        }
+    }
+}
+
+impl Cq {
+    /// The queue's id inside its engine (what [`super::RdmaNode::add_qp`] takes).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Whether `writer` is the worker's end of this queue.
+    pub(crate) fn feeds_from(&self, writer: &CqWriter) -> bool {
+        Arc::ptr_eq(&self.shared, &writer.shared)
+    }
+
+    /// Takes up to `out.len()` completions, oldest first; returns how many.
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let n = out.len().min(self.ring.slots());
+        if n == 0 {
+            return 0;
+        }
+        let Ok(chunk) = self.ring.read_chunk(n) else {
+            return 0;
+        };
+        let (a, b) = chunk.as_slices();
+        out[..a.len()].copy_from_slice(a);
+        out[a.len()..n].copy_from_slice(b);
+        chunk.commit_all();
+        n
+    }
+
+    /// One completion, if any.
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.ring.pop().ok()
+    }
+
+    /// Waits up to `timeout` for at least one completion and takes up to `out.len()`: spins
+    /// for a short while (50 µs beside a busy-polling worker, 2 µs beside an adaptive one),
+    /// then parks until the worker publishes one.
+    pub fn wait(&mut self, out: &mut [WorkCompletion], timeout: Duration) -> usize {
+        let n = self.poll(out);
+        if n > 0 || out.is_empty() {
+            return n;
+        }
+        let start = Instant::now();
+        let spin = Duration::from_nanos(self.shared.spin_ns.load(Ordering::Relaxed));
+        let spin_until = start + spin.min(timeout);
+        loop {
+            for _ in 0..64 {
+                let n = self.poll(out);
+                if n > 0 {
+                    return n;
+                }
+                std::hint::spin_loop();
+            }
+            if Instant::now() >= spin_until {
+                break;
+            }
+        }
+        let deadline = start + timeout;
+        loop {
+            self.shared.sleeping.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            let n = self.poll(out);
+            let now = Instant::now();
+            if n > 0 || now >= deadline {
+                self.shared.sleeping.store(false, Ordering::Relaxed);
+                return n;
+            }
+            // Bounded: a wake-up the fence pairing cannot miss, and a deadline regardless.
+            self.parker
+                .park_timeout((deadline - now).min(Duration::from_millis(10)));
+            self.shared.sleeping.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits up to `timeout` for one completion.
+    pub fn wait_one(&mut self, timeout: Duration) -> Option<WorkCompletion> {
+        let mut one = [WorkCompletion::EMPTY];
+        (self.wait(&mut one, timeout) == 1).then_some(one[0])
+    }
+
+    /// Times the worker left work waiting because this queue had no free completion slot
+    /// (the host did not poll fast enough). Nothing is lost; the work waits.
+    pub fn full_stalls(&self) -> u64 {
+        self.shared.full.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::transport::SgList;
+
+    fn wc(wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            ..WorkCompletion::EMPTY
+        }
+    }
+
+    #[test]
+    fn a_list_is_one_doorbell_and_what_does_not_fit_is_reported() {
+        let doorbells = Doorbells::new();
+        let (mut qp, rings) = qp_rings(7, 3, 4, 4, doorbells.clone());
+        let wr = WorkRequest::send(1, SgList::new(), None);
+        qp.post_send(&[wr, wr]).unwrap();
+        qp.post_send(&[wr]).unwrap();
+        assert_eq!(doorbells.pop(), Some(3));
+        assert_eq!(doorbells.pop(), None, "rung once until taken");
+        assert_eq!(qp.post_send(&[wr, wr]), Err(QueueFull { posted: 1 }));
+        rings.take_doorbell();
+        qp.post_recv(&[RecvRequest::new(9, SgList::new())]).unwrap();
+        assert_eq!(doorbells.pop(), Some(3), "rings again once taken");
+        assert_eq!(rings.sq.slots(), 4);
+        assert_eq!(rings.rq.slots(), 1);
+    }
+
+    #[test]
+    fn completions_fill_the_callers_slice_in_order_and_wake_a_waiter() {
+        let (mut cq, mut w) = cq_ring(0, 8, HostSpin::default());
+        assert_eq!(w.unreserved(), 8);
+        for i in 0..5 {
+            w.reserve();
+            assert!(w.push(wc(i)));
+        }
+        w.publish();
+        let mut out = [WorkCompletion::EMPTY; 3];
+        assert_eq!(cq.poll(&mut out), 3);
+        assert_eq!(out.map(|c| c.wr_id), [0, 1, 2]);
+        assert_eq!(cq.poll(&mut out), 2);
+        assert_eq!(out[..2].iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3, 4]);
+        let worker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            w.reserve();
+            w.push(wc(42));
+            w.publish();
+            w
+        });
+        let got = cq.wait_one(Duration::from_secs(10));
+        assert_eq!(got.map(|c| c.wr_id), Some(42));
+        worker.join().unwrap();
+        assert_eq!(cq.wait_one(Duration::from_millis(1)), None);
+    }
+
+    #[test]
+    fn reservations_keep_room_for_every_completion_promised() {
+        let (mut cq, mut w) = cq_ring(0, 2, HostSpin::default());
+        w.reserve();
+        w.reserve();
+        assert_eq!(w.unreserved(), 0, "no third request may be taken");
+        assert!(w.push(wc(1)));
+        assert!(w.push(wc(2)));
+        assert_eq!(w.unreserved(), 0, "both slots hold unpolled completions");
+        assert_eq!(cq.poll_one().map(|c| c.wr_id), Some(1));
+        assert_eq!(w.unreserved(), 1);
+    }
+}

@@ -1,0 +1,1183 @@
+//! Tagged messages on the worker (seed 001): the list-processing engine behind RoCE.
+//!
+//! An engine with tagged messaging holds one [`TagShard`]: the [`ProcessingEngine`] shard of the
+//! endpoints homed on this worker (an [`EndpointTable`] decides which), the records of the
+//! tagged messages in flight or waiting on the unexpected list, and the worker's ends of two
+//! lock-free rings shared with the application's [`TagPort`]: host commands in (append,
+//! search, search-and-delete), events out (put, put-overflow, unexpected consumed, truncation
+//! reported in each).
+//!
+//! Per message, on the worker that owns its endpoint, with no allocation:
+//! - the first packet's tag header is matched against the endpoint's priority list, then its
+//!   overflow list ([`ProcessingEngine::match_incoming`], persistent-entry cache first); the
+//!   data of every packet lands straight in the matched buffer, in the application's
+//!   registered memory, and what does not fit is discarded (MPI truncation);
+//! - the events of the match are held until the message has landed, so an application that
+//!   sees a put sees its data;
+//! - a rendezvous message brings its envelope and first chunk; on a match the worker READs the
+//!   rest into the matched buffer itself and, when the READ is done, tells the sender (whose
+//!   send completes then) and writes the put event;
+//! - a message that landed in an overflow buffer stays recorded while its header is on the
+//!   unexpected list; the append that claims it copies its data into the new buffer (and, for
+//!   a rendezvous, READs the rest), and writes an unexpected-consumed event.
+//!
+//! Host commands and network requests of one endpoint are each served in arrival order: the
+//! worker executes a command as it takes it, between two received bursts, and matches a
+//! message as its first packet arrives, so neither order can change and no endpoint waits for
+//! another (the library's match-request queues and block bit are needed only where commands and
+//! packets reach an engine from different cores; here both are on the owning core).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rtrb::{Consumer, Producer, RingBuffer};
+
+use super::rings::HostSpin;
+use crate::wake::{self, Wake};
+use proto::lpe::{
+    Appended, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId,
+    EntryHandle, Event, EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry,
+    MatchId, MatchOutcome, NiFail, Options, ProcessId, ProcessingEngine, SearchMode,
+};
+use proto::transport::{Access, Landing, Location, MemoryTable, Next, Pull, Sge, TagTarget};
+use wire::{TagHeader, TagKind};
+
+/// What a tagged engine is built with.
+#[derive(Debug, Clone)]
+pub struct TagConfig {
+    /// The endpoints homed on this engine (from the [`proto::lpe::EndpointTable`]).
+    pub endpoints: Vec<(EndpointIndex, EndpointConfig)>,
+    /// Persistent-entry cache slots, endpoint index limit.
+    pub engine: EngineConfig,
+    /// Events the event ring holds.
+    pub event_depth: usize,
+    /// Host commands the command ring holds.
+    pub command_depth: usize,
+    /// Tagged messages recorded at once: being received, being pulled, or waiting on an
+    /// unexpected list. A message that finds none free is refused with RNR (the sender retries).
+    pub max_messages: usize,
+    /// No `Link` events for use-once entries and no `AutoUnlink` events on priority lists
+    /// (Portals' per-entry link and unlink event disables, for every posted receive): a
+    /// receive then costs one event, its put. `Link` events of persistent entries (which
+    /// carry the handle to unlink them) and the overflow list's events (which say when to
+    /// give it a new buffer) are still written.
+    pub quiet: bool,
+}
+
+impl Default for TagConfig {
+    fn default() -> Self {
+        TagConfig {
+            endpoints: vec![(EndpointIndex(0), EndpointConfig::default())],
+            engine: EngineConfig::default(),
+            event_depth: 8192,
+            command_depth: 4096,
+            max_messages: 4096,
+            quiet: false,
+        }
+    }
+}
+
+impl TagConfig {
+    /// The configuration of engine `engine` under `table`: the endpoints of `endpoints` the
+    /// table homes there. Queue pairs that carry those endpoints' messages must be added to
+    /// the same engine; a tagged message for an endpoint homed elsewhere is refused (counted
+    /// as `wrong_engine`), so a header never crosses cores.
+    pub fn homed(
+        table: &EndpointTable,
+        engine: EngineId,
+        endpoints: &[(EndpointIndex, EndpointConfig)],
+    ) -> TagConfig {
+        TagConfig {
+            endpoints: endpoints
+                .iter()
+                .copied()
+                .filter(|(ep, _)| table.engine_of(*ep) == Some(engine))
+                .collect(),
+            ..TagConfig::default()
+        }
+    }
+}
+
+/// A list entry as the application appends it: the match fields and a buffer in its own
+/// registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagEntry {
+    pub match_bits: u64,
+    pub ignore_bits: u64,
+    /// Accepted sender rank, or `None` for any.
+    pub source: Option<u32>,
+    /// Where matched data lands (lkey, address, length); LOCAL_WRITE is required.
+    pub buf: Sge,
+    /// `USE_ONCE`, `MANAGE_LOCAL`, `NO_TRUNCATE` ([`Options`]); `OP_PUT` is implied.
+    pub options: Options,
+    /// With `MANAGE_LOCAL`: unlink once less than this is left.
+    pub min_free: u64,
+    /// Returned in every event about the entry.
+    pub cookie: u64,
+}
+
+impl TagEntry {
+    /// A use-once receive of exactly `match_bits` from any source into `buf`.
+    pub fn recv(match_bits: u64, buf: Sge, cookie: u64) -> TagEntry {
+        TagEntry {
+            match_bits,
+            ignore_bits: 0,
+            source: None,
+            buf,
+            options: Options::USE_ONCE,
+            min_free: 0,
+            cookie,
+        }
+    }
+
+    pub fn with_ignore(mut self, ignore_bits: u64) -> TagEntry {
+        self.ignore_bits = ignore_bits;
+        self
+    }
+
+    pub fn from_rank(mut self, rank: u32) -> TagEntry {
+        self.source = Some(rank);
+        self
+    }
+
+    pub fn with_options(mut self, options: Options) -> TagEntry {
+        self.options = options;
+        self
+    }
+
+    pub fn with_min_free(mut self, min_free: u64) -> TagEntry {
+        self.min_free = min_free;
+        self
+    }
+
+    fn source(&self) -> MatchId {
+        match self.source {
+            Some(r) => MatchId::rank(r),
+            None => MatchId::ANY,
+        }
+    }
+}
+
+/// A host command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagCommand {
+    Append {
+        endpoint: u16,
+        list: ListKind,
+        entry: TagEntry,
+    },
+    /// Search the unexpected list with `probe`'s match fields (its buffer is not used);
+    /// `SearchDelete` also removes what it reports.
+    Search {
+        endpoint: u16,
+        probe: TagEntry,
+        mode: SearchMode,
+    },
+    /// Unlink a linked entry (its `Link` event carried the handle). Like `PtlMEUnlink`, no
+    /// event; a stale handle gives `CommandFailed`.
+    Unlink { handle: TagHandle },
+}
+
+/// The `Link` event of the append being served: the entry's handle, and whether the event is
+/// left out (a quiet shard, a use-once entry).
+#[derive(Debug, Clone, Copy, Default)]
+struct LinkEvent {
+    handle: Option<TagHandle>,
+    quiet: bool,
+}
+
+/// Names a linked entry, for [`TagPort::unlink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TagHandle(EntryHandle);
+
+/// What an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagEventKind {
+    /// A message landed in a priority entry's buffer.
+    Put,
+    /// A message landed in an overflow buffer; its header is on the unexpected list.
+    PutOverflow,
+    /// An append claimed an unexpected message: its data is now in the appended buffer (or,
+    /// after search-and-delete, still at `addr` in the overflow buffer).
+    UnexpectedConsumed,
+    Link,
+    AutoUnlink,
+    AutoFree,
+    /// Search-only result (or a search that found nothing: `fail` = `NoMatch`).
+    Search,
+    PtDisabled,
+    SoftwareMode,
+    /// A command was refused (`error` says why); `cookie` is the entry's.
+    CommandFailed,
+}
+
+/// Why a command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagCommandError {
+    /// The buffer's key, bounds or LOCAL_WRITE permission failed.
+    BadBuffer,
+    /// The endpoint is not homed on this engine.
+    NoSuchEndpoint,
+    ListFull,
+    /// The entry to unlink is gone (matched, unlinked, or never linked).
+    StaleHandle,
+    Other,
+}
+
+/// One event, as the application reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagEvent {
+    pub kind: TagEventKind,
+    pub fail: NiFail,
+    pub endpoint: u16,
+    pub list: ListKind,
+    pub cookie: u64,
+    /// Where the data is, as the application addresses its registered memory (0: none).
+    pub addr: u64,
+    pub match_bits: u64,
+    /// Bytes the sender sent, and bytes that landed (fewer: truncated).
+    pub rlength: u64,
+    pub mlength: u64,
+    pub initiator: u32,
+    pub hdr_data: u64,
+    /// `mlength < rlength`: the excess was discarded.
+    pub truncated: bool,
+    /// The message came by rendezvous.
+    pub rendezvous: bool,
+    pub error: Option<TagCommandError>,
+    /// `Link` events: the entry's handle.
+    pub handle: Option<TagHandle>,
+}
+
+impl TagEvent {
+    /// An empty event (for arrays the application polls into).
+    pub const EMPTY: TagEvent = TagEvent {
+        kind: TagEventKind::Search,
+        fail: NiFail::Ok,
+        endpoint: 0,
+        list: ListKind::Priority,
+        cookie: 0,
+        addr: 0,
+        match_bits: 0,
+        rlength: 0,
+        mlength: 0,
+        initiator: 0,
+        hdr_data: 0,
+        truncated: false,
+        rendezvous: false,
+        error: None,
+        handle: None,
+    };
+}
+
+/// What the shard counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TagCounters {
+    pub matched_priority: u64,
+    pub matched_overflow: u64,
+    /// Messages that matched nothing (or met a disabled endpoint): consumed, data discarded.
+    pub dropped: u64,
+    pub truncated: u64,
+    pub rendezvous_pulls: u64,
+    pub unexpected_claimed: u64,
+    pub commands: u64,
+    pub commands_failed: u64,
+    /// Messages refused with RNR: no event room or no free record.
+    pub not_ready: u64,
+    /// Tagged messages for an endpoint homed on another engine (refused).
+    pub wrong_engine: u64,
+    /// Events the application's ring had no room for (0 unless it stops polling).
+    pub events_lost: u64,
+    /// Messages whose queue pair failed before their data was all in place (reported with
+    /// `NiFail::Undeliverable`).
+    pub undeliverable: u64,
+}
+
+/// Host commands wait in their ring while the event ring has fewer free slots than this.
+const COMMAND_EVENT_ROOM: usize = 256;
+/// Events one command or one match writes at most, beyond which they are counted lost.
+const STAGING: usize = 256;
+/// Events a message may still write after it was matched.
+const EVENTS_PER_MESSAGE: usize = 4;
+
+/// A registered-memory location as the list engine carries it (entry start + offset
+/// arithmetic stays valid inside one region): slot + 1 above bit 48, offset below.
+fn pack(at: Location) -> u64 {
+    (u64::from(at.region) + 1) << 48 | at.offset
+}
+
+fn unpack(v: u64) -> Location {
+    match (v >> 48).checked_sub(1) {
+        Some(region) => Location {
+            region: region as u32,
+            offset: v & ((1 << 48) - 1),
+        },
+        None => Location::NOWHERE,
+    }
+}
+
+/// An unexpected message's claim: where the appended buffer is.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    dest: Location,
+    room: u64,
+    event: Event,
+    /// Bytes already copied into `dest` (a rendezvous pull brings the rest).
+    copied: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    generation: u32,
+    live: bool,
+    qpn: u32,
+    hdr: TagHeader,
+    at: Location,
+    room: u32,
+    /// Landed in an overflow buffer: waits on the unexpected list.
+    unexpected: bool,
+    landed: bool,
+    received: u32,
+    /// Events held until the data is in place.
+    events: [Event; EVENTS_PER_MESSAGE],
+    nev: u8,
+    claim: Option<Claim>,
+}
+
+/// The worker's tagged-messaging state (see the module documentation).
+pub struct TagShard {
+    engine: ProcessingEngine<DeepList>,
+    endpoints: Vec<EndpointIndex>,
+    quiet: bool,
+    commands: Consumer<TagCommand>,
+    events: Producer<TagEvent>,
+    msgs: Vec<Msg>,
+    free: Vec<u32>,
+    staging: EventRing,
+    /// Events held by recorded messages (kept free in the event ring).
+    owed: usize,
+    /// Pulls and done messages for queue pairs, from commands (claims), for the engine to hand
+    /// to each queue pair.
+    actions: VecDeque<(u32, Next)>,
+    pub counters: TagCounters,
+    paths: Arc<TagWakes>,
+    /// Events pushed since the host was last told.
+    pushed: bool,
+}
+
+/// The wake-ups between the application and the shard: commands wake a sleeping worker,
+/// events a waiting host.
+#[derive(Debug, Default)]
+struct TagWakes {
+    commands: Arc<Wake>,
+    events: Wake,
+    /// How long [`TagPort::wait`] spins before it sleeps (the worker's policy sets it).
+    spin_ns: HostSpin,
+}
+
+/// The application's end: commands in, events out.
+pub struct TagPort {
+    commands: Producer<TagCommand>,
+    events: Consumer<TagEvent>,
+    paths: Arc<TagWakes>,
+}
+
+/// The command ring is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("tag command ring full")]
+pub struct CommandRingFull;
+
+impl TagPort {
+    fn push(&mut self, c: TagCommand) -> Result<(), CommandRingFull> {
+        self.commands.push(c).map_err(|_| CommandRingFull)?;
+        self.paths.commands.notify();
+        Ok(())
+    }
+
+    /// Appends `entry` to `endpoint`'s priority or overflow list. A priority append first
+    /// claims a matching unexpected message (its data is copied into `entry`'s buffer).
+    pub fn append(
+        &mut self,
+        endpoint: u16,
+        list: ListKind,
+        entry: TagEntry,
+    ) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Append {
+            endpoint,
+            list,
+            entry,
+        })
+    }
+
+    /// Searches `endpoint`'s unexpected list (MPI_Probe; with `SearchDelete`, MPI_Mprobe).
+    pub fn search(
+        &mut self,
+        endpoint: u16,
+        probe: TagEntry,
+        mode: SearchMode,
+    ) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Search {
+            endpoint,
+            probe,
+            mode,
+        })
+    }
+
+    /// Unlinks the entry `handle` names (from its `Link` event).
+    pub fn unlink(&mut self, handle: TagHandle) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Unlink { handle })
+    }
+
+    /// Commands that fit in the ring now.
+    pub fn command_space(&self) -> usize {
+        self.commands.slots()
+    }
+
+    /// Moves up to `out.len()` events into `out`; returns how many.
+    pub fn poll(&mut self, out: &mut [TagEvent]) -> usize {
+        let n = out.len().min(self.events.slots());
+        if n == 0 {
+            return 0;
+        }
+        let Ok(chunk) = self.events.read_chunk(n) else {
+            return 0;
+        };
+        let (a, b) = chunk.as_slices();
+        out[..a.len()].copy_from_slice(a);
+        out[a.len()..a.len() + b.len()].copy_from_slice(b);
+        chunk.commit_all();
+        n
+    }
+
+    /// Waits up to `timeout` for at least one event: spins for a short while (as
+    /// [`super::Cq::wait`] does, by the worker's policy), then sleeps until the worker
+    /// publishes one.
+    pub fn wait(&mut self, out: &mut [TagEvent], timeout: Duration) -> usize {
+        let start = Instant::now();
+        let spin = Duration::from_nanos(self.paths.spin_ns.load(Ordering::Relaxed));
+        loop {
+            let n = self.poll(out);
+            if n > 0 {
+                return n;
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return 0;
+            }
+            if waited < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Bounded, like every wait here; the fences make a missed wake-up impossible.
+            let left = (timeout - waited).min(Duration::from_millis(10));
+            let events = &self.events;
+            wake::sleep(&[&self.paths.events], left.as_nanos() as u64, || {
+                !events.is_empty()
+            });
+        }
+    }
+
+    /// Waits for one event.
+    pub fn wait_one(&mut self, timeout: Duration) -> Option<TagEvent> {
+        let mut one = [TagEvent::EMPTY];
+        (self.wait(&mut one, timeout) == 1).then_some(one[0])
+    }
+}
+
+impl TagShard {
+    /// The shard and the application's port, whose waits spin for `spin_ns` (its engine's).
+    pub(crate) fn new(cfg: &TagConfig, spin_ns: HostSpin) -> Result<(TagShard, TagPort), LpeError> {
+        let mut engine = ProcessingEngine::new(EngineId(0), cfg.engine.clone());
+        for &(ep, ec) in &cfg.endpoints {
+            engine.add_endpoint(ep, ec)?;
+        }
+        let (cp, cc) = RingBuffer::new(cfg.command_depth.max(1));
+        let (ep, ec) = RingBuffer::new(cfg.event_depth.max(COMMAND_EVENT_ROOM * 2));
+        let paths = Arc::new(TagWakes {
+            spin_ns,
+            ..Default::default()
+        });
+        // The host always sleeps on its events (the worker fences once per iteration with
+        // new events); the commands' path is armed by an adaptive worker.
+        paths.events.arm();
+        let n = cfg.max_messages.max(1);
+        let blank = Msg {
+            generation: 0,
+            live: false,
+            qpn: 0,
+            hdr: TagHeader {
+                kind: TagKind::Eager,
+                endpoint: 0,
+                initiator: 0,
+                match_bits: 0,
+                hdr_data: 0,
+                length: 0,
+                cookie: 0,
+            },
+            at: Location::NOWHERE,
+            room: 0,
+            unexpected: false,
+            landed: false,
+            received: 0,
+            events: [Event::bare(EventKind::Put, EndpointIndex(0), ListKind::Priority, 0);
+                EVENTS_PER_MESSAGE],
+            nev: 0,
+            claim: None,
+        };
+        Ok((
+            TagShard {
+                engine,
+                endpoints: cfg.endpoints.iter().map(|&(ep, _)| ep).collect(),
+                quiet: cfg.quiet,
+                commands: cc,
+                events: ep,
+                msgs: vec![blank; n],
+                free: (0..n as u32).rev().collect(),
+                staging: EventRing::new(STAGING),
+                owed: 0,
+                actions: VecDeque::with_capacity(n),
+                counters: TagCounters::default(),
+                paths: paths.clone(),
+                pushed: false,
+            },
+            TagPort {
+                commands: cp,
+                events: ec,
+                paths,
+            },
+        ))
+    }
+
+    /// The processing engine (its endpoints' counters, its cache).
+    pub fn engine(&self) -> &ProcessingEngine<DeepList> {
+        &self.engine
+    }
+
+    /// Messages recorded now (in flight, being pulled, or unexpected).
+    pub fn recorded(&self) -> usize {
+        self.msgs.len() - self.free.len()
+    }
+
+    /// Region `slot` is being deregistered: entries whose buffer lies in it can take no more
+    /// messages, so they are unlinked now, each reported by an `AutoUnlink` event (verbs
+    /// fails a receive whose buffer was deregistered; here it never matches). The control path
+    /// only: this walks every list.
+    pub fn region_retired(&mut self, slot: u32) {
+        let mut doomed = Vec::new();
+        for &ep in &self.endpoints {
+            let Some(e) = self.engine.endpoint(ep) else {
+                continue;
+            };
+            for list in [ListKind::Priority, ListKind::Overflow] {
+                e.for_each_entry(list, &mut |h, me| {
+                    if unpack(me.start).region == slot {
+                        doomed.push((h, me.cookie));
+                    }
+                });
+            }
+        }
+        for (h, cookie) in doomed {
+            if self.engine.unlink(h).is_ok() {
+                self.push_event(TagEvent {
+                    kind: TagEventKind::AutoUnlink,
+                    endpoint: h.ep.0,
+                    list: h.list,
+                    cookie,
+                    ..TagEvent::EMPTY
+                });
+            }
+        }
+    }
+
+    /// Whether a recorded message (arriving, being pulled, or waiting on an unexpected list
+    /// with its data in an overflow buffer) lies in region `slot`: its deregistration waits.
+    pub fn uses_region(&self, slot: u32) -> bool {
+        self.msgs.iter().any(|m| {
+            m.live && (m.at.region == slot || m.claim.is_some_and(|c| c.dest.region == slot))
+        })
+    }
+
+    /// The queue pair carrying message `token` failed before its data was all in place (its
+    /// pull failed or could not start, or it failed while the message arrived): the message's
+    /// data event is written now with `NiFail::Undeliverable` and what is in place, and its
+    /// record freed.
+    pub fn undeliverable(&mut self, token: u64, mem: &MemoryTable) {
+        let Some(i) = self.msg(token) else {
+            return;
+        };
+        self.counters.undeliverable += 1;
+        let m = self.msgs[i];
+        let rndv = matches!(m.hdr.kind, TagKind::Rendezvous { .. });
+        if let Some(c) = m.claim {
+            let mut e = c.event;
+            e.fail = NiFail::Undeliverable;
+            e.mlength = c.copied;
+            self.emit(&e, mem, rndv);
+        } else {
+            let have = if m.landed {
+                u64::from(m.received.min(m.room))
+            } else {
+                0
+            };
+            for k in 0..m.nev as usize {
+                if self.msgs[i].events[k].kind == EventKind::Put {
+                    self.msgs[i].events[k].fail = NiFail::Undeliverable;
+                }
+            }
+            self.emit_held(i, have, mem);
+        }
+        self.release(i);
+    }
+
+    /// The next queue pair action from a command, for the engine to carry out.
+    pub fn take_action(&mut self) -> Option<(u32, Next)> {
+        self.actions.pop_front()
+    }
+
+    fn token(&self, i: u32) -> u64 {
+        u64::from(self.msgs[i as usize].generation) << 32 | u64::from(i)
+    }
+
+    fn msg(&mut self, token: u64) -> Option<usize> {
+        let i = (token & 0xffff_ffff) as usize;
+        let m = self.msgs.get(i)?;
+        (m.live && u64::from(m.generation) == token >> 32).then_some(i)
+    }
+
+    fn release(&mut self, i: usize) {
+        let m = &mut self.msgs[i];
+        self.owed -= m.nev as usize + usize::from(m.claim.is_some());
+        m.live = false;
+        m.nev = 0;
+        m.claim = None;
+        m.generation = m.generation.wrapping_add(1);
+        self.free.push(i as u32);
+    }
+
+    /// Writes one event into the application's ring, translating where its data is.
+    fn emit(&mut self, e: &Event, mem: &MemoryTable, rendezvous: bool) {
+        self.emit_with(e, mem, rendezvous, None)
+    }
+
+    fn emit_with(
+        &mut self,
+        e: &Event,
+        mem: &MemoryTable,
+        rendezvous: bool,
+        handle: Option<TagHandle>,
+    ) {
+        let kind = match e.kind {
+            EventKind::Put | EventKind::Get => match e.list {
+                ListKind::Priority => TagEventKind::Put,
+                ListKind::Overflow => TagEventKind::PutOverflow,
+            },
+            EventKind::PutOverflow | EventKind::GetOverflow => TagEventKind::UnexpectedConsumed,
+            EventKind::Link => TagEventKind::Link,
+            EventKind::AutoUnlink => TagEventKind::AutoUnlink,
+            EventKind::AutoFree => TagEventKind::AutoFree,
+            EventKind::Search => TagEventKind::Search,
+            EventKind::PtDisabled => TagEventKind::PtDisabled,
+            EventKind::SoftwareMode => TagEventKind::SoftwareMode,
+        };
+        let carries = matches!(
+            kind,
+            TagEventKind::Put | TagEventKind::PutOverflow | TagEventKind::UnexpectedConsumed
+        );
+        // A rendezvous that went unexpected holds only its first chunk: the rest waits at the
+        // sender for the claim, nothing was discarded.
+        let waits_for_claim = rendezvous && kind == TagEventKind::PutOverflow;
+        let truncated =
+            carries && e.mlength < e.rlength && !waits_for_claim && e.fail == NiFail::Ok;
+        let rendezvous = carries && rendezvous;
+        if truncated {
+            self.counters.truncated += 1;
+        }
+        let ev = TagEvent {
+            kind,
+            fail: e.fail,
+            endpoint: e.ep.0,
+            list: e.list,
+            cookie: e.cookie,
+            addr: if e.start == 0 {
+                0
+            } else {
+                mem.address_of(unpack(e.start))
+            },
+            match_bits: e.match_bits,
+            rlength: e.rlength,
+            mlength: e.mlength,
+            initiator: e.initiator.nid,
+            hdr_data: e.hdr_data,
+            truncated,
+            rendezvous,
+            error: None,
+            handle,
+        };
+        self.push_event(ev);
+    }
+
+    fn push_event(&mut self, ev: TagEvent) {
+        if self.events.push(ev).is_err() {
+            self.counters.events_lost += 1;
+        }
+        self.pushed = true;
+    }
+
+    /// After an iteration's events: wakes a host sleeping in [`TagPort::wait`].
+    pub fn publish_events(&mut self) {
+        if std::mem::take(&mut self.pushed) {
+            self.paths.events.notify();
+        }
+    }
+
+    /// The command path's wake-up, for a worker that sleeps (adaptive polling).
+    pub fn command_wake(&self) -> &Arc<Wake> {
+        &self.paths.commands
+    }
+
+    /// Pulls and done messages wait to be handed to queue pairs.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// The application has pushed commands not served yet.
+    pub fn commands_pending(&self) -> bool {
+        !self.commands.is_empty()
+    }
+
+    /// Emits a recorded message's held events with the final `mlength` on its put.
+    fn emit_held(&mut self, i: usize, mlength: u64, mem: &MemoryTable) {
+        let m = self.msgs[i];
+        let rndv = matches!(m.hdr.kind, TagKind::Rendezvous { .. });
+        for e in &m.events[..m.nev as usize] {
+            let mut e = *e;
+            if e.kind == EventKind::Put {
+                e.mlength = mlength;
+            }
+            self.emit(&e, mem, rndv);
+        }
+        self.owed -= m.nev as usize;
+        self.msgs[i].nev = 0;
+    }
+
+    /// Copies `len` bytes inside registered memory (overflow buffer → appended buffer).
+    fn copy(mem: &MemoryTable, from: Location, to: Location, len: u64) {
+        let mut buf = [0u8; 2048];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(buf.len() as u64) as usize;
+            mem.fetch(from.advance(done), &mut buf[..n]);
+            mem.place(to.advance(done), &buf[..n]);
+            done += n as u64;
+        }
+    }
+
+    /// An unexpected message `i` that has landed is claimed into `claim.dest`: copy what the
+    /// overflow buffer holds, and pull the rest of a rendezvous.
+    fn settle_claim(&mut self, i: usize, claim: Claim, mem: &MemoryTable) -> Next {
+        self.counters.unexpected_claimed += 1;
+        let m = self.msgs[i];
+        let rlength = u64::from(m.hdr.length);
+        let want = rlength.min(claim.room);
+        let held = u64::from(m.received.min(m.room));
+        let have = held.min(want);
+        if claim.dest != Location::NOWHERE {
+            Self::copy(mem, m.at, claim.dest, have);
+        }
+        let mut event = claim.event;
+        event.start = pack(claim.dest);
+        event.rlength = rlength;
+        event.mlength = want;
+        match m.hdr.kind {
+            TagKind::Rendezvous { addr, rkey } if want > have => {
+                // Held until the pull completes (see `pulled`).
+                self.msgs[i].claim = Some(Claim {
+                    event,
+                    copied: have,
+                    ..claim
+                });
+                self.owed += 1;
+                self.counters.rendezvous_pulls += 1;
+                Next::Pull(Pull {
+                    local: claim.dest.advance(have),
+                    len: (want - have) as u32,
+                    remote_addr: addr.wrapping_add(have),
+                    rkey,
+                    token: self.token(i as u32),
+                })
+            }
+            kind => {
+                self.emit(&event, mem, matches!(kind, TagKind::Rendezvous { .. }));
+                let cookie = m.hdr.cookie;
+                self.release(i);
+                match kind {
+                    TagKind::Rendezvous { .. } => Next::Done {
+                        cookie,
+                        length: want as u32,
+                    },
+                    _ => Next::Nothing,
+                }
+            }
+        }
+    }
+
+    /// Serves host commands while the event ring has room for what they may write.
+    pub fn serve_commands(&mut self, mem: &MemoryTable) {
+        while self.events.slots() >= self.owed + COMMAND_EVENT_ROOM {
+            let Ok(cmd) = self.commands.pop() else {
+                return;
+            };
+            self.counters.commands += 1;
+            self.command(cmd, mem);
+        }
+    }
+
+    fn fail_command(&mut self, endpoint: u16, cookie: u64, error: TagCommandError) {
+        self.counters.commands_failed += 1;
+        self.push_event(TagEvent {
+            kind: TagEventKind::CommandFailed,
+            endpoint,
+            cookie,
+            error: Some(error),
+            ..TagEvent::EMPTY
+        });
+    }
+
+    fn command(&mut self, cmd: TagCommand, mem: &MemoryTable) {
+        match cmd {
+            TagCommand::Append {
+                endpoint,
+                list,
+                entry,
+            } => {
+                let ep = EndpointIndex(endpoint);
+                if self.engine.endpoint(ep).is_none() {
+                    return self.fail_command(
+                        endpoint,
+                        entry.cookie,
+                        TagCommandError::NoSuchEndpoint,
+                    );
+                }
+                let b = entry.buf;
+                let Ok(at) = mem.check_local(b.lkey, b.addr, u64::from(b.len), Access::LOCAL_WRITE)
+                else {
+                    return self.fail_command(endpoint, entry.cookie, TagCommandError::BadBuffer);
+                };
+                let me = MatchEntry {
+                    match_bits: entry.match_bits,
+                    ignore_bits: entry.ignore_bits,
+                    source: entry.source(),
+                    start: pack(at),
+                    length: u64::from(b.len),
+                    offset: 0,
+                    min_free: entry.min_free,
+                    options: entry.options | Options::OP_PUT,
+                    cookie: entry.cookie,
+                };
+                self.staging.clear();
+                let r = self.engine.append(ep, list, me, &mut self.staging);
+                let handle = match r {
+                    Ok(Appended::Linked { handle, .. }) => Some(TagHandle(handle)),
+                    Ok(Appended::ConsumedUnexpected) => None,
+                    Err(e) => {
+                        let why = match e {
+                            LpeError::ListFull(_) => TagCommandError::ListFull,
+                            _ => TagCommandError::Other,
+                        };
+                        self.fail_command(endpoint, entry.cookie, why);
+                        None
+                    }
+                };
+                let link = LinkEvent {
+                    handle,
+                    quiet: self.quiet && entry.options.contains(Options::USE_ONCE),
+                };
+                self.after_command(Some((at, u64::from(b.len))), link, mem);
+            }
+            TagCommand::Search {
+                endpoint,
+                probe,
+                mode,
+            } => {
+                let ep = EndpointIndex(endpoint);
+                let me = MatchEntry {
+                    match_bits: probe.match_bits,
+                    ignore_bits: probe.ignore_bits,
+                    source: probe.source(),
+                    start: 0,
+                    length: u64::MAX,
+                    offset: 0,
+                    min_free: 0,
+                    options: probe.options | Options::OP_PUT,
+                    cookie: probe.cookie,
+                };
+                self.staging.clear();
+                if self.engine.search(ep, me, mode, &mut self.staging).is_err() {
+                    return self.fail_command(
+                        endpoint,
+                        probe.cookie,
+                        TagCommandError::NoSuchEndpoint,
+                    );
+                }
+                self.after_command(None, LinkEvent::default(), mem);
+            }
+            TagCommand::Unlink { handle } => {
+                if self.engine.unlink(handle.0).is_err() {
+                    let cookie = 0;
+                    self.fail_command(handle.0.ep.0, cookie, TagCommandError::StaleHandle);
+                }
+            }
+        }
+    }
+
+    /// An `AutoUnlink` of a posted receive, which a quiet shard does not report.
+    fn quiet_unlink(quiet: bool, e: &Event) -> bool {
+        quiet && e.kind == EventKind::AutoUnlink && e.list == ListKind::Priority
+    }
+
+    /// Writes the events a command produced; unexpected messages it claimed are settled into
+    /// `dest` (an append) or handed over where they are (search-and-delete).
+    fn after_command(&mut self, dest: Option<(Location, u64)>, link: LinkEvent, mem: &MemoryTable) {
+        self.counters.events_lost += self.staging.lost();
+        // A claimed message still arriving into its overflow buffer: that buffer's AUTO_FREE
+        // waits with it, or the application could re-link the buffer under the data.
+        let mut arriving: Option<usize> = None;
+        while let Some(e) = self.staging.pop() {
+            if e.kind == EventKind::AutoFree
+                && let Some(i) = arriving
+                && (self.msgs[i].nev as usize) < EVENTS_PER_MESSAGE
+            {
+                let m = &mut self.msgs[i];
+                m.events[m.nev as usize] = e;
+                m.nev += 1;
+                self.owed += 1;
+                continue;
+            }
+            if e.kind != EventKind::PutOverflow {
+                match e.kind {
+                    EventKind::Link if link.quiet => {}
+                    _ if Self::quiet_unlink(self.quiet, &e) => {}
+                    EventKind::Link => self.emit_with(&e, mem, false, link.handle),
+                    _ => self.emit(&e, mem, false),
+                }
+                continue;
+            }
+            let Some(i) = self.msg(e.token) else {
+                self.emit(&e, mem, false);
+                continue;
+            };
+            let qpn = self.msgs[i].qpn;
+            let claim = match dest {
+                Some((at, room)) => Claim {
+                    dest: at,
+                    room,
+                    event: e,
+                    copied: 0,
+                },
+                // Search-and-delete: the data stays in the overflow buffer.
+                None => Claim {
+                    dest: Location::NOWHERE,
+                    room: 0,
+                    event: Event {
+                        start: pack(self.msgs[i].at),
+                        ..e
+                    },
+                    copied: 0,
+                },
+            };
+            if !self.msgs[i].landed {
+                // Still arriving: settled when its last packet lands.
+                self.msgs[i].claim = Some(claim);
+                self.owed += 1;
+                arriving = Some(i);
+                continue;
+            }
+            let next = if dest.is_some() {
+                self.settle_claim(i, claim, mem)
+            } else {
+                self.hand_over(i, claim.event, mem)
+            };
+            if next != Next::Nothing {
+                self.actions.push_back((qpn, next));
+            }
+        }
+    }
+
+    /// Search-and-delete took unexpected message `i`: the application gets it where it is; a
+    /// rendezvous sender is told it is done with what the overflow buffer holds.
+    fn hand_over(&mut self, i: usize, mut event: Event, mem: &MemoryTable) -> Next {
+        let m = self.msgs[i];
+        let held = u64::from(m.received.min(m.room));
+        event.rlength = u64::from(m.hdr.length);
+        event.mlength = held;
+        let rndv = matches!(m.hdr.kind, TagKind::Rendezvous { .. });
+        self.emit(&event, mem, rndv);
+        self.release(i);
+        if rndv {
+            Next::Done {
+                cookie: m.hdr.cookie,
+                length: held as u32,
+            }
+        } else {
+            Next::Nothing
+        }
+    }
+}
+
+impl TagTarget for TagShard {
+    fn arrive(&mut self, qpn: u32, hdr: &TagHeader, mem: &MemoryTable) -> Landing {
+        let ep = EndpointIndex(hdr.endpoint);
+        if self.engine.endpoint(ep).is_none() {
+            self.counters.wrong_engine += 1;
+            return Landing::Refuse;
+        }
+        // Every command the application pushed before this packet was taken off the wire is
+        // carried out first, so a receive posted before the message arrived is matched (the
+        // library's block bit: a network request sees every older command).
+        if !self.commands.is_empty() {
+            self.serve_commands(mem);
+        }
+        if self.events.slots() < self.owed + EVENTS_PER_MESSAGE * 2 {
+            self.counters.not_ready += 1;
+            return Landing::NotReady;
+        }
+        let Some(i) = self.free.pop() else {
+            self.counters.not_ready += 1;
+            return Landing::NotReady;
+        };
+        let token = self.token(i);
+        let ih = IncomingHeader::put(
+            ProcessId::rank(hdr.initiator),
+            hdr.match_bits,
+            u64::from(hdr.length),
+        )
+        .with_hdr_data(hdr.hdr_data)
+        .with_token(token);
+        self.staging.clear();
+        let outcome = self.engine.match_incoming(ep, &ih, &mut self.staging);
+        let (at, room, unexpected) = match outcome {
+            MatchOutcome::Delivered(d) => {
+                if d.list == ListKind::Priority {
+                    self.counters.matched_priority += 1;
+                } else {
+                    self.counters.matched_overflow += 1;
+                }
+                (
+                    unpack(d.address),
+                    d.mlength.min(u64::from(u32::MAX)) as u32,
+                    d.list == ListKind::Overflow,
+                )
+            }
+            // Consumed with nothing placed: the endpoint dropped it, disabled itself, or
+            // queued the header for host matching (data is not kept).
+            _ => {
+                self.counters.dropped += 1;
+                (Location::NOWHERE, 0, false)
+            }
+        };
+        let m = &mut self.msgs[i as usize];
+        m.live = true;
+        m.qpn = qpn;
+        m.hdr = *hdr;
+        m.at = at;
+        m.room = room;
+        m.unexpected = unexpected;
+        m.landed = false;
+        m.received = 0;
+        m.claim = None;
+        m.nev = 0;
+        let mut extra = 0u64;
+        while let Some(e) = self.staging.pop() {
+            if Self::quiet_unlink(self.quiet, &e) {
+                continue;
+            }
+            if (m.nev as usize) < EVENTS_PER_MESSAGE {
+                m.events[m.nev as usize] = e;
+                m.nev += 1;
+            } else {
+                extra += 1;
+            }
+        }
+        self.owed += m.nev as usize;
+        self.counters.events_lost += extra + self.staging.lost();
+        Landing::Place { at, room, token }
+    }
+
+    fn landed(&mut self, _qpn: u32, token: u64, received: u32, mem: &MemoryTable) -> Next {
+        let Some(i) = self.msg(token) else {
+            return Next::Nothing;
+        };
+        let m = self.msgs[i];
+        let landed = u64::from(received.min(m.room));
+        self.msgs[i].landed = true;
+        self.msgs[i].received = received;
+        if m.unexpected {
+            // In the overflow buffer; the header waits on the unexpected list for its claim.
+            self.emit_held(i, landed, mem);
+            return match m.claim {
+                Some(c) => {
+                    self.owed -= 1;
+                    self.msgs[i].claim = None;
+                    if c.dest == Location::NOWHERE {
+                        self.hand_over(i, c.event, mem)
+                    } else {
+                        self.settle_claim(i, c, mem)
+                    }
+                }
+                None => Next::Nothing,
+            };
+        }
+        match m.hdr.kind {
+            TagKind::Rendezvous { addr, rkey } if u64::from(m.room) > landed => {
+                self.counters.rendezvous_pulls += 1;
+                Next::Pull(Pull {
+                    local: m.at.advance(landed),
+                    len: m.room - landed as u32,
+                    remote_addr: addr.wrapping_add(landed),
+                    rkey,
+                    token,
+                })
+            }
+            kind => {
+                self.emit_held(i, landed, mem);
+                self.release(i);
+                match kind {
+                    TagKind::Rendezvous { .. } => Next::Done {
+                        cookie: m.hdr.cookie,
+                        length: landed as u32,
+                    },
+                    _ => Next::Nothing,
+                }
+            }
+        }
+    }
+}
+
+impl TagShard {
+    /// A pull a queue pair issued for `token` completed: the message is whole; its events go
+    /// out and its sender is told (the returned done message).
+    pub fn pulled(&mut self, token: u64, mem: &MemoryTable) -> Next {
+        let Some(i) = self.msg(token) else {
+            return Next::Nothing;
+        };
+        let m = self.msgs[i];
+        let length = match m.claim {
+            Some(c) => {
+                let e = c.event;
+                self.emit(&e, mem, true);
+                e.mlength
+            }
+            None => {
+                self.emit_held(i, u64::from(m.room), mem);
+                u64::from(m.room)
+            }
+        };
+        self.release(i);
+        Next::Done {
+            cookie: m.hdr.cookie,
+            length: length as u32,
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! A queue pair: one requester and one responder behind one configuration,
+//! one state (Ready or Error) and one set of counters.
+//!
+//! The QP routes received packets by opcode (requests to the responder,
+//! ACKs/NAKs/READ responses to the requester), interleaves the two halves'
+//! output (responder first, so ACKs are never starved by bulk sends), and
+//! owns the move to the error state: the failing WQE completes with its
+//! status, everything else still posted completes with a flush error, and
+//! later posts complete with a flush error at once.
+
+use crate::cc::{CcMode, Notifier};
+use wire::bth::Opcode;
+use wire::template::HeaderTemplate;
+use wire::{Ecn, RoceRepr};
+
+use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::mr::MemoryTable;
+use super::requester::{Outcome, Requester};
+use super::responder::{Responder, Verdict};
+use super::sge::LocalError;
+use super::tagged::{Next, NoTags, TagTarget};
+use super::{
+    Budget, ConfigError, Inadmissible, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest,
+    Refusal, WorkRequest, pkey_matches,
+};
+
+/// The QP states this transport distinguishes. (Reset/Init/RTR are the
+/// connection manager's business; a QP is created ready to send.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Ready to send and receive.
+    Ready,
+    /// A fatal error happened; every work request completes with a flush error.
+    Error,
+}
+
+/// Counters of one QP; plain integers, summed by whoever reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QpStats {
+    // Requester.
+    /// Request packets sent, retransmissions included.
+    pub tx_requests: u64,
+    /// Request packets sent again (go-back-N, timeout, RNR retry).
+    pub retransmissions: u64,
+    /// Retransmitted packets the responder already had: acknowledged sooner after they were
+    /// sent again than half the shortest round trip measured (see `transport::rto`).
+    pub spurious_retransmissions: u64,
+    pub acks_received: u64,
+    pub seq_naks_received: u64,
+    pub rnr_naks_received: u64,
+    pub fatal_naks_received: u64,
+    pub timeouts: u64,
+    /// Times the transmit cursor went back because of a NAK or a response gap.
+    pub go_back_n: u64,
+    /// READ responses for PSNs already received (or otherwise stale).
+    pub duplicate_responses: u64,
+    /// Responses that matched nothing outstanding or had a wrong length.
+    pub ignored_responses: u64,
+    /// MSN of the latest AETH seen.
+    pub last_msn: u32,
+    /// Durable ACKs received (repeats included).
+    pub durable_acks_received: u64,
+    /// Durable-ACK timer expiries, and the probes they sent.
+    pub durable_timeouts: u64,
+    pub durable_probes: u64,
+    // Responder.
+    pub acks_sent: u64,
+    pub seq_naks_sent: u64,
+    pub rnr_naks_sent: u64,
+    pub fatal_naks_sent: u64,
+    pub read_responses_sent: u64,
+    /// Requests behind the expected PSN.
+    pub duplicate_requests: u64,
+    /// Duplicate READs answered again from memory.
+    pub reexecuted_reads: u64,
+    /// Requests ahead of the expected PSN (dropped; the first one NAKed).
+    pub out_of_sequence: u64,
+    /// Requests dropped for lack of READ queue space.
+    pub dropped_requests: u64,
+    /// Durable ACKs (Portico's extension) sent.
+    pub durable_acks_sent: u64,
+    /// Tagged messages (eager or rendezvous) whose envelope was matched.
+    pub tagged_received: u64,
+    /// Tagged SENDs whose tag header did not parse (answered "invalid request").
+    pub bad_tag_headers: u64,
+    // Congestion control.
+    /// Requests that arrived marked CE.
+    pub ce_received: u64,
+    /// ACKs sent with BECN (and a CETH): `cc = ack`.
+    pub becn_acks_sent: u64,
+    /// ACKs received with BECN.
+    pub becn_acks_received: u64,
+    /// CNPs sent (`cc = dcqcn`).
+    pub cnps_sent: u64,
+    /// CNPs received (acted on with `cc = dcqcn`, ignored otherwise).
+    pub cnps_received: u64,
+    // Both.
+    pub rx_packets: u64,
+    /// Packets for another QP number, or received in the error state.
+    pub rx_dropped: u64,
+}
+
+impl QpStats {
+    /// Add `other`'s counters to these; `last_msn` takes the larger value
+    /// (only the requester sets it).
+    fn merge(&mut self, o: &QpStats) {
+        self.tx_requests += o.tx_requests;
+        self.retransmissions += o.retransmissions;
+        self.spurious_retransmissions += o.spurious_retransmissions;
+        self.acks_received += o.acks_received;
+        self.seq_naks_received += o.seq_naks_received;
+        self.rnr_naks_received += o.rnr_naks_received;
+        self.fatal_naks_received += o.fatal_naks_received;
+        self.timeouts += o.timeouts;
+        self.go_back_n += o.go_back_n;
+        self.duplicate_responses += o.duplicate_responses;
+        self.ignored_responses += o.ignored_responses;
+        self.last_msn = self.last_msn.max(o.last_msn);
+        self.durable_acks_received += o.durable_acks_received;
+        self.durable_timeouts += o.durable_timeouts;
+        self.durable_probes += o.durable_probes;
+        self.durable_acks_sent += o.durable_acks_sent;
+        self.tagged_received += o.tagged_received;
+        self.bad_tag_headers += o.bad_tag_headers;
+        self.acks_sent += o.acks_sent;
+        self.seq_naks_sent += o.seq_naks_sent;
+        self.rnr_naks_sent += o.rnr_naks_sent;
+        self.fatal_naks_sent += o.fatal_naks_sent;
+        self.read_responses_sent += o.read_responses_sent;
+        self.duplicate_requests += o.duplicate_requests;
+        self.reexecuted_reads += o.reexecuted_reads;
+        self.out_of_sequence += o.out_of_sequence;
+        self.dropped_requests += o.dropped_requests;
+        self.ce_received += o.ce_received;
+        self.becn_acks_sent += o.becn_acks_sent;
+        self.becn_acks_received += o.becn_acks_received;
+        self.cnps_sent += o.cnps_sent;
+        self.cnps_received += o.cnps_received;
+        self.rx_packets += o.rx_packets;
+        self.rx_dropped += o.rx_dropped;
+    }
+}
+
+/// An RC queue pair. See the module documentation of [`crate::transport`].
+#[derive(Debug)]
+pub struct QueuePair {
+    cfg: QpConfig,
+    state: QpState,
+    req: Requester,
+    resp: Responder,
+    stats: QpStats,
+    /// The headers every packet of this queue pair shares, prepared once: packets are
+    /// emitted by patching it ([`HeaderTemplate`]).
+    template: HeaderTemplate,
+    /// The receiver's side of congestion control: CE marks of arriving requests turned into
+    /// ACK state or CNPs.
+    notifier: Notifier,
+    /// A CNP to send (`cc = dcqcn`), and the template of its headers (the CNP's DSCP and ECN
+    /// are the ConnectX capture's, not the queue pair's).
+    cnp_due: bool,
+    cnp_template: Option<HeaderTemplate>,
+}
+
+/// The DSCP of CNPs, as ConnectX NICs send them (and NVIDIA's firmware default).
+pub const CNP_DSCP: u8 = 48;
+
+impl QueuePair {
+    /// Create a QP in the Ready state. All queues are allocated here, at
+    /// their configured depth.
+    pub fn new(cfg: QpConfig) -> Result<QueuePair, ConfigError> {
+        cfg.validate()?;
+        let template = HeaderTemplate::new(&cfg.header(Opcode::SendOnly, 0, false))
+            .map_err(|_| ConfigError { field: "addresses" })?;
+        let cnp_template = match cfg.cc.mode {
+            CcMode::Dcqcn => Some(
+                HeaderTemplate::new(&cnp_header(&cfg))
+                    .map_err(|_| ConfigError { field: "addresses" })?,
+            ),
+            _ => None,
+        };
+        Ok(QueuePair {
+            req: Requester::new(&cfg),
+            resp: Responder::new(&cfg),
+            notifier: Notifier::new(&cfg.cc),
+            cnp_due: false,
+            cnp_template,
+            cfg,
+            state: QpState::Ready,
+            stats: QpStats::default(),
+            template,
+        })
+    }
+
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The QP's counters: the requester's, the responder's and its own,
+    /// merged (each half only counts its own fields).
+    pub fn stats(&self) -> QpStats {
+        let mut s = self.stats.clone();
+        s.merge(&self.req.stats);
+        s.merge(&self.resp.stats);
+        s
+    }
+
+    pub fn requester(&self) -> &Requester {
+        &self.req
+    }
+
+    pub fn responder(&self) -> &Responder {
+        &self.resp
+    }
+
+    /// Whether the send queue takes another work request (in the error state it always does:
+    /// the request completes at once with a flush error).
+    pub fn send_queue_has_room(&self) -> bool {
+        self.state == QpState::Error || self.req.has_room(&self.cfg)
+    }
+
+    /// Whether the receive queue takes another receive request.
+    pub fn recv_queue_has_room(&self) -> bool {
+        self.state == QpState::Error || self.resp.has_room(&self.cfg)
+    }
+
+    /// Queue a SEND, RDMA WRITE or RDMA READ. The local buffer is checked
+    /// now (every scatter/gather entry: key, bounds, LOCAL_WRITE for a READ);
+    /// a bad one completes the request with a local protection (or length)
+    /// error and moves the QP to the error state, as in verbs. In the error
+    /// state the request is accepted and completes at once with a flush error.
+    /// Refused only when the send queue is full.
+    pub fn post_send(
+        &mut self,
+        wr: &WorkRequest,
+        mem: &MemoryTable,
+        cq: &mut CompletionQueue,
+    ) -> Result<(), PostError> {
+        let opcode = wr.wc_opcode();
+        if self.state == QpState::Error {
+            self.complete(cq, wr.wr_id, opcode, WcStatus::WrFlushError);
+            return Ok(());
+        }
+        match self.req.post(&self.cfg, wr, mem) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Full) => Err(PostError::SendQueueFull),
+            Err(Refusal::Local(e)) => {
+                self.complete(cq, wr.wr_id, opcode, local_status(e));
+                self.enter_error(None, cq);
+                Ok(())
+            }
+        }
+    }
+
+    /// Queue a receive buffer for an incoming SEND or WRITE with immediate;
+    /// a bad buffer completes as in [`QueuePair::post_send`].
+    pub fn post_recv(
+        &mut self,
+        wr: &RecvRequest,
+        mem: &MemoryTable,
+        cq: &mut CompletionQueue,
+    ) -> Result<(), PostError> {
+        if self.state == QpState::Error {
+            self.complete(cq, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushError);
+            return Ok(());
+        }
+        match self.resp.post_recv(&self.cfg, wr, mem) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Full) => Err(PostError::RecvQueueFull),
+            Err(Refusal::Local(e)) => {
+                self.complete(cq, wr.wr_id, WcOpcode::Recv, local_status(e));
+                self.enter_error(None, cq);
+                Ok(())
+            }
+        }
+    }
+
+    fn complete(&self, cq: &mut CompletionQueue, wr_id: u64, opcode: WcOpcode, status: WcStatus) {
+        cq.push(WorkCompletion {
+            wr_id,
+            qpn: self.cfg.local_qpn,
+            opcode,
+            status,
+            byte_len: 0,
+            imm_data: None,
+        });
+    }
+
+    /// The receiver's side of congestion control.
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    /// Whether this queue pair's ACKs follow the engine's port-wide ECN window.
+    pub fn port_scoped_ecn(&self) -> bool {
+        self.notifier.port_scoped()
+    }
+
+    /// The port-wide ECN window's verdict on the packet about to be handed to
+    /// [`QueuePair::on_packet`].
+    pub fn set_shared_level(&mut self, shared: crate::cc::SharedLevel) {
+        self.notifier.set_shared(shared);
+    }
+
+    /// The port's level changed through another queue pair's packet: owe an ACK that says it
+    /// (a repeat of the last one when nothing new arrived). False when this queue pair has
+    /// received nothing yet or is in the error state (nothing to acknowledge).
+    pub fn announce_level(&mut self, shared: crate::cc::SharedLevel) -> bool {
+        if self.state != QpState::Ready {
+            return false;
+        }
+        self.notifier.set_shared(shared);
+        self.resp.repeat_ack()
+    }
+
+    /// The depth of the receiving engine's own ingress queue (a bottleneck in front of it),
+    /// which the CETH reports.
+    pub fn note_ingress_queue(&mut self, bytes: Option<u32>) {
+        self.notifier.set_ingress_queue(bytes);
+    }
+
+    /// The next response to transmit: a CNP, an ACK, a NAK or a READ response. Responses
+    /// never wait behind requests, whatever paces the requests. With `cc = ack` every ACK
+    /// carries the congestion state: BECN and a CETH while congested, neither once clear.
+    pub fn poll_response(&mut self) -> Option<OutPacket> {
+        if self.cnp_due {
+            self.cnp_due = false;
+            self.stats.cnps_sent += 1;
+            return Some(OutPacket {
+                repr: cnp_header(&self.cfg),
+                payload: None,
+            });
+        }
+        let mut p = self.resp.poll_transmit(&self.cfg)?;
+        if p.repr.bth.opcode == Opcode::Acknowledge && self.notifier.carries_state() {
+            let (becn, ceth) = self.notifier.ack_state();
+            p.repr.bth.becn = becn;
+            p.repr.ceth = ceth;
+            if becn {
+                self.stats.becn_acks_sent += 1;
+            }
+        }
+        Some(p)
+    }
+
+    /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
+    /// the RNR timer and `budget` allow one. Nothing is committed unless a packet is handed
+    /// out; what is handed out is charged to `budget`.
+    pub fn poll_request(&mut self, now: u64, budget: &mut Budget) -> Option<OutPacket> {
+        if self.state == QpState::Error {
+            return None;
+        }
+        self.req.poll_request(now, &self.cfg, budget)
+    }
+
+    /// The request [`QueuePair::poll_request`] would hand out now given room: its frame bytes
+    /// and the frame bytes of the responses it will pull in (a READ's); `None` if the window,
+    /// the READ limit, the pacer or the RNR timer hold it (or there is none). Sends nothing.
+    pub fn peek_request(&mut self, now: u64) -> Option<(u32, u32)> {
+        let mut peek = Budget::peek();
+        let sent = self.poll_request(now, &mut peek);
+        debug_assert!(sent.is_none(), "nothing fits a peek");
+        peek.offered
+    }
+
+    /// Whether the requester has a request it has not sent yet, or must send again (what a
+    /// traffic shaper keeps the queue pair's stream active for).
+    pub fn has_requests(&self) -> bool {
+        self.state != QpState::Error && self.req.has_unsent()
+    }
+
+    /// The next packet of either kind, responses first, requests unbudgeted (tests and
+    /// simple drivers).
+    pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {
+        self.poll_response()
+            .or_else(|| self.poll_request(now, &mut Budget::packets(u32::MAX)))
+    }
+
+    /// Copy the payload of `p` (handed out by this QP since its last change) out of the
+    /// application's memory into `dst` (`p.len()` bytes).
+    pub fn copy_payload(&self, p: &PayloadRef, mem: &MemoryTable, dst: &mut [u8]) {
+        match *p {
+            PayloadRef::Region { at, .. } => mem.fetch(at, dst),
+            PayloadRef::SendQueue { wqe, offset, .. } => {
+                self.req.copy_payload(mem, wqe, offset, dst)
+            }
+        }
+    }
+
+    /// Write the whole frame of `pkt` (handed out by this QP since its last change) into
+    /// `buf`: headers, the payload copied from the application's memory, pad and ICRC.
+    /// Returns the frame length; `buf` must hold [`OutPacket::frame_len`] bytes.
+    pub fn emit(&self, pkt: &OutPacket, mem: &MemoryTable, buf: &mut [u8]) -> wire::Result<usize> {
+        let plen = pkt.payload_len();
+        let total = pkt.frame_len();
+        let have = buf.len();
+        let buf = buf.get_mut(..total).ok_or(wire::Error::Truncated {
+            layer: wire::Layer::Buffer,
+            need: total,
+            have,
+        })?;
+        // Every packet this queue pair makes comes from `QpConfig::header`, the template's
+        // flow (CNPs from `cnp_header`, theirs); one that did not would be refused by the
+        // template's own check.
+        let template = match (&self.cnp_template, pkt.repr.bth.opcode) {
+            (Some(t), Opcode::Cnp) => t,
+            _ => &self.template,
+        };
+        template.emit(&pkt.repr, plen, buf, |body| {
+            if let Some(p) = &pkt.payload {
+                self.copy_payload(p, mem, body);
+            }
+        })?;
+        Ok(total)
+    }
+
+    /// Whether any work request, message in progress or READ being answered uses region
+    /// `slot` (deregistration waits until none does).
+    pub fn uses_region(&self, slot: u32) -> bool {
+        self.req.uses_region(slot) || self.resp.uses_region(slot)
+    }
+
+    /// Handle one received, already parsed and ICRC-checked packet.
+    /// `payload` is the packet's payload without pad and ICRC.
+    /// Whether a packet addressed to this queue pair may reach its state machines at all:
+    /// its P_Key matches ([`pkey_matches`]), and it comes from the connected peer's address.
+    /// A refused packet changes nothing (no NAK: the sender is not a party to this
+    /// connection, or not in its partition).
+    pub fn admit(&self, repr: &RoceRepr) -> Result<(), Inadmissible> {
+        if !pkey_matches(repr.bth.pkey, self.cfg.pkey) {
+            return Err(Inadmissible::PKey);
+        }
+        if repr.ip.src_addr != self.cfg.remote_ip {
+            return Err(Inadmissible::Source);
+        }
+        Ok(())
+    }
+
+    pub fn on_packet(
+        &mut self,
+        now: u64,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+    ) {
+        self.on_packet_with(now, repr, payload, mem, cq, &mut NoTags)
+    }
+
+    /// [`QueuePair::on_packet`] on an engine with tagged messaging: `tags` matches the tagged
+    /// messages that arrive and hears of the pulls this queue pair completes.
+    pub fn on_packet_with(
+        &mut self,
+        now: u64,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+        tags: &mut dyn TagTarget,
+    ) {
+        self.stats.rx_packets += 1;
+        if repr.bth.dest_qp != self.cfg.local_qpn || self.state == QpState::Error {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        let opcode = repr.bth.opcode;
+        if opcode.is_request() {
+            let ce = repr.ip.ecn == Ecn::Ce;
+            if ce {
+                self.stats.ce_received += 1;
+            }
+            let notice = self.notifier.on_packet(now, ce);
+            self.cnp_due |= notice.cnp;
+            let verdict = self
+                .resp
+                .on_request(&self.cfg, repr, payload, mem, cq, tags);
+            if verdict == Verdict::Fatal {
+                self.enter_error(None, cq);
+                return;
+            }
+            if notice.ack_now {
+                // The level changed: the sender hears it now, not at the next coalesced ACK.
+                self.resp.request_ack();
+            }
+            if let Some(cookie) = self.resp.tag_done.take() {
+                self.req.rendezvous_done(&self.cfg, cookie, cq);
+            }
+            let next = std::mem::replace(&mut self.resp.tag_next, Next::Nothing);
+            self.tag_next(next);
+        } else if opcode.is_response() {
+            let outcome = self.req.on_response(now, &self.cfg, repr, payload, mem, cq);
+            if let Outcome::Fatal(status, psn) = outcome {
+                self.enter_error(Some((status, psn)), cq);
+            }
+        } else if opcode == Opcode::Cnp {
+            // Acted on by DCQCN; a queue pair without it counts it and goes on.
+            self.stats.cnps_received += 1;
+            self.req.cc.on_cnp(now);
+        } else {
+            self.stats.rx_dropped += 1;
+        }
+    }
+
+    /// Carries out what the engine's tag matching asked of this queue pair: READ the rest of a
+    /// rendezvous message, or tell its sender it is done. Nothing in the error state: then
+    /// false, and a pull's message is one the engine must report undeliverable.
+    pub fn tag_next(&mut self, next: Next) -> bool {
+        if self.state == QpState::Error {
+            return next == Next::Nothing;
+        }
+        match next {
+            Next::Nothing => {}
+            Next::Pull(p) => {
+                self.req
+                    .post_pull(&self.cfg, p.local, p.len, p.remote_addr, p.rkey, p.token)
+            }
+            Next::Done { cookie, length } => self.req.post_done(&self.cfg, cookie, length),
+        }
+        true
+    }
+
+    /// What the engine's tag matching has still to hear from this queue pair after a call
+    /// that did not give it `tags` (or entered the error state): a rendezvous pull that ended
+    /// (token, whether it succeeded), or a tagged message cut off by the error state while it
+    /// was arriving (token, false). Each is taken once.
+    pub fn take_tag_outcome(&mut self) -> Option<(u64, bool)> {
+        if let Some(p) = self.req.take_pulled() {
+            return Some(p);
+        }
+        self.resp.tag_orphan.take().map(|token| (token, false))
+    }
+
+    /// Whether the responder waits for the engine's persisted watermark to pass a ticket.
+    pub fn awaits_persistence(&self) -> bool {
+        self.state == QpState::Ready && self.resp.awaits_persistence()
+    }
+
+    /// The engine's persisted watermark (every persist ticket up to it is durable) moved:
+    /// durable ACKs, held ACKs and gated responses it covers may go. True when the queue pair
+    /// may now have something to send.
+    pub fn on_persisted(&mut self, persisted: u64) -> bool {
+        self.state == QpState::Ready && self.resp.on_persisted(persisted)
+    }
+
+    /// The engine could not make a range durable: nothing this queue pair waits for can be
+    /// vouched for. NAK "remote operational error" and enter the error state.
+    pub fn persist_failed(&mut self, cq: &mut CompletionQueue) {
+        if self.state == QpState::Ready {
+            self.resp.persist_failed();
+            self.enter_error(None, cq);
+        }
+    }
+
+    /// The earliest `now` at which [`QueuePair::on_timer`] has work
+    /// (retransmission timeout or end of an RNR wait).
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.state == QpState::Error {
+            return None;
+        }
+        self.req.next_deadline()
+    }
+
+    /// Run expired timers. Retry exhaustion completes the oldest work request
+    /// with RetryExceeded and moves the QP to the error state.
+    pub fn on_timer(&mut self, now: u64, cq: &mut CompletionQueue) {
+        if self.state == QpState::Error {
+            return;
+        }
+        if let Outcome::Fatal(status, psn) = self.req.on_timer(now, &self.cfg) {
+            self.enter_error(Some((status, psn)), cq);
+        }
+    }
+
+    /// Move to the error state; `blame` names the failed request's status
+    /// and a PSN it holds.
+    fn enter_error(&mut self, blame: Option<(WcStatus, u32)>, cq: &mut CompletionQueue) {
+        self.state = QpState::Error;
+        self.req.fail(&self.cfg, blame, cq);
+        self.resp.fail(&self.cfg, cq);
+    }
+}
+
+/// The headers of a CNP to the peer, in the format of the ConnectX-4 Lx capture
+/// (`docs/wire.md` §10): BECN set, PSN 0, DSCP 48 with ECT(0), TTL 64, DF, UDP checksum 0,
+/// 16 reserved zero bytes. The UDP source port is the queue pair's own (ConnectX writes 0),
+/// so that a multi-queue peer's RSS brings the CNP to the queue pair's home core.
+fn cnp_header(cfg: &QpConfig) -> RoceRepr {
+    let mut repr = cfg.header(Opcode::Cnp, 0, false);
+    repr.ip.dscp = CNP_DSCP;
+    repr.ip.ecn = Ecn::Ect0;
+    repr.bth.becn = true;
+    repr
+}
+
+/// The completion status of a local buffer that failed its checks.
+fn local_status(e: LocalError) -> WcStatus {
+    match e {
+        LocalError::Protection { .. } => WcStatus::LocalProtectionError,
+        LocalError::Length => WcStatus::LocalLengthError,
+        LocalError::Operation => WcStatus::LocalQpOperationError,
+    }
+}

@@ -1,0 +1,919 @@
+//! The responder half of an RC queue pair.
+//!
+//! The responder accepts requests strictly in PSN order from its expected PSN
+//! (`epsn`). A packet ahead of `epsn` is a sequence error: the first one gets a
+//! NAK "PSN sequence error" naming `epsn`, later ones are dropped silently
+//! until `epsn` arrives (one NAK per gap). A packet behind `epsn` is a
+//! duplicate: SEND and WRITE data is never applied twice, only re-ACKed with
+//! the current MSN when it asks for an ACK; a duplicate READ is executed again
+//! from memory. Each completed message (a READ as soon as it is accepted)
+//! increments the MSN. ACKs are coalesced: one is owed when a packet carries
+//! AckReq or `ack_coalesce` packets went unacknowledged, and however many are
+//! owed, one cumulative ACK (PSN `epsn - 1`, current MSN) goes out per
+//! transmit opportunity. READ responses are cut into path-MTU packets and
+//! acknowledge implicitly, so they go out before any ACK. rkey, bounds and
+//! permission are checked before the first byte is written; a failure NAKs
+//! "remote access error" and moves the QP to the error state with memory
+//! untouched. A READ or WRITE of DMA length 0 is not checked at all (C9-88)
+//! and is answered as any other: an ACK, an empty READ RESPONSE ONLY.
+//! Defined RC opcodes this responder does not execute (CmpSwap, FetchAdd) NAK
+//! "invalid request" and end the connection, as an unsupported opcode must. A SEND (or WRITE
+//! with immediate) that finds no posted receive gets an RNR NAK and is not consumed.
+//!
+//! Remote persistence (seed 004, `super::persist`): WRITEs into regions that persist are
+//! persisted as they land; a durable WRITE (0xE0/0xE1, on queue pairs that negotiated it) is
+//! acknowledged on receipt and again, with a DURABLE ACKNOWLEDGE of the same PSN, once
+//! durable; IBTA FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE ONLY; responses
+//! that acknowledge implicitly wait for the persists asked for before them, and no ACK names
+//! a WRITE into a `DURABLE` region before it is durable.
+
+use std::collections::VecDeque;
+
+use wire::aeth::{AethRepr, NakCode, Syndrome};
+use wire::feth::Selectivity;
+use wire::{ImmDtRepr, Opcode, RoceRepr, TagHeader, TagKind};
+
+use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::mr::{Access, Location, MemoryTable};
+use super::persist::Durability;
+use super::psn;
+use super::qp::QpStats;
+use super::sge::Gather;
+use super::tagged::{Landing, Next, TagTarget};
+use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal};
+
+#[derive(Debug, Clone, Copy)]
+struct RecvWqe {
+    wr_id: u64,
+    /// The receive buffer, resolved once when the request was taken.
+    local: Gather,
+}
+
+impl RecvWqe {
+    fn len(&self) -> u32 {
+        self.local.len()
+    }
+}
+
+/// A READ being answered: the responses still to send. FLUSH and ATOMIC WRITE are answered
+/// the same way, by one empty READ RESPONSE ONLY.
+#[derive(Debug, Clone, Copy)]
+struct ReadJob {
+    first_psn: u32,
+    at: Location,
+    len: u32,
+    npkts: u32,
+    sent: u32,
+    msn: u32,
+    /// The persist ticket the responses wait for (0: none): a response acknowledges every
+    /// earlier request, so it may not overtake their persistence.
+    gate: u64,
+}
+
+impl ReadJob {
+    /// The one empty response to a FLUSH or an ATOMIC WRITE at `psn`.
+    fn empty(psn: u32, msn: u32, gate: u64) -> ReadJob {
+        ReadJob {
+            first_psn: psn,
+            at: Location::NOWHERE,
+            len: 0,
+            npkts: 1,
+            sent: 0,
+            msn,
+            gate,
+        }
+    }
+}
+
+/// A multi-packet message between its FIRST and LAST packet. (The SEND variant carries its
+/// resolved receive buffer inline; boxing it would allocate per message.)
+#[derive(Debug, Clone, Copy)]
+#[allow(clippy::large_enum_variant)]
+enum InMsg {
+    Send {
+        recv: RecvWqe,
+        done: u32,
+    },
+    Write {
+        at: Location,
+        len: u32,
+        done: u32,
+        /// Opened by a durable WRITE FIRST.
+        durable: bool,
+    },
+    /// A tagged message: its data lands at `at`, at most `room` bytes of it.
+    Tagged {
+        at: Location,
+        room: u32,
+        /// Data bytes received so far (the tag header not counted).
+        done: u32,
+        token: u64,
+    },
+}
+
+/// Whether a request left the QP usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Ok,
+    /// A NAK for a class of error that ends the connection has been queued.
+    Fatal,
+}
+
+#[derive(Debug)]
+pub struct Responder {
+    epsn: u32,
+    msn: u32,
+    rq: VecDeque<RecvWqe>,
+    cur: Option<InMsg>,
+    reads: VecDeque<ReadJob>,
+    ack_due: bool,
+    unacked: u32,
+    nak: Option<(Syndrome, u32)>,
+    /// Set when a sequence-error or RNR NAK went out for `epsn`; cleared when
+    /// `epsn` arrives. Enforces one NAK per gap.
+    nak_latched: bool,
+    /// The PSN the last ACK named, so that an ACK held below a write that is not yet durable
+    /// is not sent twice.
+    last_ack: Option<u32>,
+    /// What waits for persistence: durable ACKs owed, ACKs held, responses gated.
+    dur: Durability,
+    /// What the queue pair's requester must do for the last tagged message: a pull, or a
+    /// done message (taken by the queue pair after each packet).
+    pub(crate) tag_next: Next,
+    /// The cookie of a done message that arrived for one of our rendezvous sends.
+    pub(crate) tag_done: Option<u32>,
+    /// The token of a tagged message cut off by the error state while it was arriving.
+    pub(crate) tag_orphan: Option<u64>,
+    /// Responder counters (the requester fields stay zero).
+    pub(crate) stats: QpStats,
+}
+
+impl Responder {
+    pub(crate) fn new(cfg: &QpConfig) -> Responder {
+        Responder {
+            epsn: cfg.recv_psn,
+            msn: 0,
+            rq: VecDeque::with_capacity(cfg.max_recv_wr),
+            cur: None,
+            reads: VecDeque::with_capacity(cfg.max_rd_atomic as usize),
+            ack_due: false,
+            unacked: 0,
+            nak: None,
+            nak_latched: false,
+            // As if the ACK of nothing (the PSN before the first) had been sent: a capped ACK
+            // that would name it says nothing and is not sent.
+            last_ack: Some(psn::sub(cfg.recv_psn, 1)),
+            tag_next: Next::Nothing,
+            tag_done: None,
+            tag_orphan: None,
+            dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
+            stats: QpStats::default(),
+        }
+    }
+
+    /// Owe an ACK for what arrived so far now, whatever the coalescing says (congestion
+    /// control: a change of level goes out at once).
+    pub(crate) fn request_ack(&mut self) {
+        if self.unacked > 0 {
+            self.ack_due = true;
+        }
+    }
+
+    /// Owe an ACK now even if nothing arrived since the last one (it repeats the last PSN):
+    /// congestion control has something new to say. False before anything was received.
+    pub(crate) fn repeat_ack(&mut self) -> bool {
+        if self.msn == 0 && self.unacked == 0 && !self.ack_due {
+            return false;
+        }
+        self.ack_due = true;
+        true
+    }
+
+    /// The next PSN the responder accepts.
+    pub fn expected_psn(&self) -> u32 {
+        self.epsn
+    }
+
+    /// Messages completed so far (24-bit, wraps).
+    pub fn msn(&self) -> u32 {
+        self.msn
+    }
+
+    /// Receive work requests posted and not consumed.
+    pub fn posted_receives(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Whether another receive request fits.
+    pub fn has_room(&self, cfg: &QpConfig) -> bool {
+        self.rq.len() < cfg.max_recv_wr
+    }
+
+    /// Whether a receive buffer, a message in progress or a READ being answered lies in
+    /// region `slot`.
+    pub(crate) fn uses_region(&self, slot: u32) -> bool {
+        self.rq.iter().any(|r| r.local.uses_region(slot))
+            || self.reads.iter().any(|j| j.at.region == slot)
+            || match &self.cur {
+                Some(InMsg::Send { recv, .. }) => recv.local.uses_region(slot),
+                Some(InMsg::Write { at, .. }) | Some(InMsg::Tagged { at, .. }) => at.region == slot,
+                None => false,
+            }
+    }
+
+    pub(crate) fn post_recv(
+        &mut self,
+        cfg: &QpConfig,
+        wr: &RecvRequest,
+        mem: &MemoryTable,
+    ) -> Result<(), Refusal> {
+        if !self.has_room(cfg) {
+            return Err(Refusal::Full);
+        }
+        let local = Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE).map_err(Refusal::Local)?;
+        self.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            local,
+        });
+        Ok(())
+    }
+
+    /// Whether this responder waits for a persist ticket.
+    pub(crate) fn awaits_persistence(&self) -> bool {
+        self.dur.waiting()
+    }
+
+    /// The engine's persisted watermark moved: keep what it covers. True when something may
+    /// now be sent.
+    pub(crate) fn on_persisted(&mut self, persisted: u64) -> bool {
+        self.dur.on_persisted(persisted)
+    }
+
+    /// A persist this responder waited for failed: NAK the oldest request still waiting.
+    pub(crate) fn persist_failed(&mut self) {
+        let psn = self.dur.oldest().unwrap_or(self.epsn);
+        self.fatal(NakCode::RemoteOperationalError, psn);
+    }
+
+    /// Next ACK, NAK, READ response or durable ACK. READ responses first: they carry lower
+    /// PSNs than anything an ACK could name. A response waits for the persists asked for
+    /// before it, and an ACK never names a PSN whose response or durability it would vouch
+    /// for early.
+    pub(crate) fn poll_transmit(&mut self, cfg: &QpConfig) -> Option<OutPacket> {
+        if let Some(job) = self.reads.front_mut()
+            && self.dur.passed(job.gate)
+        {
+            let mtu = cfg.pmtu.bytes();
+            let k = job.sent;
+            let offset = k * mtu;
+            let len = (job.len - offset).min(mtu);
+            let opcode = match (job.npkts, k) {
+                (1, _) => Opcode::RdmaReadResponseOnly,
+                (_, 0) => Opcode::RdmaReadResponseFirst,
+                (n, k) if k + 1 == n => Opcode::RdmaReadResponseLast,
+                _ => Opcode::RdmaReadResponseMiddle,
+            };
+            let mut repr = cfg.header(opcode, psn::add(job.first_psn, k), false);
+            if opcode != Opcode::RdmaReadResponseMiddle {
+                repr.aeth = Some(AethRepr {
+                    syndrome: Syndrome::ACK_UNLIMITED,
+                    msn: job.msn,
+                });
+            }
+            let payload = (len > 0).then_some(PayloadRef::Region {
+                at: job.at.advance(u64::from(offset)),
+                len,
+            });
+            job.sent += 1;
+            if job.sent == job.npkts {
+                self.reads.pop_front();
+            }
+            self.stats.read_responses_sent += 1;
+            return Some(OutPacket { repr, payload });
+        }
+        let (syndrome, psn) = if let Some(nak) = self.nak.take() {
+            match nak.0 {
+                Syndrome::Nak(NakCode::PsnSequenceError) => self.stats.seq_naks_sent += 1,
+                Syndrome::RnrNak { .. } => self.stats.rnr_naks_sent += 1,
+                _ => self.stats.fatal_naks_sent += 1,
+            }
+            // Any NAK also acknowledges everything before its PSN.
+            self.ack_due = false;
+            self.unacked = 0;
+            nak
+        } else if let Some(psn) = self.ack_to_send() {
+            self.stats.acks_sent += 1;
+            (Syndrome::ACK_UNLIMITED, psn)
+        } else if let Some(psn) = self.dur.take_ack() {
+            self.stats.durable_acks_sent += 1;
+            let mut repr = cfg.header(Opcode::DurableAcknowledge, psn, false);
+            repr.aeth = Some(AethRepr {
+                syndrome: Syndrome::ACK_UNLIMITED,
+                msn: self.msn,
+            });
+            return Some(OutPacket {
+                repr,
+                payload: None,
+            });
+        } else {
+            return None;
+        };
+        let mut repr = cfg.header(Opcode::Acknowledge, psn, false);
+        repr.aeth = Some(AethRepr {
+            syndrome,
+            msn: self.msn,
+        });
+        Some(OutPacket {
+            repr,
+            payload: None,
+        })
+    }
+
+    /// The PSN of the ACK to send now, if one is owed and it says something new. It names
+    /// `epsn - 1`, or less while a WRITE into a durable region is not yet durable or a
+    /// response waits for persistence (the ACK would vouch for them); such a capped ACK stays
+    /// owed until the cap lifts.
+    fn ack_to_send(&mut self) -> Option<u32> {
+        if !self.ack_due {
+            return None;
+        }
+        let mut psn = psn::sub(self.epsn, 1);
+        let mut capped = false;
+        let blocked = self.reads.front().map(|j| psn::sub(j.first_psn, 1));
+        for limit in [self.dur.ack_limit(), blocked].into_iter().flatten() {
+            if psn::before(limit, psn) {
+                psn = limit;
+                capped = true;
+            }
+        }
+        if capped && self.last_ack == Some(psn) {
+            return None;
+        }
+        self.ack_due = capped;
+        self.unacked = 0;
+        self.last_ack = Some(psn);
+        Some(psn)
+    }
+
+    /// A WRITE message of `len` bytes at `at`, whose last packet is `psn`, has been placed:
+    /// persist it if its region or its opcode asks, and note what is owed once it is durable.
+    fn written(&mut self, mem: &mut MemoryTable, at: Location, len: u32, psn: u32, durable: bool) {
+        if durable || mem.persists_writes(at) {
+            let p = mem.persist(at, u64::from(len));
+            self.dur.note(p);
+        }
+        if durable {
+            self.dur.durable_write(psn);
+        } else if mem.access_at(at).contains(Access::DURABLE) {
+            self.dur.hold_ack(psn);
+        }
+    }
+
+    /// Handle one request packet addressed to this QP.
+    pub(crate) fn on_request(
+        &mut self,
+        cfg: &QpConfig,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+        tags: &mut dyn TagTarget,
+    ) -> Verdict {
+        let psn = repr.bth.psn;
+        let d = psn::diff(psn, self.epsn);
+        if d > 0 {
+            self.stats.out_of_sequence += 1;
+            if !self.nak_latched {
+                self.nak_latched = true;
+                self.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), self.epsn));
+            }
+            return Verdict::Ok;
+        }
+        if d < 0 {
+            self.duplicate(cfg, repr, mem);
+            return Verdict::Ok;
+        }
+        // The expected PSN arrived: any sequence/RNR NAK still queued is stale.
+        self.nak_latched = false;
+        self.nak = None;
+
+        let mtu = cfg.pmtu.bytes() as usize;
+        let imm = repr
+            .immdt
+            .map(|ImmDtRepr { data }| u32::from_be_bytes(data));
+        let opcode = repr.bth.opcode;
+        let mut message_done = false;
+        match opcode {
+            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyWithImmediate if cfg.tagged => {
+                if self.cur.is_some() || repr.immdt.is_some() {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let first = opcode == Opcode::SendFirst;
+                if (first && payload.len() != mtu) || payload.len() > mtu {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let Ok(hdr) = TagHeader::parse(payload) else {
+                    self.stats.bad_tag_headers += 1;
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let data = &payload[hdr.buffer_len()..];
+                if hdr.kind == TagKind::Done {
+                    if first || !data.is_empty() {
+                        return self.fatal(NakCode::InvalidRequest, psn);
+                    }
+                    self.tag_done = Some(hdr.cookie);
+                    message_done = true;
+                } else {
+                    let (at, room, token) = match tags.arrive(cfg.local_qpn, &hdr, mem) {
+                        Landing::Place { at, room, token } => (at, room, token),
+                        Landing::NotReady => return self.rnr(cfg, psn),
+                        Landing::Refuse => return self.fatal(NakCode::InvalidRequest, psn),
+                    };
+                    self.stats.tagged_received += 1;
+                    let n = data.len().min(room as usize);
+                    mem.place(at, &data[..n]);
+                    let done = data.len() as u32;
+                    if first {
+                        self.cur = Some(InMsg::Tagged {
+                            at,
+                            room,
+                            done,
+                            token,
+                        });
+                    } else {
+                        self.tag_next = tags.landed(cfg.local_qpn, token, done, mem);
+                        message_done = true;
+                    }
+                }
+            }
+            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastWithImmediate if cfg.tagged => {
+                let Some(InMsg::Tagged {
+                    at,
+                    room,
+                    done,
+                    token,
+                }) = &mut self.cur
+                else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let last = opcode != Opcode::SendMiddle;
+                if (!last && payload.len() != mtu)
+                    || payload.is_empty()
+                    || payload.len() > mtu
+                    || repr.immdt.is_some()
+                {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                // What fits in the room lands; the rest is discarded (truncation).
+                if *done < *room {
+                    let n = payload.len().min((*room - *done) as usize);
+                    mem.place(at.advance(u64::from(*done)), &payload[..n]);
+                }
+                *done = done.saturating_add(payload.len() as u32);
+                if last {
+                    let (token, done) = (*token, *done);
+                    self.cur = None;
+                    self.tag_next = tags.landed(cfg.local_qpn, token, done, mem);
+                    message_done = true;
+                }
+            }
+            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyWithImmediate => {
+                if self.cur.is_some() {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let Some(&recv) = self.rq.front() else {
+                    return self.rnr(cfg, psn);
+                };
+                let first = opcode == Opcode::SendFirst;
+                if (first && payload.len() != mtu) || payload.len() > mtu {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                self.rq.pop_front();
+                if payload.len() > recv.len() as usize {
+                    complete_recv(cfg, cq, &recv, WcStatus::LocalLengthError, 0, None);
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                recv.local.copy_in(mem, 0, payload);
+                let done = payload.len() as u32;
+                if first {
+                    self.cur = Some(InMsg::Send { recv, done });
+                } else {
+                    complete_recv(cfg, cq, &recv, WcStatus::Success, done, imm);
+                    message_done = true;
+                }
+            }
+            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastWithImmediate => {
+                // By reference: the receive request (with its resolved buffer) stays where it
+                // is, and only the count moves on, packet by packet.
+                let Some(InMsg::Send { recv, done }) = &mut self.cur else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let last = opcode != Opcode::SendMiddle;
+                if (!last && payload.len() != mtu) || payload.is_empty() || payload.len() > mtu {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let total = *done as usize + payload.len();
+                if total > recv.len() as usize {
+                    complete_recv(cfg, cq, recv, WcStatus::LocalLengthError, 0, None);
+                    self.cur = None;
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                recv.local.copy_in(mem, *done, payload);
+                if last {
+                    complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, imm);
+                    self.cur = None;
+                    message_done = true;
+                } else {
+                    *done = total as u32;
+                }
+            }
+            Opcode::RdmaWriteFirst
+            | Opcode::RdmaWriteOnly
+            | Opcode::RdmaWriteOnlyWithImmediate
+            | Opcode::DurableWriteFirst
+            | Opcode::DurableWriteOnly => {
+                let Some(reth) = repr.reth else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let durable =
+                    matches!(opcode, Opcode::DurableWriteFirst | Opcode::DurableWriteOnly);
+                if self.cur.is_some() || (durable && !cfg.durable_writes) {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let len = reth.dma_len as usize;
+                let first = matches!(opcode, Opcode::RdmaWriteFirst | Opcode::DurableWriteFirst);
+                let shape_ok = if first {
+                    payload.len() == mtu && len > mtu
+                } else {
+                    payload.len() == len && len <= mtu
+                };
+                if !shape_ok {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let at = match mem.check_remote_dma(
+                    reth.rkey,
+                    reth.virtual_addr,
+                    u64::from(reth.dma_len),
+                    Access::REMOTE_WRITE,
+                ) {
+                    Ok(at) => at,
+                    Err(_) => return self.fatal(NakCode::RemoteAccessError, psn),
+                };
+                // A durable WRITE asks for persistence, which the region must allow.
+                if durable && len > 0 && !mem.persists_writes(at) {
+                    return self.fatal(NakCode::RemoteAccessError, psn);
+                }
+                // What is owed once durable needs room: wait (RNR) before touching memory.
+                if (durable || mem.access_at(at).contains(Access::DURABLE)) && self.dur.full() {
+                    return self.rnr(cfg, psn);
+                }
+                // An immediate needs a receive: check before touching memory
+                // so that the RNR retry finds everything as it was.
+                let recv = if imm.is_some() {
+                    match self.rq.pop_front() {
+                        Some(r) => Some(r),
+                        None => return self.rnr(cfg, psn),
+                    }
+                } else {
+                    None
+                };
+                mem.place(at, payload);
+                if first {
+                    self.cur = Some(InMsg::Write {
+                        at,
+                        len: reth.dma_len,
+                        done: payload.len() as u32,
+                        durable,
+                    });
+                } else {
+                    self.written(mem, at, reth.dma_len, psn, durable);
+                    if let Some(recv) = recv {
+                        complete_write_imm(cfg, cq, &recv, reth.dma_len, imm);
+                    }
+                    message_done = true;
+                }
+            }
+            Opcode::RdmaWriteMiddle
+            | Opcode::RdmaWriteLast
+            | Opcode::RdmaWriteLastWithImmediate => {
+                let Some(InMsg::Write {
+                    at,
+                    len,
+                    done,
+                    durable,
+                }) = self.cur
+                else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let last = opcode != Opcode::RdmaWriteMiddle;
+                let total = done as usize + payload.len();
+                let shape_ok = if last {
+                    total == len as usize && !payload.is_empty() && payload.len() <= mtu
+                } else {
+                    payload.len() == mtu && total < len as usize
+                };
+                if !shape_ok {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let recv = if imm.is_some() {
+                    match self.rq.pop_front() {
+                        Some(r) => Some(r),
+                        None => return self.rnr(cfg, psn),
+                    }
+                } else {
+                    None
+                };
+                mem.place(at.advance(u64::from(done)), payload);
+                if last {
+                    self.cur = None;
+                    self.written(mem, at, len, psn, durable);
+                    if let Some(recv) = recv {
+                        complete_write_imm(cfg, cq, &recv, len, imm);
+                    }
+                    message_done = true;
+                } else {
+                    self.cur = Some(InMsg::Write {
+                        at,
+                        len,
+                        done: total as u32,
+                        durable,
+                    });
+                }
+            }
+            Opcode::RdmaReadRequest => {
+                let Some(reth) = repr.reth else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                if self.cur.is_some() {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let at = match mem.check_remote_dma(
+                    reth.rkey,
+                    reth.virtual_addr,
+                    u64::from(reth.dma_len),
+                    Access::REMOTE_READ,
+                ) {
+                    Ok(at) => at,
+                    Err(_) => return self.fatal(NakCode::RemoteAccessError, psn),
+                };
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    // More READs than negotiated: drop it unacknowledged; the
+                    // requester's timer sends it again.
+                    self.stats.dropped_requests += 1;
+                    return Verdict::Ok;
+                }
+                let npkts = cfg.pmtu.packets(reth.dma_len);
+                // A READ counts as a completed message when accepted (C9-148).
+                self.msn = psn::add(self.msn, 1);
+                self.reads.push_back(ReadJob {
+                    first_psn: psn,
+                    at,
+                    len: reth.dma_len,
+                    npkts,
+                    sent: 0,
+                    msn: self.msn,
+                    gate: self.dur.gate(),
+                });
+                self.epsn = psn::add(self.epsn, npkts);
+                // The responses acknowledge everything before them.
+                self.ack_due = false;
+                self.unacked = 0;
+                return Verdict::Ok;
+            }
+            Opcode::Flush => {
+                let (Some(reth), Some(feth)) = (repr.reth, repr.feth) else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let pl = feth.placement;
+                if self.cur.is_some() || !(pl.global_visibility || pl.persistence) {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let mut need = Access::NONE;
+                if pl.global_visibility {
+                    need = need | Access::FLUSH_GLOBAL;
+                }
+                if pl.persistence {
+                    need = need | Access::FLUSH_PERSISTENT;
+                }
+                // Checked whatever the length: IBTA's zero-length exemption (C9-88) is for
+                // RDMA READ and WRITE only, and an empty FLUSH still answers that a range of a
+                // region is visible or durable (docs/security.md, "Length 0").
+                let target = match feth.selectivity {
+                    Selectivity::MemoryRange => mem
+                        .check_remote(reth.rkey, reth.virtual_addr, u64::from(reth.dma_len), need)
+                        .map(|at| (at, u64::from(reth.dma_len))),
+                    Selectivity::MemoryRegion => {
+                        mem.check_remote_region(reth.rkey, need).map(|(slot, len)| {
+                            (
+                                Location {
+                                    region: slot,
+                                    offset: 0,
+                                },
+                                len,
+                            )
+                        })
+                    }
+                };
+                let Ok((at, len)) = target else {
+                    return self.fatal(NakCode::RemoteAccessError, psn);
+                };
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    self.stats.dropped_requests += 1;
+                    return Verdict::Ok;
+                }
+                // Data placed by this engine is visible to the host's CPUs once placed (the
+                // copy is made by a CPU), so global visibility needs nothing more; persistence
+                // needs the range persisted, and the response waits for it and for every
+                // persist asked for before it.
+                if pl.persistence {
+                    let p = mem.persist(at, len);
+                    self.dur.note(p);
+                }
+                return self.accept_empty_response(psn);
+            }
+            Opcode::AtomicWrite => {
+                let Some(reth) = repr.reth else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                let value: Result<[u8; 8], _> = payload.try_into();
+                let Ok(value) = value else {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                };
+                if self.cur.is_some() || reth.dma_len != 8 || !reth.virtual_addr.is_multiple_of(8) {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                let Ok(at) =
+                    mem.check_remote(reth.rkey, reth.virtual_addr, 8, Access::REMOTE_WRITE)
+                else {
+                    return self.fatal(NakCode::RemoteAccessError, psn);
+                };
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    self.stats.dropped_requests += 1;
+                    return Verdict::Ok;
+                }
+                // The store is the only access; a region whose real address is misaligned
+                // (registered under another address) refuses it before any byte changes.
+                if !mem.store_u64(at, value) {
+                    return self.fatal(NakCode::InvalidRequest, psn);
+                }
+                if mem.persists_writes(at) {
+                    let p = mem.persist(at, 8);
+                    self.dur.note(p);
+                }
+                return self.accept_empty_response(psn);
+            }
+            _ => return self.fatal(NakCode::InvalidRequest, psn),
+        }
+        if message_done {
+            self.msn = psn::add(self.msn, 1);
+        }
+        self.epsn = psn::add(self.epsn, 1);
+        self.unacked += 1;
+        if repr.bth.ack_req || self.unacked >= cfg.ack_coalesce {
+            self.ack_due = true;
+        }
+        Verdict::Ok
+    }
+
+    /// A FLUSH or ATOMIC WRITE at `psn` was executed: it completes a message, and its one empty
+    /// response, which acknowledges everything before it, waits for the persists asked for
+    /// so far.
+    fn accept_empty_response(&mut self, psn: u32) -> Verdict {
+        self.msn = psn::add(self.msn, 1);
+        self.reads
+            .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
+        self.epsn = psn::add(self.epsn, 1);
+        self.ack_due = false;
+        self.unacked = 0;
+        Verdict::Ok
+    }
+
+    /// A request behind `epsn`: re-ACK SEND/WRITE (and say again what is durable),
+    /// re-execute READ, answer FLUSH and ATOMIC WRITE again without executing them again.
+    fn duplicate(&mut self, cfg: &QpConfig, repr: &RoceRepr, mem: &MemoryTable) {
+        self.stats.duplicate_requests += 1;
+        let psn = repr.bth.psn;
+        self.dur.on_duplicate(psn);
+        match repr.bth.opcode {
+            Opcode::RdmaReadRequest => {}
+            Opcode::Flush | Opcode::AtomicWrite => {
+                if self.reads.iter().any(|j| j.first_psn == psn && j.sent == 0) {
+                    return;
+                }
+                if self.reads.len() >= cfg.max_rd_atomic as usize {
+                    self.stats.dropped_requests += 1;
+                    return;
+                }
+                // The first execution's effects stand (an ATOMIC WRITE is not stored twice);
+                // the answer waits for what this queue pair persists now.
+                self.reads
+                    .push_back(ReadJob::empty(psn, self.msn, self.dur.gate()));
+                return;
+            }
+            _ => {
+                if repr.bth.ack_req {
+                    self.ack_due = true;
+                }
+                return;
+            }
+        }
+        let Some(reth) = repr.reth else { return };
+        // The first execution passed these checks; if the region changed
+        // since, the retry is silently dropped.
+        let Ok(at) = mem.check_remote_dma(
+            reth.rkey,
+            reth.virtual_addr,
+            u64::from(reth.dma_len),
+            Access::REMOTE_READ,
+        ) else {
+            return;
+        };
+        // One re-execution per PSN at a time is enough.
+        if self.reads.iter().any(|j| j.first_psn == psn && j.sent == 0) {
+            return;
+        }
+        if self.reads.len() >= cfg.max_rd_atomic as usize {
+            self.stats.dropped_requests += 1;
+            return;
+        }
+        self.stats.reexecuted_reads += 1;
+        self.reads.push_back(ReadJob {
+            first_psn: psn,
+            at,
+            len: reth.dma_len,
+            npkts: cfg.pmtu.packets(reth.dma_len),
+            sent: 0,
+            msn: self.msn,
+            gate: self.dur.gate(),
+        });
+    }
+
+    fn rnr(&mut self, cfg: &QpConfig, psn: u32) -> Verdict {
+        self.nak_latched = true;
+        self.nak = Some((
+            Syndrome::RnrNak {
+                timer_code: cfg.rnr_timer_code,
+            },
+            psn,
+        ));
+        Verdict::Ok
+    }
+
+    fn fatal(&mut self, code: NakCode, psn: u32) -> Verdict {
+        self.nak = Some((Syndrome::Nak(code), psn));
+        Verdict::Fatal
+    }
+
+    /// Error state: flush posted receives, forget work in progress. A queued
+    /// NAK survives so the peer learns why.
+    pub(crate) fn fail(&mut self, cfg: &QpConfig, cq: &mut CompletionQueue) {
+        match self.cur.take() {
+            Some(InMsg::Send { recv, .. }) => {
+                complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None)
+            }
+            Some(InMsg::Tagged { token, .. }) => self.tag_orphan = Some(token),
+            _ => {}
+        }
+        while let Some(recv) = self.rq.pop_front() {
+            complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None);
+        }
+        self.reads.clear();
+        self.ack_due = false;
+        self.dur.clear();
+    }
+}
+
+fn complete_recv(
+    cfg: &QpConfig,
+    cq: &mut CompletionQueue,
+    recv: &RecvWqe,
+    status: WcStatus,
+    byte_len: u32,
+    imm_data: Option<u32>,
+) {
+    cq.push(WorkCompletion {
+        wr_id: recv.wr_id,
+        qpn: cfg.local_qpn,
+        opcode: WcOpcode::Recv,
+        status,
+        byte_len,
+        imm_data,
+    });
+}
+
+fn complete_write_imm(
+    cfg: &QpConfig,
+    cq: &mut CompletionQueue,
+    recv: &RecvWqe,
+    byte_len: u32,
+    imm_data: Option<u32>,
+) {
+    cq.push(WorkCompletion {
+        wr_id: recv.wr_id,
+        qpn: cfg.local_qpn,
+        opcode: WcOpcode::RecvRdmaWithImm,
+        status: WcStatus::Success,
+        byte_len,
+        imm_data,
+    });
+}

@@ -1,0 +1,605 @@
+//! Per-flow header templates: emitting a RoCEv2 frame by copying a prepared header and
+//! patching what changes from packet to packet.
+//!
+//! Every packet a queue pair sends carries the same Ethernet addresses, IP addresses, TOS,
+//! TTL, UDP ports, P_Key and destination QP. Only a handful of bytes change: the IPv4 total
+//! length and checksum, the UDP length, and the BTH's opcode, flags, AckReq and PSN (plus the
+//! extension headers and the payload). A [`HeaderTemplate`] holds the 54 bytes of Ethernet,
+//! IPv4, UDP and BTH with those fields zero, prepared once per queue pair, and two sums over
+//! them:
+//!
+//! - the IPv4 header's one's-complement sum: the checksum of a packet is that sum plus its
+//!   total length, folded (RFC 1624's incremental update, from a zero field);
+//! - the ICRC register after the dummy LRH and the template's covered headers (IPv4, UDP,
+//!   BTH, with the fields switches may rewrite set to all-ones as the ICRC recipe says).
+//!
+//! CRC-32 is linear: for two messages of equal length, the register after `A xor B` equals
+//! the register after `A` (from the usual initial value) xor the register after `B` from
+//! zero. The varying bytes of a packet's headers are `template xor delta`, where `delta` is
+//! zero except at ten byte positions; the register after the headers is therefore the
+//! template's register xor ten table lookups, one per varying byte (each table gives a byte's
+//! contribution followed by the zero bytes up to the end of the BTH). The CRC then continues
+//! over the extension headers, payload and pad in one pass. The result is the same ICRC as
+//! [`super::roce::RoceRepr::emit`] writes, byte for byte; the tests compare the two on every
+//! opcode and on arbitrary field values.
+
+use super::bth::{self, Opcode};
+use super::icrc::{self, Crc32, ICRC_LEN, LRH_SEED};
+use super::ipv4;
+use super::roce::{BASE_HEADER_LEN, RoceRepr, pad_for};
+use super::udp;
+use super::{Error, Layer, Result, ensure_len};
+
+const IP: usize = super::ethernet::HEADER_LEN;
+const UDP: usize = IP + ipv4::HEADER_LEN;
+const BTH: usize = UDP + udp::HEADER_LEN;
+/// Bytes covered by the ICRC in the base headers: IPv4, UDP and BTH.
+const COVERED: usize = BASE_HEADER_LEN - IP;
+
+/// Offsets (from the IPv4 header) of the header bytes that change from packet to packet:
+/// IPv4 total length, UDP length, BTH opcode, BTH flags (SE, MigReq, pad, version), BTH
+/// AckReq byte, BTH PSN. The IPv4 checksum, TOS and TTL, the UDP checksum and the BTH's
+/// FECN/BECN byte change too, but the ICRC covers them as all-ones, so they are absent here.
+const VARYING: [usize; 10] = [
+    2,
+    3,
+    ipv4::HEADER_LEN + 4,
+    ipv4::HEADER_LEN + 5,
+    ipv4::HEADER_LEN + udp::HEADER_LEN,
+    ipv4::HEADER_LEN + udp::HEADER_LEN + 1,
+    ipv4::HEADER_LEN + udp::HEADER_LEN + 8,
+    ipv4::HEADER_LEN + udp::HEADER_LEN + 9,
+    ipv4::HEADER_LEN + udp::HEADER_LEN + 10,
+    ipv4::HEADER_LEN + udp::HEADER_LEN + 11,
+];
+
+/// `DELTA[j][b]`: the CRC register, from zero, after byte `b` at covered offset `VARYING[j]`
+/// followed by zeros to the end of the BTH.
+static DELTA: [[u32; 256]; VARYING.len()] = build_delta();
+
+const fn build_delta() -> [[u32; 256]; VARYING.len()] {
+    let mut t = [[0u32; 256]; VARYING.len()];
+    let mut j = 0;
+    while j < VARYING.len() {
+        let zeros = COVERED - 1 - VARYING[j];
+        let mut b = 0;
+        while b < 256 {
+            let mut reg = icrc::TABLE0[b];
+            let mut k = 0;
+            while k < zeros {
+                reg = (reg >> 8) ^ icrc::TABLE0[(reg & 0xff) as usize];
+                k += 1;
+            }
+            t[j][b] = reg;
+            b += 1;
+        }
+        j += 1;
+    }
+    t
+}
+
+/// The fields every packet of a flow shares, and the prepared bytes and sums that follow
+/// from them. Build one per queue pair with [`HeaderTemplate::new`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderTemplate {
+    /// The repr it was built from, with the per-packet fields cleared: what
+    /// [`HeaderTemplate::matches`] compares.
+    flow: RoceRepr,
+    /// Ethernet, IPv4, UDP and BTH with the per-packet fields zero.
+    bytes: [u8; BASE_HEADER_LEN],
+    /// One's-complement sum of the IPv4 header with total length and checksum zero.
+    ip_sum: u32,
+    /// ICRC register after the LRH and the covered base headers, varying bytes zero.
+    icrc_reg: u32,
+}
+
+/// The repr with every field a template leaves to the packet cleared.
+fn flow_of(repr: &RoceRepr) -> RoceRepr {
+    RoceRepr {
+        bth: bth::BthRepr {
+            opcode: Opcode::SendOnly,
+            solicited: false,
+            migreq: false,
+            pad_count: 0,
+            fecn: false,
+            becn: false,
+            ack_req: false,
+            psn: 0,
+            ..repr.bth
+        },
+        feth: None,
+        reth: None,
+        aeth: None,
+        immdt: None,
+        ceth: None,
+        ..*repr
+    }
+}
+
+impl HeaderTemplate {
+    /// A template for every packet that shares `repr`'s addresses, IPv4 fields, UDP source
+    /// port, P_Key and destination QP (its opcode, flags, PSN and extension headers do not
+    /// matter). Fails if those fields do not fit the wire (a DSCP over 63, a QPN over 24 bits).
+    pub fn new(repr: &RoceRepr) -> Result<HeaderTemplate> {
+        let flow = flow_of(repr);
+        flow.validate(0)?;
+        let mut bytes = [0u8; BASE_HEADER_LEN];
+        flow.emit_headers(&mut bytes, 0)?;
+        // Clear the per-packet fields: IPv4 total length and checksum, UDP length, BTH
+        // opcode, flags, FECN/BECN, AckReq and PSN (the SEND ONLY emitted above wrote 0 in
+        // most of them already).
+        for at in [
+            IP + 2,
+            IP + 3,
+            IP + 10,
+            IP + 11,
+            UDP + 4,
+            UDP + 5,
+            BTH,
+            BTH + 1,
+        ] {
+            bytes[at] = 0;
+        }
+        bytes[BTH + 4] = 0;
+        bytes[BTH + 8..BTH + 12].fill(0);
+        let ip_sum = super::checksum::sum(0, &bytes[IP..UDP]);
+        let mut covered = [0u8; COVERED];
+        covered.copy_from_slice(&bytes[IP..BASE_HEADER_LEN]);
+        for i in super::roce::ICRC_MASKED {
+            covered[i] = 0xff;
+        }
+        let mut crc = Crc32::from_register(LRH_SEED);
+        crc.update(&covered);
+        Ok(HeaderTemplate {
+            flow,
+            bytes,
+            ip_sum,
+            icrc_reg: crc.register(),
+        })
+    }
+
+    /// Whether `repr` belongs to this template's flow (every field the template fixes is
+    /// equal), so that [`HeaderTemplate::emit`] may build its frame.
+    pub fn matches(&self, repr: &RoceRepr) -> bool {
+        let f = &self.flow;
+        repr.bth.dest_qp == f.bth.dest_qp
+            && repr.bth.pkey == f.bth.pkey
+            && repr.src_port == f.src_port
+            && repr.ip == f.ip
+            && repr.dst_mac == f.dst_mac
+            && repr.src_mac == f.src_mac
+    }
+
+    /// Writes the frame of `repr` with `payload_len` payload bytes into `buf` (at least
+    /// [`RoceRepr::buffer_len`] bytes): the template's headers patched for this packet, the
+    /// extension headers, the payload (written by `fill`, given exactly `payload_len` bytes),
+    /// pad and ICRC. Returns the frame length.
+    ///
+    /// `repr` must [`HeaderTemplate::matches`] this template (checked). The checks are the
+    /// ones that concern the packet itself: the extension headers present are those of the
+    /// opcode and the payload length is one the opcode allows; fields the template fixed
+    /// were checked when it was built, and the PSN is taken modulo 2^24.
+    pub fn emit(
+        &self,
+        repr: &RoceRepr,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize> {
+        if !self.matches(repr) {
+            return Err(Error::BadField {
+                layer: Layer::Bth,
+                field: "flow (not this template's)",
+                value: u64::from(repr.bth.dest_qp),
+            });
+        }
+        let opcode = repr.bth.opcode;
+        let ext = opcode.headers();
+        if ext.feth != repr.feth.is_some()
+            || ext.reth != repr.reth.is_some()
+            || ext.aeth != repr.aeth.is_some()
+            || ext.immdt != repr.immdt.is_some()
+            || (repr.ceth.is_some() && (opcode != Opcode::Acknowledge || !repr.bth.becn))
+        {
+            // The full check names the missing or extra header.
+            repr.validate(payload_len)?;
+        }
+        if !ext.payload.allows(payload_len) {
+            return Err(Error::BadPayloadLen {
+                opcode: opcode.as_u8(),
+                len: payload_len,
+            });
+        }
+        let header_len = BASE_HEADER_LEN + ext.len() + repr.ceth_len();
+        let pad = pad_for(payload_len);
+        let total = header_len + payload_len + usize::from(pad) + ICRC_LEN;
+        let ip_len = total - IP;
+        if ip_len > usize::from(u16::MAX) {
+            return Err(Error::BadLength {
+                layer: Layer::Ipv4,
+                value: ip_len,
+                min: ipv4::HEADER_LEN,
+                max: usize::from(u16::MAX),
+            });
+        }
+        ensure_len(Layer::Buffer, total, buf.len())?;
+        let frame = &mut buf[..total];
+
+        // The base headers: copy, then patch.
+        frame[..BASE_HEADER_LEN].copy_from_slice(&self.bytes);
+        let ip_len = ip_len as u16;
+        let udp_len = ip_len - ipv4::HEADER_LEN as u16;
+        let checksum = !super::checksum::fold(self.ip_sum + u32::from(ip_len));
+        frame[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
+        frame[IP + 10..IP + 12].copy_from_slice(&checksum.to_be_bytes());
+        frame[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
+        let b = &repr.bth;
+        let flags = u8::from(b.solicited) << 7 | u8::from(b.migreq) << 6 | pad << 4;
+        let psn = (b.psn & bth::PSN_MASK).to_be_bytes();
+        let varying = [
+            (ip_len >> 8) as u8,
+            ip_len as u8,
+            (udp_len >> 8) as u8,
+            udp_len as u8,
+            opcode.as_u8(),
+            flags,
+            u8::from(b.ack_req) << 7,
+            psn[1],
+            psn[2],
+            psn[3],
+        ];
+        frame[BTH] = varying[4];
+        frame[BTH + 1] = flags;
+        frame[BTH + 4] = u8::from(b.fecn) << 7 | u8::from(b.becn) << 6;
+        frame[BTH + 8..BTH + 12].copy_from_slice(&[varying[6], psn[1], psn[2], psn[3]]);
+        let mut reg = self.icrc_reg;
+        for (table, byte) in DELTA.iter().zip(varying) {
+            reg ^= table[usize::from(byte)];
+        }
+
+        repr.write_ext_headers(&mut frame[BASE_HEADER_LEN..header_len]);
+
+        let (covered, trailer) = frame.split_at_mut(header_len + payload_len);
+        fill(&mut covered[header_len..]);
+        let mut crc = Crc32::from_register(reg);
+        crc.update(&covered[BASE_HEADER_LEN..]);
+        let pad = usize::from(pad);
+        crc.update_repeat(0, pad);
+        trailer[..pad].fill(0);
+        trailer[pad..].copy_from_slice(&icrc::to_wire(crc.finish()));
+        Ok(total)
+    }
+}
+
+/// The ICRC of received frames, continued from a cached register for the flow they belong to.
+///
+/// The receive side of [`HeaderTemplate`]: frames of one flow (a queue pair's peer) share
+/// every covered header byte but the ten that change per packet, so the register after the
+/// LRH and the base headers is the flow's register xor ten table lookups. The cache holds the
+/// flow's invariant bytes (as five little-endian words, varying and masked bytes zero) and its
+/// register; a frame whose invariant bytes differ (another flow, or a first frame) is computed
+/// in full and becomes the cached flow. Either way the result is the ICRC of the frame, the
+/// same as [`super::roce::RocePacket::compute_icrc`] gives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxIcrc {
+    key: [u64; 5],
+    reg: u32,
+    valid: bool,
+}
+
+/// Per 8-byte word of the covered base headers: ones where a byte is the same in every frame
+/// of a flow, zeros at the varying and the masked bytes.
+const INVARIANT: [u64; 5] = invariant_mask();
+
+const fn invariant_mask() -> [u64; 5] {
+    let mut bytes = [0xffu8; COVERED];
+    let mut i = 0;
+    while i < VARYING.len() {
+        bytes[VARYING[i]] = 0;
+        i += 1;
+    }
+    let masked = super::roce::ICRC_MASKED;
+    let mut i = 0;
+    while i < masked.len() {
+        bytes[masked[i]] = 0;
+        i += 1;
+    }
+    let mut words = [0u64; 5];
+    let mut w = 0;
+    while w < 5 {
+        let mut b = 0;
+        while b < 8 {
+            words[w] |= (bytes[w * 8 + b] as u64) << (8 * b);
+            b += 1;
+        }
+        w += 1;
+    }
+    words
+}
+
+impl RxIcrc {
+    /// The ICRC of `covered`: a frame from its first byte (Ethernet) up to, not including, its
+    /// ICRC, at least [`BASE_HEADER_LEN`] bytes (shorter input gives 0, which no caller
+    /// passes: a structurally checked frame is longer).
+    pub fn compute(&mut self, covered: &[u8]) -> u32 {
+        let Some(base) = covered.get(IP..BASE_HEADER_LEN) else {
+            return 0;
+        };
+        let mut key = [0u64; 5];
+        for (k, (word, mask)) in key.iter_mut().zip(base.chunks_exact(8).zip(INVARIANT)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            *k = u64::from_le_bytes(w) & mask;
+        }
+        if !self.valid || key != self.key {
+            let mut flow = [0u8; COVERED];
+            for (i, chunk) in flow.chunks_exact_mut(8).enumerate() {
+                chunk.copy_from_slice(&key[i].to_le_bytes());
+            }
+            for i in super::roce::ICRC_MASKED {
+                flow[i] = 0xff;
+            }
+            let mut crc = Crc32::from_register(LRH_SEED);
+            crc.update(&flow);
+            *self = RxIcrc {
+                key,
+                reg: crc.register(),
+                valid: true,
+            };
+        }
+        let mut reg = self.reg;
+        for (table, &at) in DELTA.iter().zip(&VARYING) {
+            reg ^= table[usize::from(base[at])];
+        }
+        let mut crc = Crc32::from_register(reg);
+        crc.update(&covered[BASE_HEADER_LEN..]);
+        crc.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aeth::{AethRepr, Syndrome};
+    use crate::bth::BthRepr;
+    use crate::bth::Payload;
+    use crate::immdt::ImmDtRepr;
+    use crate::ipv4::Ecn;
+    use crate::reth::RethRepr;
+    use crate::roce::{RoceIpv4, parse_frame};
+    use crate::{EthernetAddress, FethRepr, Placement, Selectivity};
+    use core::net::Ipv4Addr;
+    use proptest::prelude::*;
+
+    fn flow() -> RoceRepr {
+        RoceRepr {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 0xa]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 0xb]),
+            ip: RoceIpv4 {
+                src_addr: Ipv4Addr::new(10, 9, 0, 1),
+                dst_addr: Ipv4Addr::new(10, 9, 0, 2),
+                dscp: 26,
+                ecn: Ecn::Ect0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+            },
+            src_port: 0xc123,
+            bth: BthRepr {
+                opcode: Opcode::SendOnly,
+                solicited: false,
+                migreq: false,
+                pad_count: 0,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: 0x22,
+                ack_req: false,
+                psn: 0,
+            },
+            feth: None,
+            reth: None,
+            aeth: None,
+            immdt: None,
+            ceth: None,
+        }
+    }
+
+    /// `repr` with the extension headers its opcode needs (fixed values).
+    fn with_headers(mut repr: RoceRepr) -> RoceRepr {
+        let h = repr.bth.opcode.headers();
+        repr.feth = h.feth.then_some(FethRepr {
+            placement: Placement {
+                global_visibility: true,
+                persistence: true,
+            },
+            selectivity: Selectivity::MemoryRegion,
+        });
+        repr.reth = h.reth.then_some(RethRepr {
+            virtual_addr: 0x7f00_1234_5678,
+            rkey: 0xabcd_ef01,
+            dma_len: 4096,
+        });
+        repr.aeth = h.aeth.then_some(AethRepr {
+            syndrome: Syndrome::Ack { credit_code: 31 },
+            msn: 0x12_3456,
+        });
+        repr.immdt = h.immdt.then_some(ImmDtRepr {
+            data: [0xde, 0xad, 0xbe, 0xef],
+        });
+        repr
+    }
+
+    fn payload_len_for(opcode: Opcode, len: usize) -> usize {
+        match opcode.headers().payload {
+            Payload::None => 0,
+            Payload::Any => len,
+            Payload::Exact(n) => n,
+        }
+    }
+
+    /// The template's frame is the generic emitter's, byte for byte.
+    fn same_as_generic(repr: &RoceRepr, payload: &[u8]) {
+        let t = HeaderTemplate::new(repr).unwrap();
+        let mut generic = vec![0u8; repr.buffer_len(payload.len())];
+        let n = repr.emit(&mut generic, payload).unwrap();
+        let mut fast = vec![0xaau8; repr.buffer_len(payload.len()) + 7];
+        let m = t
+            .emit(repr, payload.len(), &mut fast, |d| {
+                d.copy_from_slice(payload)
+            })
+            .unwrap();
+        assert_eq!(m, n);
+        assert_eq!(&fast[..m], &generic[..n], "{:?}", repr.bth.opcode);
+        assert!(fast[m..].iter().all(|&b| b == 0xaa), "wrote past the frame");
+        let (parsed, body) = parse_frame(&fast[..m]).unwrap();
+        assert_eq!(body, payload);
+        assert_eq!(parsed.bth.psn, repr.bth.psn);
+    }
+
+    #[test]
+    fn every_opcode_matches_the_generic_emitter() {
+        for opcode in Opcode::ALL {
+            for len in [0usize, 1, 3, 64, 200, 4096] {
+                let mut r = flow();
+                r.bth.opcode = opcode;
+                r.bth.psn = 0xfe_dcba;
+                r.bth.ack_req = len % 2 == 1;
+                r.bth.solicited = len == 3;
+                let r = with_headers(r);
+                let payload: Vec<u8> = (0..payload_len_for(opcode, len))
+                    .map(|i| (i * 7 + 1) as u8)
+                    .collect();
+                same_as_generic(&r, &payload);
+            }
+        }
+    }
+
+    #[test]
+    fn foreign_flows_and_wrong_headers_are_refused() {
+        let t = HeaderTemplate::new(&flow()).unwrap();
+        let mut buf = [0u8; 256];
+        let mut other = flow();
+        other.bth.dest_qp = 0x23;
+        assert!(!t.matches(&other));
+        assert!(t.emit(&other, 0, &mut buf, |_| {}).is_err());
+        let mut other = flow();
+        other.ip.ttl = 63;
+        assert!(t.emit(&other, 0, &mut buf, |_| {}).is_err());
+        // A WRITE ONLY without its RETH, an ACK with a payload, a short buffer.
+        let mut w = flow();
+        w.bth.opcode = Opcode::RdmaWriteOnly;
+        assert!(matches!(
+            t.emit(&w, 8, &mut buf, |_| {}),
+            Err(Error::HeaderMismatch { .. })
+        ));
+        let ack = with_headers(RoceRepr {
+            bth: BthRepr {
+                opcode: Opcode::Acknowledge,
+                ..flow().bth
+            },
+            ..flow()
+        });
+        assert!(matches!(
+            t.emit(&ack, 4, &mut buf, |_| {}),
+            Err(Error::BadPayloadLen { .. })
+        ));
+        let mut small = [0u8; 20];
+        assert!(t.emit(&flow(), 0, &mut small, |_| {}).is_err());
+        // A flow whose fields do not fit the wire has no template.
+        let mut bad = flow();
+        bad.ip.dscp = 64;
+        assert!(HeaderTemplate::new(&bad).is_err());
+    }
+
+    #[test]
+    fn received_icrc_from_the_cache_equals_the_full_computation() {
+        let mut cache = RxIcrc::default();
+        let mut frames = Vec::new();
+        for (qp, psn, len) in [(0x22, 5, 64), (0x22, 6, 0), (0x23, 7, 100), (0x22, 8, 4096)] {
+            let mut r = flow();
+            r.bth.opcode = Opcode::RdmaWriteOnly;
+            r.bth.dest_qp = qp;
+            r.bth.psn = psn;
+            let r = with_headers(r);
+            let mut buf = vec![0u8; r.buffer_len(len)];
+            let n = r.emit(&mut buf, &vec![0x5a; len]).unwrap();
+            buf.truncate(n);
+            frames.push(buf);
+        }
+        // Hits (the same flow again), misses (another QP), and a change back.
+        for f in frames.iter().chain(&frames) {
+            let p = crate::RocePacket::new_checked(&f[..]).unwrap();
+            assert_eq!(cache.compute(&f[..f.len() - ICRC_LEN]), p.icrc());
+        }
+        // A changed covered byte that the cache would not notice is noticed: flip the source
+        // port (an invariant byte) and the result is that frame's true ICRC, not the cached
+        // flow's.
+        let mut f = frames[0].clone();
+        f[UDP] ^= 1;
+        let p = crate::RocePacket::new_checked(&f[..]).unwrap();
+        assert_ne!(cache.compute(&f[..f.len() - ICRC_LEN]), p.icrc());
+        assert_eq!(cache.compute(&f[..f.len() - ICRC_LEN]), p.compute_icrc());
+        assert_eq!(RxIcrc::default().compute(&f[..20]), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn prop_received_icrc_equals_full(
+            frames in proptest::collection::vec(
+                (0u32..3, any::<u32>(), 0usize..200, any::<u8>(), any::<[bool; 3]>()),
+                1..20,
+            ),
+        ) {
+            let mut cache = RxIcrc::default();
+            for (qp, psn, len, ttl, [ack, fecn, becn]) in frames {
+                let mut r = flow();
+                r.bth.opcode = Opcode::SendOnly;
+                r.bth.dest_qp = qp;
+                r.bth.psn = psn & bth::PSN_MASK;
+                r.bth.ack_req = ack;
+                r.bth.fecn = fecn;
+                r.bth.becn = becn;
+                r.ip.ttl = ttl;
+                let mut buf = vec![0u8; r.buffer_len(len)];
+                let n = r.emit(&mut buf, &vec![ttl; len]).unwrap();
+                let p = crate::RocePacket::new_checked(&buf[..n]).unwrap();
+                prop_assert_eq!(cache.compute(&buf[..n - ICRC_LEN]), p.compute_icrc());
+            }
+        }
+
+        #[test]
+        fn prop_template_equals_generic(
+            op in 0usize..Opcode::ALL.len(),
+            len in 0usize..300,
+            psn in 0u32..1 << 24,
+            dest_qp in 0u32..1 << 24,
+            flags in any::<[bool; 5]>(),
+            pkey in 1u16..,
+            src_port in any::<u16>(),
+            dscp in 0u8..64,
+            ttl in any::<u8>(),
+            ident in any::<u16>(),
+            ips in any::<(u32, u32)>(),
+            seed in any::<u8>(),
+        ) {
+            let mut r = flow();
+            r.bth.opcode = Opcode::ALL[op];
+            r.bth.psn = psn;
+            r.bth.dest_qp = dest_qp;
+            r.bth.pkey = pkey;
+            [r.bth.ack_req, r.bth.solicited, r.bth.migreq, r.bth.fecn, r.bth.becn] = flags;
+            r.src_port = src_port;
+            r.ip.dscp = dscp;
+            r.ip.ttl = ttl;
+            r.ip.ident = ident;
+            r.ip.src_addr = Ipv4Addr::from(ips.0);
+            r.ip.dst_addr = Ipv4Addr::from(ips.1);
+            let r = with_headers(r);
+            let payload: Vec<u8> = (0..payload_len_for(r.bth.opcode, len))
+                .map(|i| (i as u8).wrapping_mul(seed))
+                .collect();
+            same_as_generic(&r, &payload);
+        }
+    }
+}
