@@ -41,6 +41,7 @@ lint: deps
 FUZZ_SECONDS ?= 30
 RELEASE_TESTS := --test bench_verify_every_op --test memif_soak
 test: lint
+	@scripts/check-layers.sh
 	@mkdir -p target
 	@scripts/toolchain-check.sh | tee target/toolchain.log
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log
