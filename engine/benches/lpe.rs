@@ -23,12 +23,7 @@ fn bits(source: u32, tag: u64) -> u64 {
     (5 << 48) | (u64::from(source) << 24) | tag
 }
 
-fn mix(i: u64) -> u64 {
-    let mut x = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
+use portico::rng::splitmix64 as mix;
 
 /// Entry `k` receives tag `k` from rank `k % 64`; a `pct` share of them are
 /// ANY_SOURCE receives (source field ignored, any initiator).

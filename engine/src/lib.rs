@@ -34,5 +34,5 @@ pub mod summary;
 pub mod telemetry;
 pub mod traffic;
 
-pub use proto::{lpe, placement, shaper, transport};
+pub use proto::{lpe, placement, rng, shaper, transport};
 pub use wire;

@@ -836,18 +836,10 @@ pub fn durable_record(seq: u64, out: &mut [u8]) {
         let v = if i == 0 {
             seq
         } else {
-            splitmix64(seq ^ ((i as u64) << 48))
+            crate::rng::splitmix64(seq ^ ((i as u64) << 48))
         };
         word.copy_from_slice(&v.to_le_bytes());
     }
-}
-
-/// SplitMix64's output function (Steele, Lea and Flood, 2014).
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The message size for `mode`, checked: 1 up to `max` for WRITE+READ; for durable records a

@@ -22,6 +22,7 @@
 //! itself is shown to fail on images that lack a reported write (a test below, and on every
 //! real trial's image with one reported record removed or torn).
 
+use portico::rng::splitmix64;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -42,14 +43,6 @@ const SLOTS: u64 = (REGION_LEN / 2 / SIZE) as u64;
 const INITIATOR_PSN: u32 = 0x2c_0001;
 /// The kill comes this many milliseconds after the first durable line, uniformly.
 const KILL_AFTER_MS: std::ops::Range<u64> = 20..200;
-
-/// SplitMix64: the test's seeded generator, and the mix in the records.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// The record of write `seq`, as `docs/rdma.md` defines it (written out again here rather
 /// than taken from the engine): little-endian words, word 0 `seq`, word i

@@ -308,21 +308,20 @@ pub struct TaggedBenchSummary {
     pub tagged: TaggedSummary,
 }
 
-/// xorshift64*: the sender's choice of receive (and `bench congestion`'s message sizes).
-pub(super) struct Rng(pub(super) u64);
+/// The sender's choice of receive (and `bench congestion`'s message sizes).
+pub(super) struct Rng(pub(super) crate::rng::SplitMix64);
 
 impl Rng {
+    pub(super) fn new(seed: u64) -> Rng {
+        Rng(crate::rng::SplitMix64::new(seed))
+    }
+
     pub(super) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
+        self.0.below(n as u64) as usize
     }
 }
 
@@ -1435,7 +1434,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
             ovf,
             ovf_state: [Ovf::Free; OVF_BUFS],
             point: 0,
-            rng: Rng(0x9e37_79b9_7f4a_7c15),
+            rng: Rng::new(1),
             events: TargetEvents::default(),
             batch: Vec::with_capacity(SQ_DEPTH),
             stop: stop.clone(),
@@ -1474,7 +1473,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
             user: vec![0; TARGET_DEPTH * MAX_EAGER],
             list: SoftList::new(TARGET_DEPTH),
             point: 0,
-            rng: Rng(0x9e37_79b9_7f4a_7c15),
+            rng: Rng::new(1),
             stop: stop.clone(),
             _engines: (ea.engine, eb.engine),
         };

@@ -436,19 +436,7 @@ pub fn memif_port(port: &str, mtu: u32) -> Result<String, String> {
 
 /// The path MTU for `rdma.mtu`, in bytes.
 pub fn parse_mtu(m: u32) -> Result<Mtu, ConfigError> {
-    Ok(match m {
-        256 => Mtu::M256,
-        512 => Mtu::M512,
-        1024 => Mtu::M1024,
-        2048 => Mtu::M2048,
-        4096 => Mtu::M4096,
-        _ => {
-            return Err(err(
-                "rdma.mtu",
-                format!("{m} is not 256, 512, 1024, 2048 or 4096"),
-            ));
-        }
-    })
+    Mtu::try_from(m).map_err(|e| err("rdma.mtu", e.to_string()))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! every byte is covered by RoCEv2's ICRC and by the test frames' payload check; shorter
 //! packets are not corrupted.
 
+use crate::rng::SplitMix64;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,7 @@ pub enum Fault {
 /// The seeded decision sequence (SplitMix64): pure, so it is tested without EAL.
 #[derive(Debug, Clone)]
 pub struct FaultPlan {
-    state: u64,
+    rng: SplitMix64,
     // Cumulative thresholds on a uniform u64.
     drop: u64,
     duplicate: u64,
@@ -95,7 +96,7 @@ impl FaultPlan {
         let reorder = duplicate.saturating_add(threshold(cfg.reorder));
         let corrupt = reorder.saturating_add(threshold(cfg.corrupt));
         FaultPlan {
-            state: cfg.seed,
+            rng: SplitMix64::new(cfg.seed),
             drop,
             duplicate,
             reorder,
@@ -103,17 +104,9 @@ impl FaultPlan {
         }
     }
 
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// The fault for the next packet.
     pub fn decide(&mut self) -> Fault {
-        let x = self.next_u64();
+        let x = self.rng.next_u64();
         if x < self.drop {
             Fault::Drop
         } else if x < self.duplicate {
@@ -121,7 +114,7 @@ impl FaultPlan {
         } else if x < self.reorder {
             Fault::Reorder
         } else if x < self.corrupt {
-            let r = self.next_u64();
+            let r = self.rng.next_u64();
             Fault::Corrupt {
                 offset: (r >> 8) as u32,
                 bit: (r & 7) as u8,

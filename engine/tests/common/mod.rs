@@ -114,15 +114,9 @@ pub fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
 
 /// Deterministic test data.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut data = vec![0u8; len];
+    portico::rng::SplitMix64::new(seed).fill(&mut data);
+    data
 }
 
 /// EAL for a test binary that holds several test functions (the tagged-messaging tests): the

@@ -557,20 +557,12 @@ fn points(n: usize) -> Vec<Point> {
     out
 }
 
-/// splitmix64, for a reproducible sample.
-struct Rng(u64);
+/// A reproducible sample.
+struct Rng(crate::rng::SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.below(n as u64) as usize
     }
 }
 
@@ -672,7 +664,7 @@ fn report(name: &str, t: &Tally, started: Instant) {
 
 /// A seeded sample of `count` (point, data length) cases from `points`.
 fn sample(points: &[Point], count: usize, seed: u64) -> Vec<(usize, u32)> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(crate::rng::SplitMix64::new(seed));
     (0..count)
         .map(|_| {
             let i = rng.below(points.len());
@@ -684,7 +676,7 @@ fn sample(points: &[Point], count: usize, seed: u64) -> Vec<(usize, u32)> {
 
 /// `per_point` seeded data lengths of every point.
 fn sample_each(points: &[Point], per_point: usize, seed: u64) -> Vec<(usize, u32)> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(crate::rng::SplitMix64::new(seed));
     let mut out = Vec::new();
     for (i, p) in points.iter().enumerate() {
         let data = grid_data(p.pages.iter().sum::<u32>() * PAGE);

@@ -369,13 +369,8 @@ fn first_set(bits: &[u64], lo: usize, hi: usize) -> Option<usize> {
     }
 }
 
-/// SplitMix64's finalizer: a fixed, well-mixed hash so flow placement is the same every run.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
+/// A fixed, well-mixed hash so flow placement is the same every run.
+use crate::rng::splitmix64 as mix;
 
 impl Shaper {
     /// A shaper with full buckets at time 0 and all MCUs idle.

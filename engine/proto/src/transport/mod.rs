@@ -79,6 +79,27 @@ impl Mtu {
     }
 }
 
+/// A path MTU that IBTA does not define (anything but 256, 512, 1024, 2048 and 4096 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is not 256, 512, 1024, 2048 or 4096")]
+pub struct BadMtu(pub u32);
+
+impl TryFrom<u32> for Mtu {
+    type Error = BadMtu;
+
+    /// The MTU of `bytes`, the one place a number becomes an `Mtu` (config files and flags).
+    fn try_from(bytes: u32) -> Result<Mtu, BadMtu> {
+        Ok(match bytes {
+            256 => Mtu::M256,
+            512 => Mtu::M512,
+            1024 => Mtu::M1024,
+            2048 => Mtu::M2048,
+            4096 => Mtu::M4096,
+            _ => return Err(BadMtu(bytes)),
+        })
+    }
+}
+
 /// Everything a QP needs to know about itself and its peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QpConfig {

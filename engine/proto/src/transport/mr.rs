@@ -171,7 +171,7 @@ enum KeySource {
     /// The operating system's generator, one draw per key.
     Os,
     /// A fixed sequence (SplitMix64 from a seed), for reproducible tests and fuzzing.
-    Seeded(u64),
+    Seeded(crate::rng::SplitMix64),
     /// Exactly these values, in turn (tests of what happens when the generator repeats).
     #[cfg(test)]
     Script(Vec<u32>),
@@ -181,13 +181,7 @@ impl KeySource {
     fn next(&mut self) -> u32 {
         match self {
             KeySource::Os => random_u32(),
-            KeySource::Seeded(state) => {
-                *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = *state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                (z ^ (z >> 31)) as u32
-            }
+            KeySource::Seeded(rng) => rng.next_u64() as u32,
             #[cfg(test)]
             KeySource::Script(values) => values.remove(0),
         }
@@ -251,7 +245,7 @@ impl MemoryTable {
     /// can predict are keys a peer can forge).
     pub fn seeded(seed: u64) -> MemoryTable {
         MemoryTable {
-            keys: KeySource::Seeded(seed),
+            keys: KeySource::Seeded(crate::rng::SplitMix64::new(seed)),
             ..MemoryTable::new()
         }
     }

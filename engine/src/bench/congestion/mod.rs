@@ -536,7 +536,7 @@ fn run_scheme(
                 cq,
                 span: (Duration::from_micros(s), Duration::from_micros(e)),
                 slots: vec![None; p.qd_per_flow],
-                rng: Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i as u64 + 1) | 1),
+                rng: Rng::new(args.seed ^ (i as u64 + 1)),
                 messages: 0,
                 bytes: 0,
             }
@@ -785,7 +785,7 @@ mod tests {
 
     #[test]
     fn the_size_mix_is_drawn_with_its_weights() {
-        let mut r = Rng(7);
+        let mut r = Rng::new(7);
         let mut counts = std::collections::BTreeMap::new();
         for _ in 0..100_000 {
             *counts.entry(draw_size(&mut r)).or_insert(0u32) += 1;

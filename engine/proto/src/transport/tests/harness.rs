@@ -18,40 +18,8 @@ use crate::transport::{
 };
 use wire::{self, RoceRepr};
 
-/// splitmix64: small, fast, and good enough to drive fault injection.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0); the modulo bias is irrelevant here.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// True with probability `ppm` parts per million.
-    pub fn chance(&mut self, ppm: u32) -> bool {
-        ppm > 0 && self.below(1_000_000) < u64::from(ppm)
-    }
-
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
+/// The generator that drives fault injection.
+pub use crate::rng::SplitMix64 as Rng;
 
 /// Fault probabilities in parts per million, per packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

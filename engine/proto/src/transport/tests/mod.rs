@@ -53,3 +53,18 @@ fn pattern(id: u64, len: usize) -> Vec<u8> {
     rng.fill(&mut v);
     v
 }
+
+#[test]
+fn an_mtu_is_one_of_the_five_ibta_sizes_and_nothing_else() {
+    use super::{BadMtu, Mtu};
+    for mtu in [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096] {
+        assert_eq!(Mtu::try_from(mtu.bytes()), Ok(mtu));
+    }
+    for bytes in [0, 1, 255, 257, 1500, 8192, u32::MAX] {
+        assert_eq!(Mtu::try_from(bytes), Err(BadMtu(bytes)));
+    }
+    assert_eq!(
+        BadMtu(1500).to_string(),
+        "1500 is not 256, 512, 1024, 2048 or 4096"
+    );
+}
