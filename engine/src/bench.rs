@@ -39,6 +39,7 @@ use crate::transport::{Access, Mtu, QpConfig, WcOpcode, WorkRequest};
 pub use point::Point;
 pub(crate) use point::WCS_LEN;
 
+pub mod args;
 pub mod congestion;
 pub mod latency_plot;
 pub mod persist;
@@ -516,8 +517,6 @@ pub fn all_sizes() -> Vec<u32> {
     (1..=23).map(|k| 1u32 << k).collect()
 }
 
-/// Checks what every run of the main loop needs of its options: the operation, the rate, and
-/// the flags other benches take.
 /// `--rate`, when given, is a positive, finite number of operations per second.
 pub(crate) fn check_rate(opts: &BenchOpts) -> Result<(), AppError> {
     if opts.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
@@ -528,16 +527,9 @@ pub(crate) fn check_rate(opts: &BenchOpts) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Checks what every run of the main loop needs of its options: the operation and the rate
+/// (which flags a bench takes is clap's: `bench::args`).
 pub(crate) fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> {
-    if !opts.part.is_empty() {
-        return Err(usage("--part: only `bench tagged` takes it".into()));
-    }
-    if opts.mode.is_some() {
-        return Err(usage("--mode: only `bench persist` takes it".into()));
-    }
-    if opts.file.is_some() {
-        return Err(usage("--file: only `bench persist` takes it".into()));
-    }
     check_rate(opts)?;
     match opts.op {
         BenchOp::Write => Ok(point::Ops::Write),
@@ -556,12 +548,8 @@ pub(crate) fn check_main_loop(opts: &BenchOpts) -> Result<point::Ops, AppError> 
 /// caller). `--hlog`, `--plot` and `--csv` are written here, with whatever was measured.
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppError> {
     if opts.op == BenchOp::Persist {
-        if !opts.sizes.is_empty() || !opts.qds.is_empty() {
-            return Err(usage(
-                "--sizes, --all-sizes, a --qd list: only bench write, read, send and mixed sweep"
-                    .into(),
-            ));
-        }
+        // In one process bench persist runs one point: clap takes --sizes, --all-sizes
+        // and --csv with --server or --client only, and one --qd (`bench::args`).
         return persist::run(opts, stop);
     }
     let ops = check_main_loop(opts)?;

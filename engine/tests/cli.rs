@@ -1552,3 +1552,251 @@ fn ctrl_c_in_a_sweep_ends_the_point_and_writes_what_was_measured() {
         "{text}"
     );
 }
+
+/// The flags `portico bench <scenario> --help` lists (its lines that start with `--flag`).
+fn bench_help_flags(scenario: &str) -> Vec<String> {
+    let out = portico(&["bench", scenario, "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench {scenario} --help: {text}");
+    text.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| format!("--{}", l.split([' ', ',']).next().unwrap()))
+        .collect()
+}
+
+/// Each scenario of `portico bench` is its own subcommand: its --help lists the flags it
+/// honours and none of another scenario's.
+#[test]
+fn each_bench_scenario_s_help_lists_only_its_own_flags() {
+    let out = portico(&["bench", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in [
+        "write",
+        "read",
+        "send",
+        "mixed",
+        "persist",
+        "tagged",
+        "placement",
+        "congestion",
+        "shaper",
+    ] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(s)),
+            "{s}: {text}"
+        );
+    }
+    for (scenario, has, lacks) in [
+        (
+            "write",
+            &[
+                "--size", "--qd", "--sizes", "--cores", "--verify", "--hlog", "--server", "--mtu",
+            ][..],
+            &[
+                "--flows", "--mcus", "--part", "--mode", "--file", "--rtt-us", "--out",
+            ][..],
+        ),
+        (
+            "mixed",
+            &["--size", "--verify", "--client", "--connections"],
+            &["--schedule", "--phases", "--part"],
+        ),
+        (
+            "persist",
+            &["--mode", "--file", "--size", "--qd", "--server", "--hgrm"],
+            &["--verify", "--cores", "--part", "--flows"],
+        ),
+        (
+            "tagged",
+            &["--part", "--qd", "--duration", "--server", "--client"],
+            &["--cores", "--verify", "--mode", "--mcus"],
+        ),
+        (
+            "placement",
+            &["--size", "--qd", "--duration", "--json"],
+            &[
+                "--rate", "--verify", "--hgrm", "--pcap", "--server", "--sizes", "--part",
+            ],
+        ),
+        (
+            "congestion",
+            &[
+                "--cc",
+                "--flows",
+                "--rtt-us",
+                "--rate-window-us",
+                "--out",
+                "--qd",
+            ],
+            &[
+                "--size",
+                "--duration",
+                "--verify",
+                "--server",
+                "--mcus",
+                "--sizes",
+                "--pcap",
+            ],
+        ),
+        (
+            "shaper",
+            &[
+                "--phases",
+                "--mcus",
+                "--quantum",
+                "--rtt-us",
+                "--duration",
+                "--qd",
+            ],
+            &[
+                "--flows", "--cc", "--size", "--verify", "--server", "--rate",
+            ],
+        ),
+    ] {
+        let flags = bench_help_flags(scenario);
+        for f in has {
+            assert!(
+                flags.iter().any(|x| x == f),
+                "bench {scenario}: {f} missing: {flags:?}"
+            );
+        }
+        for f in lacks {
+            assert!(
+                !flags.iter().any(|x| x == f),
+                "bench {scenario}: {f} listed: {flags:?}"
+            );
+        }
+    }
+}
+
+/// A flag of another scenario is refused by clap before anything starts (exit 2, one line
+/// naming the flag and the scenarios that take it), as is a bench flag before the scenario.
+#[test]
+fn a_flag_of_another_bench_scenario_is_refused_with_exit_2() {
+    for (args, field, owner) in [
+        (&["bench", "congestion", "--size", "64"][..], "--size", ""),
+        (
+            &["bench", "congestion", "--duration", "1"],
+            "--duration",
+            "",
+        ),
+        (
+            &["bench", "placement", "--verify"],
+            "--verify",
+            "bench write, read, send and mixed",
+        ),
+        (
+            &["bench", "shaper", "--flows", "2"],
+            "--flows",
+            "only bench congestion takes",
+        ),
+        (
+            &["bench", "tagged", "--cores", "2"],
+            "--cores",
+            "bench write, read, send and mixed",
+        ),
+        (
+            &["bench", "write", "--part", "eager"],
+            "--part",
+            "only bench tagged takes it",
+        ),
+        (
+            &["bench", "write", "--mode", "durable"],
+            "--mode",
+            "only bench persist takes",
+        ),
+        (
+            &["bench", "write", "--rtt-us", "5"],
+            "--rtt-us",
+            "bench congestion and shaper",
+        ),
+        (
+            &["bench", "--size", "64", "write"],
+            "--size",
+            "portico bench write --size",
+        ),
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--hugepages", "off"]);
+        assert_bad(&all, field, true);
+        let err = String::from_utf8_lossy(&portico(&all).stderr).into_owned();
+        assert!(err.contains(owner), "{args:?}: {err}");
+    }
+}
+
+/// clap's ranges, conflicts and requirements: exit 2, one line naming the flag, before EAL.
+#[test]
+fn bench_ranges_conflicts_and_requirements_name_the_flag_with_exit_2() {
+    for (args, field) in [
+        (&["bench", "congestion", "--flows", "17"][..], "--flows"),
+        (
+            &["bench", "shaper", "--read-size", "1048577"],
+            "--read-size",
+        ),
+        (&["bench", "shaper", "--quantum", "0"], "--quantum"),
+        (&["bench", "placement", "--qd", "121"], "--qd"),
+        (
+            &["bench", "persist", "--mode", "durable", "--qd", "0"],
+            "--qd",
+        ),
+        (&["bench", "write", "--connections", "257"], "--connections"),
+        (&["bench", "write", "--cores", "17"], "--cores"),
+        (&["bench", "persist", "--mode", "sometimes"], "--mode"),
+        (&["bench", "persist"], "--mode"),
+        (
+            &["bench", "write", "--all-sizes", "--sizes", "64"],
+            "--all-sizes",
+        ),
+        (&["bench", "write", "--cc", "ack"], "--cc"),
+        (&["bench", "write", "--listen", "127.0.0.1:1"], "--listen"),
+        (&["bench", "tagged", "--sizes", "64,4K"], "--sizes"),
+        (&["bench", "tagged", "--size", "64"], "--size"),
+        (
+            &["bench", "persist", "--mode", "durable", "--rate", "10"],
+            "--rate",
+        ),
+        (
+            &[
+                "bench", "tagged", "--part", "eager", "--server", "--dev", "x", "--ip", "10.0.0.1",
+            ],
+            "--part",
+        ),
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--hugepages", "off"]);
+        assert_bad(&all, field, true);
+    }
+}
+
+/// The bench spellings of the README, docs/, bench/*.sh and the Makefile still parse (clap
+/// reads every flag and value before it acts on --help).
+#[test]
+fn documented_bench_spellings_still_parse() {
+    for args in [
+        "write --size 64 --qd 64 --rate 10000 --duration 5 --json --polling adaptive",
+        "write --sizes 64,512,4K,64K,1M --qd 1,32 --duration 1 --plot plots --csv sweep.csv --hlog sweep.hlog",
+        "write --size 4096 --verify --cores 2 --connections 4 --hgrm w.hgrm",
+        "read --all-sizes --qd 8",
+        "read --size 65536 --qd 16 --mtu 4096 --hgrm read.hgrm",
+        "mixed --size 600 --qd 4 --mtu 256 --rate 3000 --duration 1 --pcap mixed.pcapng",
+        "write --server --listen 0.0.0.0:18515 --dev net_memif0,role=server,socket=/tmp/b.sock --ip 10.0.0.1 --cc dcqcn",
+        "write --client hostA --dev 0000:3b:00.0 --ip 192.168.10.2 --mac 02:00:00:00:00:01 --sizes 64,4K,64K --qd 1,32",
+        "persist --mode write-flush --qd 8 --size 256 --duration 1 --json --file /tmp/region",
+        "persist --mode durable --server --file /tmp/region --dev net_null0 --ip 10.0.0.1",
+        "tagged --duration 0.4 --json --part eager,rndv --qd 16",
+        "tagged --client 10.0.0.1 --dev net_null0 --ip 10.0.0.2 --sizes 4K,64K --qd 4 --rate 1000",
+        "placement --size 4096 --duration 0.02 --qd 16",
+        "congestion --mtu 4096 --cc none,dcqcn,ack --flows 4 --bottleneck-gbps 10 --rtt-us 20 --kmin-kb 40 --kmax-kb 160 --pmax 0.2 --buffer-kb 640 --schedule 0-3000,500-1500,0-1,0-1 --dcqcn paper --rate-window-us 20 --out dir",
+        "shaper --mtu 4096 --qd 8 --json --out dir --phases alone,paced --reads 4 --read-size 4096 --writes 1 --write-size 4096 --write-shares 0.75,0.25 --absorb-gbps 2 --absorb-burst-kb 8 --link-gbps 3 --mcus 16 --outstanding-cap 64 --quantum 4096 --buffer-kb 100 --rtt-us 10 --duration 1",
+    ] {
+        let mut all = vec!["bench"];
+        all.extend(args.split(' '));
+        all.extend(["--hugepages", "off", "--memory-mb", "512", "--help"]);
+        let out = portico(&all);
+        assert!(
+            out.status.success(),
+            "bench {args}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
