@@ -705,14 +705,11 @@ impl ShaperCli {
 }
 
 fn parse_mtu(s: &str) -> Result<Mtu, String> {
-    match s.trim() {
-        "256" => Ok(Mtu::M256),
-        "512" => Ok(Mtu::M512),
-        "1024" => Ok(Mtu::M1024),
-        "2048" => Ok(Mtu::M2048),
-        "4096" => Ok(Mtu::M4096),
-        _ => Err(format!("{s} is not 256, 512, 1024, 2048 or 4096")),
-    }
+    let bytes: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s} is not 256, 512, 1024, 2048 or 4096"))?;
+    Mtu::try_from(bytes).map_err(|e| e.to_string())
 }
 
 /// One queue depth, 1..=`MAX` (a list sweeps in write, read, send and mixed only).
