@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "no valgrind: apt-get install valgrind" >&2; exit 1; }
 if [ -z "${BIN:-}" ]; then
-    BIN=$(cargo bench -p portico --bench roce_count --no-run --message-format=json 2>/dev/null |
+    BIN=$(cargo bench -p portico-bench --bench roce_count --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

@@ -8,8 +8,10 @@
 //! - this crate: [`dataplane`] (the DPDK adapter, the only `unsafe` here), [`runtime`]
 //!   (pinned run-to-completion workers running [`runtime::Stage`]s, [`rdma::RdmaStage`]
 //!   among them), [`traffic`] (forwarding, generator, checker), and what the `portico`
-//!   command runs: [`app`], [`bench`], [`peer`], [`config`]; [`report`] prints what
-//!   [`summary`] holds (`app` → `report` → `summary`).
+//!   command runs: [`app`], [`peer`], [`config`]; [`report`] prints what [`summary`] holds
+//!   (`app` → `report` → `summary`);
+//! - above it, `portico-bench` (`bench/`, the benchmark harness) and `portico-cli`
+//!   (`engine/cli`, the `portico` binary).
 //!
 //! The lower crates are re-exported under their old module names ([`wire`], [`transport`],
 //! [`cc`], [`shaper`], [`lpe`], [`placement`], [`rdma`]) so that users of this crate see one
@@ -18,7 +20,6 @@
 #![deny(unsafe_code)]
 
 pub mod app;
-pub mod bench;
 pub mod capture;
 pub mod cc;
 pub mod config;

@@ -58,28 +58,28 @@ use crate::wire::rss;
 const POOL_MBUFS: u32 = 8191;
 
 /// A running engine on one port (on one worker or several), and the application's ends of it.
-pub(crate) struct Peer {
-    pub(crate) runtime: Runtime,
-    pub(crate) handle: RdmaHandle,
+pub struct Peer {
+    pub runtime: Runtime,
+    pub handle: RdmaHandle,
     /// Queue pair 0 and its completion queue; the initiator's only one.
-    pub(crate) qp: Qp,
-    pub(crate) cq: Cq,
+    pub qp: Qp,
+    pub cq: Cq,
     /// Queue pairs 1.. of a target on several workers, with their completion queues.
-    pub(crate) more: Vec<(Qp, Cq)>,
+    pub more: Vec<(Qp, Cq)>,
     /// Per queue pair: its QPN, the peer's, its home worker and its UDP source port.
     qps: Vec<QpPlace>,
     /// The workers' cores.
-    pub(crate) workers: Vec<usize>,
-    pub(crate) port: Port,
-    pub(crate) capture: Option<Arc<CaptureSink>>,
+    pub workers: Vec<usize>,
+    pub port: Port,
+    pub capture: Option<Arc<CaptureSink>>,
     /// The first PSN this side sends.
-    pub(crate) psn: u32,
+    pub psn: u32,
     /// The application's end of tagged messaging, when [`Extras::tags`] asked for it.
-    pub(crate) tags: Option<crate::rdma::TagPort>,
+    pub tags: Option<crate::rdma::TagPort>,
 }
 
 /// Flushes the capture, if any: how many packets it holds.
-pub(crate) fn finish_capture(
+pub fn finish_capture(
     c: &Option<Arc<CaptureSink>>,
     pcap: Option<&Path>,
 ) -> Result<Option<u64>, AppError> {
@@ -206,7 +206,7 @@ fn is_pci(port: &str) -> bool {
 
 /// EAL's command line and memory for this config, and whether that memory holds the engine's
 /// mbuf pool: all known before EAL starts.
-pub(crate) fn plan(
+pub fn plan(
     cfg: &PeerConfig,
     workers: &[usize],
     extra_eal: &[String],
@@ -249,7 +249,7 @@ pub(crate) fn plan(
 
 /// The policy of the engine's workers: the command line's `--polling`, else the config's
 /// (checked when it was parsed).
-pub(crate) fn polling_of(cfg: &PeerConfig) -> Polling {
+pub fn polling_of(cfg: &PeerConfig) -> Polling {
     polling::effective(cfg.runtime.polling().unwrap_or_default())
 }
 
@@ -271,16 +271,16 @@ fn start(
 
 /// What an engine may have beyond its config file (`bench --server` and `--client`).
 #[derive(Default)]
-pub(crate) struct Extras<'a> {
+pub struct Extras<'a> {
     /// Sets what the config has no key for on every queue pair (congestion control, tagged
     /// messaging).
-    pub(crate) qp: Option<&'a dyn Fn(&mut QpConfig)>,
+    pub qp: Option<&'a dyn Fn(&mut QpConfig)>,
     /// Tagged messaging on the (one) worker's engine; its port is [`Peer::tags`].
-    pub(crate) tags: Option<crate::rdma::TagConfig>,
+    pub tags: Option<crate::rdma::TagConfig>,
 }
 
 /// The id of the port `rdma.port` names, once EAL has probed it.
-pub(crate) fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
+pub fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
     let r = &cfg.rdma;
     let name = if is_pci(&r.port) {
         r.port.as_str()
@@ -292,7 +292,7 @@ pub(crate) fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
 }
 
 /// Starts the engine on `workers`, EAL already running ([`start`]), with `extras`.
-pub(crate) fn start_engine(
+pub fn start_engine(
     cfg_path: &Path,
     cfg: &PeerConfig,
     workers: &[usize],
@@ -457,7 +457,7 @@ pub(crate) fn start_engine(
 
 /// Registers the engine's telemetry commands (`/portico/...`, see [`crate::telemetry`]); if
 /// that fails, says so and runs on without them.
-pub(crate) fn serve_telemetry(
+pub fn serve_telemetry(
     peer: &Peer,
     role: &'static str,
     latency: LatencySource,
@@ -574,7 +574,7 @@ const ALWAYS_COUNTED: [&str; 5] = [
 /// The counters both roles print at the end: every stage counter the workers report, summed
 /// by name (so a drop reason the engine adds appears without a change here), and those of
 /// [`ALWAYS_COUNTED`] at 0 when no worker reports them.
-pub(crate) fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
+pub fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
     let mut counts: BTreeMap<String, u64> =
         ALWAYS_COUNTED.iter().map(|k| (k.to_string(), 0)).collect();
     for (k, v) in reports.iter().flat_map(|r| &r.counters) {

@@ -3,7 +3,7 @@
 //! emitted again and must parse back to the same headers and payload.
 //!
 //! Shared, like `rdma_node.rs`, by the fuzz target and the replay test
-//! (`engine/tests/fuzz_regressions.rs`).
+//! (`engine/cli/tests/fuzz_regressions.rs`).
 
 use core::net::Ipv4Addr;
 

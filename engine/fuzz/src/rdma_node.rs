@@ -18,7 +18,7 @@
 //! input's final drain stays short.
 //!
 //! This file is shared: the fuzz target (`fuzz_targets/rdma_node.rs`), the seed-corpus tool
-//! and the replay test (`engine/tests/fuzz_regressions.rs`, which includes it by path) all
+//! and the replay test (`engine/cli/tests/fuzz_regressions.rs`, which includes it by path) all
 //! run [`run`], so a crashing input replays under `cargo test` exactly as libFuzzer ran it.
 //!
 //! # Input format

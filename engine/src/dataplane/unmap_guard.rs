@@ -16,7 +16,7 @@
 //!   two stores to a cache line only that worker writes, and no fence (the fence is paid by
 //!   the rare unmapping side).
 //! - The process defines `munmap` itself ([`munmap`], exported to the PMDs that EAL loads by
-//!   `engine/build.rs`). Before making the system call it runs [`before_unmap`]: a
+//!   `engine/cli/build.rs`). Before making the system call it runs [`before_unmap`]: a
 //!   process-wide memory barrier (`membarrier(PRIVATE_EXPEDITED)`), so that every worker's
 //!   stores are visible and the PMD's cleared flag is visible to every burst that starts after
 //!   it, then a wait until each worker that was inside a PMD call has left it. A burst that
@@ -28,7 +28,7 @@
 //! error): the unmap goes ahead rather than hang the process.
 //!
 //! `PORTICO_UNMAP_GUARD=off` in the environment turns the wait off, to show the crash it
-//! prevents (`engine/tests/memif_soak.rs`); nothing else should set it.
+//! prevents (`engine/cli/tests/memif_soak.rs`); nothing else should set it.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
@@ -225,7 +225,7 @@ pub(crate) fn before_unmap() {
 }
 
 /// The process's `munmap`: [`before_unmap`], then the system call, as libc's wrapper makes it
-/// (-1 and `errno` on failure). `engine/build.rs` exports it, so that the PMDs EAL loads with
+/// (-1 and `errno` on failure). `engine/cli/build.rs` exports it, so that the PMDs EAL loads with
 /// `dlopen` bind to it rather than to libc's.
 ///
 /// # Safety

@@ -4,7 +4,7 @@
 //! resolve `munmap` in libc, past the executable.
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    for kind in ["bins", "tests", "examples", "benches"] {
+    for kind in ["bins", "tests"] {
         println!("cargo:rustc-link-arg-{kind}=-Wl,--export-dynamic-symbol=munmap");
     }
 }

@@ -17,7 +17,7 @@
 //!
 //! An operation's latency runs from its post to the completion that proves it durable. The
 //! loop is closed: `--qd` operations outstanding, each one's place taken by a new one as soon
-//! as it is done. The host waits for completions with [`crate::rdma::Cq::wait`] (a short spin,
+//! as it is done. The host waits for completions with [`portico::rdma::Cq::wait`] (a short spin,
 //! then parked until the worker wakes it), in every mode alike, so that the write-send server
 //! thread, on the host's core, gets that core while the host waits.
 
@@ -34,16 +34,16 @@ use super::{
     BenchOpts, BenchSummary, Engines, OpResult, Stopped, WCS_LEN, human, start_engines, usage,
     write_hgrm,
 };
-use crate::app::AppError;
-use crate::config::{MemoryLimit, limits};
-use crate::latency::{Latency, LatencySummary};
-use crate::rdma::loopback;
-use crate::rdma::{Cq, MemoryRegion, Qp};
-use crate::report;
-use crate::transport::{
+use portico::app::AppError;
+use portico::config::{MemoryLimit, limits};
+use portico::latency::{Latency, LatencySummary};
+use portico::rdma::loopback;
+use portico::rdma::{Cq, MemoryRegion, Qp};
+use portico::report;
+use portico::transport::{
     Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
 };
-use crate::wire::{Placement, Selectivity};
+use portico::wire::{Placement, Selectivity};
 
 /// How an operation's write is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -408,7 +408,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         running,
         ..
     } = start_engines(opts, qp)?;
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let map = |len: usize| {
         Mapping::anonymous_prefer_huge(len)
             .map(Arc::new)

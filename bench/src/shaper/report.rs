@@ -16,7 +16,7 @@ use std::path::Path;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
-use crate::bench::plot::{Area, Chart, CsvField, DrawResult, axis_top, drawing_error, kb};
+use crate::plot::{Area, Chart, CsvField, DrawResult, axis_top, drawing_error, kb};
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const NS_PER_US: f64 = 1e3;

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{VerifySummary, human, op_index, usage};
-use crate::app::AppError;
-use crate::latency::{IntervalLog, Latency};
-use crate::rdma::{Cq, MemoryRegion, Qp};
-use crate::report;
-use crate::transport::{RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest};
+use portico::app::AppError;
+use portico::latency::{IntervalLog, Latency};
+use portico::rdma::{Cq, MemoryRegion, Qp};
+use portico::report;
+use portico::transport::{RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest};
 
 /// A point of a run: message size and operations outstanding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -397,7 +397,7 @@ pub(crate) struct Runner {
     /// Operations posted over the whole run: mixed runs take turns across points.
     posted: u64,
     /// Where the current point's latency goes for `/portico/latency`, once a second.
-    latency: Option<crate::telemetry::LatencySlot>,
+    latency: Option<portico::telemetry::LatencySlot>,
 }
 
 impl Runner {
@@ -424,7 +424,7 @@ impl Runner {
     }
 
     /// Publishes the current point's latency to `slot` once a second and at its end.
-    pub(crate) fn with_latency_slot(mut self, slot: crate::telemetry::LatencySlot) -> Runner {
+    pub(crate) fn with_latency_slot(mut self, slot: portico::telemetry::LatencySlot) -> Runner {
         self.latency = Some(slot);
         self
     }

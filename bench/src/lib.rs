@@ -14,6 +14,11 @@
 //! everything measured until then is still printed and written (`--hlog`, `--plot`, `--csv`).
 //! The summary has the two `net_ring` ports' own counters (misses, errors, mbuf allocation
 //! failures, drop xstats) beside the engines'.
+//!
+//! This crate (`portico-bench`, in `bench/`) sits above the library: nothing in `portico`
+//! depends on it, so an edit here rebuilds only this crate and the binary.
+
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,18 +28,18 @@ use std::time::{Duration, Instant};
 use pmem::Mapping;
 use serde::Serialize;
 
-use crate::app::{
+use portico::app::{
     AppError, MemoryChoice, PortSummary, available_cores, check_pool_fits, plan_eal_args,
     port_summary,
 };
-use crate::config::{HugepageMode, MemoryLimit, limits};
-use crate::dataplane::{self, Eal, PortInfo};
-use crate::hugepages::HugepageStatus;
-use crate::latency::{Latency, LatencySummary};
-use crate::rdma::loopback::{self, LoopbackOpts};
-use crate::report;
-use crate::runtime::{CaptureSink, Polling, Runtime, polling};
-use crate::transport::{Access, Mtu, QpConfig, WcOpcode, WorkRequest};
+use portico::config::{HugepageMode, MemoryLimit, limits};
+use portico::dataplane::{self, Eal, PortInfo};
+use portico::hugepages::HugepageStatus;
+use portico::latency::{Latency, LatencySummary};
+use portico::rdma::loopback::{self, LoopbackOpts};
+use portico::report;
+use portico::runtime::{CaptureSink, Polling, Runtime, polling};
+use portico::transport::{Access, Mtu, QpConfig, WcOpcode, WorkRequest};
 
 pub use point::Point;
 pub(crate) use point::WCS_LEN;
@@ -93,7 +98,7 @@ pub struct BenchOpts {
     pub csv: Option<PathBuf>,
     /// `--server` / `--client`: the queue pairs' congestion control (`--cc`), negotiated in
     /// the exchange.
-    pub cc: Option<crate::cc::CcMode>,
+    pub cc: Option<portico::cc::CcMode>,
     /// Operations per second (None: as fast as completions come back).
     pub rate: Option<f64>,
     /// None: until Ctrl-C or SIGTERM.
@@ -172,13 +177,13 @@ pub struct BenchSummary {
     /// Queue pairs the operations were spread over.
     pub connections: usize,
     /// The engines' worker counters (retransmissions, ICRC errors, ...), one entry per worker.
-    pub workers: Vec<crate::runtime::WorkerReport>,
+    pub workers: Vec<portico::runtime::WorkerReport>,
     /// Where the host thread, each worker and EAL's own threads ran, read while the workers
     /// ran.
-    pub cores: crate::app::CoresReport,
+    pub cores: portico::app::CoresReport,
     /// The two `net_ring` ports' own counters, `a` (engine A's) then `b`.
     pub ports: Vec<PortSummary>,
-    pub capture: Option<crate::app::CaptureSummary>,
+    pub capture: Option<portico::app::CaptureSummary>,
     /// `persist` only: the mode, what the target's region is, and the queue pair's tuning.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persist: Option<persist::PersistSummary>,
@@ -253,11 +258,11 @@ pub(crate) struct Running {
 
 /// What a bench reports about its engines once they have stopped.
 pub(crate) struct Stopped {
-    pub(crate) workers: Vec<crate::runtime::WorkerReport>,
+    pub(crate) workers: Vec<portico::runtime::WorkerReport>,
     /// Where the threads ran, sampled just before the workers stopped.
-    pub(crate) cores: crate::app::CoresReport,
+    pub(crate) cores: portico::app::CoresReport,
     pub(crate) ports: Vec<PortSummary>,
-    pub(crate) capture: Option<crate::app::CaptureSummary>,
+    pub(crate) capture: Option<portico::app::CaptureSummary>,
 }
 
 /// The cores of `n` workers: the last `n` of `cores`, counted from the end and wrapping round
@@ -273,7 +278,7 @@ pub(crate) fn worker_cores(cores: &[usize], n: usize) -> Vec<usize> {
 
 /// `--cores` and `--connections`: the workers and the queue pairs, checked.
 fn layout(opts: &BenchOpts) -> Result<(usize, usize), AppError> {
-    let max = crate::dataplane::RING_MAX_QUEUES as usize;
+    let max = portico::dataplane::RING_MAX_QUEUES as usize;
     if opts.cores == 0 || opts.cores > max {
         return Err(usage(format!(
             "--cores: must be 1..={max} (a net_ring port has at most {max} queues)"
@@ -317,7 +322,7 @@ fn start_eal(opts: &BenchOpts, host_core: usize, pairs: u32) -> Result<MemoryCho
     check_pool_fits(
         &memory,
         LOOPBACK_MBUFS * pairs.max(1),
-        crate::rdma::FRAME_DATA_ROOM,
+        portico::rdma::FRAME_DATA_ROOM,
         ("--memory-mb", "--hugepages"),
         "",
     )?;
@@ -443,7 +448,7 @@ impl Running {
         self,
         label: &str,
         name: &str,
-    ) -> Result<(Vec<PortSummary>, Vec<crate::runtime::WorkerReport>), AppError> {
+    ) -> Result<(Vec<PortSummary>, Vec<portico::runtime::WorkerReport>), AppError> {
         let ports = self
             .port_ids
             .iter()
@@ -464,10 +469,10 @@ impl Running {
             .iter()
             .filter_map(|&(name, id)| Some(port_summary(id?, name)))
             .collect::<Result<Vec<_>, _>>()?;
-        let cores = crate::app::CoresReport::sample();
+        let cores = portico::app::CoresReport::sample();
         let workers = self.runtime.join()?;
         let capture = match (self.capture, pcap) {
-            (Some(sink), Some(path)) => Some(crate::app::CaptureSummary {
+            (Some(sink), Some(path)) => Some(portico::app::CaptureSummary {
                 path: path.display().to_string(),
                 packets: sink.finish().map_err(|source| AppError::Capture {
                     path: path.display().to_string(),
@@ -485,7 +490,7 @@ impl Running {
     }
 }
 
-fn post_batch(qp: &mut crate::rdma::Qp, batch: &[WorkRequest]) -> Result<(), AppError> {
+fn post_batch(qp: &mut portico::rdma::Qp, batch: &[WorkRequest]) -> Result<(), AppError> {
     qp.post_send(batch)
         .map_err(|e| AppError::Failed(format!("posting {} work requests: {e}", batch.len())))
 }
@@ -582,7 +587,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         homes,
         running,
     } = start_engines(opts, qp)?;
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     // The application's memory: four buffers it maps itself, then registers (on every worker
     // of an engine: the handle broadcasts).
     let map = |len: usize| {
@@ -621,10 +626,10 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         })
         .collect();
     // Engine A's queue pairs, as telemetry shows them (the live state is A's).
-    let placements: Vec<crate::telemetry::QpPlacement> = conns
+    let placements: Vec<portico::telemetry::QpPlacement> = conns
         .iter()
         .zip(&homes)
-        .map(|(c, h)| crate::telemetry::QpPlacement {
+        .map(|(c, h)| portico::telemetry::QpPlacement {
             qpn: c.qp.qpn(),
             peer_qpn: c.peer.as_ref().map_or(0, |(q, _)| q.qpn()),
             worker: h[0],
@@ -656,8 +661,8 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     };
     // /portico/... on EAL's telemetry socket: the workers' counters, engine A's queue pairs,
     // the current point's latency.
-    let slot = crate::telemetry::LatencySlot::new();
-    let telemetry = crate::telemetry::register(crate::telemetry::Engine {
+    let slot = portico::telemetry::LatencySlot::new();
+    let telemetry = portico::telemetry::register(portico::telemetry::Engine {
         role: "bench",
         ports: running
             .port_ids
@@ -667,7 +672,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         counters: running.runtime.counter_reader(),
         qps: placements,
         live: Some(ea_live),
-        latency: crate::telemetry::LatencySource::Slot(slot.clone()),
+        latency: portico::telemetry::LatencySource::Slot(slot.clone()),
     })
     .map_err(|e| eprintln!("warning: no telemetry commands: {e}"))
     .ok();
@@ -733,8 +738,8 @@ fn dedup<T: PartialEq + Copy>(it: impl Iterator<Item = T>) -> Vec<T> {
 /// What the points of a run measured, with the logs they filled.
 pub(crate) struct RunMeasured {
     pub(crate) points: Vec<point::Measured>,
-    pub(crate) hlog: Option<crate::latency::IntervalLog>,
-    pub(crate) timeline: Option<crate::latency::IntervalLog>,
+    pub(crate) hlog: Option<portico::latency::IntervalLog>,
+    pub(crate) timeline: Option<portico::latency::IntervalLog>,
     /// The run ended before its last point (Ctrl-C, SIGTERM, or a point that could not drain).
     pub(crate) cut_short: bool,
 }
@@ -765,10 +770,10 @@ pub(crate) fn run_points(
     let mut hlog = opts
         .hlog
         .as_ref()
-        .map(|_| crate::latency::IntervalLog::new(&tags, opts.hlog_interval));
+        .map(|_| portico::latency::IntervalLog::new(&tags, opts.hlog_interval));
     // The timeline's intervals: finer than a log's, so that a run of seconds is a line.
     let mut timeline = opts.plot.as_ref().map(|_| {
-        crate::latency::IntervalLog::new(&OP_NAMES.map(String::from), Duration::from_millis(100))
+        portico::latency::IntervalLog::new(&OP_NAMES.map(String::from), Duration::from_millis(100))
     });
     let mut measured = Vec::with_capacity(points.len());
     let t0 = Instant::now();
@@ -1154,7 +1159,7 @@ fn op_table(rows: &[OpResult], by_point: bool) {
 }
 
 /// One line per worker with its nonzero counters.
-pub(crate) fn print_workers(workers: &[crate::runtime::WorkerReport]) {
+pub(crate) fn print_workers(workers: &[portico::runtime::WorkerReport]) {
     for w in workers {
         let c: Vec<String> = w
             .counters

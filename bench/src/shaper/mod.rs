@@ -2,8 +2,8 @@
 //! traffic on other traffic classes, through a host that absorbs inbound data at a set rate.
 //!
 //! One process, two engines on one worker joined by `net_ring` ports. Engine B is the
-//! initiator, with the traffic shaper on its requests ([`crate::shaper`]); engine A answers.
-//! In front of B's receive path sits the bottleneck emulator ([`crate::cc::bottleneck`]) as
+//! initiator, with the traffic shaper on its requests ([`portico::shaper`]); engine A answers.
+//! In front of B's receive path sits the bottleneck emulator ([`portico::cc::bottleneck`]) as
 //! the host's absorb limit: a byte FIFO served at `--absorb-gbps`, with a finite buffer
 //! (`--buffer-kb`, drop-tail, no ECN marking) and a delay (`--rtt-us`).
 //!
@@ -37,14 +37,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{BenchOpts, OpResult, WCS_LEN, human, print_json, print_workers, usage};
-use crate::app::{AppError, MemoryChoice, PortSummary};
-use crate::cc::bottleneck::{BottleneckConfig, BottleneckCounters};
-use crate::latency::{Latency, LatencySummary};
-use crate::rdma::loopback::{BottleneckSpec, LoopbackOpts, ShaperSpec};
-use crate::rdma::{Cq, IngressReport, Qp, ShaperReport};
-use crate::runtime::WorkerReport;
-use crate::shaper::{ClassConfig, Counters, ShaperConfig};
-use crate::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
+use portico::app::{AppError, MemoryChoice, PortSummary};
+use portico::cc::bottleneck::{BottleneckConfig, BottleneckCounters};
+use portico::latency::{Latency, LatencySummary};
+use portico::rdma::loopback::{BottleneckSpec, LoopbackOpts, ShaperSpec};
+use portico::rdma::{Cq, IngressReport, Qp, ShaperReport};
+use portico::runtime::WorkerReport;
+use portico::shaper::{ClassConfig, Counters, ShaperConfig};
+use portico::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
 
 /// Trace bins.
 const BIN_NS: u64 = 20_000;
@@ -317,7 +317,7 @@ fn resolve(opts: &BenchOpts, args: &ShaperArgs) -> Result<ShaperParams, AppError
     }
     let mut qp = QpConfig::new(0, 0);
     qp.pmtu = opts.mtu;
-    let one_read = u64::from(crate::transport::requester::read_response_frames(
+    let one_read = u64::from(portico::transport::requester::read_response_frames(
         &qp,
         args.read_size,
     ));
@@ -648,7 +648,7 @@ fn run_phase(
         more,
         running,
     } = super::start_pair(&lo)?;
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     // Each lane's buffers: `depth` slots of its size, at the same offsets in both regions.
     let size_of = |class: u8| {
         if class == 0 {

@@ -1,7 +1,7 @@
 //! `portico bench placement`: header + data to a target's buffer list (seed 003), three ways,
 //! in one run on one pair of engines.
 //!
-//! - `coalesced`: the planner's layout ([`crate::placement`]), sent with `Qp::post_placed`
+//! - `coalesced`: the planner's layout ([`portico::placement`]), sent with `Qp::post_placed`
 //!   (every message is planned, gathered and posted by that call, as an application would):
 //!   one RDMA WRITE with immediate gathered from the header's and the data's own buffers, the
 //!   data on page boundaries, the header on its alignment. The target uses the data where it
@@ -34,14 +34,14 @@ use serde::Serialize;
 
 use super::tagged::{Clock, Ratio, map, point_timing, ratio_line, retransmissions};
 use super::{BenchOp, BenchOpts, WCS_LEN, human, usage};
-use crate::app::{AppError, MemoryChoice, PortSummary};
-use crate::config::{MemoryLimit, limits};
-use crate::latency::{Latency, LatencySummary};
-use crate::placement::{Buffer, Planner, Request, Sources};
-use crate::rdma::{Cq, MemoryRegion, Qp};
-use crate::report;
-use crate::runtime::WorkerReport;
-use crate::transport::{
+use portico::app::{AppError, MemoryChoice, PortSummary};
+use portico::config::{MemoryLimit, limits};
+use portico::latency::{Latency, LatencySummary};
+use portico::placement::{Buffer, Planner, Request, Sources};
+use portico::rdma::{Cq, MemoryRegion, Qp};
+use portico::report;
+use portico::runtime::WorkerReport;
+use portico::transport::{
     Access, QpConfig, RecvRequest, SgList, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
 };
 
@@ -241,7 +241,7 @@ struct Session {
     recvs: Vec<RecvRequest>,
     stop: Arc<AtomicBool>,
     wcs: [WorkCompletion; WCS_LEN],
-    _engines: (crate::rdma::RdmaHandle, crate::rdma::RdmaHandle),
+    _engines: (portico::rdma::RdmaHandle, portico::rdma::RdmaHandle),
 }
 
 /// A page of the target application's own buffer.
@@ -301,7 +301,7 @@ impl Session {
                     data: d,
                     pad: self.src.sge(SRC_PAD, 4096),
                 };
-                let w = crate::placement::gather(&layout, &req, &bufs, rkey, &src, 0)
+                let w = portico::placement::gather(&layout, &req, &bufs, rkey, &src, 0)
                     .map_err(|e| AppError::Failed(format!("gathering the plan: {e}")))?;
                 if w.as_slice().len() > 2 {
                     return Err(AppError::Failed(format!(
@@ -579,7 +579,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<PlacementBenchSumm
             opts.mtu.bytes(),
         ),
     );
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let t0 = Instant::now();
     let src_map = map(SRC_LEN)?;
     let buffers = src_map.kind().to_string();

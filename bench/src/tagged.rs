@@ -40,18 +40,18 @@ use pmem::Mapping;
 use serde::Serialize;
 
 use super::{BenchOp, BenchOpts, Running, Stopped, WCS_LEN, human, usage};
-use crate::app::{AppError, MemoryChoice, PortSummary};
-use crate::config::{MemoryLimit, limits};
-use crate::latency::{Latency, LatencySummary};
-use crate::lpe::{EndpointConfig, EndpointIndex, EngineConfig, ListKind, Options};
-use crate::rdma::loopback::{self, LoopbackOpts};
-use crate::rdma::{
+use portico::app::{AppError, MemoryChoice, PortSummary};
+use portico::config::{MemoryLimit, limits};
+use portico::latency::{Latency, LatencySummary};
+use portico::lpe::{EndpointConfig, EndpointIndex, EngineConfig, ListKind, Options};
+use portico::rdma::loopback::{self, LoopbackOpts};
+use portico::rdma::{
     Cq, MemoryRegion, Qp, RdmaHandle, TagConfig, TagCounters, TagEntry, TagEvent, TagEventKind,
     TagPort,
 };
-use crate::report;
-use crate::runtime::WorkerReport;
-use crate::transport::{
+use portico::report;
+use portico::runtime::WorkerReport;
+use portico::transport::{
     Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest,
 };
 
@@ -309,11 +309,11 @@ pub struct TaggedBenchSummary {
 }
 
 /// The sender's choice of receive (and `bench congestion`'s message sizes).
-pub(super) struct Rng(pub(super) crate::rng::SplitMix64);
+pub(super) struct Rng(pub(super) portico::rng::SplitMix64);
 
 impl Rng {
     pub(super) fn new(seed: u64) -> Rng {
-        Rng(crate::rng::SplitMix64::new(seed))
+        Rng(portico::rng::SplitMix64::new(seed))
     }
 
     pub(super) fn next(&mut self) -> u64 {
@@ -1405,7 +1405,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
             quiet: true,
         };
         let (ea, eb, running) = start_pair("tag", tq, Some(tags), engine_core, ["tag_a", "tag_b"])?;
-        let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+        let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
         let src_map = map(REGION_LEN)?;
         buffers = src_map.kind().to_string();
         let src = ea
@@ -1450,7 +1450,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
     }
     if plain_pair && !stop.load(Ordering::Relaxed) {
         let (ea, eb, running) = start_pair("plain", qp, None, engine_core, ["plain_a", "plain_b"])?;
-        let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+        let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
         let src_map = map(TARGET_DEPTH * RQ_SLOT_LEN)?;
         if buffers.is_empty() {
             buffers = src_map.kind().to_string();

@@ -3,7 +3,7 @@
 //!
 //! Each scheme gets its own pair of engines on one worker, joined by `net_ring` ports: engine A
 //! holds the N initiating queue pairs (the flows), engine B the targets, and a bottleneck
-//! ([`crate::cc::bottleneck`]) sits in front of B's receive path: a byte FIFO served at
+//! ([`portico::cc::bottleneck`]) sits in front of B's receive path: a byte FIFO served at
 //! `--bottleneck-gbps`, marking CE between Kmin and Kmax with probability up to Pmax, dropping
 //! at the tail, and delaying by `--rtt-us` (the whole round trip is on that path; the ACKs come
 //! straight back). The flows negotiate the scheme, their senders start at the line rate
@@ -32,14 +32,14 @@ use serde::Serialize;
 
 use super::tagged::Rng;
 use super::{BenchOpts, OpResult, WCS_LEN, human, print_json, print_workers, usage};
-use crate::app::{AppError, MemoryChoice, PortSummary};
-use crate::cc::bottleneck::BottleneckConfig;
-use crate::cc::{CcConfig, CcMode, DcqcnParams};
-use crate::latency::Latency;
-use crate::rdma::loopback::{BottleneckSpec, LoopbackOpts};
-use crate::rdma::{Cq, IngressReport, Qp};
-use crate::runtime::WorkerReport;
-use crate::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
+use portico::app::{AppError, MemoryChoice, PortSummary};
+use portico::cc::bottleneck::BottleneckConfig;
+use portico::cc::{CcConfig, CcMode, DcqcnParams};
+use portico::latency::Latency;
+use portico::rdma::loopback::{BottleneckSpec, LoopbackOpts};
+use portico::rdma::{Cq, IngressReport, Qp};
+use portico::runtime::WorkerReport;
+use portico::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
 
 /// The message sizes of the mixed workload and their weights (of 10).
 const SIZE_MIX: [(u32, u32); 5] = [
@@ -132,7 +132,7 @@ pub struct CongestionParams {
     pub rate_window_ns: u64,
     pub dcqcn: DcqcnPreset,
     pub dcqcn_params: DcqcnParams,
-    pub ack_params: crate::cc::AckParams,
+    pub ack_params: portico::cc::AckParams,
     pub size_mix: Vec<(u32, u32)>,
 }
 
@@ -148,7 +148,7 @@ pub struct SchemeSummary {
     pub becn_acks_sent: u64,
     pub ce_received: u64,
     /// The bottleneck's counters (its largest queue among them).
-    pub bottleneck: crate::cc::bottleneck::BottleneckCounters,
+    pub bottleneck: portico::cc::bottleneck::BottleneckCounters,
     /// Worker-clock gaps over 50 µs (the worker descheduled): the trace is in worker time,
     /// which such a gap does not advance by more than 50 µs.
     pub stalls: u64,
@@ -322,7 +322,7 @@ fn resolve(opts: &BenchOpts, args: &CongestionArgs) -> Result<CongestionParams, 
             DcqcnPreset::Vendor => DcqcnParams::vendor(),
             DcqcnPreset::Paper => DcqcnParams::paper(),
         },
-        ack_params: crate::cc::AckParams::default(),
+        ack_params: portico::cc::AckParams::default(),
         size_mix: SIZE_MIX.to_vec(),
     })
 }
@@ -519,7 +519,7 @@ fn run_scheme(
         more,
         running,
     } = super::start_pair(&lo)?;
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let per_flow = p.qd_per_flow * MAX_MESSAGE;
     let src_map = super::tagged::map(p.flows * per_flow)?;
     let dst_map = super::tagged::map(p.flows * per_flow)?;

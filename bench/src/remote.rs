@@ -35,14 +35,14 @@ use serde_json::json;
 
 use super::point::{self, BUF_CAP, Point};
 use super::{BenchOp, BenchOpts, BenchSummary, Stopped, human, usage};
-use crate::app::{AppError, MemoryChoice, available_cores, port_summary};
-use crate::cc::CcMode;
-use crate::config::peer::{PeerConfig, RdmaSection};
-use crate::config::{EalSection, MemoryLimit, limits};
-use crate::dataplane::{Eal, PortInfo};
-use crate::peer::{self, Peer};
-use crate::report;
-use crate::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, random_psn};
+use portico::app::{AppError, MemoryChoice, available_cores, port_summary};
+use portico::cc::CcMode;
+use portico::config::peer::{PeerConfig, RdmaSection};
+use portico::config::{EalSection, MemoryLimit, limits};
+use portico::dataplane::{Eal, PortInfo};
+use portico::peer::{self, Peer};
+use portico::report;
+use portico::transport::{Access, QpConfig, RecvRequest, WcStatus, WorkCompletion, random_psn};
 
 /// The exchange's name, so that a stray connection is told apart from a client.
 pub const PROTOCOL: &str = "portico-bench";
@@ -339,7 +339,7 @@ fn peer_config(
             durable_region: false,
             simulate_power_loss: false,
             traffic_class: 0,
-            dscp: crate::transport::QpConfig::new(0, 0).dscp,
+            dscp: portico::transport::QpConfig::new(0, 0).dscp,
         },
         shaper: None,
         runtime: Default::default(),
@@ -394,9 +394,9 @@ fn start_side(
     };
     let extras = peer::Extras {
         qp: Some(&tweak),
-        tags: tagged.then(|| crate::rdma::TagConfig {
+        tags: tagged.then(|| portico::rdma::TagConfig {
             quiet: true,
-            ..crate::rdma::TagConfig::default()
+            ..portico::rdma::TagConfig::default()
         }),
     };
     peer::start_engine(
@@ -409,7 +409,7 @@ fn start_side(
 }
 
 /// Waits for the port's link (a `net_memif` link comes up once both sides have started).
-fn wait_link(port: &crate::dataplane::Port, spec: &PortSpec) -> Result<(), AppError> {
+fn wait_link(port: &portico::dataplane::Port, spec: &PortSpec) -> Result<(), AppError> {
     let t = Instant::now();
     while !port.link().up {
         if t.elapsed() > LINK_WAIT {
@@ -438,8 +438,8 @@ pub struct ServerReport {
     /// tagged`), and receive completions (events) in error.
     pub receives: u64,
     pub receive_errors: u64,
-    pub workers: Vec<crate::runtime::WorkerReport>,
-    pub ports: Vec<crate::app::PortSummary>,
+    pub workers: Vec<portico::runtime::WorkerReport>,
+    pub ports: Vec<portico::app::PortSummary>,
 }
 
 /// The server: listens, takes one client, serves its run, reports its side.
@@ -549,11 +549,11 @@ pub fn run_server(
     let telemetry = peer::serve_telemetry(
         &peer,
         "bench-server",
-        crate::telemetry::LatencySource::None(
+        portico::telemetry::LatencySource::None(
             "a bench server answers; its client measures latency",
         ),
     );
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let map = |len: usize| {
         Mapping::anonymous_prefer_huge(len.max(1))
             .map(Arc::new)
@@ -599,16 +599,16 @@ pub fn run_server(
     let uses_send = matches!(hello.op, BenchOp::Send | BenchOp::Mixed);
     let recv_len = hello.recv_len.max(1) as usize;
     let n = hello.connections;
-    let depth = (BUF_CAP / (recv_len * n)).clamp(1, crate::config::peer::max_receives());
+    let depth = (BUF_CAP / (recv_len * n)).clamp(1, portico::config::peer::max_receives());
     let recv_map = map(if uses_send { depth * n * recv_len } else { 1 })?;
     let recv_mr = peer
         .handle
         .register(&recv_map, 0, recv_map.len(), Access::LOCAL_WRITE)
         .map_err(host)?;
-    let mut qps: Vec<(crate::rdma::Qp, crate::rdma::Cq)> = Vec::with_capacity(n);
+    let mut qps: Vec<(portico::rdma::Qp, portico::rdma::Cq)> = Vec::with_capacity(n);
     qps.push((peer.qp, peer.cq));
     qps.append(&mut peer.more);
-    let post = |qp: &mut crate::rdma::Qp, i: usize, slot: u64| {
+    let post = |qp: &mut portico::rdma::Qp, i: usize, slot: u64| {
         let off = (i * depth + slot as usize) * recv_len;
         qp.post_recv(&[RecvRequest::new(slot, recv_mr.sgl(off, recv_len as u32))])
             .map_err(|e| AppError::Failed(format!("posting a receive buffer: {e}")))
@@ -629,16 +629,16 @@ pub fn run_server(
                 .handle
                 .register(&m, 0, m.len(), Access::LOCAL_WRITE)
                 .map_err(host)?;
-            let entry = crate::rdma::TagEntry::recv(0, mr.sge(0, recv_len as u32), 1)
+            let entry = portico::rdma::TagEntry::recv(0, mr.sge(0, recv_len as u32), 1)
                 .with_ignore(u64::MAX)
-                .with_options(crate::lpe::Options::NONE);
-            port.append(0, crate::lpe::ListKind::Priority, entry)
+                .with_options(portico::lpe::Options::NONE);
+            port.append(0, portico::lpe::ListKind::Priority, entry)
                 .map_err(|e| AppError::Failed(format!("posting the tagged receive: {e}")))?;
             Some((m, mr))
         }
         None => None,
     };
-    let mut events = [crate::rdma::TagEvent::EMPTY; 64];
+    let mut events = [portico::rdma::TagEvent::EMPTY; 64];
     ch.send(&Answer::Welcome {
         side: me,
         addr: mr.addr(),
@@ -705,8 +705,8 @@ pub fn run_server(
             let got = port.poll(&mut events);
             for e in &events[..got] {
                 match (e.kind, e.fail) {
-                    (crate::rdma::TagEventKind::Put, crate::lpe::NiFail::Ok) => receives += 1,
-                    (_, crate::lpe::NiFail::Ok) => {}
+                    (portico::rdma::TagEventKind::Put, portico::lpe::NiFail::Ok) => receives += 1,
+                    (_, portico::lpe::NiFail::Ok) => {}
                     _ => receive_errors += 1,
                 }
             }
@@ -899,13 +899,13 @@ pub fn run_client(
         opts.cc.unwrap_or_default(),
     )?;
     wait_link(&peer.port, spec)?;
-    let slot = crate::telemetry::LatencySlot::new();
+    let slot = portico::telemetry::LatencySlot::new();
     let telemetry = peer::serve_telemetry(
         &peer,
         "bench-client",
-        crate::telemetry::LatencySource::Slot(slot.clone()),
+        portico::telemetry::LatencySource::Slot(slot.clone()),
     );
-    let host = |e: crate::rdma::HostError| AppError::Failed(format!("host call: {e}"));
+    let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
     let map = |len: usize| {
         Mapping::anonymous_prefer_huge(len)
             .map(Arc::new)
@@ -953,7 +953,7 @@ pub fn run_client(
     let runner = point::Runner::new(conns, regions, ops, opts.rate, false).with_latency_slot(slot);
     let measured = super::run_points(opts, runner, &points, &stop)?;
     let ports = vec![port_summary(peer.port.id(), "client")?];
-    let cores = crate::app::CoresReport::sample();
+    let cores = portico::app::CoresReport::sample();
     let workers = peer.runtime.join()?;
     drop(telemetry);
     let captured = peer::finish_capture(&peer.capture, opts.pcap.as_deref())?;
@@ -962,7 +962,7 @@ pub fn run_client(
         cores,
         ports,
         capture: match (captured, &opts.pcap) {
-            (Some(packets), Some(p)) => Some(crate::app::CaptureSummary {
+            (Some(packets), Some(p)) => Some(portico::app::CaptureSummary {
                 path: p.display().to_string(),
                 packets,
             }),

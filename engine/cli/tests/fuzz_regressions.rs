@@ -5,10 +5,10 @@
 //! `docs/fuzzing.md` describes the harnesses and how the fuzzing is run.
 
 #[allow(dead_code)] // The seed-corpus tool's half of the harness is not used here.
-#[path = "../fuzz/src/rdma_node.rs"]
+#[path = "../../fuzz/src/rdma_node.rs"]
 mod rdma_node;
 
-#[path = "../fuzz/src/parse_roce.rs"]
+#[path = "../../fuzz/src/parse_roce.rs"]
 mod parse_roce;
 
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
 /// Runs every input of `target` through `run`; a failure names the file. Returns how many
 /// corpus and regression inputs ran.
 fn replay(target: &str, run: fn(&[u8])) -> (usize, usize) {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     let corpus = inputs(&fuzz.join("corpus").join(target));
     let regressions = inputs(&fuzz.join("regressions").join(target));
     for path in corpus.iter().chain(&regressions) {

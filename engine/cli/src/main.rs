@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use portico::app::{self, AppError, FwdOpts, RunOpts};
-use portico::bench::{
+use bench::{
     self,
     args::{BenchScenario, Side},
 };
+use portico::app::{self, AppError, FwdOpts, RunOpts};
 use portico::config::{HugepageMode, Scenario, installed_vdev_drivers, limits};
 use portico::dataplane::PMD_DIR;
 use portico::report;
@@ -235,11 +235,11 @@ fn parse_u32(s: &str) -> Result<u32, String> {
 /// Prints a `bench write|read|send|mixed` summary (also `--client`'s) and says whether the
 /// run failed: bytes that differ under `--verify`, or operations that did not complete.
 fn bench_verdict(
-    summary: &portico::bench::BenchSummary,
+    summary: &bench::BenchSummary,
     json: bool,
     hgrm: Option<&PathBuf>,
 ) -> Result<(), AppError> {
-    portico::bench::print(summary, json, hgrm);
+    bench::print(summary, json, hgrm);
     match summary.verify {
         Some(v) if v.mismatches > 0 => Err(AppError::CheckFailed(format!(
             "{} of {} operations landed bytes that differ from what was sent",

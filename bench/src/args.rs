@@ -15,10 +15,10 @@ use super::persist::PersistMode;
 use super::shaper::{PhaseKind, ShaperArgs};
 use super::tagged::TaggedPart;
 use super::{BenchOp, BenchOpts};
-use crate::app::AppError;
-use crate::cc::CcMode;
-use crate::config::{HugepageMode, MemoryLimit, limits};
-use crate::transport::Mtu;
+use portico::app::AppError;
+use portico::cc::CcMode;
+use portico::config::{HugepageMode, MemoryLimit, limits};
+use portico::transport::Mtu;
 
 /// The help heading of the flags `bench persist` and `bench tagged` take across two
 /// processes only.
@@ -142,7 +142,7 @@ pub struct LayoutArgs {
     /// queues of each port, worker i holding the queue pairs homed on it (on a 2-core
     /// machine N = 2 shares a core with the host).
     #[arg(long, default_value_t = 1,
-          value_parser = RangedU64ValueParser::<usize>::new().range(1..=crate::dataplane::RING_MAX_QUEUES as u64))]
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=portico::dataplane::RING_MAX_QUEUES as u64))]
     pub cores: usize,
     /// Queue pairs between the engines (default: --cores; at least --cores), homed round
     /// robin on the workers.
@@ -734,7 +734,7 @@ fn parse_qd<const MAX: usize>(s: &str) -> Result<usize, String> {
 }
 
 fn parse_mac(s: &str) -> Result<String, String> {
-    crate::config::peer::parse_mac("--mac", s)
+    portico::config::peer::parse_mac("--mac", s)
         .map(|_| s.to_string())
         .map_err(|e| e.to_string())
 }

@@ -199,7 +199,7 @@ fn sigterm_stops_a_run_cleanly_with_a_summary() {
 
 #[test]
 fn default_scenario_runs_and_passes_its_check() {
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/loopback.toml");
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../configs/loopback.toml");
     let out = portico(&[
         "run",
         "--config",

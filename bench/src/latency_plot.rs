@@ -17,13 +17,13 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::bench::OpResult;
+use crate::OpResult;
 use plotters::chart::MeshStyle;
 use plotters::coord::CoordTranslate;
 use plotters::coord::ranged1d::Ranged;
 
-use crate::bench::plot::{Area, DrawResult, axis_top, drawing_error};
-use crate::latency::{IntervalLog, Latency};
+use crate::plot::{Area, DrawResult, axis_top, drawing_error};
+use portico::latency::{IntervalLog, Latency};
 
 /// Colors of the operation types, in turn.
 const COLORS: [RGBColor; 3] = [

@@ -58,7 +58,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::bench::plot::{Area, Chart, CsvField, DrawResult, axis_top, drawing_error, kb};
+use crate::plot::{Area, Chart, CsvField, DrawResult, axis_top, drawing_error, kb};
 use serde::Serialize;
 
 /// Messages of at most this many bytes count as small in the FCT split.
