@@ -34,6 +34,8 @@
 
 mod checks;
 mod execute;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 
