@@ -73,7 +73,9 @@ pub(super) enum Kind {
     Tagged,
     /// An RDMA WRITE; `durable` when the message is a durable WRITE (0xE0/0xE1), for its
     /// continuation packets too.
-    Write { durable: bool },
+    Write {
+        durable: bool,
+    },
     Read,
     Flush,
     AtomicWrite,

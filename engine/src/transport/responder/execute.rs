@@ -3,8 +3,6 @@
 //! longer than its receive buffer (which completes that receive in error), an ATOMIC WRITE
 //! whose real address is misaligned (refused before any byte changes).
 
-use crate::wire::{ImmDtRepr, RoceRepr};
-
 use crate::transport::QpConfig;
 use crate::transport::cq::{CompletionQueue, WcStatus};
 use crate::transport::mr::MemoryTable;
@@ -14,9 +12,15 @@ use crate::transport::tagged::TagTarget;
 use super::checks::{INVALID, Kind, Named, Op, Pos, Stop, TagStep, Target};
 use super::{InMsg, ReadJob, Responder, Verdict, complete_recv, complete_write_imm};
 
-/// What the checks found for a request, handed to [`Responder::execute`].
+/// A request as the checks found it, handed to [`Responder::execute`].
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Checked {
+    /// Its PSN, the expected one.
+    pub(super) psn: u32,
+    /// Whether it asks for an ACK.
+    pub(super) ack_req: bool,
+    /// Its immediate data, if it carries one.
+    pub(super) imm: Option<u32>,
     pub(super) op: Op,
     pub(super) named: Named,
     pub(super) target: Target,
@@ -29,33 +33,26 @@ impl Responder {
     pub(super) fn execute(
         &mut self,
         cfg: &QpConfig,
-        repr: &RoceRepr,
         req: Checked,
         payload: &[u8],
         mem: &mut MemoryTable,
         cq: &mut CompletionQueue,
         tags: &mut dyn TagTarget,
     ) -> Result<Verdict, Stop> {
-        let psn = repr.bth.psn;
-        let imm = repr
-            .immdt
-            .map(|ImmDtRepr { data }| u32::from_be_bytes(data));
         let message_done = match req.op.kind {
-            Kind::Send => self.execute_send(cfg, req, imm, payload, mem, cq)?,
+            Kind::Send => self.execute_send(cfg, req, payload, mem, cq)?,
             Kind::Tagged => self.execute_tagged(cfg, req, payload, mem, tags)?,
-            Kind::Write { durable } => {
-                self.execute_write(cfg, req, durable, psn, imm, payload, mem, cq)?
-            }
-            Kind::Read => return Ok(self.execute_read(cfg, req, psn)),
-            Kind::Flush => return Ok(self.execute_flush(req, psn, mem)),
-            Kind::AtomicWrite => return self.execute_atomic_write(req, psn, payload, mem),
+            Kind::Write { durable } => self.execute_write(cfg, req, durable, payload, mem, cq)?,
+            Kind::Read => return Ok(self.execute_read(cfg, req)),
+            Kind::Flush => return Ok(self.execute_flush(req, mem)),
+            Kind::AtomicWrite => return self.execute_atomic_write(req, payload, mem),
         };
         if message_done {
             self.msn = psn::add(self.msn, 1);
         }
         self.epsn = psn::add(self.epsn, 1);
         self.unacked += 1;
-        if repr.bth.ack_req || self.unacked >= cfg.ack_coalesce {
+        if req.ack_req || self.unacked >= cfg.ack_coalesce {
             self.ack_due = true;
         }
         Ok(Verdict::Ok)
@@ -66,7 +63,6 @@ impl Responder {
         &mut self,
         cfg: &QpConfig,
         req: Checked,
-        imm: Option<u32>,
         payload: &[u8],
         mem: &MemoryTable,
         cq: &mut CompletionQueue,
@@ -86,7 +82,7 @@ impl Responder {
                 self.cur = Some(InMsg::Send { recv, done });
                 return Ok(false);
             }
-            complete_recv(cfg, cq, &recv, WcStatus::Success, done, imm);
+            complete_recv(cfg, cq, &recv, WcStatus::Success, done, req.imm);
             return Ok(true);
         }
         // By reference: the receive request (with its resolved buffer) stays where it is, and
@@ -102,7 +98,7 @@ impl Responder {
         }
         recv.local.copy_in(mem, *done, payload);
         if req.op.pos == Pos::Last {
-            complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, imm);
+            complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, req.imm);
             self.cur = None;
             return Ok(true);
         }
@@ -176,14 +172,11 @@ impl Responder {
 
     /// A WRITE packet is placed; its last packet persists it as asked and completes the
     /// receive of an immediate. True when it ended its message.
-    #[allow(clippy::too_many_arguments)]
     fn execute_write(
         &mut self,
         cfg: &QpConfig,
         req: Checked,
         durable: bool,
-        psn: u32,
-        imm: Option<u32>,
         payload: &[u8],
         mem: &mut MemoryTable,
         cq: &mut CompletionQueue,
@@ -194,7 +187,7 @@ impl Responder {
             _ => return Err(INVALID),
         };
         // The receive `check_resource_after_rkey` found, taken before memory is touched.
-        let recv = if imm.is_some() {
+        let recv = if req.imm.is_some() {
             match self.rq.pop_front() {
                 Some(r) => Some(r),
                 None => return Err(Stop::Rnr),
@@ -213,21 +206,21 @@ impl Responder {
             return Ok(false);
         }
         self.cur = None;
-        self.written(mem, at, len, psn, durable);
+        self.written(mem, at, len, req.psn, durable);
         if let Some(recv) = recv {
-            complete_write_imm(cfg, cq, &recv, len, imm);
+            complete_write_imm(cfg, cq, &recv, len, req.imm);
         }
         Ok(true)
     }
 
     /// A READ is accepted: its responses are queued (cut into path-MTU packets when sent).
-    fn execute_read(&mut self, cfg: &QpConfig, req: Checked, psn: u32) -> Verdict {
+    fn execute_read(&mut self, cfg: &QpConfig, req: Checked) -> Verdict {
         let len = req.target.len as u32;
         let npkts = cfg.pmtu.packets(len);
         // A READ counts as a completed message when accepted (C9-148).
         self.msn = psn::add(self.msn, 1);
         self.reads.push_back(ReadJob {
-            first_psn: psn,
+            first_psn: req.psn,
             at: req.target.at,
             len,
             npkts,
@@ -246,14 +239,14 @@ impl Responder {
     /// copy is made by a CPU), so global visibility needs nothing more; persistence needs the
     /// range persisted, and the response waits for it and for every persist asked for before
     /// it.
-    fn execute_flush(&mut self, req: Checked, psn: u32, mem: &mut MemoryTable) -> Verdict {
+    fn execute_flush(&mut self, req: Checked, mem: &mut MemoryTable) -> Verdict {
         if let Named::Flush(_, feth) = req.named
             && feth.placement.persistence
         {
             let p = mem.persist(req.target.at, req.target.len);
             self.dur.note(p);
         }
-        self.accept_empty_response(psn)
+        self.accept_empty_response(req.psn)
     }
 
     /// An ATOMIC WRITE: the store is the only access; a region whose real address is
@@ -261,7 +254,6 @@ impl Responder {
     fn execute_atomic_write(
         &mut self,
         req: Checked,
-        psn: u32,
         payload: &[u8],
         mem: &mut MemoryTable,
     ) -> Result<Verdict, Stop> {
@@ -277,6 +269,6 @@ impl Responder {
             let p = mem.persist(at, 8);
             self.dur.note(p);
         }
-        Ok(self.accept_empty_response(psn))
+        Ok(self.accept_empty_response(req.psn))
     }
 }

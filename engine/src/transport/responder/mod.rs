@@ -40,7 +40,7 @@ mod tests;
 use std::collections::VecDeque;
 
 use crate::wire::aeth::{AethRepr, NakCode, Syndrome};
-use crate::wire::{Opcode, RoceRepr};
+use crate::wire::{ImmDtRepr, Opcode, RoceRepr};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
@@ -421,12 +421,17 @@ impl Responder {
         self.check_resource_after_rkey(cfg, op, repr)?;
         let tag = self.check_tagged(cfg, op, payload, mem, tags)?;
         let req = Checked {
+            psn: repr.bth.psn,
+            ack_req: repr.bth.ack_req,
+            imm: repr
+                .immdt
+                .map(|ImmDtRepr { data }| u32::from_be_bytes(data)),
             op,
             named,
             target,
             tag,
         };
-        self.execute(cfg, repr, req, payload, mem, cq, tags)
+        self.execute(cfg, req, payload, mem, cq, tags)
     }
 
     /// A request stopped by a check at `psn` (the expected PSN, unless it was answered as
