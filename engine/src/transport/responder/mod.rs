@@ -398,9 +398,9 @@ impl Responder {
         }
     }
 
-    /// The chain. Each step passes on what it found or stops the request; nothing is
-    /// written or consumed before `execute` (tag matching, which claims a tagged buffer,
-    /// comes last for that reason).
+    /// The chain. Each step passes on what it found or stops the request; no memory is
+    /// written and no receive taken before `execute` (tag matching, which claims a tagged
+    /// buffer, comes last for that reason).
     #[inline]
     fn respond(
         &mut self,
