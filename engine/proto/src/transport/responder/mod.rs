@@ -26,12 +26,21 @@
 //! durable; IBTA FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE ONLY; responses
 //! that acknowledge implicitly wait for the persists asked for before them, and no ACK names
 //! a WRITE into a `DURABLE` region before it is durable.
+//!
+//! A request at the expected PSN goes through a chain of checks in IBTA's order (`checks`:
+//! PSN, opcode sequence, opcode validity, resources, length, remote key, then the durable and
+//! tagged extensions), the first failure deciding its answer, and only then is executed
+//! (`execute`).
+
+mod checks;
+mod execute;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 
 use wire::aeth::{AethRepr, NakCode, Syndrome};
-use wire::feth::Selectivity;
-use wire::{ImmDtRepr, Opcode, RoceRepr, TagHeader, TagKind};
+use wire::{ImmDtRepr, Opcode, RoceRepr};
 
 use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
@@ -39,8 +48,11 @@ use super::persist::Durability;
 use super::psn;
 use super::qp::QpStats;
 use super::sge::Gather;
-use super::tagged::{Landing, Next, TagTarget};
+use super::tagged::{Next, TagTarget};
 use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal};
+
+use checks::Stop;
+use execute::Checked;
 
 #[derive(Debug, Clone, Copy)]
 struct RecvWqe {
@@ -369,7 +381,8 @@ impl Responder {
         }
     }
 
-    /// Handle one request packet addressed to this QP.
+    /// Handle one request packet addressed to this QP: the checks of `checks`, in IBTA's
+    /// order, then execution; the first check that fails decides the answer.
     pub(crate) fn on_request(
         &mut self,
         cfg: &QpConfig,
@@ -379,400 +392,60 @@ impl Responder {
         cq: &mut CompletionQueue,
         tags: &mut dyn TagTarget,
     ) -> Verdict {
-        let psn = repr.bth.psn;
-        let d = psn::diff(psn, self.epsn);
-        if d > 0 {
-            self.stats.out_of_sequence += 1;
-            if !self.nak_latched {
-                self.nak_latched = true;
-                self.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), self.epsn));
-            }
-            return Verdict::Ok;
+        match self.respond(cfg, repr, payload, mem, cq, tags) {
+            Ok(verdict) => verdict,
+            Err(stop) => self.stop(cfg, repr.bth.psn, stop),
         }
-        if d < 0 {
-            self.duplicate(cfg, repr, mem);
-            return Verdict::Ok;
-        }
-        // The expected PSN arrived: any sequence/RNR NAK still queued is stale.
-        self.nak_latched = false;
-        self.nak = None;
+    }
 
-        let mtu = cfg.pmtu.bytes() as usize;
-        let imm = repr
-            .immdt
-            .map(|ImmDtRepr { data }| u32::from_be_bytes(data));
-        let opcode = repr.bth.opcode;
-        let mut message_done = false;
-        match opcode {
-            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyWithImmediate if cfg.tagged => {
-                if self.cur.is_some() || repr.immdt.is_some() {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let first = opcode == Opcode::SendFirst;
-                if (first && payload.len() != mtu) || payload.len() > mtu {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let Ok(hdr) = TagHeader::parse(payload) else {
-                    self.stats.bad_tag_headers += 1;
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let data = &payload[hdr.buffer_len()..];
-                if hdr.kind == TagKind::Done {
-                    if first || !data.is_empty() {
-                        return self.fatal(NakCode::InvalidRequest, psn);
-                    }
-                    self.tag_done = Some(hdr.cookie);
-                    message_done = true;
-                } else {
-                    let (at, room, token) = match tags.arrive(cfg.local_qpn, &hdr, mem) {
-                        Landing::Place { at, room, token } => (at, room, token),
-                        Landing::NotReady => return self.rnr(cfg, psn),
-                        Landing::Refuse => return self.fatal(NakCode::InvalidRequest, psn),
-                    };
-                    self.stats.tagged_received += 1;
-                    let n = data.len().min(room as usize);
-                    mem.place(at, &data[..n]);
-                    let done = data.len() as u32;
-                    if first {
-                        self.cur = Some(InMsg::Tagged {
-                            at,
-                            room,
-                            done,
-                            token,
-                        });
-                    } else {
-                        self.tag_next = tags.landed(cfg.local_qpn, token, done, mem);
-                        message_done = true;
-                    }
-                }
+    /// The chain. Each step passes on what it found or stops the request; no memory is
+    /// written and no receive taken before `execute` (tag matching, which claims a tagged
+    /// buffer, comes last for that reason).
+    #[inline]
+    fn respond(
+        &mut self,
+        cfg: &QpConfig,
+        repr: &RoceRepr,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut CompletionQueue,
+        tags: &mut dyn TagTarget,
+    ) -> Result<Verdict, Stop> {
+        self.check_psn(cfg, repr, mem)?;
+        let op = self.check_op_seq(cfg, repr.bth.opcode)?;
+        let named = self.check_op_valid(cfg, repr, op)?;
+        self.check_resource(op)?;
+        self.check_length(cfg, op, named, payload)?;
+        let target = self.check_rkey(op, named, mem)?;
+        self.check_durable(op, target, mem)?;
+        self.check_resource_after_rkey(cfg, op, repr)?;
+        let tag = self.check_tagged(cfg, op, payload, mem, tags)?;
+        let req = Checked {
+            psn: repr.bth.psn,
+            ack_req: repr.bth.ack_req,
+            imm: repr
+                .immdt
+                .map(|ImmDtRepr { data }| u32::from_be_bytes(data)),
+            op,
+            named,
+            target,
+            tag,
+        };
+        self.execute(cfg, req, payload, mem, cq, tags)
+    }
+
+    /// A request stopped by a check at `psn` (the expected PSN, unless it was answered as
+    /// out of sequence or duplicate): queue its NAK, or drop it.
+    fn stop(&mut self, cfg: &QpConfig, psn: u32, stop: Stop) -> Verdict {
+        match stop {
+            Stop::Answered => Verdict::Ok,
+            Stop::Nak(code) => self.fatal(code, psn),
+            Stop::Rnr => self.rnr(cfg, psn),
+            Stop::Drop => {
+                self.stats.dropped_requests += 1;
+                Verdict::Ok
             }
-            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastWithImmediate if cfg.tagged => {
-                let Some(InMsg::Tagged {
-                    at,
-                    room,
-                    done,
-                    token,
-                }) = &mut self.cur
-                else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let last = opcode != Opcode::SendMiddle;
-                if (!last && payload.len() != mtu)
-                    || payload.is_empty()
-                    || payload.len() > mtu
-                    || repr.immdt.is_some()
-                {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                // What fits in the room lands; the rest is discarded (truncation).
-                if *done < *room {
-                    let n = payload.len().min((*room - *done) as usize);
-                    mem.place(at.advance(u64::from(*done)), &payload[..n]);
-                }
-                *done = done.saturating_add(payload.len() as u32);
-                if last {
-                    let (token, done) = (*token, *done);
-                    self.cur = None;
-                    self.tag_next = tags.landed(cfg.local_qpn, token, done, mem);
-                    message_done = true;
-                }
-            }
-            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyWithImmediate => {
-                if self.cur.is_some() {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let Some(&recv) = self.rq.front() else {
-                    return self.rnr(cfg, psn);
-                };
-                let first = opcode == Opcode::SendFirst;
-                if (first && payload.len() != mtu) || payload.len() > mtu {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                self.rq.pop_front();
-                if payload.len() > recv.len() as usize {
-                    complete_recv(cfg, cq, &recv, WcStatus::LocalLengthError, 0, None);
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                recv.local.copy_in(mem, 0, payload);
-                let done = payload.len() as u32;
-                if first {
-                    self.cur = Some(InMsg::Send { recv, done });
-                } else {
-                    complete_recv(cfg, cq, &recv, WcStatus::Success, done, imm);
-                    message_done = true;
-                }
-            }
-            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastWithImmediate => {
-                // By reference: the receive request (with its resolved buffer) stays where it
-                // is, and only the count moves on, packet by packet.
-                let Some(InMsg::Send { recv, done }) = &mut self.cur else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let last = opcode != Opcode::SendMiddle;
-                if (!last && payload.len() != mtu) || payload.is_empty() || payload.len() > mtu {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let total = *done as usize + payload.len();
-                if total > recv.len() as usize {
-                    complete_recv(cfg, cq, recv, WcStatus::LocalLengthError, 0, None);
-                    self.cur = None;
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                recv.local.copy_in(mem, *done, payload);
-                if last {
-                    complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, imm);
-                    self.cur = None;
-                    message_done = true;
-                } else {
-                    *done = total as u32;
-                }
-            }
-            Opcode::RdmaWriteFirst
-            | Opcode::RdmaWriteOnly
-            | Opcode::RdmaWriteOnlyWithImmediate
-            | Opcode::DurableWriteFirst
-            | Opcode::DurableWriteOnly => {
-                let Some(reth) = repr.reth else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let durable =
-                    matches!(opcode, Opcode::DurableWriteFirst | Opcode::DurableWriteOnly);
-                if self.cur.is_some() || (durable && !cfg.durable_writes) {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let len = reth.dma_len as usize;
-                let first = matches!(opcode, Opcode::RdmaWriteFirst | Opcode::DurableWriteFirst);
-                let shape_ok = if first {
-                    payload.len() == mtu && len > mtu
-                } else {
-                    payload.len() == len && len <= mtu
-                };
-                if !shape_ok {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let at = match mem.check_remote_dma(
-                    reth.rkey,
-                    reth.virtual_addr,
-                    u64::from(reth.dma_len),
-                    Access::REMOTE_WRITE,
-                ) {
-                    Ok(at) => at,
-                    Err(_) => return self.fatal(NakCode::RemoteAccessError, psn),
-                };
-                // A durable WRITE asks for persistence, which the region must allow.
-                if durable && len > 0 && !mem.persists_writes(at) {
-                    return self.fatal(NakCode::RemoteAccessError, psn);
-                }
-                // What is owed once durable needs room: wait (RNR) before touching memory.
-                if (durable || mem.access_at(at).contains(Access::DURABLE)) && self.dur.full() {
-                    return self.rnr(cfg, psn);
-                }
-                // An immediate needs a receive: check before touching memory
-                // so that the RNR retry finds everything as it was.
-                let recv = if imm.is_some() {
-                    match self.rq.pop_front() {
-                        Some(r) => Some(r),
-                        None => return self.rnr(cfg, psn),
-                    }
-                } else {
-                    None
-                };
-                mem.place(at, payload);
-                if first {
-                    self.cur = Some(InMsg::Write {
-                        at,
-                        len: reth.dma_len,
-                        done: payload.len() as u32,
-                        durable,
-                    });
-                } else {
-                    self.written(mem, at, reth.dma_len, psn, durable);
-                    if let Some(recv) = recv {
-                        complete_write_imm(cfg, cq, &recv, reth.dma_len, imm);
-                    }
-                    message_done = true;
-                }
-            }
-            Opcode::RdmaWriteMiddle
-            | Opcode::RdmaWriteLast
-            | Opcode::RdmaWriteLastWithImmediate => {
-                let Some(InMsg::Write {
-                    at,
-                    len,
-                    done,
-                    durable,
-                }) = self.cur
-                else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let last = opcode != Opcode::RdmaWriteMiddle;
-                let total = done as usize + payload.len();
-                let shape_ok = if last {
-                    total == len as usize && !payload.is_empty() && payload.len() <= mtu
-                } else {
-                    payload.len() == mtu && total < len as usize
-                };
-                if !shape_ok {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let recv = if imm.is_some() {
-                    match self.rq.pop_front() {
-                        Some(r) => Some(r),
-                        None => return self.rnr(cfg, psn),
-                    }
-                } else {
-                    None
-                };
-                mem.place(at.advance(u64::from(done)), payload);
-                if last {
-                    self.cur = None;
-                    self.written(mem, at, len, psn, durable);
-                    if let Some(recv) = recv {
-                        complete_write_imm(cfg, cq, &recv, len, imm);
-                    }
-                    message_done = true;
-                } else {
-                    self.cur = Some(InMsg::Write {
-                        at,
-                        len,
-                        done: total as u32,
-                        durable,
-                    });
-                }
-            }
-            Opcode::RdmaReadRequest => {
-                let Some(reth) = repr.reth else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                if self.cur.is_some() {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let at = match mem.check_remote_dma(
-                    reth.rkey,
-                    reth.virtual_addr,
-                    u64::from(reth.dma_len),
-                    Access::REMOTE_READ,
-                ) {
-                    Ok(at) => at,
-                    Err(_) => return self.fatal(NakCode::RemoteAccessError, psn),
-                };
-                if self.reads.len() >= cfg.max_rd_atomic as usize {
-                    // More READs than negotiated: drop it unacknowledged; the
-                    // requester's timer sends it again.
-                    self.stats.dropped_requests += 1;
-                    return Verdict::Ok;
-                }
-                let npkts = cfg.pmtu.packets(reth.dma_len);
-                // A READ counts as a completed message when accepted (C9-148).
-                self.msn = psn::add(self.msn, 1);
-                self.reads.push_back(ReadJob {
-                    first_psn: psn,
-                    at,
-                    len: reth.dma_len,
-                    npkts,
-                    sent: 0,
-                    msn: self.msn,
-                    gate: self.dur.gate(),
-                });
-                self.epsn = psn::add(self.epsn, npkts);
-                // The responses acknowledge everything before them.
-                self.ack_due = false;
-                self.unacked = 0;
-                return Verdict::Ok;
-            }
-            Opcode::Flush => {
-                let (Some(reth), Some(feth)) = (repr.reth, repr.feth) else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let pl = feth.placement;
-                if self.cur.is_some() || !(pl.global_visibility || pl.persistence) {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let mut need = Access::NONE;
-                if pl.global_visibility {
-                    need = need | Access::FLUSH_GLOBAL;
-                }
-                if pl.persistence {
-                    need = need | Access::FLUSH_PERSISTENT;
-                }
-                // Checked whatever the length: IBTA's zero-length exemption (C9-88) is for
-                // RDMA READ and WRITE only, and an empty FLUSH still answers that a range of a
-                // region is visible or durable (docs/security.md, "Length 0").
-                let target = match feth.selectivity {
-                    Selectivity::MemoryRange => mem
-                        .check_remote(reth.rkey, reth.virtual_addr, u64::from(reth.dma_len), need)
-                        .map(|at| (at, u64::from(reth.dma_len))),
-                    Selectivity::MemoryRegion => {
-                        mem.check_remote_region(reth.rkey, need).map(|(slot, len)| {
-                            (
-                                Location {
-                                    region: slot,
-                                    offset: 0,
-                                },
-                                len,
-                            )
-                        })
-                    }
-                };
-                let Ok((at, len)) = target else {
-                    return self.fatal(NakCode::RemoteAccessError, psn);
-                };
-                if self.reads.len() >= cfg.max_rd_atomic as usize {
-                    self.stats.dropped_requests += 1;
-                    return Verdict::Ok;
-                }
-                // Data placed by this engine is visible to the host's CPUs once placed (the
-                // copy is made by a CPU), so global visibility needs nothing more; persistence
-                // needs the range persisted, and the response waits for it and for every
-                // persist asked for before it.
-                if pl.persistence {
-                    let p = mem.persist(at, len);
-                    self.dur.note(p);
-                }
-                return self.accept_empty_response(psn);
-            }
-            Opcode::AtomicWrite => {
-                let Some(reth) = repr.reth else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                let value: Result<[u8; 8], _> = payload.try_into();
-                let Ok(value) = value else {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                };
-                if self.cur.is_some() || reth.dma_len != 8 || !reth.virtual_addr.is_multiple_of(8) {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                let Ok(at) =
-                    mem.check_remote(reth.rkey, reth.virtual_addr, 8, Access::REMOTE_WRITE)
-                else {
-                    return self.fatal(NakCode::RemoteAccessError, psn);
-                };
-                if self.reads.len() >= cfg.max_rd_atomic as usize {
-                    self.stats.dropped_requests += 1;
-                    return Verdict::Ok;
-                }
-                // The store is the only access; a region whose real address is misaligned
-                // (registered under another address) refuses it before any byte changes.
-                if !mem.store_u64(at, value) {
-                    return self.fatal(NakCode::InvalidRequest, psn);
-                }
-                if mem.persists_writes(at) {
-                    let p = mem.persist(at, 8);
-                    self.dur.note(p);
-                }
-                return self.accept_empty_response(psn);
-            }
-            _ => return self.fatal(NakCode::InvalidRequest, psn),
         }
-        if message_done {
-            self.msn = psn::add(self.msn, 1);
-        }
-        self.epsn = psn::add(self.epsn, 1);
-        self.unacked += 1;
-        if repr.bth.ack_req || self.unacked >= cfg.ack_coalesce {
-            self.ack_due = true;
-        }
-        Verdict::Ok
     }
 
     /// A FLUSH or ATOMIC WRITE at `psn` was executed: it completes a message, and its one empty
