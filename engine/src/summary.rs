@@ -157,4 +157,22 @@ mod tests {
             assert!(!is_drop_xstat(name), "{name}");
         }
     }
+
+    /// The summary's JSON carries an RDMA worker's counters as declared: every name, in slot
+    /// order, with its slot's value.
+    #[test]
+    fn a_worker_summary_lists_the_declared_counters() {
+        let names = crate::rdma::COUNTER_NAMES;
+        let mut c = crate::runtime::Counters::default();
+        for (i, v) in c.stage.iter_mut().enumerate() {
+            *v = 100 + i as u64;
+        }
+        let w = WorkerReport::new("rdma0", Some(2), "rdma", &names, &c);
+        let v = serde_json::to_value(&w).unwrap();
+        let listed: Vec<(String, u64)> = serde_json::from_value(v["counters"].clone()).unwrap();
+        let want: Vec<(String, u64)> = (names.iter().enumerate())
+            .map(|(i, n)| (n.to_string(), 100 + i as u64))
+            .collect();
+        assert_eq!(listed, want);
+    }
 }

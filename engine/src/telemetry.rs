@@ -391,6 +391,17 @@ mod tests {
         let all = workers_answer(&r, "");
         carried(&all);
         assert_eq!(all["3"]["counters"].as_object().unwrap().len(), names.len());
+        // Every key is a declared counter, with its slot's value.
+        let mut c = Counters::default();
+        for (i, v) in c.stage.iter_mut().enumerate() {
+            *v = i as u64;
+        }
+        let one = workers_answer(&[WorkerReport::new("rdma0", None, "rdma", names, &c)], "0");
+        let keys = one["counters"].as_object().unwrap();
+        for (k, v) in keys {
+            let slot = names.iter().position(|n| n == k);
+            assert_eq!(slot.map(|i| json!(i)).as_ref(), Some(v), "{k}");
+        }
     }
 
     #[test]

@@ -549,16 +549,16 @@ fn tagged_messages_survive_faults_exactly_once() {
     let unexpected = b.expected.put_overflow;
     assert_eq!(
         (
-            sum("tag_matched"),
-            sum("tag_unexpected"),
+            sum("tag_matched_priority"),
+            sum("tag_matched_overflow"),
             sum("tag_dropped"),
-            sum("tag_pulls"),
+            sum("tag_rendezvous_pulls"),
             sum("tag_wrong_engine"),
             sum("tag_events_lost"),
             sum("tag_truncated"),
         ),
         (total - unexpected, unexpected, 0, rendezvous, 0, 0, 0),
-        "tag counters (matched, unexpected, dropped, pulls, wrong engine, events lost, truncated)"
+        "tag counters (matched priority, matched overflow, dropped, rendezvous pulls, wrong engine, events lost, truncated)"
     );
     let totals = common::fault_totals(&reports);
     eprintln!(

@@ -27,68 +27,104 @@ use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outlook, Outputs, Polling, Stage, polling};
 use crate::wire::{self, Ecn};
 
-/// The stage's counters, in slot order: the nodes' (summed over the engines, see
-/// [`RdmaStage::publish`]), then the stage's own.
-pub(crate) const COUNTER_NAMES: [&str; 42] = [
-    "delivered",
-    "icrc_errors",
-    "malformed",
-    "not_for_us",
-    "unknown_qp",
-    "wrong_mac",
-    "vlan_tagged",
-    "ip_options",
-    "ip_fragments",
-    "wrong_transport",
-    "bad_pkey",
-    "wrong_source",
-    "wrong_core",
-    "arp_replies",
-    "completions",
-    "retransmissions",
-    "cq_full",
-    "posted",
-    "cq_overruns",
-    "persist_jobs",
-    "persist_failures",
-    // Tagged messaging (the list-processing shard), 0 on engines without it.
-    "tag_matched",
-    "tag_unexpected",
-    "tag_dropped",
-    "tag_truncated",
-    "tag_pulls",
-    "tag_not_ready",
-    "tag_wrong_engine",
-    "tag_events_lost",
-    "spurious_retransmissions",
-    // Congestion control, over the queue pairs.
-    "ce_received",
-    "becn_acks_sent",
-    "cnps_sent",
-    "cnps_received",
-    // The traffic shaper, over the engines that have one: requests it picked, picks whose
-    // queue pair had nothing after all, and arbitration steps MCUs waited for inbound
-    // (absorb) tokens and for their outstanding cap (summed over classes).
-    "shaper_picks",
-    "shaper_misses",
-    "shaper_waited_in",
-    "shaper_waited_cap",
-    // The stage's own: the bottleneck in front of an engine, if any, then the clock and
-    // the pool.
-    "bottleneck_marked",
-    "bottleneck_dropped",
-    "stalls",
-    "alloc_failures",
-];
+crate::counter_set! {
+    /// The stage's counters, declared once: the slots (`Counters::stage`, [`RdmaSlot`]), the
+    /// names the reports, the JSON and telemetry carry, and how they combine all follow this
+    /// list. First the nodes' (combined over the engines, see [`RdmaStage::publish`]), then
+    /// the stage's own.
+    pub(crate) struct RdmaCounters, slots RdmaSlot {
+        /// RoCEv2 packets handed to a queue pair.
+        delivered: Sum,
+        /// Frames whose ICRC did not match.
+        icrc_errors: Sum,
+        /// RoCEv2 frames that failed another check (length, checksum, opcode, ...).
+        malformed: Sum,
+        /// Frames that are not RoCEv2 or ARP for us.
+        not_for_us: Sum,
+        /// RoCEv2 packets to a QPN no queue pair of the engine has.
+        unknown_qp: Sum,
+        /// Unicast frames to another host's MAC address.
+        wrong_mac: Sum,
+        /// Frames with an 802.1Q/802.1ad VLAN tag.
+        vlan_tagged: Sum,
+        /// IPv4 packets with options.
+        ip_options: Sum,
+        /// IPv4 fragments.
+        ip_fragments: Sum,
+        /// Packets of another transport service (UC, RD, UD, XRC).
+        wrong_transport: Sum,
+        /// Packets whose P_Key does not match their queue pair's.
+        bad_pkey: Sum,
+        /// Packets to a connected queue pair from an address that is not its peer's.
+        wrong_source: Sum,
+        /// Packets to a queue pair homed on another worker of the engine.
+        wrong_core: Sum,
+        /// ARP replies sent.
+        arp_replies: Sum,
+        /// Completions handed to the host.
+        completions: Sum,
+        /// Packets the queue pairs' requesters sent again.
+        retransmissions: Sum,
+        /// Times work waited in a host ring for a free completion queue slot.
+        cq_full: Sum,
+        /// Work requests posted by the host and taken by the worker.
+        posted: Sum,
+        /// Completions that found their ring full (0 unless the reservation rule is broken).
+        cq_overruns: Sum,
+        /// Ranges handed to the flusher to persist.
+        persist_jobs: Sum,
+        /// Persists that failed.
+        persist_failures: Sum,
+        /// Tagged messages matched on the priority list (0 without tagged messaging).
+        tag_matched_priority: Sum,
+        /// Tagged messages matched on the overflow list (unexpected messages).
+        tag_matched_overflow: Sum,
+        /// Tagged messages that matched nothing: consumed, data discarded.
+        tag_dropped: Sum,
+        /// Tagged messages longer than the buffer they matched.
+        tag_truncated: Sum,
+        /// Rendezvous pulls of a message's data.
+        tag_rendezvous_pulls: Sum,
+        /// Tagged messages refused with RNR: no event room or no free record.
+        tag_not_ready: Sum,
+        /// Tagged messages for an endpoint homed on another engine (refused).
+        tag_wrong_engine: Sum,
+        /// Tag events the application's ring had no room for.
+        tag_events_lost: Sum,
+        /// Retransmitted packets the responder already had.
+        spurious_retransmissions: Sum,
+        /// Packets received marked CE (congestion control, over the queue pairs).
+        ce_received: Sum,
+        /// ACKs sent with the BECN bit.
+        becn_acks_sent: Sum,
+        /// Congestion notification packets sent.
+        cnps_sent: Sum,
+        /// Congestion notification packets received.
+        cnps_received: Sum,
+        /// Requests the traffic shaper picked (0 on engines without one).
+        shaper_picks: Sum,
+        /// Picks whose queue pair then had nothing to send.
+        shaper_misses: Sum,
+        /// Arbitration steps MCUs waited for inbound (absorb) tokens, over the classes.
+        shaper_waited_in: Sum,
+        /// Arbitration steps MCUs waited for their outstanding cap, over the classes.
+        shaper_waited_cap: Sum,
+        /// Frames the emulated bottleneck in front of an engine marked CE (the stage's own).
+        bottleneck_marked: Sum,
+        /// Frames the emulated bottleneck dropped.
+        bottleneck_dropped: Sum,
+        /// Steps of the worker's clock longer than 50 µs: times the worker did not run.
+        stalls: Sum,
+        /// Times no mbuf could be had for a frame to send.
+        alloc_failures: Sum,
+    }
+}
 
-/// Slots of the congestion counters (four), the shaper's (four), then of the stage's own
-/// (the last four).
-const CC: usize = COUNTER_NAMES.len() - 12;
-const SHAPER: usize = COUNTER_NAMES.len() - 8;
-const MARKED: usize = COUNTER_NAMES.len() - 4;
-const DROPPED: usize = COUNTER_NAMES.len() - 3;
-const STALLS: usize = COUNTER_NAMES.len() - 2;
-const ALLOC_FAILURES: usize = COUNTER_NAMES.len() - 1;
+const _: () = assert!(RdmaCounters::LEN <= crate::runtime::STAGE_COUNTERS);
+
+/// The names of [`RdmaCounters`], in slot order.
+#[cfg(test)]
+pub(crate) const COUNTER_NAMES: [&str; RdmaCounters::LEN] = RdmaCounters::NAMES;
 
 /// A bottleneck in front of one engine's receive path ([`crate::cc::bottleneck`]): every
 /// frame that input receives waits in it, is served at its rate, may be marked CE or dropped,
@@ -406,87 +442,80 @@ impl RdmaStage {
         self.clock.advance(real)
     }
 
+    /// One engine's counters (the stage's own, which no engine has, 0).
+    fn engine_counters(e: &Engine) -> RdmaCounters {
+        let n = &e.node.counters;
+        let t = e.node.tags().map(|t| t.counters).unwrap_or_default();
+        let cc = e.node.cc_counters();
+        let (mut waited_in, mut waited_cap) = (0, 0);
+        if let Some(sh) = e.node.shaper() {
+            for class in 0..sh.classes() {
+                let k = sh.class_counters(class as u8);
+                waited_in += k.waited_in;
+                waited_cap += k.waited_cap;
+            }
+        }
+        let shaped = e.node.shaper().is_some();
+        RdmaCounters {
+            delivered: n.delivered,
+            icrc_errors: n.icrc_errors,
+            malformed: n.malformed,
+            not_for_us: n.not_for_us,
+            unknown_qp: n.unknown_qp,
+            wrong_mac: n.wrong_mac,
+            vlan_tagged: n.vlan_tagged,
+            ip_options: n.ip_options,
+            ip_fragments: n.ip_fragments,
+            wrong_transport: n.wrong_transport,
+            bad_pkey: n.bad_pkey,
+            wrong_source: n.wrong_source,
+            wrong_core: n.wrong_core,
+            arp_replies: n.arp_replies,
+            completions: n.completions,
+            retransmissions: e.node.retransmissions(),
+            cq_full: n.cq_full,
+            posted: n.posted,
+            cq_overruns: n.cq_overruns,
+            persist_jobs: n.persist_jobs,
+            persist_failures: n.persist_failures,
+            tag_matched_priority: t.matched_priority,
+            tag_matched_overflow: t.matched_overflow,
+            tag_dropped: t.dropped,
+            tag_truncated: t.truncated,
+            tag_rendezvous_pulls: t.rendezvous_pulls,
+            tag_not_ready: t.not_ready,
+            tag_wrong_engine: t.wrong_engine,
+            tag_events_lost: t.events_lost,
+            spurious_retransmissions: e.node.spurious_retransmissions(),
+            ce_received: cc.ce_received,
+            becn_acks_sent: cc.becn_acks_sent,
+            cnps_sent: cc.cnps_sent,
+            cnps_received: cc.cnps_received,
+            // Over the engines that have a shaper.
+            shaper_picks: if shaped { n.shaper_picks } else { 0 },
+            shaper_misses: if shaped { n.shaper_misses } else { 0 },
+            shaper_waited_in: waited_in,
+            shaper_waited_cap: waited_cap,
+            bottleneck_marked: 0,
+            bottleneck_dropped: 0,
+            stalls: 0,
+            alloc_failures: 0,
+        }
+    }
+
     fn publish(&self, c: &mut Counters) {
-        let mut sum = [0u64; CC];
+        let mut all = RdmaCounters::default();
         for e in &self.engines {
-            let n = &e.node.counters;
-            let t = e.node.tags().map(|t| t.counters).unwrap_or_default();
-            for (s, v) in sum.iter_mut().zip([
-                n.delivered,
-                n.icrc_errors,
-                n.malformed,
-                n.not_for_us,
-                n.unknown_qp,
-                n.wrong_mac,
-                n.vlan_tagged,
-                n.ip_options,
-                n.ip_fragments,
-                n.wrong_transport,
-                n.bad_pkey,
-                n.wrong_source,
-                n.wrong_core,
-                n.arp_replies,
-                n.completions,
-                e.node.retransmissions(),
-                n.cq_full,
-                n.posted,
-                n.cq_overruns,
-                n.persist_jobs,
-                n.persist_failures,
-                t.matched_priority,
-                t.matched_overflow,
-                t.dropped,
-                t.truncated,
-                t.rendezvous_pulls,
-                t.not_ready,
-                t.wrong_engine,
-                t.events_lost,
-                e.node.spurious_retransmissions(),
-            ]) {
-                *s += v;
-            }
+            all.combine(&Self::engine_counters(e));
         }
-        c.stage[..sum.len()].copy_from_slice(&sum);
-        let mut cc = [0u64; 4];
-        for e in &self.engines {
-            let n = e.node.cc_counters();
-            for (s, v) in cc.iter_mut().zip([
-                n.ce_received,
-                n.becn_acks_sent,
-                n.cnps_sent,
-                n.cnps_received,
-            ]) {
-                *s += v;
-            }
-        }
-        c.stage[CC..SHAPER].copy_from_slice(&cc);
-        let mut shaper = [0u64; 4];
-        for e in &self.engines {
-            if let Some(sh) = e.node.shaper() {
-                let (mut waited_in, mut waited_cap) = (0, 0);
-                for class in 0..sh.classes() {
-                    let k = sh.class_counters(class as u8);
-                    waited_in += k.waited_in;
-                    waited_cap += k.waited_cap;
-                }
-                for (s, v) in shaper.iter_mut().zip([
-                    e.node.counters.shaper_picks,
-                    e.node.counters.shaper_misses,
-                    waited_in,
-                    waited_cap,
-                ]) {
-                    *s += v;
-                }
-            }
-        }
-        c.stage[SHAPER..MARKED].copy_from_slice(&shaper);
         if let Some(ing) = &self.ingress {
             let b = ing.bottleneck.counters();
-            c.stage[MARKED] = b.marked;
-            c.stage[DROPPED] = b.dropped;
+            all.bottleneck_marked = b.marked;
+            all.bottleneck_dropped = b.dropped;
         }
-        c.stage[STALLS] = self.clock.stalls;
-        c.stage[ALLOC_FAILURES] = self.alloc_failures;
+        all.stalls = self.clock.stalls;
+        all.alloc_failures = self.alloc_failures;
+        all.store(&mut c.stage);
     }
 }
 
@@ -543,7 +572,7 @@ impl Stage for RdmaStage {
     }
 
     fn counter_names(&self) -> &'static [&'static str] {
-        &COUNTER_NAMES
+        &RdmaCounters::NAMES
     }
 
     fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, c: &mut Counters) {
@@ -773,12 +802,116 @@ mod tests {
 
     #[test]
     fn the_counter_slots_follow_the_names() {
-        assert_eq!(COUNTER_NAMES[CC], "ce_received");
-        assert_eq!(COUNTER_NAMES[SHAPER], "shaper_picks");
-        assert_eq!(COUNTER_NAMES[MARKED], "bottleneck_marked");
-        assert_eq!(COUNTER_NAMES[DROPPED], "bottleneck_dropped");
-        assert_eq!(COUNTER_NAMES[STALLS], "stalls");
+        assert_eq!(COUNTER_NAMES[RdmaSlot::ce_received as usize], "ce_received");
+        assert_eq!(
+            COUNTER_NAMES[RdmaSlot::shaper_picks.index()],
+            "shaper_picks"
+        );
+        assert_eq!(
+            COUNTER_NAMES[RdmaSlot::bottleneck_marked.index()],
+            "bottleneck_marked"
+        );
+        assert_eq!(
+            COUNTER_NAMES[RdmaSlot::bottleneck_dropped.index()],
+            "bottleneck_dropped"
+        );
+        assert_eq!(COUNTER_NAMES[RdmaSlot::stalls.index()], "stalls");
         assert!(COUNTER_NAMES.len() <= crate::runtime::STAGE_COUNTERS);
+    }
+
+    /// Whatever is added to or removed from the declaration, names, slots, docs and JSON stay
+    /// in step.
+    #[test]
+    fn names_slots_and_json_follow_the_declaration() {
+        let names = RdmaCounters::NAMES;
+        let mut unique = names.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "names are unique");
+        // At most STAGE_COUNTERS: checked when compiling (the `const _` after the list).
+        // Dense, in declaration order, and named as declared.
+        for (i, s) in RdmaSlot::ALL.into_iter().enumerate() {
+            assert_eq!(s.index(), i);
+            assert_eq!(format!("{s:?}"), names[i]);
+            assert_eq!(RdmaCounters::DECLS[i].name, names[i]);
+            assert!(!RdmaCounters::DECLS[i].doc().is_empty(), "{}", names[i]);
+        }
+        for name in names {
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}: a telemetry key"
+            );
+        }
+        // Each slot holds its own counter: value i + 1 in slot i round-trips by name.
+        let mut slots = [0u64; crate::runtime::STAGE_COUNTERS];
+        for (i, v) in slots.iter_mut().take(RdmaCounters::LEN).enumerate() {
+            *v = i as u64 + 1;
+        }
+        let c = RdmaCounters::load(&slots);
+        assert_eq!(
+            c.values().to_vec(),
+            (1..=RdmaCounters::LEN as u64).collect::<Vec<_>>()
+        );
+        let mut back = [0u64; crate::runtime::STAGE_COUNTERS];
+        c.store(&mut back);
+        assert_eq!(back, slots);
+        // The JSON: one key per declared counter, in slot order, with its slot's value.
+        let fields: Vec<String> = (names.iter().enumerate())
+            .map(|(i, name)| format!("\"{name}\":{}", i + 1))
+            .collect();
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(json, format!("{{{}}}", fields.join(",")));
+        // A worker's report names the same counters with the same values, and reads back.
+        let w = crate::runtime::Counters {
+            stage: slots,
+            ..Default::default()
+        };
+        let r = crate::runtime::WorkerReport::new("rdma0", None, "rdma", &names, &w);
+        assert_eq!(r.counters.len(), names.len());
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(r.counter(name), Some(i as u64 + 1), "{name}");
+        }
+        let pairs = r.counters.iter().map(|(n, v)| (n.as_str(), *v));
+        assert_eq!(RdmaCounters::from_pairs(pairs), c);
+    }
+
+    #[test]
+    fn counters_combine_over_engines_as_declared() {
+        let one = RdmaCounters::load(&[1; crate::runtime::STAGE_COUNTERS]);
+        let mut all = RdmaCounters::default();
+        for _ in 0..3 {
+            all.combine(&one);
+        }
+        for (d, v) in RdmaCounters::DECLS.iter().zip(all.values()) {
+            let want = match d.combine {
+                crate::runtime::Combine::Sum => 3,
+                crate::runtime::Combine::Max | crate::runtime::Combine::Last => 1,
+            };
+            assert_eq!(v, want, "{}", d.name);
+        }
+    }
+
+    /// Every counter the stage publishes is named in the docs.
+    #[test]
+    fn every_counter_is_documented() {
+        let docs = ["rdma.md", "congestion.md", "shaper.md", "lpe.md"]
+            .iter()
+            .filter_map(|f| {
+                std::fs::read_to_string(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("../docs")
+                        .join(f),
+                )
+                .ok()
+            })
+            .collect::<String>();
+        for name in RdmaCounters::NAMES {
+            assert!(
+                docs.contains(&format!("`{name}`")),
+                "`{name}` is not in docs/"
+            );
+        }
     }
 
     #[test]

@@ -19,11 +19,13 @@
 //!
 //! A panicking worker stops the whole engine, and its message is what the engine reports.
 
+pub mod counter_set;
 mod counters;
 mod fault;
 pub mod polling;
 mod tap;
 
+pub use counter_set::{Combine, CounterDecl};
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
 pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
 pub use polling::{IdleCounters, Outlook, Polling};
