@@ -1,14 +1,14 @@
 //! ns per match of the list-processing engine at posted depth 1 … 10 000 with
 //! 0 %, 10 % and 100 % wildcard (ANY_SOURCE) receives, for the deep structure
 //! and the linear baseline, through the same per-packet call the transport
-//! uses (`ProcessingEngine::match_incoming`, event written into a fixed ring).
+//! uses (`MatchShard::match_incoming`, event written into a fixed ring).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use portico::lpe::{
     DeepList, EndpointConfig, EndpointIndex, EngineConfig, EngineId, EventRing, IncomingHeader,
-    LinearList, ListKind, MatchEntry, MatchId, MatchList, Options, ProcessId, ProcessingEngine,
+    LinearList, ListKind, MatchEntry, MatchId, MatchList, MatchShard, Options, ProcessId,
 };
 
 const EP: EndpointIndex = EndpointIndex(0);
@@ -42,8 +42,8 @@ fn header(k: u64) -> IncomingHeader {
     IncomingHeader::put(ProcessId::rank(source), bits(source, k), 64)
 }
 
-fn engine<L: MatchList>(depth: usize, cache_entries: usize) -> ProcessingEngine<L> {
-    let mut e = ProcessingEngine::<L>::new(
+fn engine<L: MatchList>(depth: usize, cache_entries: usize) -> MatchShard<L> {
+    let mut e = MatchShard::<L>::new(
         EngineId(0),
         EngineConfig {
             cache_entries,

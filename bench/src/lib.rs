@@ -626,10 +626,10 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         })
         .collect();
     // Engine A's queue pairs, as telemetry shows them (the live state is A's).
-    let placements: Vec<portico::telemetry::QpPlacement> = conns
+    let placements: Vec<portico::telemetry::QpHome> = conns
         .iter()
         .zip(&homes)
-        .map(|(c, h)| portico::telemetry::QpPlacement {
+        .map(|(c, h)| portico::telemetry::QpHome {
             qpn: c.qp.qpn(),
             peer_qpn: c.peer.as_ref().map_or(0, |(q, _)| q.qpn()),
             worker: h[0],
@@ -662,7 +662,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     // /portico/... on EAL's telemetry socket: the workers' counters, engine A's queue pairs,
     // the current point's latency.
     let slot = portico::telemetry::LatencySlot::new();
-    let telemetry = portico::telemetry::register(portico::telemetry::Engine {
+    let telemetry = portico::telemetry::register(portico::telemetry::Instance {
         role: "bench",
         ports: running
             .port_ids

@@ -48,7 +48,7 @@ use crate::report;
 use crate::runtime::{
     CaptureSink, CaptureTap, Polling, Runtime, StageBox, TxPolicy, WorkerSpec, polling,
 };
-use crate::telemetry::{self, LatencySlot, LatencySource, QpPlacement};
+use crate::telemetry::{self, LatencySlot, LatencySource, QpHome};
 use crate::transport::{
     Access, QpConfig, RecvRequest, WcOpcode, WcStatus, WorkCompletion, WorkRequest, random_psn,
 };
@@ -462,14 +462,14 @@ pub fn serve_telemetry(
     role: &'static str,
     latency: LatencySource,
 ) -> Option<telemetry::Registration> {
-    let engine = telemetry::Engine {
+    let engine = telemetry::Instance {
         role,
         ports: vec![("rdma".into(), peer.port.id())],
         counters: peer.runtime.counter_reader(),
         qps: peer
             .qps
             .iter()
-            .map(|q| QpPlacement {
+            .map(|q| QpHome {
                 qpn: q.qpn,
                 peer_qpn: q.peer_qpn,
                 worker: q.queue,

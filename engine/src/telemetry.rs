@@ -24,7 +24,7 @@
 //!
 //! ```ignore
 //! let slot = LatencySlot::new();               // before register(), keep a clone
-//! let reg = telemetry::register(Engine { latency: LatencySource::Slot(slot.clone()), .. })?;
+//! let reg = telemetry::register(Instance { latency: LatencySource::Slot(slot.clone()), .. })?;
 //! // in the host loop, about once a second and at the end:
 //! slot.publish("write_read", &histogram);     // a crate::latency::Latency; op: [A-Za-z0-9_]
 //! ```
@@ -120,7 +120,7 @@ pub enum LatencySource {
 
 /// Where a queue pair lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct QpPlacement {
+pub struct QpHome {
     pub qpn: u32,
     pub peer_qpn: u32,
     /// Its home worker (index into `/portico/workers`), also its RX/TX queue on the port.
@@ -131,14 +131,14 @@ pub struct QpPlacement {
     pub udp_src_port: u16,
 }
 
-/// A running engine, as telemetry reads it.
-pub struct Engine {
+/// A running Portico process (a target, an initiator or a bench), as telemetry reads it.
+pub struct Instance {
     /// `target`, `initiator` or `bench`.
     pub role: &'static str,
     /// The engine's ports: name and DPDK port id.
     pub ports: Vec<(String, u16)>,
     pub counters: CounterReader,
-    pub qps: Vec<QpPlacement>,
+    pub qps: Vec<QpHome>,
     /// `None`: the engine's workers publish no queue pair state.
     pub live: Option<LiveReader>,
     pub latency: LatencySource,
@@ -224,7 +224,7 @@ pub fn workers_answer(reports: &[WorkerReport], params: &str) -> Value {
 
 /// `/portico/qps`: each queue pair's placement, with the live state its home worker published
 /// (`live` per worker, as [`LiveReader::read`] gives it); `"live": 0` until it has.
-pub fn qps_answer(qps: &[QpPlacement], live: &[(Vec<QpLive>, u64)], params: &str) -> Value {
+pub fn qps_answer(qps: &[QpHome], live: &[(Vec<QpLive>, u64)], params: &str) -> Value {
     let items = qps
         .iter()
         .map(|q| {
@@ -276,7 +276,7 @@ pub fn latency_answer(source: &LatencySource, params: &str) -> Value {
 }
 
 /// `/portico/info`.
-pub fn info_answer(e: &Engine, pid: u32, dpdk: &str, params: &str) -> Value {
+pub fn info_answer(e: &Instance, pid: u32, dpdk: &str, params: &str) -> Value {
     if !params.trim().is_empty() {
         return error(format!(
             "{:?}: /portico/info takes no parameter",
@@ -304,7 +304,7 @@ pub struct Registration {
 }
 
 /// Registers [`COMMANDS`] for `engine`. Requires EAL (telemetry starts with it).
-pub fn register(engine: Engine) -> Result<Registration, TelemetryError> {
+pub fn register(engine: Instance) -> Result<Registration, TelemetryError> {
     let engine = Arc::new(engine);
     let pid = std::process::id();
     let dpdk = crate::dataplane::dpdk_version();
@@ -406,7 +406,7 @@ mod tests {
 
     #[test]
     fn qps_join_placement_and_live_state() {
-        let place = |qpn, worker| QpPlacement {
+        let place = |qpn, worker| QpHome {
             qpn,
             peer_qpn: qpn - 0x11,
             worker,

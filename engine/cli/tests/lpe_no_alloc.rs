@@ -6,8 +6,7 @@
 
 use portico::lpe::{
     DeepList, DropReason, EndpointConfig, EndpointIndex, EngineConfig, EngineId, EventRing,
-    IncomingHeader, ListKind, MatchEntry, MatchId, MatchOutcome, Options, ProcessId,
-    ProcessingEngine,
+    IncomingHeader, ListKind, MatchEntry, MatchId, MatchOutcome, MatchShard, Options, ProcessId,
 };
 
 const EP: EndpointIndex = EndpointIndex(0);
@@ -29,7 +28,7 @@ fn receive(k: u64, options: Options) -> MatchEntry {
 
 #[test]
 fn matching_a_packet_makes_no_allocation() {
-    let mut engine = ProcessingEngine::<DeepList>::new(EngineId(0), EngineConfig::default());
+    let mut engine = MatchShard::<DeepList>::new(EngineId(0), EngineConfig::default());
     engine
         .add_endpoint(
             EP,

@@ -1,6 +1,6 @@
 //! Tagged messages on the worker (seed 001): the list-processing engine behind RoCE.
 //!
-//! An engine with tagged messaging holds one [`TagShard`]: the [`ProcessingEngine`] shard of the
+//! An engine with tagged messaging holds one [`TagShard`]: the [`MatchShard`] shard of the
 //! endpoints homed on this worker (an [`EndpointTable`] decides which), the records of the
 //! tagged messages in flight or waiting on the unexpected list, and the worker's ends of two
 //! lock-free rings shared with the application's [`TagPort`]: host commands in (append,
@@ -9,7 +9,7 @@
 //!
 //! Per message, on the worker that owns its endpoint, with no allocation:
 //! - the first packet's tag header is matched against the endpoint's priority list, then its
-//!   overflow list ([`ProcessingEngine::match_incoming`], persistent-entry cache first); the
+//!   overflow list ([`MatchShard::match_incoming`], persistent-entry cache first); the
 //!   data of every packet lands straight in the matched buffer, in the application's
 //!   registered memory, and what does not fit is discarded (MPI truncation);
 //! - the events of the match are held until the message has landed, so an application that
@@ -39,7 +39,7 @@ use crate::wake::{self, Wake};
 use proto::lpe::{
     Appended, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId,
     EntryHandle, Event, EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry,
-    MatchId, MatchOutcome, NiFail, Options, ProcessId, ProcessingEngine, SearchMode,
+    MatchId, MatchOutcome, MatchShard, NiFail, Options, ProcessId, SearchMode,
 };
 use proto::transport::{Access, Landing, Location, MemoryTable, Next, Pull, Sge, TagTarget};
 use wire::{TagHeader, TagKind};
@@ -348,7 +348,7 @@ struct Msg {
 
 /// The worker's tagged-messaging state (see the module documentation).
 pub struct TagShard {
-    engine: ProcessingEngine<DeepList>,
+    engine: MatchShard<DeepList>,
     endpoints: Vec<EndpointIndex>,
     quiet: bool,
     commands: Consumer<TagCommand>,
@@ -489,7 +489,7 @@ impl TagPort {
 impl TagShard {
     /// The shard and the application's port, whose waits spin for `spin_ns` (its engine's).
     pub(crate) fn new(cfg: &TagConfig, spin_ns: HostSpin) -> Result<(TagShard, TagPort), LpeError> {
-        let mut engine = ProcessingEngine::new(EngineId(0), cfg.engine.clone());
+        let mut engine = MatchShard::new(EngineId(0), cfg.engine.clone());
         for &(ep, ec) in &cfg.endpoints {
             engine.add_endpoint(ep, ec)?;
         }
@@ -551,7 +551,7 @@ impl TagShard {
     }
 
     /// The processing engine (its endpoints' counters, its cache).
-    pub fn engine(&self) -> &ProcessingEngine<DeepList> {
+    pub fn engine(&self) -> &MatchShard<DeepList> {
         &self.engine
     }
 

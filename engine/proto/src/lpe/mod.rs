@@ -3,27 +3,27 @@
 //!
 //! Per endpoint (portal index) there are four lists — priority, overflow,
 //! unexpected and software request — with Portals 4 semantics as MPI uses
-//! them; processing engines (shards owned by worker cores) hold endpoints,
+//! them; match shards (the seed's processing engines, each owned by one worker core) hold endpoints,
 //! arbitrate between host commands and network requests, and keep a
 //! persistent-entry cache. See `docs/lpe.md` for the design.
 //!
 //! Entry points for the transport:
-//! * [`ProcessingEngine::match_incoming`] — match one incoming header now
+//! * [`MatchShard::match_incoming`] — match one incoming header now
 //!   (the owning worker's per-packet call; does not allocate);
-//! * [`ProcessingEngine::append`], [`ProcessingEngine::unlink`],
-//!   [`ProcessingEngine::search`] — host commands on the owning core;
-//! * [`Dispatcher::submit`] + [`ProcessingEngine::poll`] / [`Worker::poll`] —
+//! * [`MatchShard::append`], [`MatchShard::unlink`],
+//!   [`MatchShard::search`] — host commands on the owning core;
+//! * [`Dispatcher::submit`] + [`MatchShard::poll`] / [`Worker::poll`] —
 //!   the queued path across cores, with arbitration and the block bit.
 
 mod cache;
 mod deep;
 mod endpoint;
-mod engine;
 mod entry;
 mod events;
 mod hash;
 mod list;
 pub mod reference;
+mod shard;
 mod unexpected;
 
 #[cfg(test)]
@@ -35,11 +35,6 @@ pub use endpoint::{
     Appended, Delivery, DropReason, Endpoint, EndpointCounters, EntryHandle, LpeError,
     MatchOutcome, SearchMode,
 };
-pub use engine::{
-    Command, Completion, CompletionKind, CompletionSink, Dispatcher, EndpointTable, EngineConfig,
-    EngineId, EngineStats, Inbound, ProcessingEngine, Request, RequestBody, TrafficClass, Worker,
-    build_engines,
-};
 pub use entry::{
     EndpointConfig, EndpointIndex, ID_ANY, IncomingHeader, ListKind, MatchEntry, MatchId, Op,
     Options, ProcessId,
@@ -47,4 +42,9 @@ pub use entry::{
 pub use events::{Event, EventKind, EventRing, EventSink, NiFail, NullSink, Ring};
 pub use hash::{BuildWordHasher, WordHasher};
 pub use list::{EntryId, LinearList, Lookup, MatchList};
+pub use shard::{
+    Command, Completion, CompletionKind, CompletionSink, Dispatcher, EndpointTable, EngineConfig,
+    EngineId, EngineStats, Inbound, MatchShard, Request, RequestBody, TrafficClass, Worker,
+    build_shards,
+};
 pub use unexpected::{SoftwareRequestList, UnexpectedHeader, UnexpectedList};

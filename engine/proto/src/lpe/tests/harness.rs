@@ -5,8 +5,8 @@ use crate::lpe::reference::{RefAppended, ReferenceEndpoint};
 use crate::lpe::{
     Appended, Command, Completion, CompletionKind, DeepList, Dispatcher, EndpointConfig,
     EndpointIndex, EndpointTable, EngineConfig, EngineId, EntryHandle, Event, IncomingHeader,
-    LinearList, ListKind, LpeError, MatchEntry, MatchList, MatchOutcome, ProcessingEngine, Request,
-    SearchMode, TrafficClass, build_engines,
+    LinearList, ListKind, LpeError, MatchEntry, MatchList, MatchOutcome, MatchShard, Request,
+    SearchMode, TrafficClass, build_shards,
 };
 
 pub const MAX_ENDPOINTS: usize = 8;
@@ -78,7 +78,7 @@ fn view_ref(a: Result<RefAppended, LpeError>) -> Res {
 /// Engines for one list structure, driven through the direct API.
 pub struct Direct<L: MatchList> {
     table: EndpointTable,
-    engines: Vec<ProcessingEngine<L>>,
+    engines: Vec<MatchShard<L>>,
     handles: Vec<Option<EntryHandle>>,
 }
 
@@ -88,7 +88,7 @@ impl<L: MatchList> Direct<L> {
         table: &EndpointTable,
         eps: &[(EndpointIndex, EndpointConfig)],
     ) -> Self {
-        let (_d, engines) = build_engines::<L>(config, table.clone(), eps).expect("layout");
+        let (_d, engines) = build_shards::<L>(config, table.clone(), eps).expect("layout");
         Self {
             table: table.clone(),
             engines,
@@ -96,7 +96,7 @@ impl<L: MatchList> Direct<L> {
         }
     }
 
-    fn engine(&mut self, ep: EndpointIndex) -> &mut ProcessingEngine<L> {
+    fn engine(&mut self, ep: EndpointIndex) -> &mut MatchShard<L> {
         let e = self.table.engine_of(ep).expect("mapped");
         &mut self.engines[usize::from(e.0)]
     }
@@ -144,7 +144,7 @@ fn pick_handle<T: Copy>(handles: &[Option<T>], pick: usize) -> Option<T> {
 /// after every step.
 pub struct Queued {
     dispatcher: Dispatcher,
-    engines: Vec<ProcessingEngine<DeepList>>,
+    engines: Vec<MatchShard<DeepList>>,
     handles: Vec<Option<EntryHandle>>,
     tag: u64,
 }
@@ -156,7 +156,7 @@ impl Queued {
         eps: &[(EndpointIndex, EndpointConfig)],
     ) -> Self {
         let (dispatcher, engines) =
-            build_engines::<DeepList>(config, table.clone(), eps).expect("layout");
+            build_shards::<DeepList>(config, table.clone(), eps).expect("layout");
         Self {
             dispatcher,
             engines,

@@ -5,14 +5,14 @@ use crate::lpe::{
     Appended, Command, CompletionKind, DeepList, Delivery, DropReason, EndpointConfig,
     EndpointIndex, EndpointTable, EngineConfig, EngineId, Event, EventKind, EventRing,
     IncomingHeader, LinearList, ListKind, LpeError, MatchEntry, MatchId, MatchList, MatchOutcome,
-    NiFail, Options, ProcessId, ProcessingEngine, Request, SearchMode, TrafficClass, Worker,
-    build_engines,
+    MatchShard, NiFail, Options, ProcessId, Request, SearchMode, TrafficClass, Worker,
+    build_shards,
 };
 
 const EP: EndpointIndex = EndpointIndex(1);
 
-fn engine_with(config: EndpointConfig, cache_entries: usize) -> ProcessingEngine {
-    let mut e = ProcessingEngine::new(
+fn engine_with(config: EndpointConfig, cache_entries: usize) -> MatchShard {
+    let mut e = MatchShard::new(
         EngineId(0),
         EngineConfig {
             cache_entries,
@@ -23,7 +23,7 @@ fn engine_with(config: EndpointConfig, cache_entries: usize) -> ProcessingEngine
     e
 }
 
-fn engine() -> ProcessingEngine {
+fn engine() -> MatchShard {
     engine_with(EndpointConfig::default(), 256)
 }
 
@@ -46,7 +46,7 @@ fn delivered(o: MatchOutcome) -> Delivery {
     }
 }
 
-fn link(e: &mut ProcessingEngine, list: ListKind, entry: MatchEntry) {
+fn link(e: &mut MatchShard, list: ListKind, entry: MatchEntry) {
     let mut ev = Vec::new();
     e.append(EP, list, entry, &mut ev).expect("append");
 }
@@ -476,7 +476,7 @@ fn non_matching_endpoint_first_usable_entry_takes_message() {
 }
 
 fn mpi_order_on<L: MatchList>() {
-    let mut e = ProcessingEngine::<L>::new(EngineId(0), EngineConfig::default());
+    let mut e = MatchShard::<L>::new(EngineId(0), EngineConfig::default());
     e.add_endpoint(EP, EndpointConfig::default()).unwrap();
     let mut ev = Vec::new();
     let once = Options::OP_PUT | Options::USE_ONCE;
@@ -522,7 +522,7 @@ fn mpi_ordering_linear() {
 
 #[test]
 fn cache_hit_goes_past_block_bit_and_miss_waits_behind_commands() {
-    let (dispatcher, mut engines) = build_engines::<DeepList>(
+    let (dispatcher, mut engines) = build_shards::<DeepList>(
         &EngineConfig::default(),
         EndpointTable::round_robin(8, 1),
         &[(EP, EndpointConfig::default())],
@@ -719,7 +719,7 @@ fn weighted_round_robin_across_traffic_classes() {
         class_weights: vec![3, 1],
         ..EngineConfig::default()
     };
-    let (d, mut engines) = build_engines::<DeepList>(
+    let (d, mut engines) = build_shards::<DeepList>(
         &config,
         EndpointTable::round_robin(64, 1),
         &[(EP, EndpointConfig::default())],
@@ -754,7 +754,7 @@ fn worker_serves_engines_round_robin_and_endpoints_do_not_block_each_other() {
     let eps: Vec<_> = (0..4)
         .map(|i| (EndpointIndex(i), EndpointConfig::default()))
         .collect();
-    let (d, engines) = build_engines::<DeepList>(
+    let (d, engines) = build_shards::<DeepList>(
         &EngineConfig::default(),
         EndpointTable::round_robin(64, 2),
         &eps,

@@ -9,7 +9,7 @@ use crate::lpe::reference::ReferenceEndpoint;
 use crate::lpe::{
     CompletionKind, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, Event,
     IncomingHeader, ListKind, MatchEntry, MatchId, Options, ProcessId, Request, TrafficClass,
-    Worker, build_engines,
+    Worker, build_shards,
 };
 
 #[test]
@@ -17,7 +17,7 @@ fn two_workers_keep_per_endpoint_order() {
     let eps: Vec<_> = (0..4u16)
         .map(|i| (EndpointIndex(i), EndpointConfig::default()))
         .collect();
-    let (dispatcher, mut engines) = build_engines::<DeepList>(
+    let (dispatcher, mut engines) = build_shards::<DeepList>(
         &EngineConfig::default(),
         EndpointTable::round_robin(64, 2),
         &eps,

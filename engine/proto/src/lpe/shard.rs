@@ -237,7 +237,7 @@ impl Inbound {
 
 /// One shard of the list-processing engine. Owned by one worker core.
 #[derive(Debug)]
-pub struct ProcessingEngine<L: MatchList = DeepList> {
+pub struct MatchShard<L: MatchList = DeepList> {
     id: EngineId,
     config: EngineConfig,
     ports: Vec<Option<Port<L>>>,
@@ -249,7 +249,7 @@ pub struct ProcessingEngine<L: MatchList = DeepList> {
     stats: EngineStats,
 }
 
-impl<L: MatchList> ProcessingEngine<L> {
+impl<L: MatchList> MatchShard<L> {
     pub fn new(id: EngineId, config: EngineConfig) -> Self {
         let inbound = Arc::new(Inbound::new(
             config.class_weights.len(),
@@ -786,19 +786,19 @@ impl Dispatcher {
 
 /// Builds one engine per table column, creates each endpoint on its engine
 /// and returns the dispatcher plus the engines (to be moved to workers).
-pub fn build_engines<L: MatchList>(
+pub fn build_shards<L: MatchList>(
     config: &EngineConfig,
     table: EndpointTable,
     endpoints: &[(EndpointIndex, EndpointConfig)],
-) -> Result<(Dispatcher, Vec<ProcessingEngine<L>>), LpeError> {
-    let mut engines: Vec<ProcessingEngine<L>> = (0..table.engines())
-        .map(|i| ProcessingEngine::new(EngineId(i as u16), config.clone()))
+) -> Result<(Dispatcher, Vec<MatchShard<L>>), LpeError> {
+    let mut engines: Vec<MatchShard<L>> = (0..table.engines())
+        .map(|i| MatchShard::new(EngineId(i as u16), config.clone()))
         .collect();
     for &(ep, ep_config) in endpoints {
         let engine = table.engine_of(ep).ok_or(LpeError::NoSuchEndpoint(ep))?;
         engines[usize::from(engine.0)].add_endpoint(ep, ep_config)?;
     }
-    let inbound = engines.iter().map(ProcessingEngine::inbound).collect();
+    let inbound = engines.iter().map(MatchShard::inbound).collect();
     Ok((
         Dispatcher {
             table: Arc::new(table),
@@ -811,20 +811,20 @@ pub fn build_engines<L: MatchList>(
 /// A worker core's loop body: serves its engines round robin.
 #[derive(Debug)]
 pub struct Worker<L: MatchList = DeepList> {
-    engines: Vec<ProcessingEngine<L>>,
+    engines: Vec<MatchShard<L>>,
     next: usize,
 }
 
 impl<L: MatchList> Worker<L> {
-    pub fn new(engines: Vec<ProcessingEngine<L>>) -> Self {
+    pub fn new(engines: Vec<MatchShard<L>>) -> Self {
         Self { engines, next: 0 }
     }
 
-    pub fn engines(&self) -> &[ProcessingEngine<L>] {
+    pub fn engines(&self) -> &[MatchShard<L>] {
         &self.engines
     }
 
-    pub fn engines_mut(&mut self) -> &mut [ProcessingEngine<L>] {
+    pub fn engines_mut(&mut self) -> &mut [MatchShard<L>] {
         &mut self.engines
     }
 
@@ -848,6 +848,6 @@ impl<L: MatchList> Worker<L> {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.engines.iter().all(ProcessingEngine::is_idle)
+        self.engines.iter().all(MatchShard::is_idle)
     }
 }
