@@ -769,7 +769,7 @@ impl TagShard {
         while done < len {
             let n = (len - done).min(buf.len() as u64) as usize;
             mem.fetch(from.advance(done), &mut buf[..n]);
-            mem.place(to.advance(done), &buf[..n]);
+            mem.store(to.advance(done), &buf[..n]);
             done += n as u64;
         }
     }

@@ -536,9 +536,9 @@ impl MemoryTable {
         (&region.map, region.base + at.offset as usize)
     }
 
-    /// Copy `src` into a region at a resolved location (data placement). Panics only if the
+    /// Copy `src` into a region at a resolved location. Panics only if the
     /// location did not come from a check of at least that length (a transport bug).
-    pub fn place(&self, at: Location, src: &[u8]) {
+    pub fn store(&self, at: Location, src: &[u8]) {
         if src.is_empty() {
             return;
         }
@@ -748,7 +748,7 @@ mod tests {
                     offset: 10
                 }
             );
-            mem.place(at, b"shared");
+            mem.store(at, b"shared");
         }
         let mut got = [0u8; 6];
         map.read(4096 + 10, &mut got).unwrap();
@@ -881,7 +881,7 @@ mod tests {
         let at = mem
             .check_remote(k.rkey, k.addr + 10, 5, Access::REMOTE_WRITE)
             .unwrap();
-        mem.place(at, b"hello");
+        mem.store(at, b"hello");
         let mut seen = [0u8; 5];
         map.read(4096 + 10, &mut seen).unwrap();
         assert_eq!(
@@ -914,7 +914,7 @@ mod tests {
         assert!(mem.check_local(a.lkey, 0, 8, Access::NONE).is_err());
         assert!(mem.check_remote(a.rkey, 0, 8, Access::NONE).is_err());
         // What was resolved before retirement still works until removal.
-        mem.place(held, &[1; 8]);
+        mem.store(held, &[1; 8]);
         assert_eq!(mem.retire(a.lkey), None, "retired once");
         mem.remove(slot);
         assert!(!mem.holds(slot));

@@ -253,11 +253,11 @@ impl Gather {
     #[inline]
     pub fn copy_in(&self, mem: &MemoryTable, offset: u32, src: &[u8]) {
         if self.n == 1 {
-            return mem.place(self.segs[0].at().advance(u64::from(offset)), src);
+            return mem.store(self.segs[0].at().advance(u64::from(offset)), src);
         }
         let mut done = 0;
         self.walk(offset, src.len(), |at, n| {
-            mem.place(at, &src[done..done + n]);
+            mem.store(at, &src[done..done + n]);
             done += n;
         });
     }

@@ -131,7 +131,7 @@ impl Responder {
                 self.stats.tagged_received += 1;
                 let data = &payload[skip..];
                 let n = data.len().min(room as usize);
-                mem.place(at, &data[..n]);
+                mem.store(at, &data[..n]);
                 let done = data.len() as u32;
                 if req.op.pos == Pos::First {
                     self.cur = Some(InMsg::Tagged {
@@ -158,7 +158,7 @@ impl Responder {
         };
         if *done < *room {
             let n = payload.len().min((*room - *done) as usize);
-            mem.place(at.advance(u64::from(*done)), &payload[..n]);
+            mem.store(at.advance(u64::from(*done)), &payload[..n]);
         }
         *done = done.saturating_add(payload.len() as u32);
         if req.op.pos == Pos::Last {
@@ -195,7 +195,7 @@ impl Responder {
         } else {
             None
         };
-        mem.place(at.advance(u64::from(done)), payload);
+        mem.store(at.advance(u64::from(done)), payload);
         if !req.op.pos.ends() {
             self.cur = Some(InMsg::Write {
                 at,
