@@ -46,7 +46,7 @@ use crate::latency::Latency;
 use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{
-    CaptureSink, CaptureTap, Polling, Runtime, StageBox, TxPolicy, WorkerSpec, polling,
+    CaptureSink, Polling, Runtime, StageBox, TxPolicy, WorkerCapture, WorkerSpec, polling,
 };
 use crate::telemetry::{self, LatencySlot, LatencySource, QpHome};
 use crate::transport::{
@@ -433,7 +433,7 @@ pub fn start_engine(
             burst: 32,
             stage: StageBox::new(RdmaStage::new(node, pool.clone(), control, 0)),
             faults: None,
-            capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+            capture: capture.as_ref().map(|s| WorkerCapture::new(s.clone())),
             polling,
         });
     }

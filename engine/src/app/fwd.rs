@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use crate::config::{DESC_RANGE, HugepageMode, MAX_QUEUES, MemoryLimit, limits};
 use crate::dataplane::{self, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
-use crate::runtime::{CaptureTap, Polling, StageBox, TxPolicy, WorkerSpec, polling};
+use crate::runtime::{Polling, StageBox, TxPolicy, WorkerCapture, WorkerSpec, polling};
 use crate::summary::Summary;
 use crate::traffic::{Forward, FwdMode};
 
@@ -179,7 +179,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
             burst: opts.burst,
             stage: StageBox::new(Forward::new(opts.mode, map)),
             faults: None,
-            capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+            capture: capture.as_ref().map(|s| WorkerCapture::new(s.clone())),
             polling,
         });
     }

@@ -12,7 +12,7 @@ use crate::dataplane::{self, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::report;
 use crate::runtime::{
-    CaptureTap, FaultInjector, StageBox, TxPolicy, WorkerReport, WorkerSpec, polling,
+    FaultInjector, StageBox, TxPolicy, WorkerCapture, WorkerReport, WorkerSpec, polling,
 };
 use crate::summary::{CheckVerdict, Summary};
 use crate::traffic::frame::FrameSpec;
@@ -200,7 +200,7 @@ pub fn run_scenario(
             burst,
             stage,
             faults: w.faults.map(|f| FaultInjector::new(&f, pool.clone())),
-            capture: capture.as_ref().map(|s| CaptureTap::new(s.clone())),
+            capture: capture.as_ref().map(|s| WorkerCapture::new(s.clone())),
             polling,
         });
     }

@@ -21,8 +21,8 @@ use super::{
 use crate::cc::bottleneck::{Bottleneck, BottleneckConfig};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair_queues};
 use crate::runtime::{
-    CaptureSink, CaptureTap, FaultConfig, FaultInjector, Polling, Runtime, RuntimeError, StageBox,
-    TxPolicy, WorkerSpec, polling,
+    CaptureSink, FaultConfig, FaultInjector, Polling, Runtime, RuntimeError, StageBox, TxPolicy,
+    WorkerCapture, WorkerSpec, polling,
 };
 use crate::shaper::ShaperConfig;
 use crate::transport::{QpConfig, random_psn};
@@ -386,7 +386,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         )),
         None => None,
     };
-    let tap = || capture.as_ref().map(|s| CaptureTap::new(s.clone()));
+    let tap = || capture.as_ref().map(|s| WorkerCapture::new(s.clone()));
     let polling = polling::effective(opts.polling);
     let specs = if sharded || opts.cores[0] == opts.cores[1] {
         // Worker i serves queue i of both ports with shard i of both engines. One worker

@@ -19,17 +19,17 @@
 //!
 //! A panicking worker stops the whole engine, and its message is what the engine reports.
 
+mod capture;
 pub mod counter_set;
 mod counters;
 mod fault;
 pub mod polling;
-mod tap;
 
+pub use capture::{CaptureSink, WorkerCapture};
 pub use counter_set::{Combine, CounterDecl};
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
 pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
 pub use polling::{IdleCounters, Outlook, Polling};
-pub use tap::{CaptureSink, CaptureTap};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -135,7 +135,7 @@ impl Outputs {
 
     /// Sends what every buffer holds; applies each path's policy to the unsent rest.
     #[inline]
-    fn flush(&mut self, c: &mut Counters, mut capture: Option<&mut CaptureTap>) -> usize {
+    fn flush(&mut self, c: &mut Counters, mut capture: Option<&mut WorkerCapture>) -> usize {
         let mut total = 0;
         for p in &mut self.paths {
             if p.buf.is_empty() {
@@ -176,7 +176,7 @@ struct LoopParts {
     tx: Vec<(TxQueue, TxPolicy)>,
     burst: usize,
     faults: Option<FaultInjector>,
-    capture: Option<CaptureTap>,
+    capture: Option<WorkerCapture>,
     polling: Polling,
 }
 
@@ -218,7 +218,7 @@ pub struct WorkerSpec {
     /// Faults to inject into what this worker receives, before its stage sees it.
     pub faults: Option<FaultInjector>,
     /// Capture of what this worker's ports receive and send (`--pcap`).
-    pub capture: Option<CaptureTap>,
+    pub capture: Option<WorkerCapture>,
     /// How the worker waits when idle.
     pub polling: Polling,
 }

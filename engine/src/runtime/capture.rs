@@ -86,16 +86,16 @@ impl CaptureSink {
 }
 
 /// A worker's side of the capture.
-pub struct CaptureTap {
+pub struct WorkerCapture {
     sink: std::sync::Arc<CaptureSink>,
     staging: Vec<u8>,
     /// End offset in `staging` of each staged outbound record.
     ends: Vec<usize>,
 }
 
-impl CaptureTap {
+impl WorkerCapture {
     pub fn new(sink: std::sync::Arc<CaptureSink>) -> Self {
-        CaptureTap {
+        WorkerCapture {
             sink,
             staging: Vec::with_capacity(1 << 20),
             ends: Vec::with_capacity(crate::dataplane::MAX_BURST),
@@ -123,7 +123,7 @@ impl CaptureTap {
         self.sink.write(&self.staging, n);
     }
 
-    /// Stages a burst about to be transmitted; [`CaptureTap::commit_outbound`] writes the part
+    /// Stages a burst about to be transmitted; [`WorkerCapture::commit_outbound`] writes the part
     /// the port took.
     pub fn stage_outbound(&mut self, port: u16, burst: &Burst) {
         let ts = self.sink.now_ns();
