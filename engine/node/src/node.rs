@@ -1361,6 +1361,80 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_the_ports_ecn_level_is_told_by_every_queue_pair_that_follows_the_port() {
+        use proto::cc::CcMode;
+        let mut a = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            Ipv4Addr::new(10, 9, 0, 1),
+        );
+        let mut b = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            Ipv4Addr::new(10, 9, 0, 2),
+        );
+        let (cq_a, cq_b) = (a.create_cq(256), b.create_cq(256));
+        let mut qps = Vec::new();
+        for (local, remote) in [(0x11, 0x22), (0x13, 0x24)] {
+            let mut cfg = QpConfig::new(local, remote);
+            cfg.remote_mac = b.mac;
+            cfg.remote_ip = b.ip;
+            cfg.cc.mode = CcMode::Ack;
+            let mut peer = cfg.mirrored();
+            peer.remote_mac = a.mac;
+            peer.remote_ip = a.ip;
+            let qa = a.add_qp(cfg, &cq_a, &cq_a).unwrap();
+            b.add_qp(peer, &cq_b, &cq_b).unwrap();
+            qps.push(qa);
+        }
+        assert!(b.qp(0x22).unwrap().port_scoped_ecn() && b.qp(0x24).unwrap().port_scoped_ecn());
+        let src = register_anonymous(&mut a, 4096);
+        let dst = register_anonymous(&mut b, 4096);
+        let write = |id| {
+            let sgl = proto::transport::SgList::one(src.lkey, src.addr, 64);
+            WorkRequest::write(id, sgl, dst.addr, dst.rkey, None)
+        };
+        // Frames from A to B, each marked CE when `mark`; what B sends back, by B's slot.
+        let mut frame = vec![0u8; 9000];
+        let mut exchange = |a: &mut RdmaNode, b: &mut RdmaNode, now: u64, mark: bool| {
+            let mut from_b = [0usize; 2];
+            a.service(now);
+            while let Some(tx) = a.poll_transmit(now) {
+                let len = a.emit(&tx, &mut frame).unwrap();
+                if mark {
+                    let mut p = wire::RocePacket::new_checked(&mut frame[..len]).unwrap();
+                    p.ipv4_mut().set_ecn(wire::Ecn::Ce);
+                    p.ipv4_mut().fill_checksum();
+                }
+                assert_eq!(b.receive(now, &frame[..len]), RxOutcome::Delivered);
+            }
+            b.service(now);
+            while let Some(tx) = b.poll_transmit(now) {
+                let len = b.emit(&tx, &mut frame).unwrap();
+                from_b[tx.qp as usize] += 1;
+                a.receive(now, &frame[..len]);
+            }
+            a.flush_completions();
+            b.flush_completions();
+            from_b
+        };
+        // Both of B's queue pairs receive something, unmarked.
+        qps[0].post_send(&[write(1)]).unwrap();
+        qps[1].post_send(&[write(2)]).unwrap();
+        assert_eq!(exchange(&mut a, &mut b, 0, false), [1, 1]);
+        // Then only the first one's packets arrive, all marked: the port's level rises, and
+        // the second queue pair, which received nothing new, says so in an ACK of its own.
+        let mut told = 0;
+        for k in 0..8u64 {
+            qps[0].post_send(&[write(10 + k)]).unwrap();
+            let from_b = exchange(&mut a, &mut b, 1_000 * (k + 1), true);
+            assert_eq!(from_b[0], 1, "each WRITE acknowledged");
+            told += from_b[1];
+        }
+        assert!(told > 0, "the idle queue pair told the port's level");
+        assert!(b.qp(0x22).unwrap().stats().ce_received > 0);
+        assert_eq!(b.qp(0x24).unwrap().stats().ce_received, 0);
+    }
+
+    #[test]
     fn arp_and_strangers_are_handled_and_counted() {
         let (mut a, _) = pair();
         #[rustfmt::skip]
