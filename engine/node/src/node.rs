@@ -31,8 +31,8 @@ use crate::Outlook;
 use crate::wake::Wake;
 use proto::shaper::{Shaper, ShaperConfig, ShaperError};
 use proto::transport::{
-    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
-    QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
+    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig,
+    QueuePair, RegisterError, WcOpcode, WorkCompletion,
 };
 use wire::{self, EthernetAddress};
 
@@ -137,7 +137,7 @@ impl QpTable {
     }
 
     #[inline]
-    fn lookup(&self, qpn: u32) -> Option<usize> {
+    pub(crate) fn lookup(&self, qpn: u32) -> Option<usize> {
         let i = self.index[qpn as usize & (self.index.len() - 1)];
         match self.entries.get(i as usize) {
             Some(e) if e.qp.config().local_qpn == qpn => Some(i as usize),
@@ -270,14 +270,13 @@ pub struct RdmaNode {
     turn: Budget,
     deregs: Vec<PendingDereg>,
     finished: Vec<(u64, ControlReply)>,
-    /// Tagged messaging: this engine's list-processing shard (seed 001). Not a part yet
-    /// (see `parts.rs`): the transport calls into it, and parts reach it through `Ctx`.
-    tags: Option<TagShard>,
     /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
     /// for a packet no queue pair here takes, to count it as `wrong_core`.
     homed_elsewhere: Vec<u32>,
-    /// The offloads (`parts.rs`): ingress queue, persistence, port ECN, shaper.
+    /// The offloads (`parts.rs`): ingress queue, tags, persistence, port ECN, shaper.
     parts: Parts,
+    /// Queue pairs a part's hook called into, for the parts' `settle` hooks ([`Ctx::settle`]).
+    unsettled: Vec<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
     /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]), shared
@@ -311,9 +310,9 @@ impl RdmaNode {
             turn: Budget::packets(TURN_PACKETS),
             deregs: Vec::new(),
             finished: Vec::new(),
-            tags: None,
             homed_elsewhere: Vec::new(),
             parts: Parts::default(),
+            unsettled: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
             host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
@@ -347,28 +346,26 @@ impl RdmaNode {
     /// application's end (commands and events).
     pub fn enable_tags(&mut self, cfg: &TagConfig) -> Result<TagPort, proto::lpe::LpeError> {
         let (shard, port) = TagShard::new(cfg, self.host_spin.clone())?;
-        self.tags = Some(shard);
+        self.parts.tags.shard = Some(shard);
         Ok(port)
     }
 
     /// The list-processing shard, when tagged messaging is on.
     pub fn tags(&self) -> Option<&TagShard> {
-        self.tags.as_ref()
+        self.parts.tags.shard.as_ref()
     }
 
     /// Adaptive polling: the host → worker paths whose posts wake this engine's worker (its
     /// doorbells, and its tag commands).
     pub fn wakes(&self) -> Vec<Arc<Wake>> {
         let mut w = vec![self.doorbells.wake().clone()];
-        if let Some(t) = &self.tags {
-            w.push(t.command_wake().clone());
-        }
+        self.parts.wakes(&mut w);
         w
     }
 
     /// Adaptive polling: the host posted work the worker has not taken yet.
     pub fn host_work_pending(&self) -> bool {
-        self.doorbells.pending() || self.tags.as_ref().is_some_and(|t| t.commands_pending())
+        self.doorbells.pending() || self.parts.host_work_pending()
     }
 
     /// Adaptive polling: how long (worker time from `now`) until this engine needs a poll if
@@ -381,8 +378,7 @@ impl RdmaNode {
             || !self.backlog.is_empty()
             || !self.deregs.is_empty()
             || self.parts.busy(&self.mem)
-            || !self.staged.is_empty()
-            || self.tags.as_ref().is_some_and(|t| t.has_actions());
+            || !self.staged.is_empty();
         if busy {
             return Outlook::BUSY;
         }
@@ -423,9 +419,7 @@ impl RdmaNode {
 
     /// After an iteration: wakes a host waiting for tag events.
     pub fn publish_tag_events(&mut self) {
-        if let Some(t) = &mut self.tags {
-            t.publish_events();
-        }
+        self.parts.publish();
     }
 
     /// Creates a completion queue of `depth` entries; the application polls the returned end.
@@ -491,6 +485,7 @@ impl RdmaNode {
         self.ready.reserve(n);
         self.backlog.reserve(n);
         self.timers.reserve(2 * n + 16);
+        self.unsettled.reserve(n);
         Ok(host)
     }
 
@@ -577,7 +572,7 @@ impl RdmaNode {
             mem,
             staged,
             counters,
-            tags,
+            unsettled,
             ..
         } = self;
         let cx = Ctx {
@@ -586,7 +581,7 @@ impl RdmaNode {
             mem,
             staged,
             counters,
-            tags,
+            unsettled,
         };
         (parts, cx)
     }
@@ -690,18 +685,17 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         }
         self.parts.before_packet(now, &mut e.qp, &repr);
-        match &mut self.tags {
-            Some(tags) => {
-                e.qp.on_packet_with(now, &repr, payload, &mut self.mem, &mut self.staged, tags)
-            }
-            None => {
-                e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged)
-            }
+        let (mem, staged) = (&mut self.mem, &mut self.staged);
+        if !self
+            .parts
+            .deliver(now, &mut e.qp, (&repr, payload), mem, staged)
+        {
+            e.qp.on_packet(now, &repr, payload, mem, staged);
         }
         c.delivered += 1;
         // A packet that moved the queue pair to the error state may have cut off a tagged
         // message or a pull.
-        self.tag_outcomes(i as u32);
+        self.settle(i as u32);
         self.make_ready(i as u32);
         self.arm(i as u32);
         let (parts, mut cx) = self.split();
@@ -725,48 +719,31 @@ impl RdmaNode {
             // Queue pairs that are still short of room were pushed again behind the old list.
             self.backlog.drain(..n);
         }
-        if self.tags.is_some() {
-            self.serve_tags();
-        }
+        let (parts, mut cx) = self.split();
+        parts.poll_host(&mut cx);
         self.run_timers(now);
         if !self.deregs.is_empty() {
             self.finish_deregistrations();
         }
         let (parts, mut cx) = self.split();
         parts.service(now, &mut cx);
+        self.settle_parts();
     }
 
-    /// Host commands to the list-processing shard, and what they ask of queue pairs (the
-    /// pulls and done messages of the unexpected messages they claimed).
-    fn serve_tags(&mut self) {
-        let Some(tags) = &mut self.tags else {
-            return;
-        };
-        tags.serve_commands(&self.mem);
-        while let Some((qpn, next)) = tags.take_action() {
-            let carried = match self.qps.lookup(qpn) {
-                Some(i) => {
-                    let e = &mut self.qps.entries[i];
-                    let ok = e.qp.tag_next(next);
-                    if ok && !e.ready {
-                        e.ready = true;
-                        self.ready.push_back(i as u32);
-                    }
-                    ok
-                }
-                None => false,
-            };
-            // The queue pair failed (or is gone): the claimed message cannot be pulled.
-            if !carried && let Next::Pull(p) = next {
-                tags.undeliverable(p.token, &self.mem);
-            }
+    /// The parts' `settle` hooks, for the queue pairs a part's hook called into.
+    fn settle_parts(&mut self) {
+        for k in 0..self.unsettled.len() {
+            let slot = self.unsettled[k];
+            self.parts.settle(slot, &mut self.qps, &self.mem);
         }
+        self.unsettled.clear();
     }
 
-    /// Tells the list-processing shard what a queue pair's last call left for it: pulls that
-    /// ended, messages cut off by the error state.
-    fn tag_outcomes(&mut self, slot: u32) {
-        settle(&mut self.qps, &self.mem, &mut self.tags, slot);
+    /// What a call into the queue pair in `slot` left for the parts (the tag shard: pulls
+    /// that ended, messages cut off by the error state).
+    #[inline(always)]
+    fn settle(&mut self, slot: u32) {
+        self.parts.settle(slot, &mut self.qps, &self.mem);
     }
 
     /// Moves work requests from a queue pair's host rings into it, as far as its queues and
@@ -799,7 +776,7 @@ impl RdmaNode {
         }
         self.counters.posted += took;
         // A post that failed its local checks moved the queue pair to the error state.
-        self.tag_outcomes(slot);
+        self.settle(slot);
         if took > 0 {
             self.make_ready(slot);
         }
@@ -827,7 +804,7 @@ impl RdmaNode {
             // The entry may be stale (the deadline moved later): then only re-arm.
             if e.qp.next_deadline().is_some_and(|d| d <= now) {
                 e.qp.on_timer(now, &mut self.staged);
-                self.tag_outcomes(slot);
+                self.settle(slot);
                 self.make_ready(slot);
             }
             self.arm(slot);
@@ -936,9 +913,7 @@ impl RdmaNode {
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
                 None => ControlReply::Deregistered(false),
                 Some(slot) => {
-                    if let Some(tags) = &mut self.tags {
-                        tags.region_retired(slot);
-                    }
+                    self.parts.region_retired(slot);
                     self.deregs.push(PendingDereg { slot, id });
                     self.finish_deregistrations();
                     return None;
@@ -953,7 +928,7 @@ impl RdmaNode {
         while k < self.deregs.len() {
             let slot = self.deregs[k].slot;
             if self.qps.entries.iter().any(|e| e.qp.uses_region(slot))
-                || self.tags.as_ref().is_some_and(|t| t.uses_region(slot))
+                || self.parts.uses_region(slot)
             {
                 k += 1;
                 continue;
@@ -980,25 +955,6 @@ pub(crate) fn wake_up(qps: &mut QpTable, ready: &mut VecDeque<u32>, slot: u32) {
     if !e.ready {
         e.ready = true;
         ready.push_back(slot);
-    }
-}
-
-/// Tells the list-processing shard what a queue pair's last call left for it: pulls that
-/// ended, messages cut off by the error state.
-#[inline]
-pub(crate) fn settle(qps: &mut QpTable, mem: &MemoryTable, tags: &mut Option<TagShard>, slot: u32) {
-    let Some(tags) = tags else {
-        return;
-    };
-    let qp = &mut qps.entries[slot as usize].qp;
-    while let Some((token, ok)) = qp.take_tag_outcome() {
-        if ok {
-            // The done message; a queue pair that failed meanwhile cannot send it, and
-            // its sender's probes fail the send.
-            qp.tag_next(tags.pulled(token, mem));
-        } else {
-            tags.undeliverable(token, mem);
-        }
     }
 }
 

@@ -7,21 +7,21 @@
 //! the same hook on every part, inlined; a part that leaves a hook at its default costs
 //! nothing. No box, no vtable, no allocation on any hook.
 //!
-//! Not a part yet: tagged matching (seed 001, `RdmaNode::tags`). The shard is the
-//! [`TagTarget`](proto::transport::TagTarget) the transport itself calls while it takes a
-//! packet, and the tag outcomes it leaves follow every call into a queue pair, including the
-//! calls other parts make (a failed persist cuts tagged messages off), so parts reach it
-//! through [`Ctx::settle`]. Making it a part needs a hook of the transport's own (the
-//! target handed to `on_packet_with`) and an ordering between parts.
+//! A part that calls into a queue pair (a failed persist fails the queue pairs waiting for
+//! it) says so with [`Ctx::settle`]; once its hook returns, every part's `settle` hook sees
+//! what the call left (the tag shard hears of the tagged messages it cut off), in the order
+//! the calls were made.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::flusher::Flusher;
-use super::node::{AddQpError, NodeCounters, QpTable, settle, wake_up};
+use super::node::{AddQpError, NodeCounters, QpTable, wake_up};
 use super::tagged::TagShard;
+use crate::wake::Wake;
 use proto::shaper::{Packet, Shaper};
 use proto::transport::{
-    Budget, CompletionQueue, MemoryTable, OutPacket, PersistJob, QpConfig, QueuePair,
+    Budget, CompletionQueue, MemoryTable, Next, OutPacket, PersistJob, QpConfig, QueuePair,
 };
 
 /// What a part may touch of its node when a hook runs: the queue pairs (by slot), the ready
@@ -32,7 +32,8 @@ pub(crate) struct Ctx<'a> {
     pub mem: &'a mut MemoryTable,
     pub staged: &'a mut CompletionQueue,
     pub counters: &'a mut NodeCounters,
-    pub tags: &'a mut Option<TagShard>,
+    /// Queue pairs a hook called into, for the parts' `settle` hooks once it returns.
+    pub unsettled: &'a mut Vec<u32>,
 }
 
 impl Ctx<'_> {
@@ -48,10 +49,11 @@ impl Ctx<'_> {
         wake_up(self.qps, self.ready, slot);
     }
 
-    /// After a part called into the queue pair in `slot`: what that left for the tag shard.
+    /// A part called into the queue pair in `slot`: once the hook returns, every part's
+    /// `settle` hook sees what that left.
     #[inline]
     pub fn settle(&mut self, slot: u32) {
-        settle(self.qps, self.mem, self.tags, slot);
+        self.unsettled.push(slot);
     }
 }
 
@@ -72,6 +74,31 @@ pub(crate) trait Offload {
     #[inline]
     fn before_packet(&mut self, _now: u64, _qp: &mut QueuePair, _repr: &wire::RoceRepr) {}
 
+    /// `receive`: hands the packet to the queue pair itself, with this part in the transport's
+    /// path (the tag shard matches tagged messages). False when it does not: the first part
+    /// that does takes it, else the transport alone.
+    #[inline]
+    fn deliver(
+        &mut self,
+        _now: u64,
+        _qp: &mut QueuePair,
+        _packet: (&wire::RoceRepr, &[u8]),
+        _mem: &mut MemoryTable,
+        _staged: &mut CompletionQueue,
+    ) -> bool {
+        false
+    }
+
+    /// After every call into the queue pair in `slot` (a packet, posted work, a timer, or a
+    /// part's [`Ctx::settle`]): what the call left for this part.
+    #[inline]
+    fn settle(&mut self, _slot: u32, _qps: &mut QpTable, _mem: &MemoryTable) {}
+
+    /// `service`: after the doorbells and the backlog, before the timers: the host's
+    /// commands to this part.
+    #[inline]
+    fn poll_host(&mut self, _cx: &mut Ctx) {}
+
     /// `receive`: after the transport took the packet and the queue pair in `slot` was made
     /// ready and its timer armed.
     #[inline]
@@ -91,6 +118,30 @@ pub(crate) trait Offload {
     #[inline]
     fn due_at(&self, _now: u64) -> Option<u64> {
         None
+    }
+
+    /// Adaptive polling: the host posted work for this part that it has not taken yet.
+    #[inline]
+    fn host_work_pending(&self) -> bool {
+        false
+    }
+
+    /// Adaptive polling: the host → worker paths of this part whose posts wake the worker.
+    #[inline]
+    fn wakes(&self, _out: &mut Vec<Arc<Wake>>) {}
+
+    /// After a worker's iteration: tell the host what it did (wake a waiting host).
+    #[inline]
+    fn publish(&mut self) {}
+
+    /// A deregistration retired the memory region in `slot` (no new use of it).
+    #[inline]
+    fn region_retired(&mut self, _slot: u32) {}
+
+    /// The memory region in `slot` is still in use here (its deregistration waits).
+    #[inline]
+    fn uses_region(&self, _slot: u32) -> bool {
+        false
     }
 
     /// `poll_transmit`: the queue pair in `slot`, at the head of the ready list, has no
@@ -132,6 +183,59 @@ macro_rules! parts {
             #[inline(always)]
             pub fn before_packet(&mut self, now: u64, qp: &mut QueuePair, repr: &wire::RoceRepr) {
                 $(self.$name.before_packet(now, qp, repr);)*
+            }
+
+            #[inline(always)]
+            pub fn deliver(
+                &mut self,
+                now: u64,
+                qp: &mut QueuePair,
+                packet: (&wire::RoceRepr, &[u8]),
+                mem: &mut MemoryTable,
+                staged: &mut CompletionQueue,
+            ) -> bool {
+                $(if self.$name.deliver(now, qp, packet, mem, staged) {
+                    return true;
+                })*
+                false
+            }
+
+            #[inline(always)]
+            pub fn settle(&mut self, slot: u32, qps: &mut QpTable, mem: &MemoryTable) {
+                $(self.$name.settle(slot, qps, mem);)*
+            }
+
+            #[inline]
+            pub fn poll_host(&mut self, cx: &mut Ctx) {
+                $(self.$name.poll_host(cx);)*
+            }
+
+            #[inline]
+            pub fn host_work_pending(&self) -> bool {
+                $(if self.$name.host_work_pending() {
+                    return true;
+                })*
+                false
+            }
+
+            pub fn wakes(&self, out: &mut Vec<Arc<Wake>>) {
+                $(self.$name.wakes(out);)*
+            }
+
+            #[inline]
+            pub fn publish(&mut self) {
+                $(self.$name.publish();)*
+            }
+
+            pub fn region_retired(&mut self, slot: u32) {
+                $(self.$name.region_retired(slot);)*
+            }
+
+            pub fn uses_region(&self, slot: u32) -> bool {
+                $(if self.$name.uses_region(slot) {
+                    return true;
+                })*
+                false
             }
 
             #[inline(always)]
@@ -182,6 +286,8 @@ macro_rules! parts {
 parts! {
     /// The depth of a bottleneck in front of the receive path (benchmarks).
     ingress: IngressQueue,
+    /// Tagged messaging: the list-processing shard (seed 001).
+    tags: Tags,
     /// Durable writes: the flusher and the queue pairs waiting for it (seed 004).
     persistence: Persistence,
     /// The port-wide ECN window of `cc = ack` (seed 002).
@@ -203,6 +309,107 @@ impl Offload for IngressQueue {
         if self.bytes.is_some() {
             qp.note_ingress_queue(self.bytes);
         }
+    }
+}
+
+/// Tagged messaging (seed 001): this engine's list-processing shard, when it has one. Tagged
+/// queue pairs match their messages against it as they take them.
+#[derive(Default)]
+pub(crate) struct Tags {
+    pub shard: Option<TagShard>,
+}
+
+impl Offload for Tags {
+    #[inline(always)]
+    fn deliver(
+        &mut self,
+        now: u64,
+        qp: &mut QueuePair,
+        (repr, payload): (&wire::RoceRepr, &[u8]),
+        mem: &mut MemoryTable,
+        staged: &mut CompletionQueue,
+    ) -> bool {
+        match &mut self.shard {
+            Some(tags) => {
+                qp.on_packet_with(now, repr, payload, mem, staged, tags);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tells the shard what a queue pair's last call left for it: pulls that ended, messages
+    /// cut off by the error state.
+    #[inline(always)]
+    fn settle(&mut self, slot: u32, qps: &mut QpTable, mem: &MemoryTable) {
+        let Some(tags) = &mut self.shard else {
+            return;
+        };
+        let qp = &mut qps.entries[slot as usize].qp;
+        while let Some((token, ok)) = qp.take_tag_outcome() {
+            if ok {
+                // The done message; a queue pair that failed meanwhile cannot send it, and
+                // its sender's probes fail the send.
+                qp.tag_next(tags.pulled(token, mem));
+            } else {
+                tags.undeliverable(token, mem);
+            }
+        }
+    }
+
+    /// Host commands to the shard, and what they ask of queue pairs (the pulls and done
+    /// messages of the unexpected messages they claimed).
+    fn poll_host(&mut self, cx: &mut Ctx) {
+        let Some(tags) = &mut self.shard else {
+            return;
+        };
+        tags.serve_commands(cx.mem);
+        while let Some((qpn, next)) = tags.take_action() {
+            let carried = match cx.qps.lookup(qpn) {
+                Some(i) => {
+                    let ok = cx.qp(i as u32).tag_next(next);
+                    if ok {
+                        cx.make_ready(i as u32);
+                    }
+                    ok
+                }
+                None => false,
+            };
+            // The queue pair failed (or is gone): the claimed message cannot be pulled.
+            if !carried && let Next::Pull(p) = next {
+                tags.undeliverable(p.token, cx.mem);
+            }
+        }
+    }
+
+    fn busy(&self, _mem: &MemoryTable) -> bool {
+        self.shard.as_ref().is_some_and(|t| t.has_actions())
+    }
+
+    fn host_work_pending(&self) -> bool {
+        self.shard.as_ref().is_some_and(|t| t.commands_pending())
+    }
+
+    fn wakes(&self, out: &mut Vec<Arc<Wake>>) {
+        if let Some(t) = &self.shard {
+            out.push(t.command_wake().clone());
+        }
+    }
+
+    fn publish(&mut self) {
+        if let Some(t) = &mut self.shard {
+            t.publish_events();
+        }
+    }
+
+    fn region_retired(&mut self, slot: u32) {
+        if let Some(t) = &mut self.shard {
+            t.region_retired(slot);
+        }
+    }
+
+    fn uses_region(&self, slot: u32) -> bool {
+        self.shard.as_ref().is_some_and(|t| t.uses_region(slot))
     }
 }
 
