@@ -28,6 +28,7 @@ mod host;
 pub mod live;
 mod node;
 mod outlook;
+mod parts;
 mod placed;
 pub mod rings;
 pub mod tagged;

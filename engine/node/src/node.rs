@@ -23,16 +23,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use super::flusher::Flusher;
 use super::host::{Control, ControlReply};
+use super::parts::{Ctx, Parts};
 use super::rings::{self, Cq, CqWriter, Doorbells, HostSpin, MAX_QPS, Qp, QpRings};
 use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::Outlook;
 use crate::wake::Wake;
-use proto::shaper::{Packet, Shaper, ShaperConfig, ShaperError};
+use proto::shaper::{Shaper, ShaperConfig, ShaperError};
 use proto::transport::{
-    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, Next, OutPacket,
-    PersistJob, QpConfig, QueuePair, RegisterError, WcOpcode, WorkCompletion,
+    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig,
+    QueuePair, RegisterError, WcOpcode, WorkCompletion,
 };
 use wire::{self, EthernetAddress};
 
@@ -104,8 +104,8 @@ pub struct NodeCounters {
 }
 
 /// A queue pair with the worker's end of its rings and its scheduling state.
-struct QpEntry {
-    qp: QueuePair,
+pub(crate) struct QpEntry {
+    pub(crate) qp: QueuePair,
     rings: QpRings,
     send_cq: u32,
     recv_cq: u32,
@@ -115,16 +115,14 @@ struct QpEntry {
     backlog: bool,
     /// The earliest deadline with an entry in the timer heap.
     armed: Option<u64>,
-    /// On the list of queue pairs waiting for the persisted watermark.
-    persist_waiting: bool,
     /// The ICRC register of the flow this queue pair receives (its peer's packets).
     rx_icrc: wire::template::RxIcrc,
 }
 
 /// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
 /// QPNs would share a slot, so a lookup is one index and one compare.
-struct QpTable {
-    entries: Vec<QpEntry>,
+pub(crate) struct QpTable {
+    pub(crate) entries: Vec<QpEntry>,
     index: Vec<u32>,
 }
 
@@ -139,7 +137,7 @@ impl QpTable {
     }
 
     #[inline]
-    fn lookup(&self, qpn: u32) -> Option<usize> {
+    pub(crate) fn lookup(&self, qpn: u32) -> Option<usize> {
         let i = self.index[qpn as usize & (self.index.len() - 1)];
         match self.entries.get(i as usize) {
             Some(e) if e.qp.config().local_qpn == qpn => Some(i as usize),
@@ -272,31 +270,13 @@ pub struct RdmaNode {
     turn: Budget,
     deregs: Vec<PendingDereg>,
     finished: Vec<(u64, ControlReply)>,
-    /// Queue pairs waiting for the persisted watermark to pass one of their tickets.
-    persist_waiters: Vec<u32>,
-    /// The flusher thread, started with the first persist job.
-    flusher: Option<Flusher>,
-    /// A job the flusher had no room for, offered again next iteration.
-    unsent_job: Option<PersistJob>,
-    /// Persist on the worker's own thread instead (tests and fuzzing).
-    persist_inline: bool,
-    /// Tagged messaging: this engine's list-processing shard (seed 001).
-    tags: Option<TagShard>,
     /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
     /// for a packet no queue pair here takes, to count it as `wrong_core`.
     homed_elsewhere: Vec<u32>,
-    /// The depth of a bottleneck in front of this engine's receive path, when one tells it
-    /// (the CETH of `cc = ack` reports it).
-    ingress_queue: Option<u32>,
-    /// The port-wide ECN window of `cc = ack` queue pairs that use one (made with the first),
-    /// and those queue pairs' slots: a change of the port's level is told to all of them at
-    /// once, each in an ACK of its own.
-    port_ecn: Option<proto::cc::EcnMonitor>,
-    port_ecn_qps: Vec<u32>,
-    /// The traffic shaper (seed 000), when the engine has one: each queue pair's send queue is
-    /// its own flow queue (index: the queue pair's slot), a stream the shaper's MCUs take and
-    /// whose request packets it picks; responses never wait for it.
-    shaper: Option<Shaper>,
+    /// The offloads (`parts.rs`): ingress queue, tags, persistence, port ECN, shaper.
+    parts: Parts,
+    /// Queue pairs a part's hook called into, for the parts' `settle` hooks ([`Ctx::settle`]).
+    unsettled: Vec<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
     /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]), shared
@@ -330,16 +310,9 @@ impl RdmaNode {
             turn: Budget::packets(TURN_PACKETS),
             deregs: Vec::new(),
             finished: Vec::new(),
-            persist_waiters: Vec::new(),
-            flusher: None,
-            unsent_job: None,
-            persist_inline: false,
-            tags: None,
             homed_elsewhere: Vec::new(),
-            ingress_queue: None,
-            port_ecn: None,
-            port_ecn_qps: Vec::new(),
-            shaper: None,
+            parts: Parts::default(),
+            unsettled: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
             host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
@@ -353,19 +326,19 @@ impl RdmaNode {
         assert!(self.qps.entries.is_empty(), "set_shaper before add_qp");
         cfg.flow_queues = MAX_QPS;
         cfg.flow_queue_depth = 1;
-        self.shaper = Some(Shaper::new(cfg)?);
+        self.parts.shaper.shaper = Some(Shaper::new(cfg)?);
         Ok(())
     }
 
     /// The traffic shaper, if the engine has one (its counters per class and per MCU).
     pub fn shaper(&self) -> Option<&Shaper> {
-        self.shaper.as_ref()
+        self.parts.shaper.shaper.as_ref()
     }
 
     /// Persist on the calling thread instead of a flusher thread: deterministic, for tests
     /// and fuzzing. A worker must not (an `msync` would stall every queue pair it serves).
     pub fn set_persist_inline(&mut self, inline: bool) {
-        self.persist_inline = inline;
+        self.parts.persistence.inline = inline;
     }
 
     /// Gives this engine a list-processing shard with the endpoints `cfg` homes here: tagged
@@ -373,28 +346,26 @@ impl RdmaNode {
     /// application's end (commands and events).
     pub fn enable_tags(&mut self, cfg: &TagConfig) -> Result<TagPort, proto::lpe::LpeError> {
         let (shard, port) = TagShard::new(cfg, self.host_spin.clone())?;
-        self.tags = Some(shard);
+        self.parts.tags.shard = Some(shard);
         Ok(port)
     }
 
     /// The list-processing shard, when tagged messaging is on.
     pub fn tags(&self) -> Option<&TagShard> {
-        self.tags.as_ref()
+        self.parts.tags.shard.as_ref()
     }
 
     /// Adaptive polling: the host → worker paths whose posts wake this engine's worker (its
     /// doorbells, and its tag commands).
     pub fn wakes(&self) -> Vec<Arc<Wake>> {
         let mut w = vec![self.doorbells.wake().clone()];
-        if let Some(t) = &self.tags {
-            w.push(t.command_wake().clone());
-        }
+        self.parts.wakes(&mut w);
         w
     }
 
     /// Adaptive polling: the host posted work the worker has not taken yet.
     pub fn host_work_pending(&self) -> bool {
-        self.doorbells.pending() || self.tags.as_ref().is_some_and(|t| t.commands_pending())
+        self.doorbells.pending() || self.parts.host_work_pending()
     }
 
     /// Adaptive polling: how long (worker time from `now`) until this engine needs a poll if
@@ -406,25 +377,18 @@ impl RdmaNode {
         let busy = !self.ready.is_empty()
             || !self.backlog.is_empty()
             || !self.deregs.is_empty()
-            || !self.persist_waiters.is_empty()
-            || self.unsent_job.is_some()
-            || self.mem.has_persist_jobs()
-            || !self.staged.is_empty()
-            || self.tags.as_ref().is_some_and(|t| t.has_actions());
+            || self.parts.busy(&self.mem)
+            || !self.staged.is_empty();
         if busy {
             return Outlook::BUSY;
         }
         self.prune_timers();
-        let shaper = self
-            .shaper
-            .as_ref()
-            .and_then(|sh| sh.next_ready_at(now))
-            .map(|t| t.saturating_sub(now));
+        let parts = self.parts.due_at(now).map(|t| t.saturating_sub(now));
         let timer = self
             .timers
             .peek()
             .map(|&Reverse((due, _))| due.saturating_sub(now));
-        Outlook::due_in(shaper).and(Outlook {
+        Outlook::due_in(parts).and(Outlook {
             due_in_ns: timer,
             awaits_packets: timer.is_some(),
         })
@@ -455,9 +419,7 @@ impl RdmaNode {
 
     /// After an iteration: wakes a host waiting for tag events.
     pub fn publish_tag_events(&mut self) {
-        if let Some(t) = &mut self.tags {
-            t.publish_events();
-        }
+        self.parts.publish();
     }
 
     /// Creates a completion queue of `depth` entries; the application polls the returned end.
@@ -497,16 +459,10 @@ impl RdmaNode {
         if self.qps.entries.len() >= MAX_QPS {
             return Err(AddQpError::TooMany);
         }
-        if let Some(sh) = &self.shaper
-            && cfg.traffic_class as usize >= sh.classes()
-        {
-            return Err(AddQpError::NoSuchClass(cfg.traffic_class, sh.classes()));
-        }
+        self.parts.admit_qp(&cfg)?;
         let qp = QueuePair::new(cfg.clone())?;
         let slot = self.qps.entries.len();
-        if qp.port_scoped_ecn() {
-            self.port_ecn_qps.push(slot as u32);
-        }
+        self.parts.qp_added(slot as u32, &qp);
         let (host, rings) = rings::qp_rings(
             qpn,
             slot as u32,
@@ -522,7 +478,6 @@ impl RdmaNode {
             ready: false,
             backlog: false,
             armed: None,
-            persist_waiting: false,
             rx_icrc: Default::default(),
         });
         self.qps.insert(qpn, slot);
@@ -530,6 +485,7 @@ impl RdmaNode {
         self.ready.reserve(n);
         self.backlog.reserve(n);
         self.timers.reserve(2 * n + 16);
+        self.unsettled.reserve(n);
         Ok(host)
     }
 
@@ -585,7 +541,7 @@ impl RdmaNode {
 
     /// The depth in bytes of the bottleneck in front of this engine's receive path, now.
     pub fn set_ingress_queue(&mut self, bytes: Option<u32>) {
-        self.ingress_queue = bytes;
+        self.parts.ingress.bytes = bytes;
     }
 
     /// Retransmitted packets found not to have been needed, over all queue pairs.
@@ -603,11 +559,31 @@ impl RdmaNode {
     }
 
     fn make_ready(&mut self, slot: u32) {
-        let e = &mut self.qps.entries[slot as usize];
-        if !e.ready {
-            e.ready = true;
-            self.ready.push_back(slot);
-        }
+        wake_up(&mut self.qps, &mut self.ready, slot);
+    }
+
+    /// The parts, and the rest of the node as they see it.
+    #[inline(always)]
+    fn split(&mut self) -> (&mut Parts, Ctx<'_>) {
+        let RdmaNode {
+            parts,
+            qps,
+            ready,
+            mem,
+            staged,
+            counters,
+            unsettled,
+            ..
+        } = self;
+        let cx = Ctx {
+            qps,
+            ready,
+            mem,
+            staged,
+            counters,
+            unsettled,
+        };
+        (parts, cx)
     }
 
     /// Puts the queue pair's next deadline in the timer heap unless an entry at or before it
@@ -708,61 +684,23 @@ impl RdmaNode {
             } += 1;
             return RxOutcome::Dropped;
         }
-        if self.ingress_queue.is_some() {
-            e.qp.note_ingress_queue(self.ingress_queue);
-        }
-        let mut level_changed = false;
-        if repr.bth.opcode.is_request() && e.qp.port_scoped_ecn() {
-            let cfg = &e.qp.config().cc.ack;
-            let m = self
-                .port_ecn
-                .get_or_insert_with(|| proto::cc::EcnMonitor::new(cfg));
-            level_changed = m.on_packet(now, repr.ip.ecn == wire::Ecn::Ce);
-            e.qp.set_shared_level(m.shared(level_changed));
-        }
-        match &mut self.tags {
-            Some(tags) => {
-                e.qp.on_packet_with(now, &repr, payload, &mut self.mem, &mut self.staged, tags)
-            }
-            None => {
-                e.qp.on_packet(now, &repr, payload, &mut self.mem, &mut self.staged)
-            }
-        }
-        if !e.persist_waiting && e.qp.awaits_persistence() {
-            e.persist_waiting = true;
-            self.persist_waiters.push(i as u32);
+        self.parts.before_packet(now, &mut e.qp, &repr);
+        let (mem, staged) = (&mut self.mem, &mut self.staged);
+        if !self
+            .parts
+            .deliver(now, &mut e.qp, (&repr, payload), mem, staged)
+        {
+            e.qp.on_packet(now, &repr, payload, mem, staged);
         }
         c.delivered += 1;
         // A packet that moved the queue pair to the error state may have cut off a tagged
         // message or a pull.
-        self.tag_outcomes(i as u32);
+        self.settle(i as u32);
         self.make_ready(i as u32);
         self.arm(i as u32);
-        if level_changed {
-            self.tell_port_level(i as u32);
-        }
+        let (parts, mut cx) = self.split();
+        parts.after_packet(i as u32, &mut cx);
         RxOutcome::Delivered
-    }
-
-    /// The port's ECN level changed with a packet of queue pair `from`: every other queue
-    /// pair that follows the port's window says so now, in an ACK of its own (a repeat of its
-    /// last one if nothing new arrived), instead of at its next packet, which may be queued
-    /// behind the congestion itself.
-    fn tell_port_level(&mut self, from: u32) {
-        let Some(m) = &self.port_ecn else {
-            return;
-        };
-        let shared = m.shared(true);
-        for k in 0..self.port_ecn_qps.len() {
-            let slot = self.port_ecn_qps[k];
-            if slot == from {
-                continue;
-            }
-            let e = &mut self.qps.entries[slot as usize];
-            if e.qp.announce_level(shared) {
-                self.make_ready(slot);
-            }
-        }
     }
 
     /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.
@@ -781,138 +719,31 @@ impl RdmaNode {
             // Queue pairs that are still short of room were pushed again behind the old list.
             self.backlog.drain(..n);
         }
-        if self.tags.is_some() {
-            self.serve_tags();
-        }
+        let (parts, mut cx) = self.split();
+        parts.poll_host(&mut cx);
         self.run_timers(now);
         if !self.deregs.is_empty() {
             self.finish_deregistrations();
         }
-        if !self.persist_waiters.is_empty() || self.mem.has_persist_jobs() {
-            self.persistence();
-        }
+        let (parts, mut cx) = self.split();
+        parts.service(now, &mut cx);
+        self.settle_parts();
     }
 
-    /// Host commands to the list-processing shard, and what they ask of queue pairs (the
-    /// pulls and done messages of the unexpected messages they claimed).
-    fn serve_tags(&mut self) {
-        let Some(tags) = &mut self.tags else {
-            return;
-        };
-        tags.serve_commands(&self.mem);
-        while let Some((qpn, next)) = tags.take_action() {
-            let carried = match self.qps.lookup(qpn) {
-                Some(i) => {
-                    let e = &mut self.qps.entries[i];
-                    let ok = e.qp.tag_next(next);
-                    if ok && !e.ready {
-                        e.ready = true;
-                        self.ready.push_back(i as u32);
-                    }
-                    ok
-                }
-                None => false,
-            };
-            // The queue pair failed (or is gone): the claimed message cannot be pulled.
-            if !carried && let Next::Pull(p) = next {
-                tags.undeliverable(p.token, &self.mem);
-            }
+    /// The parts' `settle` hooks, for the queue pairs a part's hook called into.
+    fn settle_parts(&mut self) {
+        for k in 0..self.unsettled.len() {
+            let slot = self.unsettled[k];
+            self.parts.settle(slot, &mut self.qps, &self.mem);
         }
+        self.unsettled.clear();
     }
 
-    /// Tells the list-processing shard what a queue pair's last call left for it: pulls that
-    /// ended, messages cut off by the error state.
-    fn tag_outcomes(&mut self, slot: u32) {
-        let Some(tags) = &mut self.tags else {
-            return;
-        };
-        let qp = &mut self.qps.entries[slot as usize].qp;
-        while let Some((token, ok)) = qp.take_tag_outcome() {
-            if ok {
-                // The done message; a queue pair that failed meanwhile cannot send it, and
-                // its sender's probes fail the send.
-                qp.tag_next(tags.pulled(token, &self.mem));
-            } else {
-                tags.undeliverable(token, &self.mem);
-            }
-        }
-    }
-
-    /// Hands new persist jobs to the flusher (or runs them here, inline), and lets the queue
-    /// pairs waiting for persistence see the watermark move.
-    fn persistence(&mut self) {
-        if self.persist_inline {
-            while let Some(job) = self.mem.take_persist_job() {
-                self.counters.persist_jobs += 1;
-                if job.run().is_err() {
-                    self.counters.persist_failures += 1;
-                    self.fail_persist_waiters();
-                    return;
-                }
-                self.mem.mark_persisted(job.ticket);
-            }
-        } else {
-            if self.flusher.is_none() && (self.unsent_job.is_some() || self.mem.has_persist_jobs())
-            {
-                match Flusher::spawn() {
-                    Ok(f) => self.flusher = Some(f),
-                    Err(e) => {
-                        eprintln!(
-                            "portico: cannot start the flusher thread ({e}); persisting on the worker"
-                        );
-                        self.persist_inline = true;
-                        return self.persistence();
-                    }
-                }
-            }
-            if let Some(f) = &self.flusher {
-                while let Some(job) = self
-                    .unsent_job
-                    .take()
-                    .or_else(|| self.mem.take_persist_job())
-                {
-                    if let Err(job) = f.offer(job) {
-                        self.unsent_job = Some(job);
-                        break;
-                    }
-                    self.counters.persist_jobs += 1;
-                }
-                if f.failed().is_some() {
-                    self.counters.persist_failures += 1;
-                    self.fail_persist_waiters();
-                    return;
-                }
-                self.mem.mark_persisted(f.done());
-            }
-        }
-        let persisted = self.mem.persisted();
-        let mut k = 0;
-        while k < self.persist_waiters.len() {
-            let slot = self.persist_waiters[k];
-            let e = &mut self.qps.entries[slot as usize];
-            let moved = e.qp.on_persisted(persisted);
-            if e.qp.awaits_persistence() {
-                k += 1;
-            } else {
-                e.persist_waiting = false;
-                self.persist_waiters.swap_remove(k);
-            }
-            if moved {
-                self.make_ready(slot);
-            }
-        }
-    }
-
-    /// A persist failed: nothing after it can be vouched for. Every queue pair waiting for
-    /// persistence NAKs (remote operational error) and goes to the error state.
-    fn fail_persist_waiters(&mut self) {
-        for slot in std::mem::take(&mut self.persist_waiters) {
-            let e = &mut self.qps.entries[slot as usize];
-            e.persist_waiting = false;
-            e.qp.persist_failed(&mut self.staged);
-            self.tag_outcomes(slot);
-            self.make_ready(slot);
-        }
+    /// What a call into the queue pair in `slot` left for the parts (the tag shard: pulls
+    /// that ended, messages cut off by the error state).
+    #[inline(always)]
+    fn settle(&mut self, slot: u32) {
+        self.parts.settle(slot, &mut self.qps, &self.mem);
     }
 
     /// Moves work requests from a queue pair's host rings into it, as far as its queues and
@@ -945,7 +776,7 @@ impl RdmaNode {
         }
         self.counters.posted += took;
         // A post that failed its local checks moved the queue pair to the error state.
-        self.tag_outcomes(slot);
+        self.settle(slot);
         if took > 0 {
             self.make_ready(slot);
         }
@@ -973,7 +804,7 @@ impl RdmaNode {
             // The entry may be stale (the deadline moved later): then only re-arm.
             if e.qp.next_deadline().is_some_and(|d| d <= now) {
                 e.qp.on_timer(now, &mut self.staged);
-                self.tag_outcomes(slot);
+                self.settle(slot);
                 self.make_ready(slot);
             }
             self.arm(slot);
@@ -985,14 +816,11 @@ impl RdmaNode {
     pub fn poll_transmit(&mut self, now: u64) -> Option<Tx> {
         while let Some(&slot) = self.ready.front() {
             let e = &mut self.qps.entries[slot as usize];
-            let packet = match (e.qp.poll_response(), &mut self.shaper) {
-                (Some(p), _) => Some(p),
-                (None, None) => e.qp.poll_request(now, &mut self.turn),
-                (None, Some(sh)) => {
-                    // Its requests go when the shaper picks them: keep its stream in step.
-                    Self::sync_stream(sh, slot as usize, &e.qp);
-                    None
-                }
+            let packet = match e.qp.poll_response() {
+                Some(p) => Some(p),
+                // A part (the shaper) may send its requests instead, later.
+                None if self.parts.holds_requests(slot, &e.qp) => None,
+                None => e.qp.poll_request(now, &mut self.turn),
             };
             if let Some(packet) = packet {
                 self.counters.tx_packets += 1;
@@ -1011,53 +839,12 @@ impl RdmaNode {
             self.turn = Budget::packets(TURN_PACKETS);
             self.arm(slot);
         }
-        self.poll_shaped(now)
-    }
-
-    /// Tells the shaper whether queue pair `slot` has requests to send, and how many of its
-    /// PSNs are out unacknowledged (the MCU's outstanding count, the seed's OrdPktActive: for
-    /// a READ, the response packets it awaits).
-    fn sync_stream(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
-        if qp.has_requests() {
-            let class = qp.config().traffic_class;
-            sh.activate(slot, class)
-                .expect("the class was checked when the queue pair was added");
-        } else {
-            sh.deactivate(slot);
-        }
-        if let Some(m) = sh.mcu_of(slot) {
-            // Not `in_flight`: after a go-back-N rewind the packets to resend are not out,
-            // and an MCU held at its cap by them could never resend them.
-            sh.set_outstanding(m, qp.requester().outstanding());
-        }
-    }
-
-    /// The request the shaper picks next, if any may go now.
-    fn poll_shaped(&mut self, now: u64) -> Option<Tx> {
-        let sh = self.shaper.as_mut()?;
-        let entries = &mut self.qps.entries;
-        // A miss spends the pick's tokens, so misses cannot go on for ever; a few per call at
-        // most all the same, should a peek and a send ever keep disagreeing.
-        for _ in 0..4 {
-            let pick = sh.next_with(now, |q| {
-                let (out, back) = entries[q].qp.peek_request(now)?;
-                Some(Packet { out, back })
-            })?;
-            let e = &mut entries[pick.queue];
-            let packet = e.qp.poll_request(now, &mut Budget::packets(1));
-            Self::sync_stream(sh, pick.queue, &e.qp);
-            match packet {
-                Some(packet) => {
-                    self.counters.tx_packets += 1;
-                    self.counters.shaper_picks += 1;
-                    let slot = pick.queue as u32;
-                    self.arm(slot);
-                    return Some(Tx { qp: slot, packet });
-                }
-                None => self.counters.shaper_misses += 1,
-            }
-        }
-        None
+        // Requests the parts let go (the shaper's picks).
+        let (parts, mut cx) = self.split();
+        let (slot, packet) = parts.transmit(now, &mut cx)?;
+        self.counters.tx_packets += 1;
+        self.arm(slot);
+        Some(Tx { qp: slot, packet })
     }
 
     /// Writes a packet from [`RdmaNode::poll_transmit`] into `buf` (at least
@@ -1126,9 +913,7 @@ impl RdmaNode {
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
                 None => ControlReply::Deregistered(false),
                 Some(slot) => {
-                    if let Some(tags) = &mut self.tags {
-                        tags.region_retired(slot);
-                    }
+                    self.parts.region_retired(slot);
                     self.deregs.push(PendingDereg { slot, id });
                     self.finish_deregistrations();
                     return None;
@@ -1143,7 +928,7 @@ impl RdmaNode {
         while k < self.deregs.len() {
             let slot = self.deregs[k].slot;
             if self.qps.entries.iter().any(|e| e.qp.uses_region(slot))
-                || self.tags.as_ref().is_some_and(|t| t.uses_region(slot))
+                || self.parts.uses_region(slot)
             {
                 k += 1;
                 continue;
@@ -1160,6 +945,16 @@ impl RdmaNode {
         for r in self.finished.drain(..) {
             f(r);
         }
+    }
+}
+
+/// Puts the queue pair in `slot` on the ready list, unless it is on it.
+#[inline]
+pub(crate) fn wake_up(qps: &mut QpTable, ready: &mut VecDeque<u32>, slot: u32) {
+    let e = &mut qps.entries[slot as usize];
+    if !e.ready {
+        e.ready = true;
+        ready.push_back(slot);
     }
 }
 
@@ -1519,6 +1314,80 @@ mod tests {
             (1, 1)
         );
         assert_eq!(other.counters.delivered, 0);
+    }
+
+    #[test]
+    fn a_change_of_the_ports_ecn_level_is_told_by_every_queue_pair_that_follows_the_port() {
+        use proto::cc::CcMode;
+        let mut a = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            Ipv4Addr::new(10, 9, 0, 1),
+        );
+        let mut b = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            Ipv4Addr::new(10, 9, 0, 2),
+        );
+        let (cq_a, cq_b) = (a.create_cq(256), b.create_cq(256));
+        let mut qps = Vec::new();
+        for (local, remote) in [(0x11, 0x22), (0x13, 0x24)] {
+            let mut cfg = QpConfig::new(local, remote);
+            cfg.remote_mac = b.mac;
+            cfg.remote_ip = b.ip;
+            cfg.cc.mode = CcMode::Ack;
+            let mut peer = cfg.mirrored();
+            peer.remote_mac = a.mac;
+            peer.remote_ip = a.ip;
+            let qa = a.add_qp(cfg, &cq_a, &cq_a).unwrap();
+            b.add_qp(peer, &cq_b, &cq_b).unwrap();
+            qps.push(qa);
+        }
+        assert!(b.qp(0x22).unwrap().port_scoped_ecn() && b.qp(0x24).unwrap().port_scoped_ecn());
+        let src = register_anonymous(&mut a, 4096);
+        let dst = register_anonymous(&mut b, 4096);
+        let write = |id| {
+            let sgl = proto::transport::SgList::one(src.lkey, src.addr, 64);
+            WorkRequest::write(id, sgl, dst.addr, dst.rkey, None)
+        };
+        // Frames from A to B, each marked CE when `mark`; what B sends back, by B's slot.
+        let mut frame = vec![0u8; 9000];
+        let mut exchange = |a: &mut RdmaNode, b: &mut RdmaNode, now: u64, mark: bool| {
+            let mut from_b = [0usize; 2];
+            a.service(now);
+            while let Some(tx) = a.poll_transmit(now) {
+                let len = a.emit(&tx, &mut frame).unwrap();
+                if mark {
+                    let mut p = wire::RocePacket::new_checked(&mut frame[..len]).unwrap();
+                    p.ipv4_mut().set_ecn(wire::Ecn::Ce);
+                    p.ipv4_mut().fill_checksum();
+                }
+                assert_eq!(b.receive(now, &frame[..len]), RxOutcome::Delivered);
+            }
+            b.service(now);
+            while let Some(tx) = b.poll_transmit(now) {
+                let len = b.emit(&tx, &mut frame).unwrap();
+                from_b[tx.qp as usize] += 1;
+                a.receive(now, &frame[..len]);
+            }
+            a.flush_completions();
+            b.flush_completions();
+            from_b
+        };
+        // Both of B's queue pairs receive something, unmarked.
+        qps[0].post_send(&[write(1)]).unwrap();
+        qps[1].post_send(&[write(2)]).unwrap();
+        assert_eq!(exchange(&mut a, &mut b, 0, false), [1, 1]);
+        // Then only the first one's packets arrive, all marked: the port's level rises, and
+        // the second queue pair, which received nothing new, says so in an ACK of its own.
+        let mut told = 0;
+        for k in 0..8u64 {
+            qps[0].post_send(&[write(10 + k)]).unwrap();
+            let from_b = exchange(&mut a, &mut b, 1_000 * (k + 1), true);
+            assert_eq!(from_b[0], 1, "each WRITE acknowledged");
+            told += from_b[1];
+        }
+        assert!(told > 0, "the idle queue pair told the port's level");
+        assert!(b.qp(0x22).unwrap().stats().ce_received > 0);
+        assert_eq!(b.qp(0x24).unwrap().stats().ce_received, 0);
     }
 
     #[test]
