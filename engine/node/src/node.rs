@@ -31,8 +31,8 @@ use crate::Outlook;
 use crate::wake::Wake;
 use proto::shaper::{Shaper, ShaperConfig, ShaperError};
 use proto::transport::{
-    Budget, CompletionQueue, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig,
-    QueuePair, RegisterError, WcOpcode, WorkCompletion,
+    Budget, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig, QueuePair,
+    RegisterError, StagedCompletions, WcOpcode, WorkCompletion,
 };
 use wire::{self, EthernetAddress};
 
@@ -259,7 +259,7 @@ pub struct RdmaNode {
     qps: QpTable,
     cqs: Vec<CqWriter>,
     /// Completions the queue pairs produced since the last flush.
-    staged: CompletionQueue,
+    staged: StagedCompletions,
     /// Completions for one ring, gathered to enter it with one commit.
     run: [WorkCompletion; 32],
     doorbells: Arc<Doorbells>,
@@ -301,7 +301,7 @@ impl RdmaNode {
             mem: MemoryTable::new(),
             qps: QpTable::new(),
             cqs: Vec::new(),
-            staged: CompletionQueue::new(0),
+            staged: StagedCompletions::new(0),
             run: [WorkCompletion::EMPTY; 32],
             doorbells: Doorbells::new(),
             ready: VecDeque::new(),
@@ -429,7 +429,7 @@ impl RdmaNode {
         self.cqs.push(worker);
         // Every completion had a reserved slot in its ring, so this many can be staged at most.
         let capacity: usize = self.cqs.iter().map(|c| c.unreserved()).sum();
-        self.staged = CompletionQueue::new(capacity);
+        self.staged = StagedCompletions::new(capacity);
         host
     }
 

@@ -21,7 +21,7 @@ use super::tagged::TagShard;
 use crate::wake::Wake;
 use proto::shaper::{Packet, Shaper};
 use proto::transport::{
-    Budget, CompletionQueue, MemoryTable, Next, OutPacket, PersistJob, QpConfig, QueuePair,
+    Budget, MemoryTable, Next, OutPacket, PersistJob, QpConfig, QueuePair, StagedCompletions,
 };
 
 /// What a part may touch of its node when a hook runs: the queue pairs (by slot), the ready
@@ -30,7 +30,7 @@ pub(crate) struct Ctx<'a> {
     pub qps: &'a mut QpTable,
     pub ready: &'a mut VecDeque<u32>,
     pub mem: &'a mut MemoryTable,
-    pub staged: &'a mut CompletionQueue,
+    pub staged: &'a mut StagedCompletions,
     pub counters: &'a mut NodeCounters,
     /// Queue pairs a hook called into, for the parts' `settle` hooks once it returns.
     pub unsettled: &'a mut Vec<u32>,
@@ -84,7 +84,7 @@ pub(crate) trait Offload {
         _qp: &mut QueuePair,
         _packet: (&wire::RoceRepr, &[u8]),
         _mem: &mut MemoryTable,
-        _staged: &mut CompletionQueue,
+        _staged: &mut StagedCompletions,
     ) -> bool {
         false
     }
@@ -192,7 +192,7 @@ macro_rules! parts {
                 qp: &mut QueuePair,
                 packet: (&wire::RoceRepr, &[u8]),
                 mem: &mut MemoryTable,
-                staged: &mut CompletionQueue,
+                staged: &mut StagedCompletions,
             ) -> bool {
                 $(if self.$name.deliver(now, qp, packet, mem, staged) {
                     return true;
@@ -327,7 +327,7 @@ impl Offload for Tags {
         qp: &mut QueuePair,
         (repr, payload): (&wire::RoceRepr, &[u8]),
         mem: &mut MemoryTable,
-        staged: &mut CompletionQueue,
+        staged: &mut StagedCompletions,
     ) -> bool {
         match &mut self.shard {
             Some(tags) => {

@@ -84,17 +84,18 @@ impl WorkCompletion {
     };
 }
 
-/// A bounded FIFO of completions.
+/// A bounded FIFO of completions staged on the worker before they are published to the
+/// application's completion ring (`rdma::Cq`, the only thing called a CQ).
 #[derive(Debug)]
-pub struct CompletionQueue {
+pub struct StagedCompletions {
     entries: VecDeque<WorkCompletion>,
     capacity: usize,
     overruns: u64,
 }
 
-impl CompletionQueue {
-    pub fn new(capacity: usize) -> CompletionQueue {
-        CompletionQueue {
+impl StagedCompletions {
+    pub fn new(capacity: usize) -> StagedCompletions {
+        StagedCompletions {
             entries: VecDeque::with_capacity(capacity),
             capacity,
             overruns: 0,
@@ -146,7 +147,7 @@ mod tests {
 
     #[test]
     fn fifo_and_overrun() {
-        let mut cq = CompletionQueue::new(2);
+        let mut cq = StagedCompletions::new(2);
         cq.push(wc(1));
         cq.push(wc(2));
         cq.push(wc(3));

@@ -43,7 +43,7 @@ use wire::bth::DEFAULT_PKEY;
 use wire::feth::{Placement, Selectivity};
 use wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
 
-pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError};
 pub use persist::{Persist, PersistJob};
 pub use qp::{QpState, QpStats, QueuePair};

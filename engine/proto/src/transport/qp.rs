@@ -13,7 +13,7 @@ use wire::bth::Opcode;
 use wire::template::HeaderTemplate;
 use wire::{Ecn, RoceRepr};
 
-use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
 use super::requester::{Outcome, Requester};
 use super::responder::{Responder, Verdict};
@@ -237,7 +237,7 @@ impl QueuePair {
         &mut self,
         wr: &WorkRequest,
         mem: &MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) -> Result<(), PostError> {
         let opcode = wr.wc_opcode();
         if self.state == QpState::Error {
@@ -261,7 +261,7 @@ impl QueuePair {
         &mut self,
         wr: &RecvRequest,
         mem: &MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) -> Result<(), PostError> {
         if self.state == QpState::Error {
             self.complete(cq, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushError);
@@ -278,7 +278,7 @@ impl QueuePair {
         }
     }
 
-    fn complete(&self, cq: &mut CompletionQueue, wr_id: u64, opcode: WcOpcode, status: WcStatus) {
+    fn complete(&self, cq: &mut StagedCompletions, wr_id: u64, opcode: WcOpcode, status: WcStatus) {
         cq.push(WorkCompletion {
             wr_id,
             qpn: self.cfg.local_qpn,
@@ -445,7 +445,7 @@ impl QueuePair {
         repr: &RoceRepr,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) {
         self.on_packet_with(now, repr, payload, mem, cq, &mut NoTags)
     }
@@ -458,7 +458,7 @@ impl QueuePair {
         repr: &RoceRepr,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) {
         self.stats.rx_packets += 1;
@@ -547,7 +547,7 @@ impl QueuePair {
 
     /// The engine could not make a range durable: nothing this queue pair waits for can be
     /// vouched for. NAK "remote operational error" and enter the error state.
-    pub fn persist_failed(&mut self, cq: &mut CompletionQueue) {
+    pub fn persist_failed(&mut self, cq: &mut StagedCompletions) {
         if self.state == QpState::Ready {
             self.resp.persist_failed();
             self.enter_error(None, cq);
@@ -565,7 +565,7 @@ impl QueuePair {
 
     /// Run expired timers. Retry exhaustion completes the oldest work request
     /// with RetryExceeded and moves the QP to the error state.
-    pub fn on_timer(&mut self, now: u64, cq: &mut CompletionQueue) {
+    pub fn on_timer(&mut self, now: u64, cq: &mut StagedCompletions) {
         if self.state == QpState::Error {
             return;
         }
@@ -576,7 +576,7 @@ impl QueuePair {
 
     /// Move to the error state; `blame` names the failed request's status
     /// and a PSN it holds.
-    fn enter_error(&mut self, blame: Option<(WcStatus, u32)>, cq: &mut CompletionQueue) {
+    fn enter_error(&mut self, blame: Option<(WcStatus, u32)>, cq: &mut StagedCompletions) {
         self.state = QpState::Error;
         self.req.fail(&self.cfg, blame, cq);
         self.resp.fail(&self.cfg, cq);

@@ -27,7 +27,7 @@ use wire::aeth::{self, AethRepr, NakCode, Syndrome};
 use wire::feth::FethRepr;
 use wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr, TagHeader, TagKind, tag};
 
-use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
@@ -420,7 +420,7 @@ impl Requester {
         &mut self,
         cfg: &QpConfig,
         cookie: u32,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) {
         let Some(w) = self
             .sq
@@ -819,7 +819,7 @@ impl Requester {
         repr: &RoceRepr,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) -> Outcome {
         let psn = repr.bth.psn;
         match repr.bth.opcode {
@@ -872,7 +872,7 @@ impl Requester {
     /// The WQE at `head` is done on the wire: complete it, or hold it (a durable WRITE until
     /// its durable ACK; anything behind a held WQE until that one completes, so completions
     /// stay in posting order). Returns whether it left the queue.
-    fn finish(&mut self, now: u64, cfg: &QpConfig, cq: &mut CompletionQueue) -> bool {
+    fn finish(&mut self, now: u64, cfg: &QpConfig, cq: &mut StagedCompletions) -> bool {
         let w = self.sq[self.head];
         if let WrKind::DurableWrite { placed, .. } = w.kind {
             if placed {
@@ -905,7 +905,7 @@ impl Requester {
 
     /// A durable ACK for `psn`: every held durable WRITE up to it is durable; complete them
     /// and what was held behind them, in order.
-    fn release_durable(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut CompletionQueue) {
+    fn release_durable(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut StagedCompletions) {
         let mut progress = false;
         for w in self.sq.iter_mut().take(self.head) {
             if w.is_durable() && !w.done && psn::before_eq(w.last_psn(), psn) {
@@ -926,7 +926,7 @@ impl Requester {
     }
 
     /// Completes held WQEs from the front while none of them still waits.
-    fn drain_held(&mut self, cfg: &QpConfig, cq: &mut CompletionQueue) {
+    fn drain_held(&mut self, cfg: &QpConfig, cq: &mut StagedCompletions) {
         let mut popped = 0;
         while self.head > 0 && !self.sq[0].waits() {
             self.complete_front(cfg, WcStatus::Success, cq);
@@ -942,7 +942,7 @@ impl Requester {
         cfg: &QpConfig,
         syndrome: Syndrome,
         psn: u32,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) -> Outcome {
         match syndrome {
             Syndrome::Ack { .. } => {
@@ -1017,7 +1017,7 @@ impl Requester {
     }
 
     /// Cumulative acknowledgement of every PSN up to and including `psn`.
-    fn ack_through(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut CompletionQueue) {
+    fn ack_through(&mut self, now: u64, cfg: &QpConfig, psn: u32, cq: &mut StagedCompletions) {
         // Valid ACK PSNs run from snd_una - 1 (a repeat) to high_psn - 1.
         if !(psn::diff(psn, self.snd_una) >= -1 && psn::before(psn, self.high_psn)) {
             return;
@@ -1053,7 +1053,7 @@ impl Requester {
         psn: u32,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) {
         if !(psn::before_eq(self.snd_una, psn) && psn::before(psn, self.high_psn)) {
             self.stats.duplicate_responses += 1;
@@ -1204,7 +1204,7 @@ impl Requester {
         Outcome::Ok
     }
 
-    fn complete_front(&mut self, cfg: &QpConfig, status: WcStatus, cq: &mut CompletionQueue) {
+    fn complete_front(&mut self, cfg: &QpConfig, status: WcStatus, cq: &mut StagedCompletions) {
         let Some(w) = self.sq.pop_front() else {
             return;
         };
@@ -1239,7 +1239,7 @@ impl Requester {
         &mut self,
         cfg: &QpConfig,
         blame: Option<(WcStatus, u32)>,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) {
         while let Some(w) = self.sq.front() {
             let status = match blame {

@@ -4,7 +4,7 @@
 //! whose real address is misaligned (refused before any byte changes).
 
 use crate::transport::QpConfig;
-use crate::transport::cq::{CompletionQueue, WcStatus};
+use crate::transport::cq::{StagedCompletions, WcStatus};
 use crate::transport::mr::MemoryTable;
 use crate::transport::psn;
 use crate::transport::tagged::TagTarget;
@@ -36,7 +36,7 @@ impl Responder {
         req: Checked,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) -> Result<Verdict, Stop> {
         let message_done = match req.op.kind {
@@ -65,7 +65,7 @@ impl Responder {
         req: Checked,
         payload: &[u8],
         mem: &MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) -> Result<bool, Stop> {
         if req.op.pos.opens() {
             // The receive `check_resource` found.
@@ -179,7 +179,7 @@ impl Responder {
         durable: bool,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
     ) -> Result<bool, Stop> {
         let (at, len, done) = match (req.named, self.cur) {
             (Named::Range(reth), _) => (req.target.at, reth.dma_len, 0),

@@ -42,7 +42,7 @@ use std::collections::VecDeque;
 use wire::aeth::{AethRepr, NakCode, Syndrome};
 use wire::{ImmDtRepr, Opcode, RoceRepr};
 
-use super::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
 use super::persist::Durability;
 use super::psn;
@@ -389,7 +389,7 @@ impl Responder {
         repr: &RoceRepr,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) -> Verdict {
         match self.respond(cfg, repr, payload, mem, cq, tags) {
@@ -408,7 +408,7 @@ impl Responder {
         repr: &RoceRepr,
         payload: &[u8],
         mem: &mut MemoryTable,
-        cq: &mut CompletionQueue,
+        cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) -> Result<Verdict, Stop> {
         self.check_psn(cfg, repr, mem)?;
@@ -539,7 +539,7 @@ impl Responder {
 
     /// Error state: flush posted receives, forget work in progress. A queued
     /// NAK survives so the peer learns why.
-    pub(crate) fn fail(&mut self, cfg: &QpConfig, cq: &mut CompletionQueue) {
+    pub(crate) fn fail(&mut self, cfg: &QpConfig, cq: &mut StagedCompletions) {
         match self.cur.take() {
             Some(InMsg::Send { recv, .. }) => {
                 complete_recv(cfg, cq, &recv, WcStatus::WrFlushError, 0, None)
@@ -558,7 +558,7 @@ impl Responder {
 
 fn complete_recv(
     cfg: &QpConfig,
-    cq: &mut CompletionQueue,
+    cq: &mut StagedCompletions,
     recv: &RecvWqe,
     status: WcStatus,
     byte_len: u32,
@@ -576,7 +576,7 @@ fn complete_recv(
 
 fn complete_write_imm(
     cfg: &QpConfig,
-    cq: &mut CompletionQueue,
+    cq: &mut StagedCompletions,
     recv: &RecvWqe,
     byte_len: u32,
     imm_data: Option<u32>,

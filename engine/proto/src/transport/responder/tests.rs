@@ -7,7 +7,7 @@ use wire::aeth::{NakCode, Syndrome};
 use wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr};
 
 use crate::transport::QpConfig;
-use crate::transport::cq::CompletionQueue;
+use crate::transport::cq::StagedCompletions;
 use crate::transport::mr::MemoryTable;
 use crate::transport::tagged::NoTags;
 
@@ -26,7 +26,7 @@ const BAD_RETH: RethRepr = RethRepr {
 
 fn deliver(cfg: &QpConfig, resp: &mut Responder, repr: &RoceRepr, payload: &[u8]) -> Verdict {
     let mut mem = MemoryTable::new();
-    let mut cq = CompletionQueue::new(16);
+    let mut cq = StagedCompletions::new(16);
     resp.on_request(cfg, repr, payload, &mut mem, &mut cq, &mut NoTags)
 }
 

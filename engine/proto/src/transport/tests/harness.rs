@@ -13,8 +13,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use crate::transport::{
-    Access, CompletionQueue, MemoryTable, MrKeys, PersistJob, QpConfig, QueuePair, RecvRequest,
-    SgList, WorkCompletion, WorkRequest,
+    Access, MemoryTable, MrKeys, PersistJob, QpConfig, QueuePair, RecvRequest, SgList,
+    StagedCompletions, WorkCompletion, WorkRequest,
 };
 use wire::{self, RoceRepr};
 
@@ -83,7 +83,7 @@ pub struct WireStats {
 pub struct Endpoint {
     pub qp: QueuePair,
     pub mem: MemoryTable,
-    pub cq: CompletionQueue,
+    pub cq: StagedCompletions,
     /// Completions drained from `cq` by the bench, in order.
     pub done: Vec<WorkCompletion>,
 }
@@ -93,7 +93,7 @@ impl Endpoint {
         Endpoint {
             qp: QueuePair::new(cfg).expect("valid config"),
             mem: MemoryTable::new(),
-            cq: CompletionQueue::new(1 << 16),
+            cq: StagedCompletions::new(1 << 16),
             done: Vec::new(),
         }
     }
