@@ -21,8 +21,6 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(test)]
-mod acceptance_tests;
 pub mod flusher;
 mod host;
 pub mod live;
@@ -33,7 +31,7 @@ mod placed;
 pub mod rings;
 pub mod tagged;
 #[cfg(test)]
-mod tagged_tests;
+mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod wake;

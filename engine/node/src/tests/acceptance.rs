@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pmem::Mapping;
 
-use super::RxOutcome;
+use crate::RxOutcome;
 use crate::testing::{End, pair_with, pump};
 use proto::transport::{Access, MrKeys, QpState, SgList, WcStatus, WorkCompletion, WorkRequest};
 use wire::icrc::{self, Icrc};
@@ -78,7 +78,7 @@ impl Setup {
 
     /// B dropped `frame` under exactly one counter, which `counter` reads, and nothing
     /// else changed: no memory written, no packet owed, PSN where it was.
-    fn assert_refused(&mut self, frame: &[u8], counter: fn(&super::NodeCounters) -> u64) {
+    fn assert_refused(&mut self, frame: &[u8], counter: fn(&crate::NodeCounters) -> u64) {
         let before = self.b.node.counters;
         let epsn = self.b.node.qp(0x22).unwrap().responder().expected_psn();
         assert_eq!(self.b.node.receive(0, frame), RxOutcome::Dropped);

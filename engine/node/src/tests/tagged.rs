@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pmem::Mapping;
 
-use super::{TagConfig, TagEntry, TagEvent, TagEventKind, TagPort};
+use crate::{TagConfig, TagEntry, TagEvent, TagEventKind, TagPort};
 use crate::testing::{End, pair_with, pump};
 use proto::lpe::{ListKind, Options, SearchMode};
 use proto::transport::{Access, MrKeys, SgList, Sge, WcOpcode, WcStatus, WorkRequest};
@@ -333,7 +333,7 @@ fn endpoints_are_homed_by_the_table_and_foreign_ones_refused() {
     let ev = events(&mut port);
     assert!(ev.iter().any(|e| e.kind == TagEventKind::CommandFailed
         && e.cookie == 2
-        && e.error == Some(super::TagCommandError::NoSuchEndpoint)));
+        && e.error == Some(crate::TagCommandError::NoSuchEndpoint)));
     let sgl = SgList::one(ka.lkey, ka.addr, 8);
     a.qp.post_send(&[WorkRequest::tagged_send(1, sgl, 1, 1, 0)])
         .unwrap();
@@ -358,7 +358,7 @@ fn endpoints_are_homed_by_the_table_and_foreign_ones_refused() {
 
 #[test]
 fn deregistering_a_region_unlinks_its_entries_and_nothing_lands_there_after() {
-    use super::{Control, ControlReply};
+    use crate::{Control, ControlReply};
     let (mut a, mut b, mut port) = tagged_pair();
     let other = Arc::new(Mapping::anonymous(64 * 1024).unwrap());
     let keys = b
@@ -477,7 +477,7 @@ fn quiet_receives_cost_one_event_and_persistent_entries_unlink_by_handle() {
     pump(&mut a.node, &mut b.node, 0);
     let ev = events(&mut port);
     assert_eq!(ev.len(), 1);
-    assert_eq!(ev[0].error, Some(super::TagCommandError::StaleHandle));
+    assert_eq!(ev[0].error, Some(crate::TagCommandError::StaleHandle));
 }
 
 #[test]
