@@ -45,7 +45,9 @@ pub use point::Point;
 pub(crate) use point::WCS_LEN;
 
 pub mod args;
+pub mod bottleneck;
 pub mod congestion;
+pub mod instrument;
 pub mod latency_plot;
 pub mod persist;
 pub mod placement;

@@ -3,7 +3,7 @@
 //!
 //! Each scheme gets its own pair of engines on one worker, joined by `net_ring` ports: engine A
 //! holds the N initiating queue pairs (the flows), engine B the targets, and a bottleneck
-//! ([`portico::cc::bottleneck`]) sits in front of B's receive path: a byte FIFO served at
+//! ([`crate::bottleneck`]) sits in front of B's receive path: a byte FIFO served at
 //! `--bottleneck-gbps`, marking CE between Kmin and Kmax with probability up to Pmax, dropping
 //! at the tail, and delaying by `--rtt-us` (the whole round trip is on that path; the ACKs come
 //! straight back). The flows negotiate the scheme, their senders start at the line rate
@@ -32,12 +32,13 @@ use serde::Serialize;
 
 use super::tagged::Rng;
 use super::{BenchOpts, OpResult, WCS_LEN, human, print_json, print_workers, usage};
+use crate::bottleneck::BottleneckConfig;
+use crate::instrument::{BottleneckSpec, IngressReport};
 use portico::app::{AppError, MemoryChoice, PortSummary};
-use portico::cc::bottleneck::BottleneckConfig;
 use portico::cc::{CcConfig, CcMode, DcqcnParams};
 use portico::latency::Latency;
-use portico::rdma::loopback::{BottleneckSpec, LoopbackOpts};
-use portico::rdma::{Cq, IngressReport, Qp};
+use portico::rdma::loopback::LoopbackOpts;
+use portico::rdma::{Cq, Qp};
 use portico::runtime::WorkerReport;
 use portico::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
 
@@ -148,7 +149,7 @@ pub struct SchemeSummary {
     pub becn_acks_sent: u64,
     pub ce_received: u64,
     /// The bottleneck's counters (its largest queue among them).
-    pub bottleneck: portico::cc::bottleneck::BottleneckCounters,
+    pub bottleneck: crate::bottleneck::BottleneckCounters,
     /// Worker-clock gaps over 50 µs (the worker descheduled): the trace is in worker time,
     /// which such a gap does not advance by more than 50 µs.
     pub stalls: u64,
@@ -507,12 +508,15 @@ fn run_scheme(
     lo.name = name.clone();
     lo.connections = p.flows;
     lo.cq_depth = p.qd_per_flow * 2 + 16;
-    lo.bottleneck = Some(BottleneckSpec {
+    let bottleneck = BottleneckSpec {
         config,
         capacity: 12_000,
         trace: Some((BIN_NS, bins)),
         report: slot.clone(),
-    });
+    };
+    let wrap = bottleneck.wrap(lo.connections, None);
+    lo.wrap =
+        Some(wrap.map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?);
     let super::StartedPair {
         a,
         b,

@@ -3,7 +3,7 @@
 //!
 //! One process, two engines on one worker joined by `net_ring` ports. Engine B is the
 //! initiator, with the traffic shaper on its requests ([`portico::shaper`]); engine A answers.
-//! In front of B's receive path sits the bottleneck emulator ([`portico::cc::bottleneck`]) as
+//! In front of B's receive path sits the bottleneck emulator ([`crate::bottleneck`]) as
 //! the host's absorb limit: a byte FIFO served at `--absorb-gbps`, with a finite buffer
 //! (`--buffer-kb`, drop-tail, no ECN marking) and a delay (`--rtt-us`).
 //!
@@ -37,11 +37,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{BenchOpts, OpResult, WCS_LEN, human, print_json, print_workers, usage};
+use crate::bottleneck::{BottleneckConfig, BottleneckCounters};
+use crate::instrument::{BottleneckSpec, IngressReport, ShaperProbe, ShaperReport};
 use portico::app::{AppError, MemoryChoice, PortSummary};
-use portico::cc::bottleneck::{BottleneckConfig, BottleneckCounters};
 use portico::latency::{Latency, LatencySummary};
-use portico::rdma::loopback::{BottleneckSpec, LoopbackOpts, ShaperSpec};
-use portico::rdma::{Cq, IngressReport, Qp, ShaperReport};
+use portico::rdma::loopback::{LoopbackOpts, ShaperSpec};
+use portico::rdma::{Cq, Qp};
 use portico::runtime::WorkerReport;
 use portico::shaper::{ClassConfig, Counters, ShaperConfig};
 use portico::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
@@ -630,17 +631,21 @@ fn run_phase(
     lo.name = name.clone();
     lo.connections = lanes_n;
     lo.cq_depth = depth * 2 + 16;
-    lo.bottleneck = Some(BottleneckSpec {
+    let bottleneck = BottleneckSpec {
         config,
         capacity: 16_000,
         trace: Some((BIN_NS, bins)),
         report: ingress_slot.clone(),
-    });
+    };
+    let shaper = shaper_config(p, kind == PhaseKind::Paced);
+    // Engine B's shaper, sampled by bin.
+    let probe = ShaperProbe::new(1, BIN_NS, bins, shaper.classes.len(), shaper_slot.clone());
+    let wrap = bottleneck.wrap(lo.connections, Some(probe));
+    lo.wrap =
+        Some(wrap.map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?);
     lo.shaper = Some(ShaperSpec {
-        config: shaper_config(p, kind == PhaseKind::Paced),
+        config: shaper,
         classes: classes.clone(),
-        trace: (BIN_NS, bins),
-        report: shaper_slot.clone(),
     });
     let super::StartedPair {
         a,

@@ -3,7 +3,7 @@
 //! trace on. (A counting global allocator from the `allocation-counter` crate; this test
 //! binary only: it replaces the allocator of the whole binary it is linked into.)
 
-use portico::cc::bottleneck::{Bottleneck, BottleneckConfig, BottleneckCounters};
+use bench::bottleneck::{Bottleneck, BottleneckConfig, BottleneckCounters};
 
 #[test]
 fn offer_and_poll_do_not_allocate() {

@@ -17,12 +17,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bench::bottleneck::BottleneckConfig;
+use bench::instrument::{BottleneckSpec, IngressReport};
 use common::{host_on_first_core, pattern, serial, shared_eal};
 use pmem::Mapping;
-use portico::cc::bottleneck::BottleneckConfig;
 use portico::cc::{CcConfig, CcMode};
-use portico::rdma::loopback::{self, BottleneckSpec, LoopbackOpts};
-use portico::rdma::{Cq, IngressReport, Qp};
+use portico::rdma::loopback::{self, LoopbackOpts};
+use portico::rdma::{Cq, Qp};
 use portico::runtime::WorkerReport;
 use portico::transport::{Access, Mtu, QpConfig, SgList, WcStatus, WorkRequest};
 
@@ -85,7 +86,7 @@ fn run(mode: CcMode, name: &str) -> Outcome {
     opts.name = name.into();
     opts.connections = 2;
     opts.cq_depth = 128;
-    opts.bottleneck = Some(BottleneckSpec {
+    let bottleneck = BottleneckSpec {
         config: BottleneckConfig {
             delay_ns: 20_000,
             ..BottleneckConfig::for_rate(LINE)
@@ -93,7 +94,12 @@ fn run(mode: CcMode, name: &str) -> Outcome {
         capacity: 4096,
         trace: Some((1_000, 200_000)),
         report: slot.clone(),
-    });
+    };
+    opts.wrap = Some(
+        bottleneck
+            .wrap(opts.connections, None)
+            .expect("a bottleneck"),
+    );
     let pair = loopback::start(&opts).expect("engines start");
     let per_flow = (TOGETHER + ALONE) * MSG;
     let a_map = Arc::new(Mapping::anonymous(2 * per_flow).unwrap());

@@ -12,13 +12,9 @@
 //! its packets to the peer end's home queue (`wire::rss`), as on a NIC.
 
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::{
-    Cq, Ingress, IngressReport, Qp, RdmaHandle, RdmaNode, RdmaStage, ShaperProbe, ShaperReport,
-    TagConfig, TagPort,
-};
-use crate::cc::bottleneck::{Bottleneck, BottleneckConfig};
+use super::{Cq, Qp, RdmaHandle, RdmaNode, RdmaStage, TagConfig, TagPort};
 use crate::dataplane::{DpdkError, Mempool, Port, PortConfig, ring_pair_queues};
 use crate::runtime::{
     CaptureSink, FaultConfig, FaultInjector, Polling, Runtime, RuntimeError, StageBox, TxPolicy,
@@ -76,9 +72,10 @@ pub struct LoopbackOpts {
     /// Ends homed on different indexes are a misconfiguration (their packets arrive at the
     /// wrong worker and are dropped as `wrong_core`); tests make one on purpose.
     pub homes: Vec<[usize; 2]>,
-    /// A bottleneck in front of engine B's receive path (both engines on one worker only):
-    /// every connection's A-to-B traffic shares it.
-    pub bottleneck: Option<BottleneckSpec>,
+    /// Wraps the stage of each worker that runs both engines before it starts (both engines
+    /// on one worker, or `workers`): instrumentation around the engines, such as the benches'
+    /// emulated bottleneck in front of B's receive path.
+    pub wrap: Option<StageWrap>,
     /// A traffic shaper on engine B's requests (both engines on one worker only).
     pub shaper: Option<ShaperSpec>,
     /// How the workers wait when idle (the command line's `--polling` overrides it).
@@ -91,22 +88,23 @@ pub struct ShaperSpec {
     pub config: ShaperConfig,
     /// Per connection: the traffic class of its queue pair on engine B (0 beyond the list).
     pub classes: Vec<u8>,
-    /// A per-bin sample of the shaper's class counters: bin length (ns) and bins.
-    pub trace: (u64, usize),
-    /// Filled with its counters and the samples when the worker stops.
-    pub report: Arc<Mutex<Option<ShaperReport>>>,
 }
 
-/// The bottleneck [`LoopbackOpts::bottleneck`] asks for.
-#[derive(Debug, Clone)]
-pub struct BottleneckSpec {
-    pub config: BottleneckConfig,
-    /// Frames it may hold at once (queue and delay line).
-    pub capacity: usize,
-    /// A per-bin trace: bin length (ns) and bins; the flows are the connections.
-    pub trace: Option<(u64, usize)>,
-    /// Filled with what it measured when the worker stops.
-    pub report: Arc<Mutex<Option<IngressReport>>>,
+/// Turns worker `i`'s stage (engine A is engine 0 on input 0, B engine 1 on input 1) into
+/// the stage the worker runs ([`LoopbackOpts::wrap`]).
+#[derive(Clone)]
+pub struct StageWrap(pub Arc<dyn Fn(usize, RdmaStage) -> StageBox + Send + Sync>);
+
+impl StageWrap {
+    pub fn new(f: impl Fn(usize, RdmaStage) -> StageBox + Send + Sync + 'static) -> StageWrap {
+        StageWrap(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for StageWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StageWrap(..)")
+    }
 }
 
 impl LoopbackOpts {
@@ -127,7 +125,7 @@ impl LoopbackOpts {
             tags: None,
             workers: Vec::new(),
             homes: Vec::new(),
-            bottleneck: None,
+            wrap: None,
             shaper: None,
             polling: Polling::Busy,
         }
@@ -223,33 +221,14 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let one_worker = !sharded && opts.cores[0] == opts.cores[1];
     if opts.shaper.is_some() && !one_worker {
         return Err(LoopbackError::Layout(
-            "a shaper (with its probe) needs both engines on one worker".into(),
+            "a shaper needs both engines on one worker".into(),
         ));
     }
-    if opts.bottleneck.is_some() && !one_worker {
+    if opts.wrap.is_some() && !(one_worker || sharded) {
         return Err(LoopbackError::Layout(
-            "a bottleneck needs both engines on one worker".into(),
+            "a stage wrapper needs both engines on one worker".into(),
         ));
     }
-    let mut ingress = match &opts.bottleneck {
-        Some(b) => {
-            let mut bn = Bottleneck::new(b.config, b.capacity)
-                .map_err(|e| LoopbackError::Layout(e.to_string()))?;
-            if let Some((bin_ns, bins)) = b.trace {
-                bn = bn.with_trace(bin_ns, bins, connections);
-            }
-            let bins = b.trace.map_or(0, |(_, bins)| bins);
-            Some(Ingress {
-                input: 1,
-                bottleneck: bn,
-                flows: (0..connections).map(|i| qpns(i).1).collect(),
-                report: b.report.clone(),
-                senders: (0..connections).map(|i| qpns(i).0).collect(),
-                rates: vec![0; bins * connections],
-            })
-        }
-        None => None,
-    };
     let homes: Vec<[usize; 2]> = (0..connections)
         .map(|c| opts.homes.get(c).copied().unwrap_or([c % shards; 2]))
         .collect();
@@ -406,18 +385,11 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         {
             let (rx_a, tx_a) = queue(&ports[0], i as u16);
             let (rx_b, tx_b) = queue(&ports[1], i as u16);
-            let mut stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
-            if let Some(ing) = ingress.take() {
-                stage = stage.with_ingress(ing);
-            }
-            if let Some(sh) = &opts.shaper
-                && i == 0
-            {
-                let (bin_ns, bins) = sh.trace;
-                let classes = sh.config.classes.len();
-                let probe = ShaperProbe::new(1, bin_ns, bins, classes, sh.report.clone());
-                stage = stage.with_shaper_probe(probe);
-            }
+            let stage = RdmaStage::new(node_a, pool.clone(), ca, 0).with_engine(node_b, cb, 1);
+            let stage = match &opts.wrap {
+                Some(w) => (w.0)(i, stage),
+                None => StageBox::new(stage),
+            };
             specs.push(WorkerSpec {
                 name: if sharded {
                     format!("{name}{i}")
@@ -428,7 +400,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 rx: vec![rx_a, rx_b],
                 tx: vec![tx_a, tx_b],
                 burst: opts.burst,
-                stage: StageBox::new(stage),
+                stage,
                 faults: faults(i as u64),
                 capture: tap(),
                 polling,

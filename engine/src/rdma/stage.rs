@@ -15,17 +15,15 @@
 //! not run (descheduled by the kernel, or stuck in a long iteration) counts for little, so that
 //! the transport's retransmission timers measure the peer's silence, not the worker's own.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::ControlPort;
 use super::live::LIVE_EVERY_NS;
 use super::rings;
 use super::{RdmaNode, RxOutcome};
-use crate::cc::bottleneck::{Bottleneck, BottleneckCounters, Trace};
 use crate::dataplane::wake::Wake;
-use crate::dataplane::{Burst, Mbuf, Mempool, rdtsc, tsc_hz};
+use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outlook, Outputs, Polling, Stage, polling};
-use crate::wire::{self, Ecn};
 
 crate::counter_set! {
     /// The stage's counters, declared once: the slots (`Counters::stage`, [`RdmaSlot`]), the
@@ -109,9 +107,11 @@ crate::counter_set! {
         shaper_waited_in: Sum,
         /// Arbitration steps MCUs waited for their outstanding cap, over the classes.
         shaper_waited_cap: Sum,
-        /// Frames the emulated bottleneck in front of an engine marked CE (the stage's own).
+        /// Frames an ingress queue in front of an engine marked CE: a slot a stage wrapping
+        /// this one fills (the benches' emulated bottleneck, `portico_bench::instrument`); 0
+        /// here.
         bottleneck_marked: Sum,
-        /// Frames the emulated bottleneck dropped.
+        /// Frames that ingress queue dropped (filled the same way).
         bottleneck_dropped: Sum,
         /// Steps of the worker's clock longer than 50 µs: times the worker did not run.
         stalls: Sum,
@@ -125,121 +125,6 @@ const _: () = assert!(RdmaCounters::LEN <= crate::runtime::STAGE_COUNTERS);
 /// The names of [`RdmaCounters`], in slot order.
 #[cfg(test)]
 pub(crate) const COUNTER_NAMES: [&str; RdmaCounters::LEN] = RdmaCounters::NAMES;
-
-/// A bottleneck in front of one engine's receive path ([`crate::cc::bottleneck`]): every
-/// frame that input receives waits in it, is served at its rate, may be marked CE or dropped,
-/// and reaches the engine after its delay. The engine is told the queue's depth.
-pub struct Ingress {
-    /// The input (and engine) it sits in front of.
-    pub input: usize,
-    pub bottleneck: Bottleneck<Mbuf>,
-    /// The trace's flow of each queue pair: `flows[i]` is the QPN (the BTH's destination QP
-    /// as the engine receives it) of flow `i`.
-    pub flows: Vec<u32>,
-    /// Where the stage leaves what the bottleneck measured when it stops.
-    pub report: Arc<Mutex<Option<IngressReport>>>,
-    /// The senders whose controller rates are sampled into `rates`: QPNs on engine 0, one
-    /// per flow (the flows' other ends).
-    pub senders: Vec<u32>,
-    /// Per bin of the trace and flow (`bin * flows + flow`): the lowest rate the sender's
-    /// congestion controller had at the polls in the bin (0: not seen, or no controller).
-    /// Preallocated.
-    pub rates: Vec<u64>,
-}
-
-/// What a bottleneck measured over a run.
-#[derive(Debug, Clone)]
-pub struct IngressReport {
-    pub counters: BottleneckCounters,
-    pub queue_p50_bytes: u64,
-    pub queue_p99_bytes: u64,
-    pub trace: Option<Trace>,
-    /// [`Ingress::rates`].
-    pub rates: Vec<u64>,
-    /// Per sender, when the stage stopped: its controller's counters and rate (`None`: no
-    /// controller).
-    pub senders: Vec<(crate::cc::CcStats, Option<u64>)>,
-}
-
-/// Samples one engine's traffic shaper into per-bin series of worker time, and leaves its
-/// counters when the stage stops (the shaper bench's figures and plot).
-pub struct ShaperProbe {
-    /// The engine whose shaper it reads.
-    pub engine: usize,
-    pub bin_ns: u64,
-    pub bins: usize,
-    /// Where the stage leaves what it sampled when it stops.
-    pub report: Arc<Mutex<Option<ShaperReport>>>,
-    /// bins × classes (`bin * classes + class`): the class's bytes sent and response bytes
-    /// pulled in so far, as last seen in the bin (0: no poll in the bin). Preallocated.
-    sent: Vec<u64>,
-    pulled: Vec<u64>,
-}
-
-impl ShaperProbe {
-    pub fn new(
-        engine: usize,
-        bin_ns: u64,
-        bins: usize,
-        classes: usize,
-        report: Arc<Mutex<Option<ShaperReport>>>,
-    ) -> ShaperProbe {
-        ShaperProbe {
-            engine,
-            bin_ns: bin_ns.max(1),
-            bins,
-            report,
-            sent: vec![0; bins * classes],
-            pulled: vec![0; bins * classes],
-        }
-    }
-}
-
-/// What a [`ShaperProbe`] saw: the shaper's counters at the end, per class and per MCU, and
-/// the series of cumulative bytes (a bin with no poll carries the bin before it).
-#[derive(Debug, Clone, Default)]
-pub struct ShaperReport {
-    pub classes: Vec<crate::shaper::Counters>,
-    pub mcus: Vec<crate::shaper::Counters>,
-    pub bin_ns: u64,
-    pub bins: usize,
-    /// bins × classes: bytes the class sent by the end of the bin.
-    pub sent: Vec<u64>,
-    /// bins × classes: response bytes the class's requests pulled in by the end of the bin.
-    pub pulled: Vec<u64>,
-}
-
-/// The flow of a frame: the index of its destination QP in `flows`, or `flows.len()`.
-fn flow_of(frame: &[u8], flows: &[u32]) -> usize {
-    const DEST_QP: usize = wire::roce::BASE_HEADER_LEN - 12 + 5;
-    let Some(q) = frame.get(DEST_QP..DEST_QP + 3) else {
-        return flows.len();
-    };
-    let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
-    flows.iter().position(|&f| f == qpn).unwrap_or(flows.len())
-}
-
-/// Whether an IPv4 frame is ECN-capable (ECT(0), ECT(1) or already CE).
-fn ect(frame: &[u8]) -> bool {
-    frame.len() > 15 && frame[12..14] == [0x08, 0x00] && frame[15] & 3 != 0
-}
-
-/// Marks an IPv4 frame CE and mends its header checksum (RFC 1624), as a switch does; the
-/// ICRC does not cover either.
-fn mark_ce(frame: &mut [u8]) {
-    if frame.len() < 34 {
-        return;
-    }
-    let old = u16::from_be_bytes([frame[14], frame[15]]);
-    frame[15] |= Ecn::Ce.bits();
-    let new = u16::from_be_bytes([frame[14], frame[15]]);
-    let sum = u16::from_be_bytes([frame[24], frame[25]]);
-    // HC' = ~(~HC + ~m + m')
-    let mut acc = u32::from(!sum) + u32::from(!old) + u32::from(new);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc = (acc & 0xffff) + (acc >> 16);
-    frame[24..26].copy_from_slice(&(!(acc as u16)).to_be_bytes());
-}
 
 /// The most one step of the [`WorkerClock`] counts: longer than a busy loop iteration takes
 /// (up to about 50 µs with bursts of 4 KiB frames on this machine), far shorter than a worker
@@ -314,8 +199,6 @@ struct Engine {
 /// One or more RDMA engines on one worker. Engine *i* receives what input *i* receives.
 pub struct RdmaStage {
     engines: Vec<Engine>,
-    ingress: Option<Ingress>,
-    probe: Option<ShaperProbe>,
     /// Fresh mbufs for transmission, allocated in bulk (one mempool call per 32 frames).
     /// Declared before `pool` so that it is freed first.
     fresh: Burst,
@@ -339,8 +222,6 @@ impl RdmaStage {
                 control,
                 output,
             }],
-            ingress: None,
-            probe: None,
             fresh: Burst::new(),
             pool,
             polls: 0,
@@ -363,80 +244,23 @@ impl RdmaStage {
         self
     }
 
-    /// Samples engine `probe.engine`'s traffic shaper as it runs.
-    pub fn with_shaper_probe(mut self, probe: ShaperProbe) -> Self {
-        self.probe = Some(probe);
-        self
+    /// Engine `engine`'s node (in the order the engines were added), to read its state
+    /// between polls: its queue pairs, its shaper, its counters.
+    pub fn node(&self, engine: usize) -> Option<&RdmaNode> {
+        self.engines.get(engine).map(|e| &e.node)
     }
 
-    /// Records the shaper's cumulative bytes per class in the current bin.
-    fn sample_shaper(&mut self, now: u64) {
-        let Some(p) = &mut self.probe else {
-            return;
-        };
-        let Some(sh) = self.engines.get(p.engine).and_then(|e| e.node.shaper()) else {
-            return;
-        };
-        let n = sh.classes();
-        let bin = (now / p.bin_ns) as usize;
-        if bin >= p.bins {
-            return;
-        }
-        for c in 0..n {
-            let k = sh.class_counters(c as u8);
-            p.sent[bin * n + c] = k.bytes;
-            p.pulled[bin * n + c] = k.response_bytes;
-        }
-    }
-
-    /// Puts a bottleneck in front of input `ingress.input`.
-    pub fn with_ingress(mut self, ingress: Ingress) -> Self {
-        self.ingress = Some(ingress);
-        self
-    }
-
-    /// Hands the frames the bottleneck releases by `now` to their engine.
-    fn release(&mut self, now: u64) {
-        let Some(ing) = &mut self.ingress else {
-            return;
-        };
-        let Some(e) = self.engines.get_mut(ing.input) else {
-            return;
-        };
-        let node = &mut e.node;
-        ing.bottleneck.poll(now, |mut m, marked| {
-            if marked {
-                mark_ce(m.data_mut());
-            }
-            // ARP goes through as well; a reply to it is not sent from here (the peer
-            // resolved the address before the flows started).
-            node.receive(now, m.data());
-        });
-        node.set_ingress_queue(Some(
-            ing.bottleneck.queue_bytes().min(u64::from(u32::MAX - 1)) as u32,
-        ));
-        // The senders' controller rates, for the bench's figures.
-        if let (Some(t), Some(sender)) = (ing.bottleneck.trace(), self.engines.first()) {
-            let bin = (now / t.bin_ns) as usize;
-            let n = ing.senders.len();
-            if let Some(row) = ing.rates.get_mut(bin * n..(bin + 1) * n) {
-                for (r, &qpn) in row.iter_mut().zip(&ing.senders) {
-                    let rate = sender
-                        .node
-                        .qp(qpn)
-                        .and_then(|q| q.requester().cc().rate_bps())
-                        .unwrap_or(0);
-                    if *r == 0 || rate < *r {
-                        *r = rate;
-                    }
-                }
-            }
-        }
+    /// Engine `engine`'s node, to tell it what the stage cannot see (an ingress queue's
+    /// depth in front of it, see [`RdmaNode::set_ingress_queue`]) or to hand it frames
+    /// between polls.
+    pub fn node_mut(&mut self, engine: usize) -> Option<&mut RdmaNode> {
+        self.engines.get_mut(engine).map(|e| &mut e.node)
     }
 
     /// The worker time: nanoseconds since the stage started (TSC ticks times a 32.32
-    /// fixed-point factor, so no division per call), stalls not counted.
-    fn now_ns(&mut self) -> u64 {
+    /// fixed-point factor, so no division per call), stalls not counted. The time the nodes
+    /// are told; reading it advances the stage's clock.
+    pub fn now_ns(&mut self) -> u64 {
         let real =
             ((rdtsc().saturating_sub(self.tsc0) as u128 * self.ns_per_tick as u128) >> 32) as u64;
         self.clock.advance(real)
@@ -508,11 +332,6 @@ impl RdmaStage {
         for e in &self.engines {
             all.combine(&Self::engine_counters(e));
         }
-        if let Some(ing) = &self.ingress {
-            let b = ing.bottleneck.counters();
-            all.bottleneck_marked = b.marked;
-            all.bottleneck_dropped = b.dropped;
-        }
         all.stalls = self.clock.stalls;
         all.alloc_failures = self.alloc_failures;
         all.store(&mut c.stage);
@@ -538,16 +357,9 @@ impl Stage for RdmaStage {
 
     fn outlook(&mut self) -> Outlook {
         let now = self.now_ns();
-        // Frames held by an emulated bottleneck leave when it releases them.
-        let ingress = Outlook::due_in(
-            self.ingress
-                .as_ref()
-                .and_then(|i| i.bottleneck.next_release())
-                .map(|t| t.saturating_sub(now)),
-        );
         self.engines
             .iter_mut()
-            .fold(ingress, |o, e| o.and(e.node.outlook(now)))
+            .fold(Outlook::due_in(None), |o, e| o.and(e.node.outlook(now)))
     }
 
     fn wakes(&self) -> Vec<Arc<Wake>> {
@@ -577,18 +389,6 @@ impl Stage for RdmaStage {
 
     fn on_rx(&mut self, input: usize, burst: &mut Burst, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
-        if let Some(ing) = &mut self.ingress
-            && ing.input == input
-        {
-            for m in burst.drain() {
-                let (len, ect, flow) =
-                    (m.len() as u32, ect(m.data()), flow_of(m.data(), &ing.flows));
-                // A frame the buffer has no room for is freed here: dropped at the tail.
-                let _ = ing.bottleneck.offer(now, m, len, ect, flow);
-            }
-            self.release(now);
-            return;
-        }
         let Some(e) = self.engines.get_mut(input) else {
             return;
         };
@@ -612,7 +412,6 @@ impl Stage for RdmaStage {
 
     fn on_poll(&mut self, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
-        self.release(now);
         for e in &mut self.engines {
             for (id, request) in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
                 if let Some(reply) = e.node.control(id, request) {
@@ -648,7 +447,6 @@ impl Stage for RdmaStage {
             e.node.flush_completions();
             e.node.publish_tag_events();
         }
-        self.sample_shaper(now);
         if now.saturating_sub(self.live_at) >= LIVE_EVERY_NS {
             self.live_at = now;
             for e in &self.engines {
@@ -666,58 +464,6 @@ impl Stage for RdmaStage {
         let now = self.now_ns();
         for e in &self.engines {
             e.control.live.publish(e.node.qps(), now);
-        }
-        if let Some(p) = &mut self.probe
-            && let Some(sh) = self.engines.get(p.engine).and_then(|e| e.node.shaper())
-        {
-            let n = sh.classes();
-            // A bin without a poll carries the one before it (the counts only grow).
-            for v in [&mut p.sent, &mut p.pulled] {
-                for i in n..v.len() {
-                    v[i] = v[i].max(v[i - n]);
-                }
-            }
-            let report = ShaperReport {
-                classes: (0..n).map(|c| sh.class_counters(c as u8)).collect(),
-                mcus: (0..sh.mcus()).map(|m| sh.mcu_counters(m)).collect(),
-                bin_ns: p.bin_ns,
-                bins: p.bins,
-                sent: std::mem::take(&mut p.sent),
-                pulled: std::mem::take(&mut p.pulled),
-            };
-            if let Ok(mut slot) = p.report.lock() {
-                *slot = Some(report);
-            }
-        }
-        if let Some(ing) = &mut self.ingress {
-            let b = &ing.bottleneck;
-            let report = IngressReport {
-                counters: b.counters(),
-                queue_p50_bytes: b.queue_percentile(50.0),
-                queue_p99_bytes: b.queue_percentile(99.0),
-                trace: b.trace().cloned(),
-                rates: std::mem::take(&mut ing.rates),
-                senders: ing
-                    .senders
-                    .iter()
-                    .map(|&qpn| {
-                        let cc = self
-                            .engines
-                            .first()
-                            .and_then(|e| e.node.qp(qpn))
-                            .map(|q| q.requester().cc());
-                        (
-                            cc.map(|c| c.stats).unwrap_or_default(),
-                            cc.and_then(|c| c.rate_bps()),
-                        )
-                    })
-                    .collect(),
-            };
-            if let Ok(mut slot) = ing.report.lock() {
-                *slot = Some(report);
-            }
-            // Free what is still held while the pool is alive.
-            ing.bottleneck.poll(u64::MAX, |m, _| drop(m));
         }
     }
 }
@@ -782,22 +528,6 @@ mod tests {
         // Counted in real time, the 3 ms the worker was away expire A's 250 µs timer before B,
         // on the same worker, has read the window: all of it is resent, for nothing.
         assert_eq!(stalled_window(|real| real), (32, 32));
-    }
-
-    #[test]
-    fn a_frame_marked_ce_keeps_a_valid_checksum_and_icrc() {
-        let cfg = crate::transport::QpConfig::new(1, 2);
-        let repr = cfg.header(crate::wire::Opcode::SendOnly, 7, true);
-        let mut frame = vec![0u8; repr.buffer_len(100)];
-        repr.emit(&mut frame, &[0x5a; 100]).unwrap();
-        assert!(ect(&frame));
-        mark_ce(&mut frame);
-        let (back, _) = crate::wire::parse_frame(&frame).expect("checksum and ICRC hold");
-        assert_eq!(back.ip.ecn, Ecn::Ce);
-        assert_eq!(back.ip.dscp, cfg.dscp, "the DSCP is untouched");
-        // Not ECN-capable: not ECT.
-        frame[15] &= !3;
-        assert!(!ect(&frame));
     }
 
     #[test]

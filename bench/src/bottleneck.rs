@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::rng::SplitMix64;
+use portico::rng::SplitMix64;
 
 /// HPCC's ns-3 presets give thresholds in KB of 1000 bytes.
 const KB: u64 = 1000;
