@@ -30,10 +30,10 @@ mod parts;
 mod placed;
 pub mod rings;
 pub mod tagged;
-#[cfg(test)]
-mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(test)]
+mod tests;
 pub mod wake;
 
 pub use host::{Control, ControlPort, ControlReply, HostError, MemoryRegion, RdmaHandle};

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use pmem::Mapping;
 
-use crate::{TagConfig, TagEntry, TagEvent, TagEventKind, TagPort};
 use crate::testing::{End, pair_with, pump};
+use crate::{TagConfig, TagEntry, TagEvent, TagEventKind, TagPort};
 use proto::lpe::{ListKind, Options, SearchMode};
 use proto::transport::{Access, MrKeys, SgList, Sge, WcOpcode, WcStatus, WorkRequest};
 

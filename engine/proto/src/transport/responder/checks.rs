@@ -168,7 +168,7 @@ pub(super) enum TagStep {
 /// The packet's payload fits where it sits in its message: FIRST and MIDDLE carry exactly
 /// one path MTU, LAST between one byte and one MTU, ONLY at most one MTU. The one shape rule
 /// of SENDs, tagged SENDs and WRITEs alike.
-#[inline]
+#[inline(always)]
 fn packet_fits(pos: Pos, len: usize, mtu: usize) -> bool {
     match pos {
         Pos::First | Pos::Middle => len == mtu,
@@ -181,7 +181,7 @@ impl Responder {
     /// The expected PSN, or not: a packet ahead of `epsn` is a sequence error (one NAK per
     /// gap), one behind it a duplicate (answered by `duplicate`). Either way the chain
     /// stops. Checked before anything else, even whether the opcode is one we execute.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_psn(
         &mut self,
         cfg: &QpConfig,
@@ -211,7 +211,7 @@ impl Responder {
     /// message, a MIDDLE or LAST must continue one of its own class. A WRITE continuing a
     /// durable WRITE is durable. An opcode outside every class has no sequence to check and
     /// gets here the NAK [`Responder::check_op_valid`] would give it.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_op_seq(&self, cfg: &QpConfig, opcode: Opcode) -> Result<Op, Stop> {
         let Some(mut op) = Op::of(opcode, cfg.tagged) else {
             return Err(INVALID);
@@ -232,7 +232,7 @@ impl Responder {
     /// The opcode is one this queue pair executes, with the headers it needs: durable
     /// WRITEs only where negotiated, no immediate on a tagged SEND, a RETH on what names
     /// remote memory, a FETH asking for something on a FLUSH.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_op_valid(
         &self,
         cfg: &QpConfig,
@@ -264,7 +264,7 @@ impl Responder {
     /// A SEND opening a message needs a posted receive, or it is not ready for it (RNR).
     /// Only looked at here: execution takes it. (The other resources are checked after the
     /// remote key: [`Responder::check_resource_after_rkey`].)
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_resource(&self, op: Op) -> Result<(), Stop> {
         if op.kind == Kind::Send && op.pos.opens() && self.rq.is_empty() {
             return Err(Stop::Rnr);
@@ -277,7 +277,7 @@ impl Responder {
     /// exactly, the RETH's DMA length; an ATOMIC WRITE carries 8 bytes for 8 aligned bytes.
     /// A READ or FLUSH has no payload length to check. (Whether a SEND fits its receive
     /// buffer is found when it is copied in, and completes that receive in error.)
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_length(
         &self,
         cfg: &QpConfig,
@@ -315,7 +315,7 @@ impl Responder {
     /// check resolves the target; it touches no memory. A READ or WRITE of DMA length 0 is
     /// not checked at all (C9-88); a FLUSH is, whatever its length (docs/security.md,
     /// "Length 0"). A WRITE after its first packet was checked with its first.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_rkey(
         &self,
         op: Op,
@@ -386,7 +386,7 @@ impl Responder {
     /// allow ("remote access error" if not); and what will be owed once the WRITE is durable
     /// (a durable ACK, or an ACK held back) needs room, or the WRITE waits (RNR) before
     /// touching memory.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_durable(
         &self,
         op: Op,
@@ -415,7 +415,7 @@ impl Responder {
     /// visible to a request with two faults: a WRITE with immediate that has a bad length or
     /// remote key and finds no receive is NAKed fatally, not RNR-NAKed; a READ-like request
     /// with a bad remote key when every slot is taken is NAKed, not dropped.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_resource_after_rkey(
         &self,
         cfg: &QpConfig,
@@ -437,7 +437,7 @@ impl Responder {
     /// tagged message: its tag header parses (counted if not); a done message is one empty
     /// ONLY; anything else is matched to where it lands, or waits (RNR), or is refused.
     /// Matching claims the tagged buffer, so this is the last step before execution.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check_tagged(
         &mut self,
         cfg: &QpConfig,

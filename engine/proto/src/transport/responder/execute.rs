@@ -29,7 +29,7 @@ pub(super) struct Checked {
 
 impl Responder {
     /// Carry out a checked request at the expected PSN.
-    #[inline]
+    #[inline(always)]
     pub(super) fn execute(
         &mut self,
         cfg: &QpConfig,
@@ -172,6 +172,7 @@ impl Responder {
 
     /// A WRITE packet is placed; its last packet persists it as asked and completes the
     /// receive of an immediate. True when it ended its message.
+    #[inline(always)]
     fn execute_write(
         &mut self,
         cfg: &QpConfig,

@@ -401,7 +401,7 @@ impl Responder {
     /// The chain. Each step passes on what it found or stops the request; no memory is
     /// written and no receive taken before `execute` (tag matching, which claims a tagged
     /// buffer, comes last for that reason).
-    #[inline]
+    #[inline(always)]
     fn respond(
         &mut self,
         cfg: &QpConfig,
