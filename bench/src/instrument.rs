@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use portico::dataplane::wake::Wake;
 use portico::dataplane::{Burst, Mbuf};
-use portico::rdma::RdmaStage;
 use portico::rdma::loopback::{StageWrap, qpns};
+use portico::rdma::{RdmaSlot, RdmaStage};
 use portico::runtime::{Counters, Outlook, Outputs, Polling, Stage, StageBox};
 use portico::wire::{self, Ecn};
 
@@ -206,17 +206,12 @@ pub struct Instrumented {
     /// Frames the bottleneck released, handed to the engine a burst at a time.
     released: Burst,
     probe: Option<ShaperProbe>,
-    /// The counter slots of `bottleneck_marked` and `bottleneck_dropped` in `inner`'s.
-    slots: [Option<usize>; 2],
     inner: RdmaStage,
 }
 
 impl Instrumented {
     pub fn new(inner: RdmaStage, ingress: Option<Ingress>, probe: Option<ShaperProbe>) -> Self {
-        let names = inner.counter_names();
-        let slot = |name: &str| names.iter().position(|n| *n == name);
         Instrumented {
-            slots: [slot("bottleneck_marked"), slot("bottleneck_dropped")],
             ingress,
             released: Burst::new(),
             probe,
@@ -289,11 +284,8 @@ impl Instrumented {
     fn store_counters(&self, c: &mut Counters) {
         if let Some(ing) = &self.ingress {
             let b = ing.bottleneck.counters();
-            for (slot, v) in self.slots.iter().zip([b.marked, b.dropped]) {
-                if let Some(s) = slot.and_then(|s| c.stage.get_mut(s)) {
-                    *s = v;
-                }
-            }
+            c.stage[RdmaSlot::bottleneck_marked.index()] = b.marked;
+            c.stage[RdmaSlot::bottleneck_dropped.index()] = b.dropped;
         }
     }
 }

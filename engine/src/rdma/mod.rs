@@ -11,7 +11,7 @@ mod stage;
 
 #[cfg(test)]
 pub(crate) use stage::COUNTER_NAMES;
-pub use stage::RdmaStage;
+pub use stage::{RdmaCounters, RdmaSlot, RdmaStage};
 
 /// Data room of the mbufs an RDMA engine uses: headroom plus a 4096-byte MTU payload plus
 /// every RoCEv2 header, pad and ICRC, so any frame fits one segment.

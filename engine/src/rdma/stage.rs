@@ -30,7 +30,7 @@ crate::counter_set! {
     /// names the reports, the JSON and telemetry carry, and how they combine all follow this
     /// list. First the nodes' (combined over the engines, see [`RdmaStage::publish`]), then
     /// the stage's own.
-    pub(crate) struct RdmaCounters, slots RdmaSlot {
+    pub struct RdmaCounters, slots RdmaSlot {
         /// RoCEv2 packets handed to a queue pair.
         delivered: Sum,
         /// Frames whose ICRC did not match.
