@@ -1,13 +1,13 @@
 //! The `parse_roce` fuzz harness: arbitrary bytes to the whole-frame RoCEv2 parser and to
-//! every header parser of `portico::wire`. None of them may panic. When a frame parses, it is
+//! every header parser of `portico-wire`. None of them may panic. When a frame parses, it is
 //! emitted again and must parse back to the same headers and payload.
 //!
 //! Shared, like `rdma_node.rs`, by the fuzz target and the replay test
-//! (`engine/cli/tests/fuzz_regressions.rs`).
+//! (`engine/node/tests/fuzz_regressions.rs`).
 
 use core::net::Ipv4Addr;
 
-use portico::wire::{
+use wire::{
     AethRepr, BthRepr, Checks, EthernetRepr, FethRepr, ImmDtRepr, Ipv4Repr, RethRepr, RocePacket,
     RoceRepr, UdpRepr, aeth, bth, ethernet, feth, immdt, ipv4, parse_frame, reth, udp,
 };

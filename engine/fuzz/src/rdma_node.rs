@@ -18,7 +18,7 @@
 //! input's final drain stays short.
 //!
 //! This file is shared: the fuzz target (`fuzz_targets/rdma_node.rs`), the seed-corpus tool
-//! and the replay test (`engine/cli/tests/fuzz_regressions.rs`, which includes it by path) all
+//! and the replay test (`engine/node/tests/fuzz_regressions.rs`, which includes it by path) all
 //! run [`run`], so a crashing input replays under `cargo test` exactly as libFuzzer ran it.
 //!
 //! # Input format
@@ -72,16 +72,16 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use pmem::{MapOptions, Mapping};
-use portico::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
-use portico::rdma::{
+use proto::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
+use node::{
     Control, ControlReply, Cq, NodeCounters, Qp, RdmaNode, RxOutcome, TagConfig, TagEntry,
     TagEvent, TagPort,
 };
-use portico::transport::{
+use proto::transport::{
     Access, MemoryTable, MrKeys, Mtu, QpConfig, RecvRequest, SgList, Sge, WcOpcode, WcStatus,
     WorkRequest,
 };
-use portico::wire::{self, EthernetAddress};
+use wire::{self, EthernetAddress};
 
 pub const NODE_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x0b]);
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);

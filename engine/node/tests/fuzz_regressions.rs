@@ -2,7 +2,11 @@
 //! (`engine/fuzz/regressions/<target>/`: inputs that once made a target fail) and the seed
 //! corpus (`engine/fuzz/corpus/<target>/`) go through the same harness functions the fuzz
 //! targets call, included here by path, so a fixed crash stays fixed under `cargo test`.
-//! `docs/fuzzing.md` describes the harnesses and how the fuzzing is run.
+//! `docs/fuzzing.md` describes the harnesses and how the fuzzing is run. It is a test of the
+//! pure crates, like the harnesses: it runs without DPDK.
+
+// The harnesses name the node crate `node`, as the fuzz crate's manifest does.
+extern crate portico_node as node;
 
 #[allow(dead_code)] // The seed-corpus tool's half of the harness is not used here.
 #[path = "../../fuzz/src/rdma_node.rs"]
