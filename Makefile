@@ -45,8 +45,7 @@ test: lint
 	@mkdir -p target
 	@scripts/toolchain-check.sh | tee target/toolchain.log
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log
-	set -o pipefail; $(CARGO) test --release --workspace --lib 2>&1 | tee target/test-release.log
-	set -o pipefail; $(CARGO) test --release -p portico-cli $(RELEASE_TESTS) 2>&1 | tee -a target/test-release.log
+	set -o pipefail; $(CARGO) test --release --workspace --lib $(RELEASE_TESTS) 2>&1 | tee target/test-release.log
 	set -o pipefail; CARGO="$(CARGO)" scripts/valgrind.sh 2>&1 | tee target/valgrind-summary.log
 	set -o pipefail; CARGO="$(CARGO)" scripts/fuzz.sh $(FUZZ_SECONDS) 2>&1 | tee target/fuzz.log
 	@grep -E '^fuzz: [a-z_]+: [0-9]+s,|^fuzz: [0-9]+ targets' target/fuzz.log
