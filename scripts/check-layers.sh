@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 doc=docs/architecture.md
-pure=(portico-wire portico-proto portico-node)
+pure=(portico-counters portico-wire portico-proto portico-node)
 
 members=$($cargo metadata --no-deps --format-version 1 |
     python3 -c 'import json,sys; print(" ".join(p["name"] for p in json.load(sys.stdin)["packages"]))')

@@ -37,3 +37,6 @@ pub mod traffic;
 
 pub use proto::{lpe, placement, rng, shaper, transport};
 pub use wire;
+
+/// Declares a set of counters once (from `portico-counters`; see [`runtime::counter_set`]).
+pub use portico_counters::counter_set;

@@ -43,7 +43,7 @@ use crate::config::{ConfigError, MemoryLimit, limits, vdev_driver};
 use crate::dataplane::{self, Eal, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::latency::Latency;
-use crate::rdma::{Cq, MemoryRegion, Qp, RdmaHandle, RdmaNode, RdmaStage};
+use crate::rdma::{Cq, MemoryRegion, Qp, RdmaCounters, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{
     CaptureSink, Polling, Runtime, StageBox, TxPolicy, WorkerCapture, WorkerSpec, polling,
@@ -562,25 +562,18 @@ fn check_initiator_keys(cfg: &PeerConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Counters every summary has, even when the stage does not report them.
-const ALWAYS_COUNTED: [&str; 5] = [
-    "delivered",
-    "icrc_errors",
-    "malformed",
-    "not_for_us",
-    "arp_replies",
-];
-
-/// The counters both roles print at the end: every stage counter the workers report, summed
-/// by name (so a drop reason the engine adds appears without a change here), and those of
-/// [`ALWAYS_COUNTED`] at 0 when no worker reports them.
+/// The counters both roles print at the end: the RDMA stage's declared counters
+/// ([`RdmaCounters`]), each combined over the workers as declared (all summed), by name;
+/// every one is there, at 0 when no worker counted it, so a counter added to the declaration
+/// appears without a change here.
 pub fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
-    let mut counts: BTreeMap<String, u64> =
-        ALWAYS_COUNTED.iter().map(|k| (k.to_string(), 0)).collect();
-    for (k, v) in reports.iter().flat_map(|r| &r.counters) {
-        *counts.entry(k.clone()).or_default() += v;
+    let mut all = RdmaCounters::default();
+    for r in reports {
+        all.combine(&RdmaCounters::from_pairs(
+            r.counters.iter().map(|(n, v)| (n.as_str(), *v)),
+        ));
     }
-    counts
+    all.iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// The port's own counters, as the `ports` array of a summary (the port is still started:
@@ -1168,6 +1161,35 @@ fn stream_durable(
 mod tests {
     use super::*;
     use crate::dataplane::PortStats;
+
+    /// A summary's `counters`: one key per declared RDMA counter, each summed over the
+    /// workers; the ones the summaries always had (`delivered`, `icrc_errors`, ...) at 0 even
+    /// with no worker to report them.
+    #[test]
+    fn summary_counters_are_the_declared_ones_summed_over_workers() {
+        let mut c = crate::runtime::Counters::default();
+        for (i, v) in c.stage.iter_mut().enumerate() {
+            *v = i as u64 + 1;
+        }
+        let names = &RdmaCounters::NAMES;
+        let r = crate::runtime::WorkerReport::new("rdma", None, "rdma", names, &c);
+        let counted = counts(&[r.clone(), r]);
+        assert_eq!(counted.len(), RdmaCounters::LEN);
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(counted[*name], 2 * (i as u64 + 1), "{name}");
+        }
+        let none = counts(&[]);
+        assert_eq!(none.len(), RdmaCounters::LEN);
+        for k in [
+            "delivered",
+            "icrc_errors",
+            "malformed",
+            "not_for_us",
+            "arp_replies",
+        ] {
+            assert_eq!(none[k], 0, "{k}");
+        }
+    }
 
     fn port(rx_packets: u64, rx_q0_errors: u64) -> PortSummary {
         PortSummary {

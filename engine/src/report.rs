@@ -14,6 +14,7 @@ use crate::config::{Task, Worker};
 use crate::dataplane::{EalInfo, PortInfo};
 use crate::runtime::{Polling, WorkerReport};
 use crate::summary::{MemoryChoice, PortSummary, Summary};
+use crate::traffic::{CheckCounters, CheckSlot};
 
 macro_rules! human {
     ($json:expr, $($arg:tt)*) => {
@@ -140,6 +141,9 @@ pub fn rate(v: f64, unit: &str) -> String {
     }
 }
 
+/// The checker's byte count, left out of the live lines (the rates say it).
+const VALID_BYTES: &str = CheckCounters::NAMES[CheckSlot::valid_bytes.index()];
+
 /// One line per worker with the rates over the last period.
 pub fn interval(
     t0: Instant,
@@ -168,7 +172,7 @@ pub fn interval(
             let extra: String = b
                 .counters
                 .iter()
-                .filter(|(k, _)| k != "valid_bytes")
+                .filter(|(k, _)| k != VALID_BYTES)
                 .map(|(k, v)| format!(" {k} {v}"))
                 .collect();
             println!(

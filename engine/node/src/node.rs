@@ -21,8 +21,6 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
-
 use super::host::{Control, ControlReply};
 use super::parts::{Ctx, Parts};
 use super::rings::{self, Cq, CqWriter, Doorbells, HostSpin, MAX_QPS, Qp, QpRings};
@@ -50,57 +48,67 @@ pub enum RxOutcome {
     Dropped,
 }
 
-/// What a node counts, besides its QPs' own statistics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct NodeCounters {
-    pub rx_frames: u64,
-    pub delivered: u64,
-    pub icrc_errors: u64,
-    /// RoCEv2 frames that failed another check (length, checksum, opcode, ...).
-    pub malformed: u64,
-    /// Frames that are not RoCEv2 or ARP for us (other protocols, other IP addresses,
-    /// multicast and broadcast other than ARP).
-    pub not_for_us: u64,
-    /// Unicast frames to another host's MAC address (seen only when the port floods or is
-    /// promiscuous), whatever they carry.
-    pub wrong_mac: u64,
-    /// Frames with an 802.1Q/802.1ad VLAN tag.
-    pub vlan_tagged: u64,
-    /// IPv4 packets with options (a header longer than 20 bytes).
-    pub ip_options: u64,
-    /// IPv4 fragments.
-    pub ip_fragments: u64,
-    /// Packets of another transport service (UC, RD, UD, XRC): never taken by an RC QP.
-    pub wrong_transport: u64,
-    /// RoCEv2 packets to a QPN no queue pair of this engine has.
-    pub unknown_qp: u64,
-    /// Packets whose P_Key does not match their queue pair's (or is the invalid key).
-    pub bad_pkey: u64,
-    /// Packets to a connected queue pair from an address that is not its peer's.
-    pub wrong_source: u64,
-    /// RoCEv2 packets to a queue pair of this engine that is homed on another of its workers:
-    /// the NIC's RSS (or a flow rule) delivered them to the wrong queue. Dropped; the sender's
-    /// timer resends them, to the same wrong queue (see `docs/rdma.md`, "N cores").
-    pub wrong_core: u64,
-    pub arp_replies: u64,
-    pub tx_packets: u64,
-    /// Work requests posted by the host and taken by the worker.
-    pub posted: u64,
-    /// Completions handed to the host.
-    pub completions: u64,
-    /// Times work was left in a host ring because its completion queue had no free slot.
-    pub cq_full: u64,
-    /// Completions that found their ring full (0 unless the reservation rule is broken).
-    pub cq_overruns: u64,
-    /// Ranges handed to the flusher to persist (`msync`, or the power-loss simulator).
-    pub persist_jobs: u64,
-    /// Persists that failed; the queue pairs waiting for them went to the error state.
-    pub persist_failures: u64,
-    /// Requests the traffic shaper picked (one per request packet sent under a shaper).
-    pub shaper_picks: u64,
-    /// Picks whose queue pair then had nothing to send after all (0 unless a peek and the
-    /// send disagree; the pick's tokens are spent).
-    pub shaper_misses: u64,
+portico_counters::counter_set! {
+    /// What a node counts, besides its QPs' own statistics, declared once: the names
+    /// (`NodeCounters::NAMES`, the JSON keys) and how they combine follow this list. The RDMA
+    /// stage reports every one that its own set names too (all but `rx_frames` and
+    /// `tx_packets`).
+    pub struct NodeCounters, slots NodeSlot {
+        /// Frames received (every frame [`RdmaNode::receive`] was given).
+        rx_frames: Sum,
+        /// RoCEv2 packets handed to a queue pair.
+        delivered: Sum,
+        /// Frames whose ICRC did not match.
+        icrc_errors: Sum,
+        /// RoCEv2 frames that failed another check (length, checksum, opcode, ...).
+        malformed: Sum,
+        /// Frames that are not RoCEv2 or ARP for us (other protocols, other IP addresses,
+        /// multicast and broadcast other than ARP).
+        not_for_us: Sum,
+        /// Unicast frames to another host's MAC address (seen only when the port floods or is
+        /// promiscuous), whatever they carry.
+        wrong_mac: Sum,
+        /// Frames with an 802.1Q/802.1ad VLAN tag.
+        vlan_tagged: Sum,
+        /// IPv4 packets with options (a header longer than 20 bytes).
+        ip_options: Sum,
+        /// IPv4 fragments.
+        ip_fragments: Sum,
+        /// Packets of another transport service (UC, RD, UD, XRC): never taken by an RC QP.
+        wrong_transport: Sum,
+        /// RoCEv2 packets to a QPN no queue pair of this engine has.
+        unknown_qp: Sum,
+        /// Packets whose P_Key does not match their queue pair's (or is the invalid key).
+        bad_pkey: Sum,
+        /// Packets to a connected queue pair from an address that is not its peer's.
+        wrong_source: Sum,
+        /// RoCEv2 packets to a queue pair of this engine that is homed on another of its
+        /// workers: the NIC's RSS (or a flow rule) delivered them to the wrong queue. Dropped;
+        /// the sender's timer resends them, to the same wrong queue (see `docs/rdma.md`, "N
+        /// cores").
+        wrong_core: Sum,
+        /// ARP replies built (to requests for our address).
+        arp_replies: Sum,
+        /// Packets the queue pairs sent (requests and responses, first sends and resends).
+        tx_packets: Sum,
+        /// Work requests posted by the host and taken by the worker.
+        posted: Sum,
+        /// Completions handed to the host.
+        completions: Sum,
+        /// Times work was left in a host ring because its completion queue had no free slot.
+        cq_full: Sum,
+        /// Completions that found their ring full (0 unless the reservation rule is broken).
+        cq_overruns: Sum,
+        /// Ranges handed to the flusher to persist (`msync`, or the power-loss simulator).
+        persist_jobs: Sum,
+        /// Persists that failed; the queue pairs waiting for them went to the error state.
+        persist_failures: Sum,
+        /// Requests the traffic shaper picked (one per request packet sent under a shaper).
+        shaper_picks: Sum,
+        /// Picks whose queue pair then had nothing to send after all (0 unless a peek and the
+        /// send disagree; the pick's tokens are spent).
+        shaper_misses: Sum,
+    }
 }
 
 /// A queue pair with the worker's end of its rings and its scheduling state.
@@ -284,13 +292,20 @@ pub struct RdmaNode {
     host_spin: HostSpin,
 }
 
-/// Congestion-control counters summed over an engine's queue pairs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct CcCounters {
-    pub ce_received: u64,
-    pub becn_acks_sent: u64,
-    pub cnps_sent: u64,
-    pub cnps_received: u64,
+portico_counters::counter_set! {
+    /// Congestion-control counters summed over an engine's queue pairs
+    /// ([`RdmaNode::cc_counters`]), declared once; the RDMA stage reports them under the same
+    /// names.
+    pub struct CcCounters, slots CcSlot {
+        /// Packets received marked CE.
+        ce_received: Sum,
+        /// ACKs sent with the BECN bit.
+        becn_acks_sent: Sum,
+        /// Congestion notification packets sent.
+        cnps_sent: Sum,
+        /// Congestion notification packets received.
+        cnps_received: Sum,
+    }
 }
 
 impl RdmaNode {
@@ -531,10 +546,12 @@ impl RdmaNode {
         let mut c = CcCounters::default();
         for e in &self.qps.entries {
             let s = e.qp.stats();
-            c.ce_received += s.ce_received;
-            c.becn_acks_sent += s.becn_acks_sent;
-            c.cnps_sent += s.cnps_sent;
-            c.cnps_received += s.cnps_received;
+            c.combine(&CcCounters {
+                ce_received: s.ce_received,
+                becn_acks_sent: s.becn_acks_sent,
+                cnps_sent: s.cnps_sent,
+                cnps_received: s.cnps_received,
+            });
         }
         c
     }

@@ -272,27 +272,37 @@ impl TagEvent {
     };
 }
 
-/// What the shard counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TagCounters {
-    pub matched_priority: u64,
-    pub matched_overflow: u64,
-    /// Messages that matched nothing (or met a disabled endpoint): consumed, data discarded.
-    pub dropped: u64,
-    pub truncated: u64,
-    pub rendezvous_pulls: u64,
-    pub unexpected_claimed: u64,
-    pub commands: u64,
-    pub commands_failed: u64,
-    /// Messages refused with RNR: no event room or no free record.
-    pub not_ready: u64,
-    /// Tagged messages for an endpoint homed on another engine (refused).
-    pub wrong_engine: u64,
-    /// Events the application's ring had no room for (0 unless it stops polling).
-    pub events_lost: u64,
-    /// Messages whose queue pair failed before their data was all in place (reported with
-    /// `NiFail::Undeliverable`).
-    pub undeliverable: u64,
+portico_counters::counter_set! {
+    /// What the shard counts, declared once: the names (`TagCounters::NAMES`, the JSON keys)
+    /// and how they combine follow this list. The RDMA stage reports those it shares with its
+    /// own set under a `tag_` prefix (`tag_dropped`, ...).
+    pub struct TagCounters, slots TagSlot {
+        /// Messages matched on the priority list (a receive posted before they arrived).
+        matched_priority: Sum,
+        /// Messages matched on the overflow list (unexpected: no receive was posted).
+        matched_overflow: Sum,
+        /// Messages that matched nothing (or met a disabled endpoint): consumed, data discarded.
+        dropped: Sum,
+        /// Messages longer than the buffer they matched (the rest discarded).
+        truncated: Sum,
+        /// Rendezvous pulls of a message's data (an RDMA READ from the sender).
+        rendezvous_pulls: Sum,
+        /// Unexpected messages a later receive claimed.
+        unexpected_claimed: Sum,
+        /// Host commands served.
+        commands: Sum,
+        /// Host commands that failed (answered with a `CommandFailed` event).
+        commands_failed: Sum,
+        /// Messages refused with RNR: no event room or no free record.
+        not_ready: Sum,
+        /// Tagged messages for an endpoint homed on another engine (refused).
+        wrong_engine: Sum,
+        /// Events the application's ring had no room for (0 unless it stops polling).
+        events_lost: Sum,
+        /// Messages whose queue pair failed before their data was all in place (reported with
+        /// `NiFail::Undeliverable`).
+        undeliverable: Sum,
+    }
 }
 
 /// Host commands wait in their ring while the event ring has fewer free slots than this.

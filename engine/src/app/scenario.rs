@@ -16,7 +16,7 @@ use crate::runtime::{
 };
 use crate::summary::{CheckVerdict, Summary};
 use crate::traffic::frame::FrameSpec;
-use crate::traffic::{Checker, Forward, Generator};
+use crate::traffic::{CheckCounters, Checker, Forward, GenerateCounters, Generator};
 
 use super::AppError;
 use super::eal::{DeviceArg, available_cores, main_core_for, plan_eal_args, start_eal};
@@ -227,6 +227,11 @@ pub fn run_scenario(
 }
 
 /// Pairs each checker with the generators at the other end of its ring link.
+/// A worker's stage counters as (name, value) pairs.
+fn pairs(r: &WorkerReport) -> impl Iterator<Item = (&str, u64)> {
+    r.counters.iter().map(|(n, v)| (n.as_str(), *v))
+}
+
 fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
     let peer_of = |port: usize| -> Option<usize> {
         let PortSource::Ring { link } = &s.sources[port] else {
@@ -243,20 +248,26 @@ fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
             let Task::Check { rx, .. } = w.task else {
                 return None;
             };
+            // The generators' counters, combined as declared (`generated` summed).
             let sent = peer_of(rx.port).and_then(|peer| {
-                let gens: Vec<u64> = s
-                    .workers
+                s.workers
                     .iter()
                     .zip(reports)
                     .filter(|(g, _)| matches!(g.task, Task::Generate { tx, .. } if tx.port == peer))
-                    .filter_map(|(_, gr)| gr.counter("generated"))
-                    .collect();
-                (!gens.is_empty()).then(|| gens.iter().sum())
+                    .map(|(_, gr)| GenerateCounters::from_pairs(pairs(gr)))
+                    .reduce(|mut all, g| {
+                        all.combine(&g);
+                        all
+                    })
+                    .map(|all| all.generated)
             });
-            let valid = r.counter("valid").unwrap_or(0);
-            let invalid = r.counter("invalid").unwrap_or(0);
-            let seq_gaps = r.counter("seq_gaps").unwrap_or(0);
-            let late = r.counter("late").unwrap_or(0);
+            let CheckCounters {
+                valid,
+                invalid,
+                seq_gaps,
+                late,
+                ..
+            } = CheckCounters::from_pairs(pairs(r));
             // What the generators on the other end sent, else what the config expects.
             let expected = sent.or(match w.task {
                 Task::Check { expect, .. } => expect,

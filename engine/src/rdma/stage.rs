@@ -24,6 +24,8 @@ use super::{RdmaNode, RxOutcome};
 use crate::dataplane::wake::Wake;
 use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outlook, Outputs, Polling, Stage, polling};
+use node::{CcCounters, NodeCounters, TagCounters};
+use portico_counters::NameMap;
 
 crate::counter_set! {
     /// The stage's counters, declared once: the slots (`Counters::stage`, [`RdmaSlot`]), the
@@ -121,6 +123,17 @@ crate::counter_set! {
 }
 
 const _: () = assert!(RdmaCounters::LEN <= crate::runtime::STAGE_COUNTERS);
+
+/// Where a node's counters go: to the stage's counter of the same name (all but `rx_frames`
+/// and `tx_packets`, which the runtime's own counters cover).
+const FROM_NODE: NameMap<{ NodeCounters::LEN }> =
+    NameMap::new(&NodeCounters::NAMES, "", &RdmaCounters::NAMES);
+/// Where a tag shard's counters go: to the stage's counter of the same name after `tag_`.
+const FROM_TAGS: NameMap<{ TagCounters::LEN }> =
+    NameMap::new(&TagCounters::NAMES, "tag_", &RdmaCounters::NAMES);
+/// Where the queue pairs' congestion counters go: to the stage's of the same name.
+const FROM_CC: NameMap<{ CcCounters::LEN }> =
+    NameMap::new(&CcCounters::NAMES, "", &RdmaCounters::NAMES);
 
 /// The names of [`RdmaCounters`], in slot order.
 #[cfg(test)]
@@ -266,65 +279,32 @@ impl RdmaStage {
         self.clock.advance(real)
     }
 
-    /// One engine's counters (the stage's own, which no engine has, 0).
+    /// One engine's counters (the stage's own, which no engine has, 0): the node's, its tag
+    /// shard's and its queue pairs' congestion counters go to the counters of the same name
+    /// ([`FROM_NODE`], [`FROM_TAGS`], [`FROM_CC`]); what the node does not count as a counter
+    /// is asked of it here.
     fn engine_counters(e: &Engine) -> RdmaCounters {
-        let n = &e.node.counters;
-        let t = e.node.tags().map(|t| t.counters).unwrap_or_default();
-        let cc = e.node.cc_counters();
-        let (mut waited_in, mut waited_cap) = (0, 0);
-        if let Some(sh) = e.node.shaper() {
-            for class in 0..sh.classes() {
-                let k = sh.class_counters(class as u8);
-                waited_in += k.waited_in;
-                waited_cap += k.waited_cap;
+        let mut v = [0; RdmaCounters::LEN];
+        FROM_NODE.copy(&e.node.counters.values(), &mut v);
+        if let Some(t) = e.node.tags() {
+            FROM_TAGS.copy(&t.counters.values(), &mut v);
+        }
+        FROM_CC.copy(&e.node.cc_counters().values(), &mut v);
+        let mut c = RdmaCounters::load(&v);
+        c.retransmissions = e.node.retransmissions();
+        c.spurious_retransmissions = e.node.spurious_retransmissions();
+        match e.node.shaper() {
+            Some(sh) => {
+                for class in 0..sh.classes() {
+                    let k = sh.class_counters(class as u8);
+                    c.shaper_waited_in += k.waited_in;
+                    c.shaper_waited_cap += k.waited_cap;
+                }
             }
-        }
-        let shaped = e.node.shaper().is_some();
-        RdmaCounters {
-            delivered: n.delivered,
-            icrc_errors: n.icrc_errors,
-            malformed: n.malformed,
-            not_for_us: n.not_for_us,
-            unknown_qp: n.unknown_qp,
-            wrong_mac: n.wrong_mac,
-            vlan_tagged: n.vlan_tagged,
-            ip_options: n.ip_options,
-            ip_fragments: n.ip_fragments,
-            wrong_transport: n.wrong_transport,
-            bad_pkey: n.bad_pkey,
-            wrong_source: n.wrong_source,
-            wrong_core: n.wrong_core,
-            arp_replies: n.arp_replies,
-            completions: n.completions,
-            retransmissions: e.node.retransmissions(),
-            cq_full: n.cq_full,
-            posted: n.posted,
-            cq_overruns: n.cq_overruns,
-            persist_jobs: n.persist_jobs,
-            persist_failures: n.persist_failures,
-            tag_matched_priority: t.matched_priority,
-            tag_matched_overflow: t.matched_overflow,
-            tag_dropped: t.dropped,
-            tag_truncated: t.truncated,
-            tag_rendezvous_pulls: t.rendezvous_pulls,
-            tag_not_ready: t.not_ready,
-            tag_wrong_engine: t.wrong_engine,
-            tag_events_lost: t.events_lost,
-            spurious_retransmissions: e.node.spurious_retransmissions(),
-            ce_received: cc.ce_received,
-            becn_acks_sent: cc.becn_acks_sent,
-            cnps_sent: cc.cnps_sent,
-            cnps_received: cc.cnps_received,
             // Over the engines that have a shaper.
-            shaper_picks: if shaped { n.shaper_picks } else { 0 },
-            shaper_misses: if shaped { n.shaper_misses } else { 0 },
-            shaper_waited_in: waited_in,
-            shaper_waited_cap: waited_cap,
-            bottleneck_marked: 0,
-            bottleneck_dropped: 0,
-            stalls: 0,
-            alloc_failures: 0,
+            None => (c.shaper_picks, c.shaper_misses) = (0, 0),
         }
+        c
     }
 
     fn publish(&self, c: &mut Counters) {
@@ -604,6 +584,55 @@ mod tests {
         }
         let pairs = r.counters.iter().map(|(n, v)| (n.as_str(), *v));
         assert_eq!(RdmaCounters::from_pairs(pairs), c);
+    }
+
+    /// Every counter the stage publishes has exactly one source: a node counter, a tag
+    /// counter or a congestion counter of the same name (taken by name, [`FROM_NODE`], ...),
+    /// or one [`RdmaStage::engine_counters`] or [`RdmaStage::publish`] fills itself (or a stage
+    /// wrapping this one: `bottleneck_*`). A counter
+    /// added to a node's set without one here, or renamed on one side only, fails this.
+    #[test]
+    fn every_counter_has_one_source() {
+        let mut sources = vec![Vec::<String>::new(); RdmaCounters::LEN];
+        let mut unmapped = Vec::new();
+        let mut record = |set: &str, names: &[&str], targets: &[Option<usize>]| {
+            for (name, t) in names.iter().zip(targets) {
+                match t {
+                    Some(t) => sources[*t].push(format!("{set}.{name}")),
+                    None => unmapped.push(format!("{set}.{name}")),
+                }
+            }
+        };
+        record("node", &NodeCounters::NAMES, FROM_NODE.targets());
+        record("tags", &TagCounters::NAMES, FROM_TAGS.targets());
+        record("cc", &CcCounters::NAMES, FROM_CC.targets());
+        for own in [
+            RdmaSlot::retransmissions,
+            RdmaSlot::spurious_retransmissions,
+            RdmaSlot::shaper_waited_in,
+            RdmaSlot::shaper_waited_cap,
+            RdmaSlot::bottleneck_marked,
+            RdmaSlot::bottleneck_dropped,
+            RdmaSlot::stalls,
+            RdmaSlot::alloc_failures,
+        ] {
+            sources[own.index()].push("stage".into());
+        }
+        for (name, s) in RdmaCounters::NAMES.iter().zip(&sources) {
+            assert_eq!(s.len(), 1, "{name}: {s:?}");
+        }
+        assert_eq!(
+            unmapped,
+            [
+                "node.rx_frames",
+                "node.tx_packets",
+                "tags.unexpected_claimed",
+                "tags.commands",
+                "tags.commands_failed",
+                "tags.undeliverable"
+            ],
+            "the counters the stage does not report"
+        );
     }
 
     #[test]

@@ -68,43 +68,9 @@ pub struct SharedCounters {
     loops: AtomicU64,
     stage: [AtomicU64; STAGE_COUNTERS],
     faults: [AtomicU64; 4],
-    idle: [AtomicU64; IDLE_COUNTERS],
+    idle: [AtomicU64; IdleCounters::LEN],
     cpu_ns: AtomicU64,
     wall_ns: AtomicU64,
-}
-
-const IDLE_COUNTERS: usize = 11;
-
-fn idle_values(i: &IdleCounters) -> [u64; IDLE_COUNTERS] {
-    [
-        i.busy,
-        i.backed_off,
-        i.slept,
-        i.sleep_asked_ns,
-        i.sleep_taken_ns,
-        i.timeouts,
-        i.oversleep_ns,
-        i.max_oversleep_ns,
-        i.host_wakes,
-        i.wakeups,
-        i.skipped,
-    ]
-}
-
-fn idle_from(v: [u64; IDLE_COUNTERS]) -> IdleCounters {
-    IdleCounters {
-        busy: v[0],
-        backed_off: v[1],
-        slept: v[2],
-        sleep_asked_ns: v[3],
-        sleep_taken_ns: v[4],
-        timeouts: v[5],
-        oversleep_ns: v[6],
-        max_oversleep_ns: v[7],
-        host_wakes: v[8],
-        wakeups: v[9],
-        skipped: v[10],
-    }
 }
 
 impl Default for SharedCounters {
@@ -148,7 +114,7 @@ impl SharedCounters {
         {
             s.store(v, Relaxed);
         }
-        for (s, v) in self.idle.iter().zip(idle_values(&c.idle)) {
+        for (s, v) in self.idle.iter().zip(c.idle.values()) {
             s.store(v, Relaxed);
         }
         self.cpu_ns.store(c.cpu_ns, Relaxed);
@@ -176,7 +142,7 @@ impl SharedCounters {
                 reordered: self.faults[2].load(Relaxed),
                 corrupted: self.faults[3].load(Relaxed),
             },
-            idle: idle_from(std::array::from_fn(|i| self.idle[i].load(Relaxed))),
+            idle: IdleCounters::load(&self.idle.each_ref().map(|a| a.load(Relaxed))),
             cpu_ns: self.cpu_ns.load(Relaxed),
             wall_ns: self.wall_ns.load(Relaxed),
         }
@@ -272,6 +238,61 @@ mod tests {
         shared.publish(&c);
         assert_eq!(shared.read(), c);
         assert_eq!(std::mem::align_of::<SharedCounters>(), 128);
+    }
+
+    /// Every declared idle counter is published and read back from its own slot, and a
+    /// report's JSON carries them as the `idle` object: one key per declared counter, in
+    /// order, with the names users read.
+    #[test]
+    fn idle_counters_follow_their_declaration() {
+        use crate::runtime::{Combine, IdleSlot};
+        assert_eq!(
+            IdleCounters::NAMES,
+            [
+                "busy",
+                "backed_off",
+                "slept",
+                "sleep_asked_ns",
+                "sleep_taken_ns",
+                "timeouts",
+                "oversleep_ns",
+                "max_oversleep_ns",
+                "host_wakes",
+                "skipped",
+                "wakeups"
+            ]
+        );
+        let values: Vec<u64> = (1..=IdleCounters::LEN as u64).collect();
+        let c = Counters {
+            idle: IdleCounters::load(&values),
+            ..Default::default()
+        };
+        let shared = SharedCounters::default();
+        shared.publish(&c);
+        assert_eq!(shared.read().idle.values().to_vec(), values);
+        let r = WorkerReport::new("w0", None, "rdma", &[], &shared.read());
+        let json = serde_json::to_value(&r).unwrap();
+        let idle = json["idle"].as_object().unwrap();
+        let keys: Vec<&str> = idle.keys().map(String::as_str).collect();
+        let mut want = IdleCounters::NAMES.to_vec();
+        want.sort_unstable(); // serde_json's map is sorted
+        assert_eq!(keys, want);
+        for (i, name) in IdleCounters::NAMES.iter().enumerate() {
+            assert_eq!(idle[*name], i as u64 + 1, "{name}");
+        }
+        assert_eq!(
+            serde_json::to_string(&r.idle).unwrap(),
+            format!(
+                "{{{}}}",
+                (IdleCounters::NAMES.iter().zip(&values))
+                    .map(|(n, v)| format!("\"{n}\":{v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "in declaration order"
+        );
+        let d = IdleCounters::DECLS[IdleSlot::max_oversleep_ns.index()];
+        assert_eq!(d.combine, Combine::Max, "a high-water mark");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub use capture::{CaptureSink, WorkerCapture};
 pub use counter_set::{Combine, CounterDecl};
 pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
 pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
-pub use polling::{IdleCounters, Outlook, Polling};
+pub use polling::{IdleCounters, IdleSlot, Outlook, Polling};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};

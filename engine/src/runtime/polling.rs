@@ -146,29 +146,35 @@ pub enum Idle {
     Sleep(u64),
 }
 
-/// What the back-off did, as counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct IdleCounters {
-    /// Iterations polled at full speed: they did work, or came early in an idle spell.
-    pub busy: u64,
-    /// Empty iterations after a pause burst.
-    pub backed_off: u64,
-    /// Empty iterations after a sleep.
-    pub slept: u64,
-    /// Nanoseconds of sleep asked for, and slept.
-    pub sleep_asked_ns: u64,
-    pub sleep_taken_ns: u64,
-    /// Sleeps that ran their time out, and the time they overran it in all (the cost of
-    /// waking up: timer and scheduler), and at most.
-    pub timeouts: u64,
-    pub oversleep_ns: u64,
-    pub max_oversleep_ns: u64,
-    /// Sleeps a host ended early by posting work (its eventfd write woke the worker).
-    pub host_wakes: u64,
-    /// Sleeps not taken: work was already posted when the worker raised its flags.
-    pub skipped: u64,
-    /// Iterations that did work right after a sleep or a pause burst.
-    pub wakeups: u64,
+crate::counter_set! {
+    /// What the back-off did, as counters, declared once: the names (the `idle` object of a
+    /// worker's JSON and telemetry, in this order), the slots of
+    /// [`super::SharedCounters`] and how they combine follow this list.
+    pub struct IdleCounters, slots IdleSlot {
+        /// Iterations polled at full speed: they did work, or came early in an idle spell.
+        busy: Sum,
+        /// Empty iterations after a pause burst.
+        backed_off: Sum,
+        /// Empty iterations after a sleep.
+        slept: Sum,
+        /// Nanoseconds of sleep asked for.
+        sleep_asked_ns: Sum,
+        /// Nanoseconds slept.
+        sleep_taken_ns: Sum,
+        /// Sleeps that ran their time out.
+        timeouts: Sum,
+        /// The time those sleeps overran it in all (the cost of waking up: timer and
+        /// scheduler).
+        oversleep_ns: Sum,
+        /// The most one sleep overran its time (a high-water mark).
+        max_oversleep_ns: Max,
+        /// Sleeps a host ended early by posting work (its eventfd write woke the worker).
+        host_wakes: Sum,
+        /// Sleeps not taken: work was already posted when the worker raised its flags.
+        skipped: Sum,
+        /// Iterations that did work right after a sleep or a pause burst.
+        wakeups: Sum,
+    }
 }
 
 /// The state of an adaptive worker's back-off (see the module doc).

@@ -6,13 +6,23 @@ use super::frame;
 use crate::dataplane::Burst;
 use crate::runtime::{Counters, Outlook, Outputs, Stage};
 
-pub const VALID: usize = 0;
-pub const INVALID: usize = 1;
-/// Sequence numbers skipped over (not yet seen when a later one arrived).
-pub const GAPS: usize = 2;
-/// Frames that arrived after a later sequence number.
-pub const LATE: usize = 3;
-pub const VALID_BYTES: usize = 4;
+crate::counter_set! {
+    /// What the checker counts, declared once: its worker's counter names (the summary's,
+    /// the JSON's and telemetry's keys) and slots ([`CheckSlot`]) follow this list. The
+    /// checker counts straight in its worker's slots.
+    pub struct CheckCounters, slots CheckSlot {
+        /// Frames that passed every check (headers, checksum, lengths, payload).
+        valid: Sum,
+        /// Frames that failed one.
+        invalid: Sum,
+        /// Sequence numbers skipped over (not yet seen when a later one arrived).
+        seq_gaps: Sum,
+        /// Frames that arrived after a later sequence number.
+        late: Sum,
+        /// Bytes of the valid frames.
+        valid_bytes: Sum,
+    }
+}
 
 pub struct Checker {
     expect: Option<u64>,
@@ -37,7 +47,7 @@ impl Stage for Checker {
     }
 
     fn counter_names(&self) -> &'static [&'static str] {
-        &["valid", "invalid", "seq_gaps", "late", "valid_bytes"]
+        &CheckCounters::NAMES
     }
 
     /// Only packets give it work.
@@ -50,18 +60,18 @@ impl Stage for Checker {
             match frame::verify(m.data()) {
                 Ok(r) => {
                     self.valid += 1;
-                    c.stage[VALID_BYTES] += m.pkt_len() as u64;
+                    c.stage[CheckSlot::valid_bytes.index()] += m.pkt_len() as u64;
                     if r.seq >= self.next_seq {
-                        c.stage[GAPS] += r.seq - self.next_seq;
+                        c.stage[CheckSlot::seq_gaps.index()] += r.seq - self.next_seq;
                         self.next_seq = r.seq + 1;
                     } else {
-                        c.stage[LATE] += 1;
+                        c.stage[CheckSlot::late.index()] += 1;
                     }
                 }
-                Err(_) => c.stage[INVALID] += 1,
+                Err(_) => c.stage[CheckSlot::invalid.index()] += 1,
             }
         }
-        c.stage[VALID] = self.valid;
+        c.stage[CheckSlot::valid.index()] = self.valid;
         // Consumed, not dropped.
         burst.clear();
     }

@@ -10,8 +10,17 @@ use super::frame::{self, FrameSpec};
 use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outlook, Outputs, Stage};
 
-pub const GENERATED: usize = 0;
-pub const ALLOC_FAILURES: usize = 1;
+crate::counter_set! {
+    /// What the generator counts, declared once: its worker's counter names (the summary's,
+    /// the JSON's and telemetry's keys) and slots ([`GenerateSlot`]) follow this list. The
+    /// generator counts straight in its worker's slots.
+    pub struct GenerateCounters, slots GenerateSlot {
+        /// Frames sent (handed to the output; the sequence number the next frame gets).
+        generated: Sum,
+        /// Times no mbufs could be had for a burst of frames.
+        alloc_failures: Sum,
+    }
+}
 
 pub struct Generator {
     pool: Arc<Mempool>,
@@ -86,7 +95,7 @@ impl Stage for Generator {
     }
 
     fn counter_names(&self) -> &'static [&'static str] {
-        &["generated", "alloc_failures"]
+        &GenerateCounters::NAMES
     }
 
     /// Done: nothing more, ever. Paced: the next frame's time. Unpaced: always due. It
@@ -114,7 +123,7 @@ impl Stage for Generator {
         let buf = out.buffer(self.output);
         let first = buf.len();
         if !buf.alloc(&self.pool, want as usize) {
-            c.stage[ALLOC_FAILURES] += 1;
+            c.stage[GenerateSlot::alloc_failures.index()] += 1;
             return;
         }
         let len = self.template.len() as u16;
@@ -124,7 +133,7 @@ impl Stage for Generator {
             frame::stamp(data, self.next_seq);
             self.next_seq += 1;
         }
-        c.stage[GENERATED] = self.next_seq;
+        c.stage[GenerateSlot::generated.index()] = self.next_seq;
     }
 
     fn is_finite(&self) -> bool {

@@ -1,7 +1,9 @@
 //! The crate's tests that span modules, on pure nodes over the simulated wire (`testing`):
 //! each acceptance check of a received frame on its own (`acceptance`, the table in
-//! `docs/security.md`), and tagged messaging end to end (`tagged`). A module's own unit tests
+//! `docs/security.md`), tagged messaging end to end (`tagged`), and the declared counter sets
+//! (`counters`). A module's own unit tests
 //! sit in its file, in `mod tests`.
 
 mod acceptance;
+mod counters;
 mod tagged;
