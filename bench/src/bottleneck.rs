@@ -110,22 +110,28 @@ fn bad(field: &'static str, reason: &'static str) -> BadBottleneck {
     BadBottleneck { field, reason }
 }
 
-/// What went through the bottleneck so far. `arrived` counts every offer, drops included, so
-/// `arrived = delivered + dropped + held` for packets and bytes (see [`Bottleneck::held_packets`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct BottleneckCounters {
-    pub arrived_packets: u64,
-    pub arrived_bytes: u64,
-    /// Handed out by [`Bottleneck::poll`].
-    pub delivered_packets: u64,
-    pub delivered_bytes: u64,
-    /// Frames marked CE at departure (those still in the delay line included).
-    pub marked: u64,
-    /// Frames refused by drop-tail or because the item capacity was full.
-    pub dropped: u64,
-    pub dropped_bytes: u64,
-    /// Largest queue (bytes waiting for or in service) there has been.
-    pub max_queue_bytes: u64,
+portico::counter_set! {
+    /// What went through the bottleneck so far. `arrived` counts every offer, drops included,
+    /// so `arrived = delivered + dropped + held` for packets and bytes (see
+    /// [`Bottleneck::held_packets`]).
+    pub struct BottleneckCounters, slots BottleneckSlot {
+        /// Frames offered to the bottleneck, drops included.
+        arrived_packets: Sum,
+        /// Their bytes.
+        arrived_bytes: Sum,
+        /// Handed out by [`Bottleneck::poll`].
+        delivered_packets: Sum,
+        /// Their bytes.
+        delivered_bytes: Sum,
+        /// Frames marked CE at departure (those still in the delay line included).
+        marked: Sum,
+        /// Frames refused by drop-tail or because the item capacity was full.
+        dropped: Sum,
+        /// Their bytes.
+        dropped_bytes: Sum,
+        /// Largest queue (bytes waiting for or in service) there has been.
+        max_queue_bytes: Max,
+    }
 }
 
 /// Per-bin record of what happened at the bottleneck, preallocated by

@@ -11,16 +11,16 @@
 //! or indirection of the wrapper's on its packet path. [`wrap`] hands it to
 //! [`LoopbackOpts::wrap`](portico::rdma::loopback::LoopbackOpts::wrap).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use portico::dataplane::wake::Wake;
 use portico::dataplane::{Burst, Mbuf};
 use portico::rdma::loopback::{StageWrap, qpns};
-use portico::rdma::{RdmaSlot, RdmaStage};
-use portico::runtime::{Counters, Outlook, Outputs, Polling, Stage, StageBox};
+use portico::rdma::{RdmaCounters, RdmaStage};
+use portico::runtime::{Counters, Outlook, Outputs, Polling, STAGE_COUNTERS, Stage, StageBox};
 use portico::wire::{self, Ecn};
 
-use crate::bottleneck::{Bottleneck, BottleneckConfig, BottleneckCounters, Trace};
+use crate::bottleneck::{Bottleneck, BottleneckConfig, BottleneckCounters, BottleneckSlot, Trace};
 
 /// A bottleneck in front of one engine's receive path ([`crate::bottleneck`]).
 pub struct Ingress {
@@ -197,9 +197,28 @@ fn deliver(
     }
 }
 
+/// The bottleneck's counters the wrapper publishes, in the worker's stage slots after the
+/// engine's own ([`RdmaCounters`]), under these names: what it marked and dropped, which add
+/// up over workers. (Its other counters go into the benches' reports directly.)
+const PUBLISHED: [(BottleneckSlot, &str); 2] = [
+    (BottleneckSlot::marked, "bottleneck_marked"),
+    (BottleneckSlot::dropped, "bottleneck_dropped"),
+];
+const _: () = assert!(RdmaCounters::LEN + PUBLISHED.len() <= STAGE_COUNTERS);
+
+/// The wrapper's counter names: the engine's, then [`PUBLISHED`]'s.
+fn counter_names() -> &'static [&'static str] {
+    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names = RdmaCounters::NAMES.to_vec();
+        names.extend(PUBLISHED.map(|(_, name)| name));
+        names
+    })
+}
+
 /// An [`RdmaStage`] with an emulated bottleneck in front of one of its inputs and/or a probe
-/// of one engine's shaper. The bottleneck's `bottleneck_marked` and `bottleneck_dropped` go
-/// into the stage's counter slots of those names.
+/// of one engine's shaper. The bottleneck's counters named in [`PUBLISHED`] follow the
+/// engine's in the worker's stage slots: the library's stage knows nothing of them.
 pub struct Instrumented {
     // Declared before `inner` (which holds the mempool): the mbufs held here are freed first.
     ingress: Option<Ingress>,
@@ -280,12 +299,15 @@ impl Instrumented {
         }
     }
 
-    /// The bottleneck's counters into the stage's slots.
+    /// The bottleneck's published counters into the slots after the engine's.
     fn store_counters(&self, c: &mut Counters) {
-        if let Some(ing) = &self.ingress {
-            let b = ing.bottleneck.counters();
-            c.stage[RdmaSlot::bottleneck_marked.index()] = b.marked;
-            c.stage[RdmaSlot::bottleneck_dropped.index()] = b.dropped;
+        let b = self
+            .ingress
+            .as_ref()
+            .map(|ing| ing.bottleneck.counters().values())
+            .unwrap_or_default();
+        for (i, (slot, _)) in PUBLISHED.iter().enumerate() {
+            c.stage[RdmaCounters::LEN + i] = b[slot.index()];
         }
     }
 }
@@ -296,7 +318,7 @@ impl Stage for Instrumented {
     }
 
     fn counter_names(&self) -> &'static [&'static str] {
-        self.inner.counter_names()
+        counter_names()
     }
 
     fn start(&mut self, polling: Polling) {
@@ -438,6 +460,25 @@ pub fn wrap(ingress: Option<Ingress>, probe: Option<ShaperProbe>) -> StageWrap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wrapper's names are the engine's, then the bottleneck's published counters, each
+    /// `bottleneck_` and the name it is declared with.
+    #[test]
+    fn the_wrapper_names_the_engine_counters_then_the_bottlenecks() {
+        let names = counter_names();
+        assert_eq!(&names[..RdmaCounters::LEN], RdmaCounters::NAMES);
+        assert_eq!(
+            &names[RdmaCounters::LEN..],
+            ["bottleneck_marked", "bottleneck_dropped"]
+        );
+        for (slot, name) in PUBLISHED {
+            assert_eq!(
+                name,
+                format!("bottleneck_{}", BottleneckCounters::NAMES[slot.index()])
+            );
+        }
+        assert!(names.len() <= STAGE_COUNTERS);
+    }
 
     #[test]
     fn a_frame_marked_ce_keeps_a_valid_checksum_and_icrc() {

@@ -165,6 +165,10 @@ fn ack_carries_the_congestion_and_the_senders_follow_it() {
     let b = o.report.counters;
     assert!(b.marked > 0, "the bottleneck marked: {b:?}");
     assert_eq!(b.dropped, 0, "nothing dropped: {b:?}");
+    // The benches' wrapper publishes the bottleneck's marks and drops after the engine's own
+    // counters (the library's stage has no such counters).
+    assert_eq!(counter(&o, "bottleneck_marked"), b.marked);
+    assert_eq!(counter(&o, "bottleneck_dropped"), b.dropped);
     assert!(counter(&o, "ce_received") > 0);
     assert!(counter(&o, "becn_acks_sent") > 0, "congested ACKs went out");
     assert_eq!(counter(&o, "cnps_sent"), 0);

@@ -71,12 +71,12 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
-use pmem::{MapOptions, Mapping};
-use proto::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
 use node::{
     Control, ControlReply, Cq, NodeCounters, Qp, RdmaNode, RxOutcome, TagConfig, TagEntry,
     TagEvent, TagPort,
 };
+use pmem::{MapOptions, Mapping};
+use proto::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
 use proto::transport::{
     Access, MemoryTable, MrKeys, Mtu, QpConfig, RecvRequest, SgList, Sge, WcOpcode, WcStatus,
     WorkRequest,

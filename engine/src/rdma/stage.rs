@@ -109,12 +109,6 @@ crate::counter_set! {
         shaper_waited_in: Sum,
         /// Arbitration steps MCUs waited for their outstanding cap, over the classes.
         shaper_waited_cap: Sum,
-        /// Frames an ingress queue in front of an engine marked CE: a slot a stage wrapping
-        /// this one fills (the benches' emulated bottleneck, `portico_bench::instrument`); 0
-        /// here.
-        bottleneck_marked: Sum,
-        /// Frames that ingress queue dropped (filled the same way).
-        bottleneck_dropped: Sum,
         /// Steps of the worker's clock longer than 50 µs: times the worker did not run.
         stalls: Sum,
         /// Times no mbuf could be had for a frame to send.
@@ -517,14 +511,6 @@ mod tests {
             COUNTER_NAMES[RdmaSlot::shaper_picks.index()],
             "shaper_picks"
         );
-        assert_eq!(
-            COUNTER_NAMES[RdmaSlot::bottleneck_marked.index()],
-            "bottleneck_marked"
-        );
-        assert_eq!(
-            COUNTER_NAMES[RdmaSlot::bottleneck_dropped.index()],
-            "bottleneck_dropped"
-        );
         assert_eq!(COUNTER_NAMES[RdmaSlot::stalls.index()], "stalls");
         assert!(COUNTER_NAMES.len() <= crate::runtime::STAGE_COUNTERS);
     }
@@ -588,8 +574,7 @@ mod tests {
 
     /// Every counter the stage publishes has exactly one source: a node counter, a tag
     /// counter or a congestion counter of the same name (taken by name, [`FROM_NODE`], ...),
-    /// or one [`RdmaStage::engine_counters`] or [`RdmaStage::publish`] fills itself (or a stage
-    /// wrapping this one: `bottleneck_*`). A counter
+    /// or one [`RdmaStage::engine_counters`] or [`RdmaStage::publish`] fills itself. A counter
     /// added to a node's set without one here, or renamed on one side only, fails this.
     #[test]
     fn every_counter_has_one_source() {
@@ -611,8 +596,6 @@ mod tests {
             RdmaSlot::spurious_retransmissions,
             RdmaSlot::shaper_waited_in,
             RdmaSlot::shaper_waited_cap,
-            RdmaSlot::bottleneck_marked,
-            RdmaSlot::bottleneck_dropped,
             RdmaSlot::stalls,
             RdmaSlot::alloc_failures,
         ] {
