@@ -19,19 +19,22 @@ if ! command -v valgrind >/dev/null; then
     echo "valgrind.sh: valgrind is not installed (scripts/install-deps.sh installs it)" >&2
     exit 1
 fi
+# The release test binaries as `make test` builds them (`--workspace --lib`): built for one
+# package alone (`-p`), a crate can get another feature set and be compiled again, which cost
+# CI a minute and a half.
+artifacts=$($cargo test --release --workspace --lib --no-run --message-format=json 2>/dev/null)
 failed=0
 for suite in "${suites[@]}"; do
     pkg=${suite%%:*}
     filters=${suite#*:}
     lib=${pkg//-/_}
-    bin=$($cargo test --release -p "$pkg" --lib --no-run --message-format=json 2>/dev/null |
-        LIB=$lib python3 -c '
+    bin=$(LIB=$lib python3 -c '
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
     t = m.get("target", {})
     if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("name") == os.environ["LIB"] and "lib" in t.get("kind", []):
-        print(m["executable"])')
+        print(m["executable"])' <<<"$artifacts")
     if [[ -z $bin ]]; then
         echo "valgrind.sh: no release test binary of $pkg" >&2
         exit 1
