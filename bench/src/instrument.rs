@@ -192,7 +192,7 @@ fn deliver(
     }
     inner.on_rx(input, burst, out, c);
     if !burst.is_empty() {
-        c.drops += burst.len() as u64;
+        c.io.drops += burst.len() as u64;
         burst.clear();
     }
 }

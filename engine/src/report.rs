@@ -155,13 +155,13 @@ pub fn interval(
     let t = now.0.duration_since(t0).as_secs_f64();
     let mut rows = Vec::new();
     for (a, b) in last.1.iter().zip(&now.1) {
-        let rx_pps = (b.rx_packets - a.rx_packets) as f64 / dt;
-        let tx_pps = (b.tx_packets - a.tx_packets) as f64 / dt;
-        let rx_bps = (b.rx_bytes - a.rx_bytes) as f64 * 8.0 / dt;
-        let tx_bps = (b.tx_bytes - a.tx_bytes) as f64 * 8.0 / dt;
-        let loops = (b.loops - a.loops).max(1);
-        let idle = (b.empty_polls - a.empty_polls) as f64 / loops as f64;
-        let drops = b.drops - a.drops;
+        let rx_pps = (b.io.rx_packets - a.io.rx_packets) as f64 / dt;
+        let tx_pps = (b.io.tx_packets - a.io.tx_packets) as f64 / dt;
+        let rx_bps = (b.io.rx_bytes - a.io.rx_bytes) as f64 * 8.0 / dt;
+        let tx_bps = (b.io.tx_bytes - a.io.tx_bytes) as f64 * 8.0 / dt;
+        let loops = (b.io.loops - a.io.loops).max(1);
+        let idle = (b.io.empty_polls - a.io.empty_polls) as f64 / loops as f64;
+        let drops = b.io.drops - a.io.drops;
         if json {
             rows.push(json!({
                 "worker": b.worker, "rx_pps": rx_pps, "tx_pps": tx_pps, "rx_bps": rx_bps,
@@ -214,11 +214,11 @@ pub fn summary(s: &Summary, json: bool) {
             w.worker,
             w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
             w.stage,
-            w.rx_packets,
-            w.tx_packets,
-            w.rx_packets as f64 / s.seconds / 1e6,
-            w.tx_packets as f64 / s.seconds / 1e6,
-            w.drops
+            w.io.rx_packets,
+            w.io.tx_packets,
+            w.io.rx_packets as f64 / s.seconds / 1e6,
+            w.io.tx_packets as f64 / s.seconds / 1e6,
+            w.io.drops
         );
         if !w.counters.is_empty() {
             let c: Vec<String> = w.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();

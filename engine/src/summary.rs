@@ -119,10 +119,10 @@ pub struct Summary {
 
 impl Summary {
     pub fn total_rx_packets(&self) -> u64 {
-        self.workers.iter().map(|w| w.rx_packets).sum()
+        self.workers.iter().map(|w| w.io.rx_packets).sum()
     }
     pub fn total_tx_packets(&self) -> u64 {
-        self.workers.iter().map(|w| w.tx_packets).sum()
+        self.workers.iter().map(|w| w.io.tx_packets).sum()
     }
     /// Forwarded (transmitted) packets per second over the run.
     pub fn tx_pps(&self) -> f64 {

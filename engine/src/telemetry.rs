@@ -208,13 +208,16 @@ fn worker(r: &WorkerReport) -> Value {
         .iter()
         .map(|(k, v)| (k.clone(), json!(v)))
         .collect();
-    json!({
+    let mut w = json!({
         "name": r.worker, "core": r.core.map_or(json!("none"), |c| json!(c)), "stage": r.stage,
-        "rx_packets": r.rx_packets, "rx_bytes": r.rx_bytes, "tx_packets": r.tx_packets,
-        "tx_bytes": r.tx_bytes, "drops": r.drops, "empty_polls": r.empty_polls, "loops": r.loops,
         "counters": stage, "faults": r.faults, "idle": r.idle, "cpu_ns": r.cpu_ns,
         "wall_ns": r.wall_ns,
-    })
+    });
+    // The loop's own counters, one key each, as declared (`LoopCounters`).
+    for (k, v) in r.io.iter() {
+        w[k] = json!(v);
+    }
+    w
 }
 
 /// `/portico/workers`.
@@ -338,10 +341,8 @@ mod tests {
     use crate::runtime::Counters;
 
     fn report(name: &str, rx: u64) -> WorkerReport {
-        let mut c = Counters {
-            rx_packets: rx,
-            ..Counters::default()
-        };
+        let mut c = Counters::default();
+        c.io.rx_packets = rx;
         c.stage[0] = 7;
         c.idle.slept = 3;
         c.cpu_ns = 5;
@@ -361,6 +362,10 @@ mod tests {
         carried(&all);
         assert_eq!(all["0"]["name"], "rdma0");
         assert_eq!(all["1"]["rx_packets"], 20);
+        // Every counter of the loop's declared set is a key of the worker's answer.
+        for name in crate::runtime::LoopCounters::NAMES {
+            assert!(all["1"][name].is_u64(), "{name}: {}", all["1"]);
+        }
         assert_eq!(all["1"]["counters"]["delivered"], 7);
         assert_eq!(all["0"]["core"], 1);
         assert_eq!(

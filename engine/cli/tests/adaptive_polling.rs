@@ -149,5 +149,5 @@ fn a_busy_worker_never_backs_off() {
     std::thread::sleep(Duration::from_millis(50));
     let r = p.runtime.join().unwrap();
     assert_eq!(r[0].idle, Default::default());
-    assert!(r[0].empty_polls > 0);
+    assert!(r[0].io.empty_polls > 0);
 }

@@ -53,7 +53,7 @@ fn injected_faults_are_counted_and_seen_exactly() {
     let check = s.workers.iter().find(|w| w.worker == "check").unwrap();
     let f = check.faults;
     assert_eq!(
-        check.rx_packets, N,
+        check.io.rx_packets, N,
         "every frame reached the checker's queue"
     );
     // 1 % of 40 000 is 400 each; with this seed every kind must occur. A reorder swaps a

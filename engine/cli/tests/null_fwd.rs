@@ -33,28 +33,28 @@ fn null_forwarding_counters_add_up() {
     let w = &s.workers[0];
     assert_eq!(w.stage, "macswap");
     assert!(
-        w.rx_packets > 10_000,
+        w.io.rx_packets > 10_000,
         "net_null never runs dry: {} packets",
-        w.rx_packets
+        w.io.rx_packets
     );
     assert_eq!(
-        w.rx_packets,
-        w.tx_packets + w.drops,
+        w.io.rx_packets,
+        w.io.tx_packets + w.io.drops,
         "received = sent + dropped"
     );
-    assert_eq!(w.rx_bytes, w.rx_packets * 64);
-    assert_eq!(w.tx_bytes, w.tx_packets * 64);
+    assert_eq!(w.io.rx_bytes, w.io.rx_packets * 64);
+    assert_eq!(w.io.tx_bytes, w.io.tx_packets * 64);
 
     assert_eq!(s.ports.len(), 2);
     let (p0, p1) = (&s.ports[0].stats, &s.ports[1].stats);
     assert_eq!(
         p0.rx_packets + p1.rx_packets,
-        w.rx_packets,
+        w.io.rx_packets,
         "PMD RX counters = worker RX"
     );
     assert_eq!(
         p0.tx_packets + p1.tx_packets,
-        w.tx_packets,
+        w.io.tx_packets,
         "PMD TX counters = worker TX"
     );
     assert!(s.ports.iter().all(|p| p.driver == "net_null"));

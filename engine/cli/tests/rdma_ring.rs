@@ -415,7 +415,7 @@ fn write_read_send_between_two_engines() {
     for r in &reports {
         assert_eq!(r.counter("icrc_errors"), Some(0), "{r:?}");
         assert_eq!(r.counter("malformed"), Some(0), "{r:?}");
-        assert_eq!(r.drops, 0, "{r:?}");
+        assert_eq!(r.io.drops, 0, "{r:?}");
     }
 
     // 4. A second pair of engines on the freed core, one connection per error that ends one.

@@ -57,15 +57,15 @@ fn frames_cross_a_ring_link_exactly_once_and_intact() {
     let gen_ = s.workers.iter().find(|w| w.worker == "gen").unwrap();
     let check = s.workers.iter().find(|w| w.worker == "check").unwrap();
     assert_eq!(gen_.counter("generated"), Some(N));
-    assert_eq!(gen_.tx_packets, N);
+    assert_eq!(gen_.io.tx_packets, N);
     assert_eq!(
-        gen_.tx_bytes,
+        gen_.io.tx_bytes,
         N * 297,
         "301-byte frames are 297 bytes without FCS"
     );
-    assert_eq!(gen_.drops, 0);
-    assert_eq!(check.rx_packets, N);
-    assert_eq!(check.rx_bytes, N * 297);
+    assert_eq!(gen_.io.drops, 0);
+    assert_eq!(check.io.rx_packets, N);
+    assert_eq!(check.io.rx_bytes, N * 297);
     assert_eq!(check.counter("valid"), Some(N));
     assert_eq!(check.counter("invalid"), Some(0));
     assert_eq!(check.counter("seq_gaps"), Some(0));

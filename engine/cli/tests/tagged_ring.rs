@@ -243,7 +243,7 @@ impl Tagged {
         for r in &reports {
             assert_eq!(r.counter("icrc_errors"), Some(0), "{r:?}");
             assert_eq!(r.counter("malformed"), Some(0), "{r:?}");
-            assert_eq!(r.drops, 0, "{r:?}");
+            assert_eq!(r.io.drops, 0, "{r:?}");
             // No tagged message matched nothing, none was refused, no event was lost.
             for c in ["tag_dropped", "tag_wrong_engine", "tag_events_lost"] {
                 assert_eq!(r.counter(c), Some(0), "{c}: {r:?}");

@@ -88,7 +88,7 @@ pub(super) fn execute(
             let moved: u64 = rt
                 .reports()
                 .iter()
-                .map(|r| r.rx_packets + r.tx_packets)
+                .map(|r| r.io.rx_packets + r.io.tx_packets)
                 .sum();
             if moved == prev {
                 break;

@@ -376,7 +376,7 @@ impl Stage for RdmaStage {
                             let _ = out.buffer(e.output).push(r);
                         }
                     }
-                    None => c.drops += 1,
+                    None => c.io.drops += 1,
                 }
             }
         }

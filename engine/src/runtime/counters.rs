@@ -13,18 +13,32 @@ use super::polling::IdleCounters;
 /// How many stage-defined counters a worker has room for.
 pub const STAGE_COUNTERS: usize = 48;
 
+crate::counter_set! {
+    /// The worker loop's own counters, whatever its stage runs: what it received, sent and
+    /// freed, and how often it went round.
+    pub struct LoopCounters, slots LoopSlot {
+        /// Packets received from the worker's RX queues.
+        rx_packets: Sum,
+        /// Their bytes.
+        rx_bytes: Sum,
+        /// Packets the worker's TX queues took.
+        tx_packets: Sum,
+        /// Their bytes.
+        tx_bytes: Sum,
+        /// Packets freed because a TX queue did not take them or a stage discarded them.
+        drops: Sum,
+        /// Loop iterations in which nothing was received or sent.
+        empty_polls: Sum,
+        /// Loop iterations.
+        loops: Sum,
+    }
+}
+
 /// A worker's counters, as it keeps them while running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    /// Packets freed because a TX queue did not take them or a stage discarded them.
-    pub drops: u64,
-    /// Loop iterations in which nothing was received or sent.
-    pub empty_polls: u64,
-    pub loops: u64,
+    /// The loop's own.
+    pub io: LoopCounters,
     /// Meaning given by the stage's `counter_names`.
     pub stage: [u64; STAGE_COUNTERS],
     /// Faults injected on the receive path (all 0 without fault injection).
@@ -40,13 +54,7 @@ pub struct Counters {
 impl Default for Counters {
     fn default() -> Self {
         Counters {
-            rx_packets: 0,
-            rx_bytes: 0,
-            tx_packets: 0,
-            tx_bytes: 0,
-            drops: 0,
-            empty_polls: 0,
-            loops: 0,
+            io: LoopCounters::default(),
             stage: [0; STAGE_COUNTERS],
             faults: FaultCounts::default(),
             idle: IdleCounters::default(),
@@ -56,18 +64,12 @@ impl Default for Counters {
     }
 }
 
-/// The published copy of a worker's [`Counters`].
+/// The published copy of a worker's [`Counters`]: each declared set in slots of its own.
 #[repr(align(128))]
 pub struct SharedCounters {
-    rx_packets: AtomicU64,
-    rx_bytes: AtomicU64,
-    tx_packets: AtomicU64,
-    tx_bytes: AtomicU64,
-    drops: AtomicU64,
-    empty_polls: AtomicU64,
-    loops: AtomicU64,
+    io: [AtomicU64; LoopCounters::LEN],
     stage: [AtomicU64; STAGE_COUNTERS],
-    faults: [AtomicU64; 4],
+    faults: [AtomicU64; FaultCounts::LEN],
     idle: [AtomicU64; IdleCounters::LEN],
     cpu_ns: AtomicU64,
     wall_ns: AtomicU64,
@@ -76,13 +78,7 @@ pub struct SharedCounters {
 impl Default for SharedCounters {
     fn default() -> Self {
         SharedCounters {
-            rx_packets: AtomicU64::new(0),
-            rx_bytes: AtomicU64::new(0),
-            tx_packets: AtomicU64::new(0),
-            tx_bytes: AtomicU64::new(0),
-            drops: AtomicU64::new(0),
-            empty_polls: AtomicU64::new(0),
-            loops: AtomicU64::new(0),
+            io: Default::default(),
             stage: std::array::from_fn(|_| AtomicU64::new(0)),
             faults: Default::default(),
             idle: Default::default(),
@@ -92,57 +88,38 @@ impl Default for SharedCounters {
     }
 }
 
+/// `values` into `slots`, one relaxed store each.
+#[inline]
+fn store_all<const N: usize>(slots: &[AtomicU64; N], values: [u64; N]) {
+    for (s, v) in slots.iter().zip(values) {
+        s.store(v, Relaxed);
+    }
+}
+
+/// What `slots` hold, one relaxed load each.
+fn load_all<const N: usize>(slots: &[AtomicU64; N]) -> [u64; N] {
+    slots.each_ref().map(|s| s.load(Relaxed))
+}
+
 impl SharedCounters {
     /// Publishes `c`. Called only by the owning worker.
     #[inline]
     pub fn publish(&self, c: &Counters) {
-        self.rx_packets.store(c.rx_packets, Relaxed);
-        self.rx_bytes.store(c.rx_bytes, Relaxed);
-        self.tx_packets.store(c.tx_packets, Relaxed);
-        self.tx_bytes.store(c.tx_bytes, Relaxed);
-        self.drops.store(c.drops, Relaxed);
-        self.empty_polls.store(c.empty_polls, Relaxed);
-        self.loops.store(c.loops, Relaxed);
-        for (s, v) in self.stage.iter().zip(c.stage) {
-            s.store(v, Relaxed);
-        }
-        let f = &c.faults;
-        for (s, v) in self
-            .faults
-            .iter()
-            .zip([f.dropped, f.duplicated, f.reordered, f.corrupted])
-        {
-            s.store(v, Relaxed);
-        }
-        for (s, v) in self.idle.iter().zip(c.idle.values()) {
-            s.store(v, Relaxed);
-        }
+        store_all(&self.io, c.io.values());
+        store_all(&self.stage, c.stage);
+        store_all(&self.faults, c.faults.values());
+        store_all(&self.idle, c.idle.values());
         self.cpu_ns.store(c.cpu_ns, Relaxed);
         self.wall_ns.store(c.wall_ns, Relaxed);
     }
 
     /// The last published values.
     pub fn read(&self) -> Counters {
-        let mut stage = [0; STAGE_COUNTERS];
-        for (v, s) in stage.iter_mut().zip(&self.stage) {
-            *v = s.load(Relaxed);
-        }
         Counters {
-            rx_packets: self.rx_packets.load(Relaxed),
-            rx_bytes: self.rx_bytes.load(Relaxed),
-            tx_packets: self.tx_packets.load(Relaxed),
-            tx_bytes: self.tx_bytes.load(Relaxed),
-            drops: self.drops.load(Relaxed),
-            empty_polls: self.empty_polls.load(Relaxed),
-            loops: self.loops.load(Relaxed),
-            stage,
-            faults: FaultCounts {
-                dropped: self.faults[0].load(Relaxed),
-                duplicated: self.faults[1].load(Relaxed),
-                reordered: self.faults[2].load(Relaxed),
-                corrupted: self.faults[3].load(Relaxed),
-            },
-            idle: IdleCounters::load(&self.idle.each_ref().map(|a| a.load(Relaxed))),
+            io: LoopCounters::load(&load_all(&self.io)),
+            stage: load_all(&self.stage),
+            faults: FaultCounts::load(&load_all(&self.faults)),
+            idle: IdleCounters::load(&load_all(&self.idle)),
             cpu_ns: self.cpu_ns.load(Relaxed),
             wall_ns: self.wall_ns.load(Relaxed),
         }
@@ -155,13 +132,9 @@ pub struct WorkerReport {
     pub worker: String,
     pub core: Option<usize>,
     pub stage: String,
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub drops: u64,
-    pub empty_polls: u64,
-    pub loops: u64,
+    /// The loop's own counters, one key each in the JSON (as the other fields).
+    #[serde(flatten)]
+    pub io: LoopCounters,
     /// Stage counters by name.
     pub counters: Vec<(String, u64)>,
     pub faults: FaultCounts,
@@ -184,13 +157,7 @@ impl WorkerReport {
             worker: worker.to_string(),
             core,
             stage: stage.to_string(),
-            rx_packets: c.rx_packets,
-            rx_bytes: c.rx_bytes,
-            tx_packets: c.tx_packets,
-            tx_bytes: c.tx_bytes,
-            drops: c.drops,
-            empty_polls: c.empty_polls,
-            loops: c.loops,
+            io: c.io,
             counters: names
                 .iter()
                 .zip(c.stage)
@@ -220,13 +187,7 @@ mod tests {
     fn publish_then_read_round_trips() {
         let shared = SharedCounters::default();
         let mut c = Counters {
-            rx_packets: 1,
-            rx_bytes: 2,
-            tx_packets: 3,
-            tx_bytes: 4,
-            drops: 5,
-            empty_polls: 6,
-            loops: 7,
+            io: LoopCounters::load(&[1, 2, 3, 4, 5, 6, 7]),
             ..Default::default()
         };
         c.stage[7] = 99;
@@ -238,6 +199,49 @@ mod tests {
         shared.publish(&c);
         assert_eq!(shared.read(), c);
         assert_eq!(std::mem::align_of::<SharedCounters>(), 128);
+    }
+
+    /// The loop's counters and the fault counts go through the shared block each from its own
+    /// slot, and a report's JSON has one top-level key per loop counter and one `faults` key
+    /// per fault counter, with the names users read.
+    #[test]
+    fn loop_and_fault_counters_follow_their_declaration() {
+        assert_eq!(
+            LoopCounters::NAMES,
+            [
+                "rx_packets",
+                "rx_bytes",
+                "tx_packets",
+                "tx_bytes",
+                "drops",
+                "empty_polls",
+                "loops"
+            ]
+        );
+        assert_eq!(
+            FaultCounts::NAMES,
+            ["dropped", "duplicated", "reordered", "corrupted"]
+        );
+        let io: Vec<u64> = (1..=LoopCounters::LEN as u64).collect();
+        let faults: Vec<u64> = (100..100 + FaultCounts::LEN as u64).collect();
+        let c = Counters {
+            io: LoopCounters::load(&io),
+            faults: FaultCounts::load(&faults),
+            ..Default::default()
+        };
+        let shared = SharedCounters::default();
+        shared.publish(&c);
+        let back = shared.read();
+        assert_eq!(back.io.values().to_vec(), io);
+        assert_eq!(back.faults.values().to_vec(), faults);
+        let r = WorkerReport::new("w0", None, "fwd", &[], &back);
+        let json = serde_json::to_value(&r).unwrap();
+        for (i, name) in LoopCounters::NAMES.iter().enumerate() {
+            assert_eq!(json[*name], io[i], "{name}");
+        }
+        for (i, name) in FaultCounts::NAMES.iter().enumerate() {
+            assert_eq!(json["faults"][*name], faults[i], "{name}");
+        }
     }
 
     /// Every declared idle counter is published and read back from its own slot, and a

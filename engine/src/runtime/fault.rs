@@ -125,13 +125,18 @@ impl FaultPlan {
     }
 }
 
-/// Faults injected so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct FaultCounts {
-    pub dropped: u64,
-    pub duplicated: u64,
-    pub reordered: u64,
-    pub corrupted: u64,
+crate::counter_set! {
+    /// Faults injected so far.
+    pub struct FaultCounts, slots FaultSlot {
+        /// Received packets dropped before the stage saw them.
+        dropped: Sum,
+        /// Received packets handed to the stage twice.
+        duplicated: Sum,
+        /// Received packets swapped with the packet after them.
+        reordered: Sum,
+        /// Received packets with one bit flipped.
+        corrupted: Sum,
+    }
 }
 
 /// Applies a [`FaultPlan`] to bursts of mbufs.

@@ -27,8 +27,12 @@ pub mod polling;
 
 pub use capture::{CaptureSink, WorkerCapture};
 pub use counter_set::{Combine, CounterDecl};
-pub use counters::{Counters, STAGE_COUNTERS, SharedCounters, WorkerReport};
-pub use fault::{CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan};
+pub use counters::{
+    Counters, LoopCounters, LoopSlot, STAGE_COUNTERS, SharedCounters, WorkerReport,
+};
+pub use fault::{
+    CORRUPT_FROM, Fault, FaultConfig, FaultCounts, FaultInjector, FaultPlan, FaultSlot,
+};
 pub use polling::{IdleCounters, IdleSlot, Outlook, Polling};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -149,10 +153,10 @@ impl Outputs {
                 t.commit_outbound(sent);
             }
             total += sent;
-            c.tx_packets += sent as u64;
-            c.tx_bytes += bytes;
+            c.io.tx_packets += sent as u64;
+            c.io.tx_bytes += bytes;
             if p.policy == TxPolicy::DropUnsent && !p.buf.is_empty() {
-                c.drops += p.buf.len() as u64;
+                c.io.drops += p.buf.len() as u64;
                 p.buf.clear();
             }
         }
@@ -542,8 +546,8 @@ impl WorkerCtx {
                     continue;
                 }
                 received += n;
-                c.rx_packets += n as u64;
-                c.rx_bytes += burst.bytes();
+                c.io.rx_packets += n as u64;
+                c.io.rx_bytes += burst.bytes();
                 if let Some(t) = capture.as_mut() {
                     t.inbound(q.port_id(), &burst);
                 }
@@ -552,7 +556,7 @@ impl WorkerCtx {
                 }
                 stage.on_rx(i, &mut burst, &mut out, &mut c);
                 if !burst.is_empty() {
-                    c.drops += burst.len() as u64;
+                    c.io.drops += burst.len() as u64;
                     burst.clear();
                 }
             }
@@ -562,9 +566,9 @@ impl WorkerCtx {
             let sent = out.flush(&mut c, capture.as_mut());
             let worked = received > 0 || sent > 0;
             if !worked {
-                c.empty_polls += 1;
+                c.io.empty_polls += 1;
             }
-            c.loops += 1;
+            c.io.loops += 1;
             if let Some(b) = backoff.as_mut() {
                 let idle = if worked {
                     b.worked();
@@ -603,12 +607,12 @@ impl WorkerCtx {
             }
             // Every 8th iteration is fresh enough for a once-a-second reader; the final values
             // are published when the loop ends.
-            if c.loops % 8 == 0 {
+            if c.io.loops % 8 == 0 {
                 if let Some(b) = &backoff {
                     c.idle = b.counters;
                 }
                 // A clock read costs a system call: about once a second when busy.
-                if c.loops % CPU_EVERY == 0 {
+                if c.io.loops % CPU_EVERY == 0 {
                     c.cpu_ns = wake::thread_cpu_ns();
                     c.wall_ns = epoch.elapsed().as_nanos() as u64;
                 }
@@ -740,9 +744,9 @@ mod tests {
         let reports = rt.join().unwrap();
         let job = reports.iter().find(|r| r.worker == "job").unwrap();
         assert!(job.counter("polls").unwrap() >= 500);
-        assert_eq!(job.loops, job.counter("polls").unwrap());
+        assert_eq!(job.io.loops, job.counter("polls").unwrap());
         assert_eq!(
-            job.empty_polls, job.loops,
+            job.io.empty_polls, job.io.loops,
             "no RX queues: every poll is empty"
         );
     }
@@ -816,7 +820,7 @@ mod tests {
         assert_eq!(taken.load(Ordering::Acquire), 20);
         assert!(i.host_wakes >= 1, "{i:?}");
         assert_eq!(i.timeouts + i.host_wakes + i.skipped, i.slept, "{i:?}");
-        assert!(i.sleep_taken_ns > 0 && r[0].empty_polls > 0);
+        assert!(i.sleep_taken_ns > 0 && r[0].io.empty_polls > 0);
         // Asleep most of the time: far less CPU than time.
         assert!(r[0].cpu_ns < r[0].wall_ns, "{:?}", r[0]);
     }
