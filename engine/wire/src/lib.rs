@@ -66,12 +66,14 @@ pub mod aeth;
 pub mod arp;
 pub mod bth;
 pub mod ceth;
+pub mod deth;
 pub mod ethernet;
 pub mod feth;
 pub mod golden;
 pub mod icrc;
 pub mod immdt;
 pub mod ipv4;
+pub mod mad;
 pub mod reth;
 pub mod roce;
 pub mod rss;
@@ -113,6 +115,10 @@ pub enum Layer {
     Ceth,
     /// The tag header at the start of a tagged SEND's payload (Portico's extension).
     Tag,
+    /// The datagram extended transport header of an unreliable-datagram packet (QP1's).
+    Deth,
+    /// A management datagram, as QP1 carries them.
+    Mad,
     Icrc,
     /// A caller-provided output buffer (emission only).
     Buffer,
@@ -133,6 +139,8 @@ impl core::fmt::Display for Layer {
             Layer::Cnp => "CNP",
             Layer::Ceth => "CETH",
             Layer::Tag => "tag header",
+            Layer::Deth => "DETH",
+            Layer::Mad => "MAD",
             Layer::Icrc => "ICRC",
             Layer::Buffer => "output buffer",
         };
