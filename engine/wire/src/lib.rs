@@ -66,6 +66,7 @@ pub mod aeth;
 pub mod arp;
 pub mod bth;
 pub mod ceth;
+pub mod cm;
 pub mod deth;
 pub mod ethernet;
 pub mod feth;
