@@ -529,6 +529,103 @@ impl DreqRepr {
     }
 }
 
+/// rdma_cm's conventions on top of the CM: a connection to an IP port is a REQ to the service
+/// ID [`service_id`] of that port, and the REQ's private data starts with [`CmaHeader`].
+pub mod rdma_cm {
+    /// The service IDs of rdma_cm's IP port spaces: `0x0000000001000000 | space << 16 | port`.
+    pub const SERVICE_ID_BASE: u64 = 0x0000_0000_0100_0000;
+    /// The port space of `RDMA_PS_TCP` (reliable connections).
+    pub const PS_TCP: u16 = 0x0106;
+    /// What `SERVICE_ID_BASE | PS_TCP << 16` leaves for the port.
+    const SPACE_MASK: u64 = 0xffff_ffff_ffff_0000;
+
+    /// The service ID of TCP-space `port`.
+    pub const fn service_id(port: u16) -> u64 {
+        (PS_TCP as u64) << 16 | port as u64
+    }
+
+    /// The TCP-space port a service ID names, if it is one.
+    pub const fn tcp_port(service_id: u64) -> Option<u16> {
+        if service_id & SPACE_MASK == service_id_space() {
+            Some(service_id as u16)
+        } else {
+            None
+        }
+    }
+
+    const fn service_id_space() -> u64 {
+        (PS_TCP as u64) << 16
+    }
+
+    /// Length of the header at the start of a REQ's private data.
+    pub const HEADER_LEN: usize = 36;
+    /// The header's version byte rdma_cm sends (major 0, minor 0).
+    pub const VERSION: u8 = 0x00;
+
+    /// rdma_cm's header in a REQ's private data: version, IP version (in the high nibble of
+    /// byte 1), the source port, then the source and destination addresses, each 16 bytes
+    /// (an IPv4 address in the last 4, after 12 zero bytes). The application's private data
+    /// follows it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct CmaHeader {
+        pub version: u8,
+        /// 4 or 6 (4 bits).
+        pub ip_version: u8,
+        pub src_port: u16,
+        pub src_addr: [u8; 16],
+        pub dst_addr: [u8; 16],
+    }
+
+    impl CmaHeader {
+        /// An IPv4 header from `src:src_port` to `dst`.
+        pub fn ipv4(src: core::net::Ipv4Addr, src_port: u16, dst: core::net::Ipv4Addr) -> Self {
+            let v4 = |a: core::net::Ipv4Addr| {
+                let mut b = [0u8; 16];
+                b[12..].copy_from_slice(&a.octets());
+                b
+            };
+            CmaHeader {
+                version: VERSION,
+                ip_version: 4,
+                src_port,
+                src_addr: v4(src),
+                dst_addr: v4(dst),
+            }
+        }
+
+        /// The IPv4 addresses (source, destination) of an IPv4 header.
+        pub fn ipv4_addrs(&self) -> Option<(core::net::Ipv4Addr, core::net::Ipv4Addr)> {
+            let v4 = |b: &[u8; 16]| core::net::Ipv4Addr::new(b[12], b[13], b[14], b[15]);
+            (self.ip_version == 4).then(|| (v4(&self.src_addr), v4(&self.dst_addr)))
+        }
+
+        /// Parses the header at the start of `private_data` (at least [`HEADER_LEN`] bytes).
+        pub fn parse(private_data: &[u8]) -> crate::Result<CmaHeader> {
+            crate::ensure_len(crate::Layer::Mad, HEADER_LEN, private_data.len())?;
+            let b = private_data;
+            Ok(CmaHeader {
+                version: b[0],
+                ip_version: b[1] >> 4,
+                src_port: u16::from_be_bytes([b[2], b[3]]),
+                src_addr: super::array(b, 4),
+                dst_addr: super::array(b, 20),
+            })
+        }
+
+        /// Writes the header at the start of `private_data`.
+        pub fn emit(&self, private_data: &mut [u8]) -> crate::Result<()> {
+            crate::ensure_len(crate::Layer::Buffer, HEADER_LEN, private_data.len())?;
+            let b = private_data;
+            b[0] = self.version;
+            b[1] = (self.ip_version & 0x0f) << 4;
+            b[2..4].copy_from_slice(&self.src_port.to_be_bytes());
+            b[4..20].copy_from_slice(&self.src_addr);
+            b[20..36].copy_from_slice(&self.dst_addr);
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,6 +844,37 @@ mod tests {
             private_data: [0; SHORT_PRIVATE_DATA_LEN],
         };
         golden(&DREP_DATA, drep, IdsRepr::parse, IdsRepr::emit);
+    }
+
+    /// The REQ's private data holds rdma_cm's header as tshark decodes it (IPv4, source
+    /// port 50000, 10.0.0.1 -> 10.0.0.2), and the service ID names TCP port 20000.
+    #[test]
+    fn test_rdma_cm_conventions() {
+        use core::net::Ipv4Addr;
+        use rdma_cm::*;
+        let r = req();
+        assert_eq!(tcp_port(r.service_id), Some(20000));
+        assert_eq!(service_id(20000), r.service_id);
+        assert_eq!(
+            tcp_port(0x0000_0000_0113_4e20),
+            None,
+            "another port space (IB)"
+        );
+        let h = CmaHeader::parse(&r.private_data).unwrap();
+        let want = CmaHeader::ipv4(
+            Ipv4Addr::new(10, 0, 0, 1),
+            50000,
+            Ipv4Addr::new(10, 0, 0, 2),
+        );
+        assert_eq!(h, want);
+        assert_eq!(
+            h.ipv4_addrs(),
+            Some((Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)))
+        );
+        let mut pd = [0xffu8; REQ_PRIVATE_DATA_LEN];
+        want.emit(&mut pd).unwrap();
+        assert_eq!(pd[..HEADER_LEN], r.private_data[..HEADER_LEN]);
+        assert!(CmaHeader::parse(&pd[..HEADER_LEN - 1]).is_err());
     }
 
     #[test]
