@@ -1,5 +1,6 @@
 //! The `parse_roce` fuzz harness: arbitrary bytes to the whole-frame RoCEv2 parser and to
-//! every header parser of `portico-wire`. None of them may panic. When a frame parses, it is
+//! every header parser of `portico-wire`, QP1's DETH, MAD header and CM messages included. None
+//! of them may panic. When a frame parses, it is
 //! emitted again and must parse back to the same headers and payload.
 //!
 //! Shared, like `rdma_node.rs`, by the fuzz target and the replay test
@@ -7,9 +8,12 @@
 
 use core::net::Ipv4Addr;
 
+use wire::deth::DethRepr;
+use wire::mad::MadRepr;
 use wire::{
     AethRepr, BthRepr, Checks, EthernetRepr, FethRepr, ImmDtRepr, Ipv4Repr, RethRepr, RocePacket,
-    RoceRepr, UdpRepr, aeth, bth, ethernet, feth, immdt, ipv4, parse_frame, reth, udp,
+    RoceRepr, UdpRepr, aeth, bth, cm, deth, ethernet, feth, immdt, ipv4, mad, parse_frame, reth,
+    udp,
 };
 
 /// Runs one input; panics when an invariant breaks.
@@ -52,4 +56,34 @@ pub fn run(data: &[u8]) {
     if let Ok(p) = feth::Packet::new_checked(data) {
         let _ = FethRepr::parse(&p);
     }
+    if let Ok(p) = deth::Packet::new_checked(data) {
+        let _ = DethRepr::parse(&p);
+    }
+    // QP1's MADs and the CM's messages: every message parses from any whole MAD's data, and
+    // what was parsed re-emits and parses back the same.
+    if let Ok(p) = mad::Packet::new_checked(data) {
+        let _ = MadRepr::parse(&p);
+        cm_messages(p.data());
+    }
+}
+
+/// Each CM message from `data` (a MAD's data), emitted again and parsed back.
+fn cm_messages(data: &[u8]) {
+    let mut out = [0u8; mad::DATA_LEN];
+    macro_rules! round_trip {
+        ($($repr:ty),*) => {$(
+            let r = <$repr>::parse(data).expect("a whole MAD's data parses");
+            r.emit(&mut out).expect("a parsed message re-emits");
+            assert_eq!(<$repr>::parse(&out).expect("an emitted message parses"), r);
+        )*};
+    }
+    round_trip!(
+        cm::ReqRepr,
+        cm::RepRepr,
+        cm::RejRepr,
+        cm::MraRepr,
+        cm::IdsRepr,
+        cm::DreqRepr
+    );
+    let _ = cm::rdma_cm::CmaHeader::parse(data);
 }
