@@ -11,9 +11,9 @@ use super::mad::DATA_LEN;
 use super::{Layer, Result, be, ensure_len};
 
 /// One path of a REQ (primary or alternate), 44 bytes. On RoCEv2 the GIDs are the ports'
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`), the LIDs are 0 (the Linux CM sends the
-/// permissive LID 0xffff), and the traffic class and hop limit are the IPv4 header's DSCP/ECN
-/// byte and TTL.
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`), the LIDs mean nothing (the unit test's REQ
+/// carries the permissive LID 0xffff), and the traffic class and hop limit are the IPv4
+/// header's DSCP/ECN byte and TTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PathRepr {
     pub local_lid: u16,
@@ -532,29 +532,24 @@ impl DreqRepr {
 /// rdma_cm's conventions on top of the CM: a connection to an IP port is a REQ to the service
 /// ID [`service_id`] of that port, and the REQ's private data starts with [`CmaHeader`].
 pub mod rdma_cm {
-    /// The service IDs of rdma_cm's IP port spaces: `0x0000000001000000 | space << 16 | port`.
-    pub const SERVICE_ID_BASE: u64 = 0x0000_0000_0100_0000;
-    /// The port space of `RDMA_PS_TCP` (reliable connections).
+    /// rdma_cm's port space of `RDMA_PS_TCP` (reliable connections): its service IDs are
+    /// `0x0000000001060000 | port` (the IP spaces are `0x0000000001000000 | space << 16`).
     pub const PS_TCP: u16 = 0x0106;
-    /// What `SERVICE_ID_BASE | PS_TCP << 16` leaves for the port.
-    const SPACE_MASK: u64 = 0xffff_ffff_ffff_0000;
+    /// The service ID of TCP-space port 0.
+    const TCP_SPACE: u64 = (PS_TCP as u64) << 16;
 
     /// The service ID of TCP-space `port`.
     pub const fn service_id(port: u16) -> u64 {
-        (PS_TCP as u64) << 16 | port as u64
+        TCP_SPACE | port as u64
     }
 
     /// The TCP-space port a service ID names, if it is one.
     pub const fn tcp_port(service_id: u64) -> Option<u16> {
-        if service_id & SPACE_MASK == service_id_space() {
+        if service_id & !0xffff == TCP_SPACE {
             Some(service_id as u16)
         } else {
             None
         }
-    }
-
-    const fn service_id_space() -> u64 {
-        (PS_TCP as u64) << 16
     }
 
     /// Length of the header at the start of a REQ's private data.
