@@ -569,9 +569,7 @@ fn check_initiator_keys(cfg: &PeerConfig) -> Result<(), ConfigError> {
 pub fn counts(reports: &[crate::runtime::WorkerReport]) -> BTreeMap<String, u64> {
     let mut all = RdmaCounters::default();
     for r in reports {
-        all.combine(&RdmaCounters::from_pairs(
-            r.counters.iter().map(|(n, v)| (n.as_str(), *v)),
-        ));
+        all.combine(&RdmaCounters::from_pairs(r.counter_pairs()));
     }
     all.iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

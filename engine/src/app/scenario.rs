@@ -227,11 +227,6 @@ pub fn run_scenario(
 }
 
 /// Pairs each checker with the generators at the other end of its ring link.
-/// A worker's stage counters as (name, value) pairs.
-fn pairs(r: &WorkerReport) -> impl Iterator<Item = (&str, u64)> {
-    r.counters.iter().map(|(n, v)| (n.as_str(), *v))
-}
-
 fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
     let peer_of = |port: usize| -> Option<usize> {
         let PortSource::Ring { link } = &s.sources[port] else {
@@ -254,7 +249,7 @@ fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
                     .iter()
                     .zip(reports)
                     .filter(|(g, _)| matches!(g.task, Task::Generate { tx, .. } if tx.port == peer))
-                    .map(|(_, gr)| GenerateCounters::from_pairs(pairs(gr)))
+                    .map(|(_, gr)| GenerateCounters::from_pairs(gr.counter_pairs()))
                     .reduce(|mut all, g| {
                         all.combine(&g);
                         all
@@ -267,7 +262,7 @@ fn verdicts(s: &Scenario, reports: &[WorkerReport]) -> Vec<CheckVerdict> {
                 seq_gaps,
                 late,
                 ..
-            } = CheckCounters::from_pairs(pairs(r));
+            } = CheckCounters::from_pairs(r.counter_pairs());
             // What the generators on the other end sent, else what the config expects.
             let expected = sent.or(match w.task {
                 Task::Check { expect, .. } => expect,

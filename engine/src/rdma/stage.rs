@@ -568,8 +568,7 @@ mod tests {
         for (i, name) in names.iter().enumerate() {
             assert_eq!(r.counter(name), Some(i as u64 + 1), "{name}");
         }
-        let pairs = r.counters.iter().map(|(n, v)| (n.as_str(), *v));
-        assert_eq!(RdmaCounters::from_pairs(pairs), c);
+        assert_eq!(RdmaCounters::from_pairs(r.counter_pairs()), c);
     }
 
     /// Every counter the stage publishes has exactly one source: a node counter, a tag

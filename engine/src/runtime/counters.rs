@@ -170,6 +170,11 @@ impl WorkerReport {
         }
     }
 
+    /// The stage counters as (name, value) pairs: what a declared set's `from_pairs` reads.
+    pub fn counter_pairs(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.counters.iter().map(|(n, v)| (n.as_str(), *v))
+    }
+
     /// A stage counter by name.
     pub fn counter(&self, name: &str) -> Option<u64> {
         self.counters

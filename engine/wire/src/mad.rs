@@ -72,35 +72,14 @@ pub mod cm_attr {
     pub const APR: u16 = 0x001a;
 }
 
-/// A read/write view of a whole MAD ([`MAD_LEN`] bytes: a MAD is never shorter, and the bytes
-/// of a datagram after it are not its).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+fixed_header_view!(
+    /// A read/write view of a whole MAD ([`MAD_LEN`] bytes: a MAD is never shorter, and the
+    /// bytes of a datagram after it are not its).
+    layer = Layer::Mad,
+    len = MAD_LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checking its length (for emission into a sized buffer).
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wraps a buffer and checks that it holds a whole MAD (for untrusted input).
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Self::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
-    /// Ensures the buffer holds [`MAD_LEN`] bytes; afterwards no accessor or setter panics.
-    pub fn check_len(&self) -> Result<()> {
-        ensure_len(Layer::Mad, MAD_LEN, self.buffer.as_ref().len())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     pub fn base_version(&self) -> u8 {
         self.buffer.as_ref()[field::BASE_VERSION]
     }
