@@ -71,6 +71,7 @@ pub mod deth;
 pub mod ethernet;
 pub mod feth;
 pub mod golden;
+pub mod gsi;
 pub mod icrc;
 pub mod immdt;
 pub mod ipv4;

@@ -46,10 +46,10 @@ use super::template::RxIcrc;
 use super::udp::{self, ROCEV2_PORT};
 use super::{Error, Layer, Result, Unsupported, ensure_len};
 
-const IP_OFFSET: usize = ethernet::HEADER_LEN;
-const UDP_OFFSET: usize = IP_OFFSET + ipv4::HEADER_LEN;
-const BTH_OFFSET: usize = UDP_OFFSET + udp::HEADER_LEN;
-const EXT_OFFSET: usize = BTH_OFFSET + bth::HEADER_LEN;
+pub(crate) const IP_OFFSET: usize = ethernet::HEADER_LEN;
+pub(crate) const UDP_OFFSET: usize = IP_OFFSET + ipv4::HEADER_LEN;
+pub(crate) const BTH_OFFSET: usize = UDP_OFFSET + udp::HEADER_LEN;
+pub(crate) const EXT_OFFSET: usize = BTH_OFFSET + bth::HEADER_LEN;
 
 /// Bytes of Ethernet, IPv4, UDP and BTH headers: the shortest possible header.
 pub const BASE_HEADER_LEN: usize = EXT_OFFSET;
@@ -151,6 +151,65 @@ fn not_roce(layer: Layer, what: &'static str, value: u64) -> Error {
     Error::NotRoce { layer, what, value }
 }
 
+/// Checks the layers below the BTH of a RoCEv2-over-IPv4 frame (Ethernet, a 20-byte
+/// unfragmented IPv4 header, UDP to port 4791 whose length fills the IPv4 payload); returns
+/// the ends of the IPv4 packet and of the UDP datagram. Shared by [`RocePacket::new_checked`]
+/// and the QP1 frames of [`crate::gsi`].
+pub(crate) fn locate_datagram(frame: &[u8]) -> Result<(usize, usize)> {
+    let eth = ethernet::Packet::new_checked(frame)?;
+    if eth.ethertype() != EtherType::Ipv4 {
+        let raw = u16::from(eth.ethertype());
+        if matches!(raw, 0x8100 | 0x88a8 | 0x9100) {
+            return Err(Error::Unsupported(Unsupported::VlanTag(raw)));
+        }
+        return Err(not_roce(Layer::Ethernet, "ethertype", u64::from(raw)));
+    }
+
+    let ip = ipv4::Packet::new_checked(eth.payload())?;
+    if ip.version() != 4 {
+        return Err(Error::BadVersion {
+            layer: Layer::Ipv4,
+            version: ip.version(),
+        });
+    }
+    // rxe and hardware assume a 20-byte IPv4 header when computing the ICRC.
+    if ip.header_len() != ipv4::HEADER_LEN {
+        return Err(Error::Unsupported(Unsupported::IpOptions(ip.header_len())));
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Err(Error::Unsupported(Unsupported::IpFragment {
+            offset: ip.frag_offset(),
+            more: ip.more_frags(),
+        }));
+    }
+    if ip.protocol() != PROTOCOL_UDP {
+        return Err(not_roce(Layer::Ipv4, "protocol", u64::from(ip.protocol())));
+    }
+    let ip_end = IP_OFFSET + usize::from(ip.total_len());
+
+    let udp = udp::Packet::new_checked(ip.payload())?;
+    if udp.dst_port() != ROCEV2_PORT {
+        return Err(not_roce(
+            Layer::Udp,
+            "destination port",
+            u64::from(udp.dst_port()),
+        ));
+    }
+    // Bytes between the end of the datagram and the end of the IPv4 packet
+    // would escape the ICRC; a well-formed sender never produces them.
+    if usize::from(udp.len()) != ip.payload().len() {
+        return Err(Error::BadLength {
+            layer: Layer::Udp,
+            value: usize::from(udp.len()),
+            min: ip.payload().len(),
+            max: ip.payload().len(),
+        });
+    }
+    let udp_end = UDP_OFFSET + usize::from(udp.len());
+
+    Ok((ip_end, udp_end))
+}
+
 impl<T: AsRef<[u8]>> RocePacket<T> {
     /// Check that `buffer` holds one complete RoCEv2-over-IPv4 frame and locate
     /// its layers. Fails with an error naming the first layer that is wrong.
@@ -164,58 +223,8 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     }
 
     fn locate(frame: &[u8]) -> Result<Layout> {
-        let eth = ethernet::Packet::new_checked(frame)?;
-        if eth.ethertype() != EtherType::Ipv4 {
-            let raw = u16::from(eth.ethertype());
-            if matches!(raw, 0x8100 | 0x88a8 | 0x9100) {
-                return Err(Error::Unsupported(Unsupported::VlanTag(raw)));
-            }
-            return Err(not_roce(Layer::Ethernet, "ethertype", u64::from(raw)));
-        }
-
-        let ip = ipv4::Packet::new_checked(eth.payload())?;
-        if ip.version() != 4 {
-            return Err(Error::BadVersion {
-                layer: Layer::Ipv4,
-                version: ip.version(),
-            });
-        }
-        // rxe and hardware assume a 20-byte IPv4 header when computing the ICRC.
-        if ip.header_len() != ipv4::HEADER_LEN {
-            return Err(Error::Unsupported(Unsupported::IpOptions(ip.header_len())));
-        }
-        if ip.more_frags() || ip.frag_offset() != 0 {
-            return Err(Error::Unsupported(Unsupported::IpFragment {
-                offset: ip.frag_offset(),
-                more: ip.more_frags(),
-            }));
-        }
-        if ip.protocol() != PROTOCOL_UDP {
-            return Err(not_roce(Layer::Ipv4, "protocol", u64::from(ip.protocol())));
-        }
-        let ip_end = IP_OFFSET + usize::from(ip.total_len());
-
-        let udp = udp::Packet::new_checked(ip.payload())?;
-        if udp.dst_port() != ROCEV2_PORT {
-            return Err(not_roce(
-                Layer::Udp,
-                "destination port",
-                u64::from(udp.dst_port()),
-            ));
-        }
-        // Bytes between the end of the datagram and the end of the IPv4 packet
-        // would escape the ICRC; a well-formed sender never produces them.
-        if usize::from(udp.len()) != ip.payload().len() {
-            return Err(Error::BadLength {
-                layer: Layer::Udp,
-                value: usize::from(udp.len()),
-                min: ip.payload().len(),
-                max: ip.payload().len(),
-            });
-        }
-        let udp_end = UDP_OFFSET + usize::from(udp.len());
-
-        let bth = bth::Packet::new_checked(udp.payload())?;
+        let (ip_end, udp_end) = locate_datagram(frame)?;
+        let bth = bth::Packet::new_checked(&frame[BTH_OFFSET..udp_end])?;
         if bth.tver() != 0 {
             return Err(Error::BadVersion {
                 layer: Layer::Bth,
@@ -421,7 +430,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RocePacket<T> {
 
 /// ICRC over `headers` (a frame prefix starting at the Ethernet header, at least
 /// through the BTH), then `segments`, then `zeros` zero pad bytes.
-fn icrc_over(headers: &[u8], segments: &[&[u8]], zeros: usize) -> u32 {
+pub(crate) fn icrc_over(headers: &[u8], segments: &[&[u8]], zeros: usize) -> u32 {
     // The common case: the first covered bytes (IPv4 header onwards, up to 256 of them, so
     // the whole of a small frame) are copied into a stack buffer, their variant fields set to
     // all-ones there, and fed to the CRC in one pass instead of a dozen short pieces around
