@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cc;
+pub mod cm;
 pub mod lpe;
 pub mod placement;
 pub mod rng;
