@@ -31,6 +31,8 @@ pub enum Control {
     Deregister {
         lkey: u32,
     },
+    /// A call to the connection manager ([`crate::cm`]), on the worker that has it.
+    Cm(crate::cm::CmControl),
     /// Give this worker's replica of the engine's region table a region another replica
     /// registered, under the same keys (an engine on several workers, see
     /// [`RdmaHandle::sharded`]).
@@ -43,11 +45,24 @@ pub enum Control {
 }
 
 /// The worker's answer to a [`Control`] request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum ControlReply {
     Registered(Result<MrKeys, RegisterError>),
+    Cm(Result<crate::cm::CmReply, crate::cm::CmCallError>),
     /// Whether the key named a registered region (it is gone now).
     Deregistered(bool),
+}
+
+/// Registrations compare by their outcome; a CM answer (which may hold a queue pair) equals
+/// nothing.
+impl PartialEq for ControlReply {
+    fn eq(&self, other: &ControlReply) -> bool {
+        match (self, other) {
+            (ControlReply::Registered(a), ControlReply::Registered(b)) => a == b,
+            (ControlReply::Deregistered(a), ControlReply::Deregistered(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 /// The worker's end of the control path. Requests and replies carry the request's number,
@@ -72,6 +87,8 @@ pub enum HostError {
     Register(#[from] RegisterError),
     #[error("key {0:#x} names no registered region")]
     NotRegistered(u32),
+    #[error("connection manager: {0}")]
+    Cm(#[from] crate::cm::CmCallError),
 }
 
 /// Host answers wait at most this long: a worker serves its control path every iteration, and
@@ -235,7 +252,9 @@ impl RdmaHandle {
         let keys = match first.answer(id, self.timeout)? {
             ControlReply::Registered(Ok(keys)) => keys,
             ControlReply::Registered(Err(e)) => return Err(e.into()),
-            ControlReply::Deregistered(_) => return Err(HostError::WorkerGone),
+            ControlReply::Deregistered(_) | ControlReply::Cm(_) => {
+                return Err(HostError::WorkerGone);
+            }
         };
         // Every other shard installs it under the same keys: sent to all, then answered.
         let mut asked = Vec::with_capacity(paths.len());
@@ -256,7 +275,9 @@ impl RdmaHandle {
                 failure = match outcome {
                     Ok(ControlReply::Registered(Ok(_))) => None,
                     Ok(ControlReply::Registered(Err(e))) => Some(e.into()),
-                    Ok(ControlReply::Deregistered(_)) => Some(HostError::WorkerGone),
+                    Ok(ControlReply::Deregistered(_) | ControlReply::Cm(_)) => {
+                        Some(HostError::WorkerGone)
+                    }
                     Err(e) => Some(e),
                 };
             }
@@ -294,13 +315,28 @@ impl RdmaHandle {
             let Some(id) = id else { continue };
             match id.and_then(|id| p.answer(id, timeout)) {
                 Ok(ControlReply::Deregistered(had)) => all &= had,
-                Ok(ControlReply::Registered(_)) => error = error.or(Some(HostError::WorkerGone)),
+                Ok(ControlReply::Registered(_) | ControlReply::Cm(_)) => {
+                    error = error.or(Some(HostError::WorkerGone))
+                }
                 Err(e) => error = error.or(Some(e)),
             }
         }
         match error {
             Some(e) => Err(e),
             None => Ok(all),
+        }
+    }
+
+    /// A call to the engine's connection manager (on its first worker): listen, connect,
+    /// accept, reject, disconnect. Its events come on the [`crate::cm::CmEvents`] the engine's
+    /// stage got from [`crate::RdmaNode::enable_cm`].
+    pub fn cm(&self, call: crate::cm::CmControl) -> Result<crate::cm::CmReply, HostError> {
+        let mut paths = self.paths.lock().map_err(|_| HostError::WorkerGone)?;
+        let first = paths.first_mut().ok_or(HostError::WorkerGone)?;
+        let id = first.send(Control::Cm(call))?;
+        match first.answer(id, self.timeout)? {
+            ControlReply::Cm(r) => Ok(r?),
+            _ => Err(HostError::WorkerGone),
         }
     }
 

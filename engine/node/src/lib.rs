@@ -21,6 +21,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod arp;
+pub mod cm;
 pub mod flusher;
 mod host;
 pub mod live;

@@ -125,6 +125,8 @@ pub(crate) struct QpEntry {
     armed: Option<u64>,
     /// The ICRC register of the flow this queue pair receives (its peer's packets).
     rx_icrc: wire::template::RxIcrc,
+    /// False once destroyed ([`RdmaNode::destroy_qp`]): the slot waits for a new queue pair.
+    pub(crate) live: bool,
 }
 
 /// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
@@ -167,10 +169,18 @@ impl QpTable {
         }
     }
 
-    /// Indexes every entry in a table of `size` slots; false if two collide.
+    /// Takes `qpn` (at entry `at`) out of the index.
+    fn remove(&mut self, qpn: u32, at: usize) {
+        let slot = qpn as usize & (self.index.len() - 1);
+        if self.index[slot] == at as u32 {
+            self.index[slot] = NO_QP;
+        }
+    }
+
+    /// Indexes every live entry in a table of `size` slots; false if two collide.
     fn rebuild(&mut self, size: usize) -> bool {
         let mut index = vec![NO_QP; size];
-        for (i, e) in self.entries.iter().enumerate() {
+        for (i, e) in self.entries.iter().enumerate().filter(|(_, e)| e.live) {
             let s = e.qp.config().local_qpn as usize & (size - 1);
             if index[s] != NO_QP {
                 return false;
@@ -287,6 +297,10 @@ pub struct RdmaNode {
     unsettled: Vec<u32>,
     pub counters: NodeCounters,
     arp: [u8; 64],
+    /// Slots of destroyed queue pairs, for the next ones.
+    free_slots: Vec<u32>,
+    /// The connection manager on QP1, when enabled ([`RdmaNode::enable_cm`]).
+    pub(crate) cm: Option<Box<crate::cm::NodeCm>>,
     /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]), shared
     /// with the completion queues and the tag port.
     host_spin: HostSpin,
@@ -330,6 +344,8 @@ impl RdmaNode {
             unsettled: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
+            free_slots: Vec::new(),
+            cm: None,
             host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
         }
     }
@@ -398,7 +414,11 @@ impl RdmaNode {
             return Outlook::BUSY;
         }
         self.prune_timers();
-        let parts = self.parts.due_at(now).map(|t| t.saturating_sub(now));
+        let parts = [self.parts.due_at(now), self.cm_due()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t.saturating_sub(now));
         let timer = self
             .timers
             .peek()
@@ -450,15 +470,7 @@ impl RdmaNode {
 
     /// Adds a queue pair; its local MAC and IP are this node's. Completions of its send work
     /// go to `send_cq`, of its receives to `recv_cq`. Returns the application's end.
-    pub fn add_qp(
-        &mut self,
-        mut cfg: QpConfig,
-        send_cq: &Cq,
-        recv_cq: &Cq,
-    ) -> Result<Qp, AddQpError> {
-        cfg.local_mac = self.mac;
-        cfg.local_ip = self.ip;
-        let qpn = cfg.local_qpn;
+    pub fn add_qp(&mut self, cfg: QpConfig, send_cq: &Cq, recv_cq: &Cq) -> Result<Qp, AddQpError> {
         for cq in [send_cq, recv_cq] {
             if !self
                 .cqs
@@ -468,15 +480,37 @@ impl RdmaNode {
                 return Err(AddQpError::UnknownCq(cq.id()));
             }
         }
+        self.add_qp_by_id(cfg, send_cq.id(), recv_cq.id())
+    }
+
+    /// [`RdmaNode::add_qp`] with the completion queues named by their ids (the CM's queue
+    /// pairs, created on the worker).
+    pub(crate) fn add_qp_by_id(
+        &mut self,
+        mut cfg: QpConfig,
+        send_cq: u32,
+        recv_cq: u32,
+    ) -> Result<Qp, AddQpError> {
+        cfg.local_mac = self.mac;
+        cfg.local_ip = self.ip;
+        let qpn = cfg.local_qpn;
+        for cq in [send_cq, recv_cq] {
+            if cq as usize >= self.cqs.len() {
+                return Err(AddQpError::UnknownCq(cq));
+            }
+        }
         if self.qps.lookup(qpn).is_some() {
             return Err(AddQpError::DuplicateQpn(qpn));
         }
-        if self.qps.entries.len() >= MAX_QPS {
+        if self.qps.entries.len() - self.free_slots.len() >= MAX_QPS {
             return Err(AddQpError::TooMany);
         }
         self.parts.admit_qp(&cfg)?;
         let qp = QueuePair::new(cfg.clone())?;
-        let slot = self.qps.entries.len();
+        let slot = self
+            .free_slots
+            .pop()
+            .map_or(self.qps.entries.len(), |s| s as usize);
         self.parts.qp_added(slot as u32, &qp);
         let (host, rings) = rings::qp_rings(
             qpn,
@@ -485,16 +519,27 @@ impl RdmaNode {
             cfg.max_recv_wr,
             self.doorbells.clone(),
         );
-        self.qps.entries.push(QpEntry {
+        let mut entry = QpEntry {
             qp,
             rings,
-            send_cq: send_cq.id(),
-            recv_cq: recv_cq.id(),
+            send_cq,
+            recv_cq,
             ready: false,
             backlog: false,
             armed: None,
             rx_icrc: Default::default(),
-        });
+            live: true,
+        };
+        if let Some(old) = self.qps.entries.get(slot) {
+            // A destroyed queue pair's slot: its places on the lists and in the timer heap
+            // are the new one's (each is checked against the queue pair when it comes up).
+            entry.ready = old.ready;
+            entry.backlog = old.backlog;
+            entry.armed = old.armed;
+            self.qps.entries[slot] = entry;
+        } else {
+            self.qps.entries.push(entry);
+        }
         self.qps.insert(qpn, slot);
         let n = self.qps.entries.len();
         self.ready.reserve(n);
@@ -502,6 +547,31 @@ impl RdmaNode {
         self.timers.reserve(2 * n + 16);
         self.unsettled.reserve(n);
         Ok(host)
+    }
+
+    /// Destroys queue pair `qpn`: its work requests complete with a flush error (delivered
+    /// to the host before this returns), packets for it are dropped as `unknown_qp` from now
+    /// on, and its slot is free for a later queue pair. False if no queue pair has `qpn`.
+    pub fn destroy_qp(&mut self, qpn: u32) -> bool {
+        let Some(i) = self.qps.lookup(qpn) else {
+            return false;
+        };
+        self.qps.entries[i].qp.shut_down(&mut self.staged);
+        self.settle(i as u32);
+        self.flush_completions();
+        self.qps.remove(qpn, i);
+        self.qps.entries[i].live = false;
+        self.parts.qp_removed(i as u32);
+        self.free_slots.push(i as u32);
+        if !self.deregs.is_empty() {
+            self.finish_deregistrations();
+        }
+        true
+    }
+
+    /// Queue pairs the node holds (destroyed ones not counted).
+    pub fn qp_count(&self) -> usize {
+        self.qps.entries.len() - self.free_slots.len()
     }
 
     /// Notes that queue pair `qpn` of the same engine is homed on another worker (this node
@@ -529,7 +599,7 @@ impl RdmaNode {
     }
 
     pub fn qps(&self) -> impl Iterator<Item = &QueuePair> {
-        self.qps.entries.iter().map(|e| &e.qp)
+        self.qps.entries.iter().filter(|e| e.live).map(|e| &e.qp)
     }
 
     /// Request packets sent again, over all queue pairs (read without copying their stats).
@@ -638,6 +708,7 @@ impl RdmaNode {
                 && let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp)
             {
                 self.counters.arp_replies += 1;
+                self.cm_learn(now, frame);
                 return RxOutcome::ArpReply(len);
             }
             self.counters.not_for_us += 1;
@@ -645,9 +716,9 @@ impl RdmaNode {
         }
         if let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp) {
             self.counters.arp_replies += 1;
+            self.cm_learn(now, frame);
             return RxOutcome::ArpReply(len);
         }
-        let c = &mut self.counters;
         let count_error = |c: &mut NodeCounters, e: wire::Error| {
             *match e {
                 wire::Error::BadIcrc { .. } => &mut c.icrc_errors,
@@ -668,10 +739,16 @@ impl RdmaNode {
         let packet = match wire::RocePacket::new_checked(frame) {
             Ok(p) => p,
             Err(e) => {
-                count_error(c, e);
+                // QP1's frames (another transport to the RC parser) and ARP replies go to
+                // the connection manager, when there is one.
+                if self.cm.is_some() && self.cm_take(now, frame, e) {
+                    return RxOutcome::Delivered;
+                }
+                count_error(&mut self.counters, e);
                 return RxOutcome::Dropped;
             }
         };
+        let c = &mut self.counters;
         if packet.ipv4().dst_addr() != self.ip {
             c.not_for_us += 1;
             return RxOutcome::Dropped;
@@ -723,15 +800,21 @@ impl RdmaNode {
     /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.
     pub fn service(&mut self, now: u64) {
         while let Some(slot) = self.doorbells.pop() {
-            self.qps.entries[slot as usize].rings.take_doorbell();
-            self.take_work(slot);
+            let e = &mut self.qps.entries[slot as usize];
+            e.rings.take_doorbell();
+            if e.live {
+                self.take_work(slot);
+            }
         }
         if !self.backlog.is_empty() {
             let n = self.backlog.len();
             for k in 0..n {
                 let slot = self.backlog[k];
-                self.qps.entries[slot as usize].backlog = false;
-                self.take_work(slot);
+                let e = &mut self.qps.entries[slot as usize];
+                e.backlog = false;
+                if e.live {
+                    self.take_work(slot);
+                }
             }
             // Queue pairs that are still short of room were pushed again behind the old list.
             self.backlog.drain(..n);
@@ -745,6 +828,9 @@ impl RdmaNode {
         let (parts, mut cx) = self.split();
         parts.service(now, &mut cx);
         self.settle_parts();
+        if self.cm.is_some() {
+            self.cm_service(now);
+        }
     }
 
     /// The parts' `settle` hooks, for the queue pairs a part's hook called into.
@@ -927,6 +1013,7 @@ impl RdmaNode {
                 access,
                 keys,
             } => ControlReply::Registered(self.mem.install(map, offset, keys, access)),
+            Control::Cm(c) => ControlReply::Cm(self.cm_control(c)),
             Control::Deregister { lkey } => match self.mem.retire(lkey) {
                 None => ControlReply::Deregistered(false),
                 Some(slot) => {
@@ -944,7 +1031,11 @@ impl RdmaNode {
         let mut k = 0;
         while k < self.deregs.len() {
             let slot = self.deregs[k].slot;
-            if self.qps.entries.iter().any(|e| e.qp.uses_region(slot))
+            if self
+                .qps
+                .entries
+                .iter()
+                .any(|e| e.live && e.qp.uses_region(slot))
                 || self.parts.uses_region(slot)
             {
                 k += 1;

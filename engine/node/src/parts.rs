@@ -70,6 +70,11 @@ pub(crate) trait Offload {
     #[inline]
     fn qp_added(&mut self, _slot: u32, _qp: &QueuePair) {}
 
+    /// `destroy_qp`: the queue pair in `slot` is gone (the slot may be reused by a later
+    /// `add_qp`).
+    #[inline]
+    fn qp_removed(&mut self, _slot: u32) {}
+
     /// `receive`: a packet the queue pair admitted, before the transport takes it.
     #[inline]
     fn before_packet(&mut self, _now: u64, _qp: &mut QueuePair, _repr: &wire::RoceRepr) {}
@@ -178,6 +183,10 @@ macro_rules! parts {
             #[inline]
             pub fn qp_added(&mut self, slot: u32, qp: &QueuePair) {
                 $(self.$name.qp_added(slot, qp);)*
+            }
+
+            pub fn qp_removed(&mut self, slot: u32) {
+                $(self.$name.qp_removed(slot);)*
             }
 
             #[inline(always)]
@@ -432,6 +441,10 @@ impl Offload for PortEcn {
         }
     }
 
+    fn qp_removed(&mut self, slot: u32) {
+        self.qps.retain(|&s| s != slot);
+    }
+
     #[inline(always)]
     fn before_packet(&mut self, now: u64, qp: &mut QueuePair, repr: &wire::RoceRepr) {
         if repr.bth.opcode.is_request() && qp.port_scoped_ecn() {
@@ -487,8 +500,14 @@ pub(crate) struct Persistence {
 
 impl Offload for Persistence {
     fn qp_added(&mut self, slot: u32, _qp: &QueuePair) {
-        debug_assert_eq!(self.waiting.len(), slot as usize);
-        self.waiting.push(false);
+        // A new slot, or one a destroyed queue pair left.
+        match self.waiting.get_mut(slot as usize) {
+            Some(w) => *w = false,
+            None => {
+                debug_assert_eq!(self.waiting.len(), slot as usize);
+                self.waiting.push(false);
+            }
+        }
     }
 
     #[inline(always)]

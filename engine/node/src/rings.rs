@@ -94,6 +94,14 @@ pub struct Qp {
     doorbells: Arc<Doorbells>,
 }
 
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The worker's end of one queue pair's rings.
 pub(crate) struct QpRings {
     pub(crate) sq: Consumer<WorkRequest>,

@@ -202,6 +202,43 @@ pub fn answer(
     Some(len)
 }
 
+/// Writes into `out` (at least 42 bytes) the broadcast ARP request of `my_mac`/`my_ip` for
+/// `target_ip`; returns its length.
+pub fn request(
+    my_mac: EthernetAddress,
+    my_ip: Ipv4Addr,
+    target_ip: Ipv4Addr,
+    out: &mut [u8],
+) -> Result<usize> {
+    let len = ethernet::HEADER_LEN + HEADER_LEN;
+    ensure_len(Layer::Buffer, len, out.len())?;
+    let (eth_out, arp_out) = out[..len].split_at_mut(ethernet::HEADER_LEN);
+    EthernetRepr {
+        src_addr: my_mac,
+        dst_addr: EthernetAddress([0xff; 6]),
+        ethertype: EtherType::Arp,
+    }
+    .emit(&mut ethernet::Packet::new_unchecked(eth_out));
+    ArpRepr {
+        op: ArpOp::Request,
+        sender_hw: my_mac,
+        sender_ip: my_ip,
+        target_hw: EthernetAddress([0; 6]),
+        target_ip,
+    }
+    .emit(&mut Packet::new_unchecked(arp_out));
+    Ok(len)
+}
+
+/// The ARP packet in `frame`, if it is one (any operation).
+pub fn parse_frame(frame: &[u8]) -> Option<ArpRepr> {
+    let eth = ethernet::Packet::new_checked(frame).ok()?;
+    if EthernetRepr::parse(&eth).ok()?.ethertype != EtherType::Arp {
+        return None;
+    }
+    ArpRepr::parse(&Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +314,22 @@ mod tests {
         let mut buf = [0u8; HEADER_LEN];
         r.emit(&mut Packet::new_unchecked(&mut buf[..]));
         assert_eq!(&buf[..], &REQUEST[14..]);
+    }
+
+    #[test]
+    fn a_request_is_the_golden_request_and_parses_back() {
+        let mut out = [0u8; 64];
+        let n = request(
+            EthernetAddress([0x02, 0, 0, 0, 0, 0x01]),
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(&out[..n], &REQUEST[..]);
+        let r = parse_frame(&out[..n]).unwrap();
+        assert_eq!(r.op, ArpOp::Request);
+        assert_eq!(r.target_ip, Ipv4Addr::new(10, 0, 0, 2));
+        assert!(parse_frame(&out[..20]).is_none());
     }
 }

@@ -365,7 +365,11 @@ mod tests {
                 0x80, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, // DETH
             ]
         );
-        assert_eq!(&buf[UDP_OFFSET + 4..UDP_OFFSET + 6], &[0x01, 0x20], "UDP length 288: BTH, DETH, MAD, ICRC");
+        assert_eq!(
+            &buf[UDP_OFFSET + 4..UDP_OFFSET + 6],
+            &[0x01, 0x20],
+            "UDP length 288: BTH, DETH, MAD, ICRC"
+        );
         assert_eq!(n, 322);
     }
 }

@@ -5,5 +5,6 @@
 //! sit in its file, in `mod tests`.
 
 mod acceptance;
+mod cm;
 mod counters;
 mod tagged;

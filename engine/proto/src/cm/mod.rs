@@ -240,35 +240,48 @@ pub enum MadRefusal {
     Attribute,
 }
 
-/// What the CM counts (plain fields; the node publishes them in its counter set).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CmCounters {
-    pub mads_received: u64,
-    pub mads_sent: u64,
-    pub bad_length: u64,
-    pub bad_base_version: u64,
-    pub bad_class: u64,
-    pub bad_class_version: u64,
-    pub bad_method: u64,
-    pub unsupported_attribute: u64,
-    /// Messages naming a communication ID (or a state) this CM has no use for.
-    pub unknown_comm_id: u64,
-    /// Repeated messages answered again (a duplicate REQ, REP or DREQ) or ignored.
-    pub duplicates: u64,
-    /// REQs refused: nobody listens on their port.
-    pub rej_no_listener: u64,
-    /// REQs refused: the half-open or the connection bound was reached.
-    pub rej_no_resources: u64,
-    /// REQs refused for their content (transport type, MTU, addresses, a stale connection).
-    pub rej_invalid: u64,
-    /// MADs resent by a timer.
-    pub resends: u64,
-    /// Connections that timed out (no answer after every retry, or an application that
-    /// never answered a request).
-    pub timeouts: u64,
-    pub established: u64,
-    pub disconnected: u64,
-    pub rejected: u64,
+portico_counters::counter_set! {
+    /// What a CM counts, declared once (the names are the JSON keys a node publishes).
+    pub struct CmCounters, slots CmSlot {
+        /// MADs QP1 handed to the CM.
+        mads_received: Sum,
+        /// MADs the CM sent (first sends, resends and answers).
+        mads_sent: Sum,
+        /// MADs refused: not 256 bytes.
+        mad_bad_length: Sum,
+        /// MADs refused: base version other than 1.
+        mad_bad_base_version: Sum,
+        /// MADs refused: a management class other than the CM's.
+        mad_bad_class: Sum,
+        /// MADs refused: a CM class version other than 2.
+        mad_bad_class_version: Sum,
+        /// MADs refused: a method other than Send.
+        mad_bad_method: Sum,
+        /// MADs refused: an attribute this CM does not take (LAP, APR, SIDR, ClassPortInfo,
+        /// unknown ones).
+        mad_unsupported_attribute: Sum,
+        /// CM messages naming a communication ID this CM does not have.
+        cm_unknown_comm_id: Sum,
+        /// Repeated CM messages (answered again or ignored).
+        cm_duplicates: Sum,
+        /// REQs rejected: nobody listens on their port.
+        cm_rej_no_listener: Sum,
+        /// REQs rejected: the half-open or the connection bound was reached.
+        cm_rej_no_resources: Sum,
+        /// REQs rejected for their content (transport, MTU, addresses, a stale connection).
+        cm_rej_invalid: Sum,
+        /// MADs resent by a CM timer.
+        cm_resends: Sum,
+        /// Connections that timed out (no answer after every retry, or a request the
+        /// application never answered).
+        cm_timeouts: Sum,
+        /// Connections established.
+        cm_established: Sum,
+        /// Connections ended.
+        cm_disconnected: Sum,
+        /// Connections the peer rejected.
+        cm_rejected: Sum,
+    }
 }
 
 /// Why an application's call failed.
@@ -310,7 +323,6 @@ struct Conn {
     remote_id: u32,
     peer: Peer,
     tid: u64,
-    port: u16,
     /// Active: the REQ as sent. Passive: the REQ as received.
     req: ReqRepr,
     params: Option<QpParams>,
@@ -431,7 +443,8 @@ impl Cm {
             traffic_class: c.traffic_class,
             hop_limit: c.hop_limit,
             sl: 0,
-            subnet_local: true,
+            // The Linux CM sets it only for a hop limit of 1 or less.
+            subnet_local: c.hop_limit <= 1,
             local_ack_timeout: 14,
         };
         let req = ReqRepr {
@@ -472,7 +485,6 @@ impl Cm {
             remote_id: 0,
             peer: c.peer,
             tid,
-            port: c.port,
             req,
             params: None,
             last: Some(m),
@@ -616,11 +628,37 @@ impl Cm {
                 self.send_rej(peer, tid, id, remote, answered, rej_reason::TIMEOUT, &[]);
                 self.forget(id);
                 self.events.push_back(CmEvent::Disconnected { id });
-                self.counters.disconnected += 1;
+                self.counters.cm_disconnected += 1;
                 Ok(())
             }
             State::DreqSent | State::TimeWait => Err(CmError::WrongState(id)),
         }
+    }
+
+    /// The peer at `ip` is at `mac` (address resolution answered): every connection to it
+    /// that did not know its MAC yet takes it, for its later MADs and its queue pair.
+    pub fn learn_mac(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        for c in self.conns.values_mut() {
+            if c.peer.ip == ip && c.peer.mac == EthernetAddress([0; 6]) {
+                c.peer.mac = mac;
+            }
+        }
+    }
+
+    /// The peer at `ip` cannot be reached (address resolution failed): the active
+    /// connections to it that still wait for an answer to their REQ are forgotten, without a
+    /// message or an event; returns their IDs.
+    pub fn abandon_peer(&mut self, ip: Ipv4Addr) -> Vec<u32> {
+        let ids: Vec<u32> = self
+            .conns
+            .values()
+            .filter(|c| c.active && c.peer.ip == ip && matches!(c.state, State::ReqSent))
+            .map(|c| c.local_id)
+            .collect();
+        for &id in &ids {
+            self.forget(id);
+        }
+        ids
     }
 
     /// The next MAD to send.
@@ -662,7 +700,7 @@ impl Cm {
                 State::TimeWait => self.forget(id),
                 State::ReqRcvd => {
                     // The application never answered, and the peer has given up by now.
-                    self.counters.timeouts += 1;
+                    self.counters.cm_timeouts += 1;
                     self.forget(id);
                 }
                 State::Established => {}
@@ -670,19 +708,19 @@ impl Cm {
                     if c.tries_left > 0 {
                         c.tries_left -= 1;
                         let (peer, m, wait) = (c.peer, c.last.expect("a sent message"), c.wait_ns);
-                        self.counters.resends += 1;
+                        self.counters.cm_resends += 1;
                         self.send(peer, m);
                         self.arm(id, now + wait);
                     } else if c.state == State::DreqSent {
                         // No DREP: the peer is gone; the connection ends all the same.
                         self.enter_time_wait(now, id);
                         self.events.push_back(CmEvent::Disconnected { id });
-                        self.counters.disconnected += 1;
+                        self.counters.cm_disconnected += 1;
                     } else {
                         let (peer, tid, remote, active) = (c.peer, c.tid, c.remote_id, c.active);
                         let answered = if active { Answered::Req } else { Answered::Rep };
                         self.send_rej(peer, tid, id, remote, answered, rej_reason::TIMEOUT, &[]);
-                        self.counters.timeouts += 1;
+                        self.counters.cm_timeouts += 1;
                         self.forget(id);
                         self.events.push_back(CmEvent::TimedOut { id });
                     }
@@ -703,12 +741,12 @@ impl Cm {
             Err(r) => r,
         };
         *match refusal {
-            MadRefusal::Length => &mut self.counters.bad_length,
-            MadRefusal::BaseVersion => &mut self.counters.bad_base_version,
-            MadRefusal::Class => &mut self.counters.bad_class,
-            MadRefusal::ClassVersion => &mut self.counters.bad_class_version,
-            MadRefusal::Method => &mut self.counters.bad_method,
-            MadRefusal::Attribute => &mut self.counters.unsupported_attribute,
+            MadRefusal::Length => &mut self.counters.mad_bad_length,
+            MadRefusal::BaseVersion => &mut self.counters.mad_bad_base_version,
+            MadRefusal::Class => &mut self.counters.mad_bad_class,
+            MadRefusal::ClassVersion => &mut self.counters.mad_bad_class_version,
+            MadRefusal::Method => &mut self.counters.mad_bad_method,
+            MadRefusal::Attribute => &mut self.counters.mad_unsupported_attribute,
         } += 1;
         Err(refusal)
     }
@@ -717,7 +755,7 @@ impl Cm {
         // Every parse below is of exactly DATA_LEN bytes, which check_mad ensured.
         match hdr.attribute_id {
             cm_attr::REQ => self.on_req(now, from, hdr.transaction_id, data),
-            cm_attr::REP => self.on_rep(now, from, data),
+            cm_attr::REP => self.on_rep(now, from, hdr.transaction_id, data),
             cm_attr::RTU => self.on_rtu(data),
             cm_attr::MRA => self.on_mra(now, data),
             cm_attr::REJ => self.on_rej(data),
@@ -733,7 +771,7 @@ impl Cm {
         };
         // A repeated REQ: answer it as the connection stands.
         if let Some(&id) = self.by_remote.get(&(req.local_comm_id, from.ip)) {
-            self.counters.duplicates += 1;
+            self.counters.cm_duplicates += 1;
             let c = &self.conns[&id];
             match c.state {
                 State::ReqRcvd => {
@@ -755,7 +793,7 @@ impl Cm {
                 }
                 State::TimeWait => {
                     let (tid, remote) = (c.tid, c.remote_id);
-                    self.counters.rej_invalid += 1;
+                    self.counters.cm_rej_invalid += 1;
                     self.send_rej(
                         from,
                         tid,
@@ -775,15 +813,15 @@ impl Cm {
         };
         let Some(port) = rdma_cm::tcp_port(req.service_id).filter(|p| self.listeners.contains(p))
         else {
-            self.counters.rej_no_listener += 1;
+            self.counters.cm_rej_no_listener += 1;
             return reject(self, rej_reason::INVALID_SERVICE_ID);
         };
         if req.transport_service_type != 0 {
-            self.counters.rej_invalid += 1;
+            self.counters.cm_rej_invalid += 1;
             return reject(self, rej_reason::INVALID_TRANSPORT_TYPE);
         }
         if !(1..=5).contains(&req.path_mtu) {
-            self.counters.rej_invalid += 1;
+            self.counters.cm_rej_invalid += 1;
             return reject(self, rej_reason::INVALID_MTU);
         }
         let cma = rdma_cm::CmaHeader::parse(&req.private_data)
@@ -791,19 +829,19 @@ impl Cm {
             .filter(|h| h.version == rdma_cm::VERSION)
             .and_then(|h| h.ipv4_addrs().map(|a| (h.src_port, a)));
         let Some((peer_port, (src, dst))) = cma else {
-            self.counters.rej_invalid += 1;
+            self.counters.cm_rej_invalid += 1;
             return reject(self, rej_reason::CONSUMER_DEFINED);
         };
         if dst != self.cfg.ip
             || src != from.ip
             || req.primary_path.remote_gid != mapped(self.cfg.ip)
         {
-            self.counters.rej_invalid += 1;
+            self.counters.cm_rej_invalid += 1;
             return reject(self, rej_reason::INVALID_GID);
         }
         if self.half_open >= self.cfg.max_half_open || self.conns.len() >= self.cfg.max_connections
         {
-            self.counters.rej_no_resources += 1;
+            self.counters.cm_rej_no_resources += 1;
             return reject(self, rej_reason::NO_RESOURCES);
         }
         let id = self.fresh_id();
@@ -831,7 +869,6 @@ impl Cm {
                 remote_id: req.local_comm_id,
                 peer: from,
                 tid,
-                port,
                 req,
                 params: None,
                 last: None,
@@ -846,15 +883,16 @@ impl Cm {
         self.events.push_back(CmEvent::ConnectRequest(request));
     }
 
-    fn on_rep(&mut self, now: u64, from: Peer, data: &[u8]) {
+    fn on_rep(&mut self, now: u64, from: Peer, tid: u64, data: &[u8]) {
         let Ok(rep) = RepRepr::parse(data) else {
             return;
         };
         let Some(c) = self.conns.get_mut(&rep.remote_comm_id).filter(|c| c.active) else {
-            self.counters.unknown_comm_id += 1;
+            self.counters.cm_unknown_comm_id += 1;
+            // The REJ echoes the REP's transaction ID, as the Linux CM's does.
             self.send_rej(
                 from,
-                0,
+                tid,
                 0,
                 rep.local_comm_id,
                 Answered::Rep,
@@ -868,7 +906,7 @@ impl Cm {
             State::ReqSent | State::MraRcvd => {}
             State::Established => {
                 // Our RTU was lost: the peer resent its REP.
-                self.counters.duplicates += 1;
+                self.counters.cm_duplicates += 1;
                 if let Some(m) = c.last {
                     let peer = c.peer;
                     self.send(peer, m);
@@ -876,7 +914,7 @@ impl Cm {
                 return;
             }
             _ => {
-                self.counters.duplicates += 1;
+                self.counters.cm_duplicates += 1;
                 return;
             }
         }
@@ -912,7 +950,7 @@ impl Cm {
         let peer = c.peer;
         let _ = now;
         self.send(peer, m);
-        self.counters.established += 1;
+        self.counters.cm_established += 1;
         self.events.push_back(CmEvent::Connected { id, params });
         self.events.push_back(CmEvent::Established {
             id,
@@ -929,18 +967,18 @@ impl Cm {
             .get_mut(&rtu.remote_comm_id)
             .filter(|c| !c.active)
         else {
-            self.counters.unknown_comm_id += 1;
+            self.counters.cm_unknown_comm_id += 1;
             return;
         };
         if c.state != State::RepSent || c.remote_id != rtu.local_comm_id {
-            self.counters.duplicates += 1;
+            self.counters.cm_duplicates += 1;
             return;
         }
         c.state = State::Established;
         c.deadline = None;
         let id = c.local_id;
         self.half_open -= 1;
-        self.counters.established += 1;
+        self.counters.cm_established += 1;
         self.events.push_back(CmEvent::Established {
             id,
             private_data: rtu.private_data.to_vec(),
@@ -953,7 +991,7 @@ impl Cm {
         };
         let plt = self.wait_for_peer(0);
         let Some(c) = self.conns.get_mut(&mra.remote_comm_id) else {
-            self.counters.unknown_comm_id += 1;
+            self.counters.cm_unknown_comm_id += 1;
             return;
         };
         let waits = matches!(
@@ -961,7 +999,7 @@ impl Cm {
             (State::ReqSent | State::MraRcvd, Answered::Req) | (State::RepSent, Answered::Rep)
         );
         if !waits {
-            self.counters.duplicates += 1;
+            self.counters.cm_duplicates += 1;
             return;
         }
         if c.state == State::ReqSent {
@@ -980,18 +1018,18 @@ impl Cm {
             return;
         };
         let Some(c) = self.conns.get(&rej.remote_comm_id) else {
-            self.counters.unknown_comm_id += 1;
+            self.counters.cm_unknown_comm_id += 1;
             return;
         };
         if !matches!(
             c.state,
             State::ReqSent | State::MraRcvd | State::RepSent | State::ReqRcvd
         ) {
-            self.counters.duplicates += 1;
+            self.counters.cm_duplicates += 1;
             return;
         }
         let id = c.local_id;
-        self.counters.rejected += 1;
+        self.counters.cm_rejected += 1;
         self.forget(id);
         self.events.push_back(CmEvent::Rejected {
             id,
@@ -1020,7 +1058,7 @@ impl Cm {
             .filter(|c| c.remote_id == dreq.local_comm_id)
         else {
             // Perhaps ours went away after a DREQ whose DREP was lost: answer all the same.
-            self.counters.unknown_comm_id += 1;
+            self.counters.cm_unknown_comm_id += 1;
             return drep(self, dreq.remote_comm_id, dreq.local_comm_id);
         };
         let id = c.local_id;
@@ -1031,14 +1069,14 @@ impl Cm {
                 }
                 drep(self, id, dreq.local_comm_id);
                 self.enter_time_wait(now, id);
-                self.counters.disconnected += 1;
+                self.counters.cm_disconnected += 1;
                 self.events.push_back(CmEvent::Disconnected { id });
             }
             State::TimeWait => {
-                self.counters.duplicates += 1;
+                self.counters.cm_duplicates += 1;
                 drep(self, id, dreq.local_comm_id);
             }
-            _ => self.counters.unknown_comm_id += 1,
+            _ => self.counters.cm_unknown_comm_id += 1,
         }
     }
 
@@ -1047,16 +1085,16 @@ impl Cm {
             return;
         };
         let Some(c) = self.conns.get(&drep.remote_comm_id) else {
-            self.counters.unknown_comm_id += 1;
+            self.counters.cm_unknown_comm_id += 1;
             return;
         };
         if c.state != State::DreqSent {
-            self.counters.duplicates += 1;
+            self.counters.cm_duplicates += 1;
             return;
         }
         let id = c.local_id;
         self.enter_time_wait(now, id);
-        self.counters.disconnected += 1;
+        self.counters.cm_disconnected += 1;
         self.events.push_back(CmEvent::Disconnected { id });
     }
 
@@ -1071,12 +1109,12 @@ impl Cm {
 
     /// Removes a connection and everything that names it.
     fn forget(&mut self, id: u32) {
-        if let Some(c) = self.conns.remove(&id) {
-            if !c.active {
-                self.by_remote.remove(&(c.remote_id, c.peer.ip));
-                if matches!(c.state, State::ReqRcvd | State::RepSent) {
-                    self.half_open -= 1;
-                }
+        if let Some(c) = self.conns.remove(&id)
+            && !c.active
+        {
+            self.by_remote.remove(&(c.remote_id, c.peer.ip));
+            if matches!(c.state, State::ReqRcvd | State::RepSent) {
+                self.half_open -= 1;
             }
         }
     }

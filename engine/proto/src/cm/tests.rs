@@ -68,7 +68,6 @@ enum App {
     /// Accepts once this much time has passed since the request came.
     AcceptAfter(u64),
     Reject,
-    Ignore,
 }
 
 /// Faults of the simulated wire, each in parts per million.
@@ -161,7 +160,6 @@ impl Net {
                     }
                     App::AcceptAfter(_) => self.pending.push((r.id, self.now)),
                     App::Reject => self.b.reject(self.now, r.id, b"no thanks").unwrap(),
-                    App::Ignore => {}
                 }
             }
             self.ev_b.push(e);
@@ -289,8 +287,8 @@ fn a_connection_is_made_its_parameters_agree_and_it_ends_cleanly() {
     assert_eq!((n.a.connections(), n.b.connections()), (1, 1), "time-wait");
     n.run(HOUR);
     assert_eq!((n.a.connections(), n.b.connections()), (0, 0));
-    assert_eq!(n.a.counters.established, 1);
-    assert_eq!(n.b.counters.established, 1);
+    assert_eq!(n.a.counters.cm_established, 1);
+    assert_eq!(n.b.counters.cm_established, 1);
 }
 
 #[test]
@@ -336,7 +334,7 @@ fn a_req_to_a_port_nobody_listens_on_is_rejected_invalid_service_id() {
         }]
     );
     assert!(n.ev_b.is_empty());
-    assert_eq!(n.b.counters.rej_no_listener, 1);
+    assert_eq!(n.b.counters.cm_rej_no_listener, 1);
     assert_eq!((n.a.connections(), n.b.connections()), (0, 0));
 }
 
@@ -376,7 +374,7 @@ fn a_lost_rep_is_resent_when_the_req_comes_again_and_one_connection_results() {
     assert!(n.sent_b.iter().all(|&a| a == cm_attr::REP));
     let rtus = n.sent_a.iter().filter(|&&a| a == cm_attr::RTU).count();
     assert_eq!(
-        n.b.counters.duplicates as usize,
+        n.b.counters.cm_duplicates as usize,
         1 + (rtus - 1),
         "the REQ, RTUs after the first"
     );
@@ -466,13 +464,13 @@ fn a_req_flood_is_bounded_by_the_half_open_limit_and_expires() {
     assert_eq!(b.half_open(), 256);
     assert_eq!(b.connections(), 256);
     assert_eq!(rejected, 1000 - 256);
-    assert_eq!(b.counters.rej_no_resources, 744);
+    assert_eq!(b.counters.cm_rej_no_resources, 744);
     // The application never answers; the requests expire.
     while let Some(d) = b.next_deadline() {
         b.on_timer(d);
     }
     assert_eq!((b.half_open(), b.connections()), (0, 0));
-    assert_eq!(b.counters.timeouts, 256);
+    assert_eq!(b.counters.cm_timeouts, 256);
 }
 
 #[test]
@@ -499,7 +497,7 @@ fn a_lost_drep_is_answered_again_from_time_wait() {
         "resent"
     );
     assert_eq!(n.sent_b, [cm_attr::REP, cm_attr::DREP], "from time-wait");
-    assert_eq!(n.b.counters.duplicates, 1);
+    assert_eq!(n.b.counters.cm_duplicates, 1);
     assert_eq!(
         count(&n.ev_a, |e| matches!(e, CmEvent::Disconnected { .. })),
         1
@@ -574,7 +572,7 @@ fn messages_for_unknown_ids_are_counted_and_answered_only_where_the_ibta_says() 
     let r = RejRepr::parse(&rej.mad[mad::HEADER_LEN..]).unwrap();
     assert_eq!(r.reason, rej_reason::INVALID_COMM_ID);
     assert_eq!(r.remote_comm_id, 5);
-    assert_eq!(b.counters.unknown_comm_id, 6);
+    assert_eq!(b.counters.cm_unknown_comm_id, 6);
     assert_eq!(b.connections(), 0);
 }
 
@@ -603,12 +601,12 @@ fn malformed_mads_are_refused_by_reason() {
     let c = b.counters;
     assert_eq!(
         (
-            c.bad_base_version,
-            c.bad_class,
-            c.bad_class_version,
-            c.bad_method,
-            c.unsupported_attribute,
-            c.bad_length
+            c.mad_bad_base_version,
+            c.mad_bad_class,
+            c.mad_bad_class_version,
+            c.mad_bad_method,
+            c.mad_unsupported_attribute,
+            c.mad_bad_length
         ),
         (1, 1, 1, 1, 4, 1)
     );

@@ -574,6 +574,14 @@ impl QueuePair {
         }
     }
 
+    /// Moves to the error state, as `ibv_modify_qp(IBV_QPS_ERR)` does before a queue pair is
+    /// destroyed: every work request still held completes with a flush error.
+    pub fn shut_down(&mut self, cq: &mut StagedCompletions) {
+        if self.state != QpState::Error {
+            self.enter_error(None, cq);
+        }
+    }
+
     /// Move to the error state; `blame` names the failed request's status
     /// and a PSN it holds.
     fn enter_error(&mut self, blame: Option<(WcStatus, u32)>, cq: &mut StagedCompletions) {

@@ -1,0 +1,756 @@
+//! The connection manager on a node: QP1 (the MADs in and out), address resolution, and the
+//! queue pairs the CM's exchanges create and destroy (`docs/cm.md`).
+//!
+//! [`proto::cm::Cm`] decides; this module carries its MADs in QP1 frames
+//! ([`wire::gsi`]), resolves the MAC of a peer the application connects to (ARP requests from
+//! a bounded cache, [`crate::arp`]), creates the queue pair a REP or an accept describes and
+//! destroys it when the connection ends, and hands the application its events on a channel it
+//! polls or waits on ([`CmEvents`]), like `rdma_get_cm_event`.
+//!
+//! None of it is on the per-packet path: a QP1 frame is recognised only after the RC parser
+//! refused it (another transport), an ARP reply only after it refused the EtherType.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use crossbeam::channel::{self, Receiver, Sender};
+use proto::cm::{
+    Accept, Cm, CmConfig, CmCounters, CmError, CmEvent, Connect, Outgoing, Peer, QpParams, Request,
+};
+use proto::transport::{Mtu, QpConfig, QpState};
+use wire::deth::DethRepr;
+use wire::gsi::{self, GsiRepr};
+use wire::{EthernetAddress, RoceIpv4};
+
+use super::arp::{ArpCache, ArpConfig, Due, Resolve};
+use super::node::{AddQpError, RdmaNode};
+use super::rings::Qp;
+
+/// How a node's CM is set up ([`RdmaNode::enable_cm`]).
+#[derive(Debug, Clone)]
+pub struct CmSetup {
+    /// The CM's times and bounds; its address is the node's.
+    pub cm: CmConfig,
+    pub arp: ArpConfig,
+    /// What every queue pair the CM creates starts from (queue depths, timers, congestion
+    /// control); the QPNs, PSNs, addresses and negotiated limits come from the exchange.
+    pub qp: QpConfig,
+    /// Their completion queues (ids of the node's), unless a connect or accept names others.
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    /// The QPNs the CM gives out: from `first_qpn` up, skipping those in use.
+    pub first_qpn: u32,
+    /// Events the application has not taken, at most; the CM rejects requests beyond it.
+    pub event_depth: usize,
+}
+
+impl CmSetup {
+    pub fn new(qp: QpConfig, send_cq: u32, recv_cq: u32) -> CmSetup {
+        CmSetup {
+            cm: CmConfig::new(qp.local_ip, qp.local_mac),
+            arp: ArpConfig::default(),
+            qp,
+            send_cq,
+            recv_cq,
+            first_qpn: 0x100,
+            event_depth: 1024,
+        }
+    }
+}
+
+/// What the application learns about its connections.
+#[derive(Debug)]
+pub enum ConnEvent {
+    /// A REQ to a port this node listens on: accept or reject it.
+    Request(Request),
+    /// The connection is up. On the active side it brings the queue pair; the passive side
+    /// got its queue pair from the accept. `private_data`: the REP's (active side).
+    Established {
+        id: u32,
+        qp: Option<Qp>,
+        private_data: Vec<u8>,
+    },
+    /// The peer rejected the connection (its reason, IBTA table 109, and private data).
+    Rejected {
+        id: u32,
+        reason: u16,
+        private_data: Vec<u8>,
+    },
+    /// The connection ended; its queue pair is gone (its work flushed).
+    Disconnected { id: u32 },
+    /// The peer never answered (REQ or REP retries spent); its queue pair is gone.
+    TimedOut { id: u32 },
+    /// Nobody answered the ARP requests for the peer's address.
+    Unreachable { id: u32 },
+}
+
+/// The application's end of a node's CM events.
+#[derive(Clone)]
+pub struct CmEvents {
+    rx: Receiver<ConnEvent>,
+}
+
+impl CmEvents {
+    /// The next event, if one is waiting.
+    pub fn poll(&self) -> Option<ConnEvent> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The next event, waiting for it at most `timeout`.
+    pub fn wait(&self, timeout: Duration) -> Option<ConnEvent> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+}
+
+/// What the application asks of the CM on the control path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmControl {
+    Listen(u16),
+    Unlisten(u16),
+    Connect {
+        ip: Ipv4Addr,
+        port: u16,
+        private_data: Vec<u8>,
+        /// Send and receive completion queues, else the CM's.
+        cqs: Option<(u32, u32)>,
+    },
+    Accept {
+        id: u32,
+        private_data: Vec<u8>,
+        cqs: Option<(u32, u32)>,
+    },
+    Reject {
+        id: u32,
+        private_data: Vec<u8>,
+    },
+    Disconnect {
+        id: u32,
+    },
+}
+
+/// The answer to a [`CmControl`].
+#[derive(Debug)]
+pub enum CmReply {
+    Done,
+    /// The connection's ID; its outcome comes as an event.
+    Connecting(u32),
+    /// The accepted connection's queue pair (established once the RTU comes).
+    Accepted(Qp),
+}
+
+/// Why a [`CmControl`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CmCallError {
+    #[error("this engine has no connection manager (it runs on worker 0 of the engine)")]
+    NoCm,
+    #[error(transparent)]
+    Cm(#[from] CmError),
+    #[error("creating the queue pair: {0}")]
+    AddQp(#[from] AddQpError),
+    #[error("the ARP cache is full of pending resolutions")]
+    ArpFull,
+}
+
+portico_counters::counter_set! {
+    /// QP1 and address resolution, besides the CM's own counters.
+    pub struct Qp1Counters, slots Qp1Slot {
+        /// QP1 frames received (UD SEND ONLY to QP 1 that parsed).
+        qp1_frames: Sum,
+        /// UD frames refused: not to QP 1 (Portico has no other UD queue pair).
+        qp1_wrong_qp: Sum,
+        /// QP1 frames refused: a Q_Key other than 0x80010000 or a source QP other than 1.
+        qp1_bad_deth: Sum,
+        /// QP1 frames refused: a bad checksum or ICRC, or a malformed frame.
+        qp1_malformed: Sum,
+        /// QP1 frames sent.
+        qp1_sent: Sum,
+        /// MADs dropped because the frame queue was full.
+        qp1_tx_dropped: Sum,
+        /// ARP requests sent.
+        arp_requests: Sum,
+        /// ARP answers learned.
+        arp_learned: Sum,
+        /// Resolutions given up.
+        arp_failures: Sum,
+        /// Events dropped because the application's event ring was full (the request they
+        /// carried was rejected).
+        cm_events_dropped: Sum,
+        /// Queue pairs the CM created.
+        cm_qps_created: Sum,
+        /// Queue pairs the CM destroyed.
+        cm_qps_destroyed: Sum,
+    }
+}
+
+/// Frames waiting to go out at most.
+const FRAME_QUEUE: usize = 1024;
+/// How often established connections are checked for a queue pair in the error state (a
+/// peer that vanished: the transport's retries ran out).
+const SCAN_NS: u64 = 1_000_000;
+
+/// A frame to send (the queue is the CM's, off the per-packet path: its MADs stay inline).
+#[allow(clippy::large_enum_variant)]
+enum OutFrame {
+    Mad(Outgoing),
+    ArpRequest(Ipv4Addr),
+}
+
+/// A connection with a queue pair (or one to come).
+struct ConnQp {
+    qpn: Option<u32>,
+    cqs: (u32, u32),
+}
+
+/// The CM's state on a node.
+pub(crate) struct NodeCm {
+    pub(crate) cm: Cm,
+    pub(crate) arp: ArpCache,
+    template: QpConfig,
+    cqs: (u32, u32),
+    next_qpn: u32,
+    events: Sender<ConnEvent>,
+    out: VecDeque<OutFrame>,
+    /// MADs to peers whose MAC is being resolved.
+    parked: Vec<Outgoing>,
+    conns: HashMap<u32, ConnQp>,
+    pub(crate) counters: Qp1Counters,
+    /// The node's time at its last receive or service (control calls carry none).
+    pub(crate) now: u64,
+    scanned_at: u64,
+    psn: u32,
+}
+
+const NO_MAC: EthernetAddress = EthernetAddress([0; 6]);
+
+impl RdmaNode {
+    /// Gives this node a connection manager on QP1; returns the application's end of its
+    /// events. The CM's own queue pairs use `setup.qp` as their template and the completion
+    /// queues `setup.send_cq`/`recv_cq` (ids from [`crate::Cq::id`]).
+    pub fn enable_cm(&mut self, mut setup: CmSetup) -> CmEvents {
+        setup.cm.ip = self.ip;
+        setup.cm.mac = self.mac;
+        let (tx, rx) = channel::bounded(setup.event_depth.max(1));
+        let mut cm = Cm::new(setup.cm);
+        let psn = cm.draw_psn();
+        self.cm = Some(Box::new(NodeCm {
+            cm,
+            arp: ArpCache::new(setup.arp),
+            template: setup.qp,
+            cqs: (setup.send_cq, setup.recv_cq),
+            next_qpn: setup.first_qpn,
+            events: tx,
+            out: VecDeque::new(),
+            parked: Vec::new(),
+            conns: HashMap::new(),
+            counters: Qp1Counters::default(),
+            now: 0,
+            scanned_at: 0,
+            psn,
+        }));
+        CmEvents { rx }
+    }
+
+    /// The CM's counters and QP1's, when the node has a CM.
+    pub fn cm_counters(&self) -> Option<(CmCounters, Qp1Counters)> {
+        self.cm.as_ref().map(|c| (c.cm.counters, c.counters))
+    }
+
+    /// Connections the CM holds (time-wait included) and its queue pairs.
+    pub fn cm_connections(&self) -> Option<(usize, usize)> {
+        self.cm.as_ref().map(|c| {
+            (
+                c.cm.connections(),
+                c.conns.values().filter(|q| q.qpn.is_some()).count(),
+            )
+        })
+    }
+
+    /// A frame the RC parser refused with `error`: QP1's, or an ARP packet the CM learns
+    /// from. True when the CM took it (counted by the CM); false to count it as before.
+    pub(crate) fn cm_take(&mut self, now: u64, frame: &[u8], error: wire::Error) -> bool {
+        let Some(cm) = self.cm.as_mut() else {
+            return false;
+        };
+        cm.now = now;
+        match error {
+            wire::Error::OtherTransport(gsi::SEND_ONLY | gsi::SEND_ONLY_IMM) => {}
+            wire::Error::NotRoce { .. } => {
+                let Some(arp) = wire::arp::parse_frame(frame) else {
+                    return false;
+                };
+                if arp.target_ip == self.ip && cm.arp.learn(now, arp.sender_ip, arp.sender_hw) {
+                    cm.counters.arp_learned += 1;
+                    cm.release_parked(arp.sender_ip, arp.sender_hw);
+                }
+                return true;
+            }
+            _ => return false,
+        }
+        let (repr, payload) = match GsiRepr::parse(frame) {
+            Ok(p) => p,
+            Err(_) => {
+                cm.counters.qp1_malformed += 1;
+                return true;
+            }
+        };
+        if repr.ip.dst_addr != self.ip {
+            return false;
+        }
+        if repr.dest_qp != gsi::QPN {
+            cm.counters.qp1_wrong_qp += 1;
+            return true;
+        }
+        if repr.deth.qkey != wire::deth::GSI_QKEY || repr.deth.src_qp != gsi::QPN {
+            cm.counters.qp1_bad_deth += 1;
+            return true;
+        }
+        cm.counters.qp1_frames += 1;
+        let from = Peer {
+            ip: repr.ip.src_addr,
+            mac: repr.src_mac,
+        };
+        // Refusals are counted by the CM, per reason.
+        let _ = cm.cm.on_mad(now, from, payload);
+        self.cm_events();
+        true
+    }
+
+    /// An ARP request for our address: its sender is known now.
+    pub(crate) fn cm_learn(&mut self, now: u64, frame: &[u8]) {
+        if let Some(cm) = self.cm.as_mut()
+            && let Some(arp) = wire::arp::parse_frame(frame)
+            && cm.arp.learn(now, arp.sender_ip, arp.sender_hw)
+        {
+            cm.counters.arp_learned += 1;
+            cm.release_parked(arp.sender_ip, arp.sender_hw);
+        }
+    }
+
+    /// The CM's part of an iteration: timers, ARP retries, the error scan, events.
+    pub(crate) fn cm_service(&mut self, now: u64) {
+        let Some(cm) = self.cm.as_mut() else {
+            return;
+        };
+        cm.now = now;
+        cm.cm.on_timer(now);
+        while let Some(due) = cm.arp.poll(now) {
+            match due {
+                Due::Request(ip) => cm.push(OutFrame::ArpRequest(ip)),
+                Due::Failed(ip) => {
+                    cm.counters.arp_failures += 1;
+                    cm.parked.retain(|o| o.to.ip != ip);
+                    for id in cm.cm.abandon_peer(ip) {
+                        cm.conns.remove(&id);
+                        let _ = cm.events.try_send(ConnEvent::Unreachable { id });
+                    }
+                }
+            }
+        }
+        if now.saturating_sub(cm.scanned_at) >= SCAN_NS {
+            cm.scanned_at = now;
+            let held: Vec<(u32, u32)> = cm
+                .conns
+                .iter()
+                .filter_map(|(&id, c)| c.qpn.map(|q| (id, q)))
+                .collect();
+            let failed: Vec<u32> = held
+                .into_iter()
+                .filter(|&(_, q)| self.qp(q).is_some_and(|qp| qp.state() == QpState::Error))
+                .map(|(id, _)| id)
+                .collect();
+            let cm = self.cm.as_mut().expect("checked");
+            for id in failed {
+                // The peer stopped answering the transport: end the connection the CM way
+                // (its DREQ is resent until it times out, then the connection is gone).
+                let _ = cm.cm.disconnect(now, id);
+            }
+        }
+        self.cm_events();
+    }
+
+    /// When the CM next needs a poll; `Some(0)` while it has frames to send.
+    pub(crate) fn cm_due(&mut self) -> Option<u64> {
+        let cm = self.cm.as_mut()?;
+        if !cm.out.is_empty() {
+            return Some(cm.now);
+        }
+        let scan = (!cm.conns.is_empty()).then_some(cm.scanned_at + SCAN_NS);
+        [cm.cm.next_deadline(), cm.arp.next_due(), scan]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Writes the next frame the CM sends (a MAD in a QP1 frame, or an ARP request) into
+    /// `buf` (at least [`gsi::FRAME_LEN`] bytes); returns its length.
+    pub fn poll_cm_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let (mac, ip) = (self.mac, self.ip);
+        let cm = self.cm.as_mut()?;
+        loop {
+            if let Some(o) = cm.cm.poll_send() {
+                cm.route(o);
+                continue;
+            }
+            break;
+        }
+        match cm.out.pop_front()? {
+            OutFrame::ArpRequest(target) => {
+                cm.counters.arp_requests += 1;
+                wire::arp::request(mac, ip, target, buf).ok()
+            }
+            OutFrame::Mad(o) => {
+                cm.psn = (cm.psn + 1) & wire::bth::PSN_MASK;
+                let repr = GsiRepr {
+                    src_mac: mac,
+                    dst_mac: o.to.mac,
+                    ip: RoceIpv4 {
+                        src_addr: ip,
+                        dst_addr: o.to.ip,
+                        dscp: 0,
+                        ecn: wire::Ecn::NotEct,
+                        ident: 0,
+                        dont_frag: true,
+                        ttl: 64,
+                    },
+                    // QP1's flow: one source port, so that the peer's QP1 packets keep their
+                    // order through ECMP.
+                    src_port: 0xc001,
+                    pkey: 0xffff,
+                    dest_qp: gsi::QPN,
+                    psn: cm.psn,
+                    solicited: false,
+                    deth: DethRepr {
+                        qkey: wire::deth::GSI_QKEY,
+                        src_qp: gsi::QPN,
+                    },
+                    immediate: None,
+                };
+                let n = repr.emit(&o.mad, buf).ok()?;
+                cm.counters.qp1_sent += 1;
+                Some(n)
+            }
+        }
+    }
+
+    /// Carries out an application's CM call.
+    pub(crate) fn cm_control(&mut self, c: CmControl) -> Result<CmReply, CmCallError> {
+        let Some(cm) = self.cm.as_mut() else {
+            return Err(CmCallError::NoCm);
+        };
+        let now = cm.now;
+        let reply = match c {
+            CmControl::Listen(port) => {
+                cm.cm.listen(port)?;
+                CmReply::Done
+            }
+            CmControl::Unlisten(port) => {
+                cm.cm.unlisten(port);
+                CmReply::Done
+            }
+            CmControl::Connect {
+                ip,
+                port,
+                private_data,
+                cqs,
+            } => {
+                let mac = match cm.arp.resolve(now, ip) {
+                    Resolve::Known(mac) => mac,
+                    Resolve::Pending => NO_MAC,
+                    Resolve::Full => return Err(CmCallError::ArpFull),
+                };
+                let qpn = self.free_qpn();
+                let cm = self.cm.as_mut().expect("checked");
+                let t = &cm.template;
+                let psn = cm.cm.draw_psn();
+                let connect = Connect {
+                    peer: Peer { ip, mac },
+                    port,
+                    local_qpn: qpn,
+                    send_psn: psn,
+                    path_mtu: mtu_code(t.pmtu),
+                    initiator_depth: t.max_rd_atomic.min(255) as u8,
+                    responder_resources: t.max_rd_atomic.min(255) as u8,
+                    retry_count: t.retry_limit.min(7) as u8,
+                    rnr_retry_count: t.rnr_retry_limit.min(7) as u8,
+                    traffic_class: 0,
+                    hop_limit: t.ttl,
+                    private_data,
+                };
+                let id = cm.cm.connect(now, &connect)?;
+                cm.conns.insert(
+                    id,
+                    ConnQp {
+                        qpn: None,
+                        cqs: cqs.unwrap_or(cm.cqs),
+                    },
+                );
+                cm.next_qpn = qpn + 1;
+                CmReply::Connecting(id)
+            }
+            CmControl::Accept {
+                id,
+                private_data,
+                cqs,
+            } => {
+                let qpn = self.free_qpn();
+                let cm = self.cm.as_mut().expect("checked");
+                let t = &cm.template;
+                let accept = Accept {
+                    local_qpn: qpn,
+                    send_psn: cm.cm.draw_psn(),
+                    initiator_depth: t.max_rd_atomic.min(255) as u8,
+                    responder_resources: t.max_rd_atomic.min(255) as u8,
+                    path_mtu: mtu_code(t.pmtu),
+                    rnr_retry_count: t.rnr_retry_limit.min(7) as u8,
+                    private_data,
+                };
+                let params = cm.cm.accept(now, id, &accept)?;
+                let cqs = cqs.unwrap_or(cm.cqs);
+                cm.next_qpn = qpn + 1;
+                match self.cm_create_qp(id, &params, cqs) {
+                    Ok(qp) => CmReply::Accepted(qp),
+                    Err(e) => {
+                        // No queue pair: withdraw the REP.
+                        let cm = self.cm.as_mut().expect("checked");
+                        let _ = cm.cm.disconnect(now, id);
+                        cm.conns.remove(&id);
+                        return Err(e.into());
+                    }
+                }
+            }
+            CmControl::Reject { id, private_data } => {
+                cm.cm.reject(now, id, &private_data)?;
+                CmReply::Done
+            }
+            CmControl::Disconnect { id } => {
+                cm.cm.disconnect(now, id)?;
+                CmReply::Done
+            }
+        };
+        self.cm_events();
+        Ok(reply)
+    }
+
+    /// A QPN no queue pair of this node has, from the CM's counter up (wrapping within the
+    /// 24 bits, skipping 0 and 1).
+    fn free_qpn(&self) -> u32 {
+        let cm = self.cm.as_ref().expect("a CM");
+        let mut q = cm.next_qpn;
+        loop {
+            q &= wire::bth::QPN_MASK;
+            if q > 1 && self.qp(q).is_none() {
+                return q;
+            }
+            q += 1;
+        }
+    }
+
+    fn cm_create_qp(&mut self, id: u32, p: &QpParams, cqs: (u32, u32)) -> Result<Qp, AddQpError> {
+        let cm = self.cm.as_mut().expect("a CM");
+        let mut cfg = cm.template.clone();
+        cfg.local_qpn = p.local_qpn;
+        cfg.remote_qpn = p.remote_qpn;
+        cfg.remote_ip = p.peer.ip;
+        cfg.remote_mac = match p.peer.mac {
+            NO_MAC => cm.arp.known(p.peer.ip).unwrap_or(NO_MAC),
+            mac => mac,
+        };
+        cfg.send_psn = p.send_psn;
+        cfg.recv_psn = p.recv_psn;
+        cfg.pmtu = mtu_of(p.path_mtu).min_of(cfg.pmtu);
+        cfg.max_rd_atomic = u32::from(p.initiator_depth.max(p.responder_resources).max(1));
+        cfg.retry_limit = u32::from(p.retry_count);
+        // 7 is "retry for ever" in the IBTA's encoding.
+        cfg.rnr_retry_limit = match p.rnr_retry_count {
+            7 => u32::MAX,
+            n => u32::from(n),
+        };
+        cfg.pkey = p.pkey;
+        if p.traffic_class != 0 {
+            cfg.dscp = p.traffic_class >> 2;
+            cfg.ecn = wire::Ecn::from_bits(p.traffic_class & 3);
+        }
+        if p.hop_limit != 0 {
+            cfg.ttl = p.hop_limit;
+        }
+        cfg.udp_src_port = 0xc000 | (p.local_qpn as u16 & 0x3fff);
+        let qp = self.add_qp_by_id(cfg, cqs.0, cqs.1)?;
+        let cm = self.cm.as_mut().expect("a CM");
+        cm.counters.cm_qps_created += 1;
+        cm.conns.insert(
+            id,
+            ConnQp {
+                qpn: Some(p.local_qpn),
+                cqs,
+            },
+        );
+        Ok(qp)
+    }
+
+    /// Hands the CM's events on: creates the queue pair of a connection the peer accepted,
+    /// destroys those of connections that ended, and passes each to the application.
+    fn cm_events(&mut self) {
+        loop {
+            let Some(cm) = self.cm.as_mut() else { return };
+            let Some(ev) = cm.cm.poll_event() else { return };
+            let now = cm.now;
+            let out = match ev {
+                CmEvent::ConnectRequest(r) => {
+                    if cm.events.is_full() {
+                        cm.counters.cm_events_dropped += 1;
+                        let _ = cm.cm.reject(now, r.id, &[]);
+                        continue;
+                    }
+                    ConnEvent::Request(r)
+                }
+                CmEvent::Connected { id, params } => {
+                    let cqs = cm.conns.get(&id).map_or(cm.cqs, |c| c.cqs);
+                    match self.cm_create_qp(id, &params, cqs) {
+                        Ok(qp) => {
+                            // The Established event that follows carries it.
+                            let cm = self.cm.as_mut().expect("a CM");
+                            let ev = cm.cm.poll_event();
+                            let private_data = match ev {
+                                Some(CmEvent::Established { private_data, .. }) => private_data,
+                                _ => Vec::new(),
+                            };
+                            ConnEvent::Established {
+                                id,
+                                qp: Some(qp),
+                                private_data,
+                            }
+                        }
+                        Err(_) => {
+                            let cm = self.cm.as_mut().expect("a CM");
+                            let _ = cm.cm.poll_event();
+                            let _ = cm.cm.disconnect(now, id);
+                            continue;
+                        }
+                    }
+                }
+                CmEvent::Established { id, private_data } => ConnEvent::Established {
+                    id,
+                    qp: None,
+                    private_data,
+                },
+                CmEvent::Rejected {
+                    id,
+                    reason,
+                    private_data,
+                } => {
+                    self.cm_destroy(id);
+                    ConnEvent::Rejected {
+                        id,
+                        reason,
+                        private_data,
+                    }
+                }
+                CmEvent::Disconnected { id } => {
+                    self.cm_destroy(id);
+                    ConnEvent::Disconnected { id }
+                }
+                CmEvent::TimedOut { id } => {
+                    self.cm_destroy(id);
+                    ConnEvent::TimedOut { id }
+                }
+            };
+            let cm = self.cm.as_mut().expect("a CM");
+            if cm.events.try_send(out).is_err() {
+                cm.counters.cm_events_dropped += 1;
+            }
+        }
+    }
+
+    /// Destroys the queue pair of connection `id`, if it has one.
+    fn cm_destroy(&mut self, id: u32) {
+        let Some(cm) = self.cm.as_mut() else { return };
+        let Some(c) = cm.conns.remove(&id) else {
+            return;
+        };
+        if let Some(qpn) = c.qpn {
+            cm.counters.cm_qps_destroyed += 1;
+            self.destroy_qp(qpn);
+        }
+    }
+}
+
+impl NodeCm {
+    fn push(&mut self, f: OutFrame) {
+        if self.out.len() >= FRAME_QUEUE {
+            self.counters.qp1_tx_dropped += 1;
+            return;
+        }
+        self.out.push_back(f);
+    }
+
+    /// A MAD from the CM: out now when its peer's MAC is known, else parked until ARP
+    /// answers (and the peer's address resolved).
+    fn route(&mut self, mut o: Outgoing) {
+        if o.to.mac == NO_MAC {
+            match self.arp.known(o.to.ip) {
+                Some(mac) => o.to.mac = mac,
+                None => {
+                    if self.parked.len() >= FRAME_QUEUE {
+                        self.counters.qp1_tx_dropped += 1;
+                    } else {
+                        self.parked.push(o);
+                    }
+                    return;
+                }
+            }
+        }
+        self.push(OutFrame::Mad(o));
+    }
+
+    /// ARP answered for `ip`: its parked MADs go out.
+    fn release_parked(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        let mut k = 0;
+        while k < self.parked.len() {
+            if self.parked[k].to.ip == ip {
+                let mut o = self.parked.remove(k);
+                o.to.mac = mac;
+                self.push(OutFrame::Mad(o));
+            } else {
+                k += 1;
+            }
+        }
+        self.cm.learn_mac(ip, mac);
+    }
+}
+
+/// The IBTA code of an MTU (1: 256 ... 5: 4096).
+pub fn mtu_code(m: Mtu) -> u8 {
+    match m {
+        Mtu::M256 => 1,
+        Mtu::M512 => 2,
+        Mtu::M1024 => 3,
+        Mtu::M2048 => 4,
+        Mtu::M4096 => 5,
+    }
+}
+
+/// The MTU of an IBTA code (the CM refused codes outside 1..=5).
+fn mtu_of(code: u8) -> Mtu {
+    match code {
+        1 => Mtu::M256,
+        2 => Mtu::M512,
+        3 => Mtu::M1024,
+        4 => Mtu::M2048,
+        _ => Mtu::M4096,
+    }
+}
+
+trait MinOf {
+    fn min_of(self, other: Self) -> Self;
+}
+
+impl MinOf for Mtu {
+    fn min_of(self, other: Mtu) -> Mtu {
+        if self.bytes() <= other.bytes() {
+            self
+        } else {
+            other
+        }
+    }
+}
