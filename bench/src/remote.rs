@@ -398,6 +398,7 @@ fn start_side(
             quiet: true,
             ..portico::rdma::TagConfig::default()
         }),
+        cm: false,
     };
     peer::start_engine(
         Path::new("--dev"),

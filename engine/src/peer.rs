@@ -43,6 +43,7 @@ use crate::config::{ConfigError, MemoryLimit, limits, vdev_driver};
 use crate::dataplane::{self, Eal, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::latency::Latency;
+use crate::rdma::cm::{CmControl, CmEvents, CmReply, CmSetup, ConnEvent, RegionAd};
 use crate::rdma::{Cq, MemoryRegion, Qp, RdmaCounters, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{
@@ -76,6 +77,9 @@ pub struct Peer {
     pub psn: u32,
     /// The application's end of tagged messaging, when [`Extras::tags`] asked for it.
     pub tags: Option<crate::rdma::TagPort>,
+    /// The connection manager's events and the completion queue of the queue pairs it
+    /// creates, when [`Extras::cm`] asked for it (on worker 0).
+    pub cm: Option<(CmEvents, Cq)>,
 }
 
 /// Flushes the capture, if any: how many packets it holds.
@@ -263,10 +267,15 @@ fn start(
     workers: &[usize],
     json: bool,
     pcap: Option<&Path>,
+    cm: bool,
 ) -> Result<Peer, AppError> {
     let info = Eal::init(&args)?;
     report::banner(info, &memory, Some(polling_of(cfg)), json);
-    start_engine(cfg_path, cfg, workers, pcap, &Extras::default())
+    let extras = Extras {
+        cm,
+        ..Extras::default()
+    };
+    start_engine(cfg_path, cfg, workers, pcap, &extras)
 }
 
 /// What an engine may have beyond its config file (`bench --server` and `--client`).
@@ -277,7 +286,13 @@ pub struct Extras<'a> {
     pub qp: Option<&'a dyn Fn(&mut QpConfig)>,
     /// Tagged messaging on the (one) worker's engine; its port is [`Peer::tags`].
     pub tags: Option<crate::rdma::TagConfig>,
+    /// A connection manager on QP1 of worker 0 (`docs/cm.md`); its queue pairs start from
+    /// queue pair 0's configuration. Its events are [`Peer::cm`].
+    pub cm: bool,
 }
+
+/// Completion queue entries of the CM's queue pairs (all of them share one).
+const CM_CQ_DEPTH: usize = 16_384;
 
 /// The id of the port `rdma.port` names, once EAL has probed it.
 pub fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
@@ -355,6 +370,7 @@ pub fn start_engine(
     let mut ends = Vec::with_capacity(n);
     let mut places = Vec::with_capacity(n);
     let mut psn = 0;
+    let mut cm = None;
     for i in 0..n {
         let (qpn, peer_qpn) = (r.qpn + i as u32, r.peer_qpn + i as u32);
         let mut qp = QpConfig::new(qpn, peer_qpn);
@@ -399,6 +415,11 @@ pub fn start_engine(
             }
         }
         let node = &mut nodes[i];
+        if i == 0 && extras.cm {
+            let cq = node.create_cq(CM_CQ_DEPTH);
+            let events = node.enable_cm(CmSetup::new(qp.clone(), cq.id(), cq.id()));
+            cm = Some((events, cq));
+        }
         let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);
         let qp = node
             .add_qp(qp, &cq, &cq)
@@ -452,6 +473,7 @@ pub fn start_engine(
         port,
         psn,
         tags,
+        cm,
     })
 }
 
@@ -660,6 +682,7 @@ pub fn run_target(
     extra_eal: &[String],
     stop: Arc<AtomicBool>,
     pcap: Option<&Path>,
+    listen: Option<u16>,
 ) -> Result<(), AppError> {
     // rdma.receives and the region's least length were checked with the config.
     let cfg = load(path)?;
@@ -694,7 +717,7 @@ pub fn run_target(
     let half = cfg.rdma.region_len / 2;
     let receives = cfg.rdma.receives as usize;
     let map = map_region(path, &cfg, file.as_deref(), simulate.is_some())?;
-    let mut peer = start(path, &cfg, planned, &workers, true, pcap)?;
+    let mut peer = start(path, &cfg, planned, &workers, true, pcap, listen.is_some())?;
     let telemetry = serve_telemetry(
         &peer,
         "target",
@@ -712,6 +735,22 @@ pub fn run_target(
             .post_recv(chunk)
             .map_err(|e| AppError::Failed(format!("posting receive buffers: {e}")))?;
     }
+    let mut served = listen
+        .map(|port| -> Result<Served, AppError> {
+            peer.handle.cm(CmControl::Listen(port)).map_err(host)?;
+            let ad = RegionAd {
+                flags: if cfg.rdma.durable_writes {
+                    RegionAd::DURABLE
+                } else {
+                    0
+                },
+                rkey: mr.rkey(),
+                addr: mr.addr(),
+                len: mr.len() as u64,
+            };
+            Ok(Served::new(port, ad, recvs.clone()))
+        })
+        .transpose()?;
     let kind = map.kind();
     let rss = peer.port.rss();
     println!(
@@ -719,7 +758,7 @@ pub fn run_target(
         json!({"type": "ready", "qpn": peer.qp.qpn(), "psn": peer.psn, "addr": mr.addr(), "len": mr.len(),
                "rkey": mr.rkey(), "region": kind.to_string(), "dax": map.is_dax(),
                "simulated": kind.is_simulated(), "access": access_names(access),
-               "durable_writes": cfg.rdma.durable_writes,
+               "durable_writes": cfg.rdma.durable_writes, "listen": listen,
                "file": file.as_ref().map(|f| f.display().to_string()),
                "cores": peer.workers, "qps": peer.qps,
                "telemetry": telemetry.as_ref().and_then(|t| t.socket.as_ref()).map(|p| p.display().to_string()),
@@ -750,9 +789,18 @@ pub fn run_target(
         if let Ok(p) = port_summary(peer.port.id(), "rdma") {
             tally.sample(p);
         }
-        std::thread::sleep(TALLY_PERIOD);
+        match (&mut served, &mut peer.cm) {
+            (Some(served), Some((events, cq))) => {
+                collect(cq, &mut completions);
+                served.serve(&peer.handle, events, TALLY_PERIOD);
+            }
+            _ => std::thread::sleep(TALLY_PERIOD),
+        }
     }
     let link = peer.port.link();
+    if let Some((_, cq)) = &mut peer.cm {
+        collect(cq, &mut completions);
+    }
     collect(&mut peer.cq, &mut completions);
     for (_, cq) in &mut peer.more {
         collect(cq, &mut completions);
@@ -783,9 +831,89 @@ pub fn run_target(
         json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(),
                "counters": counts(&reports), "ports": ports, "completions": completions,
                "region_head": hex(&head), "receive_head": hex(&recv_head), "persisted": persisted,
-               "captured": captured, "workers": report::worker_use(&reports)})
+               "captured": captured, "workers": report::worker_use(&reports),
+               "cm": served.map(|s| s.summary())})
     );
     Ok(())
+}
+
+/// What `portico target --listen` does with its connections: accepts every request, its
+/// region in the REP's private data ([`RegionAd`]), each on its own queue pair with the
+/// target's receive buffers posted; forgets the queue pair when the connection ends.
+struct Served {
+    port: u16,
+    ad: RegionAd,
+    recvs: Vec<RecvRequest>,
+    qps: Vec<(u32, Qp)>,
+    requests: u64,
+    accepted: u64,
+    refused: u64,
+    established: u64,
+    disconnected: u64,
+    timed_out: u64,
+}
+
+impl Served {
+    fn new(port: u16, ad: RegionAd, recvs: Vec<RecvRequest>) -> Served {
+        Served {
+            port,
+            ad,
+            recvs,
+            qps: Vec::new(),
+            requests: 0,
+            accepted: 0,
+            refused: 0,
+            established: 0,
+            disconnected: 0,
+            timed_out: 0,
+        }
+    }
+
+    /// Takes the CM's events for up to `period`.
+    fn serve(&mut self, handle: &RdmaHandle, events: &CmEvents, period: Duration) {
+        let until = Instant::now() + period;
+        while let Some(ev) = events.wait(until.saturating_duration_since(Instant::now())) {
+            match ev {
+                ConnEvent::Request(r) => {
+                    self.requests += 1;
+                    let call = CmControl::Accept {
+                        id: r.id,
+                        private_data: self.ad.to_bytes().to_vec(),
+                        cqs: None,
+                    };
+                    match handle.cm(call) {
+                        Ok(CmReply::Accepted(mut qp)) => {
+                            for chunk in self.recvs.chunks(64) {
+                                let _ = qp.post_recv(chunk);
+                            }
+                            self.accepted += 1;
+                            self.qps.push((r.id, qp));
+                        }
+                        Ok(_) | Err(_) => self.refused += 1,
+                    }
+                }
+                ConnEvent::Established { .. } => self.established += 1,
+                ConnEvent::Disconnected { id } => {
+                    self.disconnected += 1;
+                    self.qps.retain(|(q, _)| *q != id);
+                }
+                ConnEvent::TimedOut { id } => {
+                    self.timed_out += 1;
+                    self.qps.retain(|(q, _)| *q != id);
+                }
+                ConnEvent::Rejected { id, .. } | ConnEvent::Unreachable { id } => {
+                    self.qps.retain(|(q, _)| *q != id);
+                }
+            }
+        }
+    }
+
+    fn summary(&self) -> serde_json::Value {
+        json!({"listen": self.port, "requests": self.requests, "accepted": self.accepted,
+               "refused": self.refused, "established": self.established,
+               "disconnected": self.disconnected, "timed_out": self.timed_out,
+               "connected_now": self.qps.len()})
+    }
 }
 
 /// What `portico initiator` does.
@@ -809,6 +937,10 @@ pub struct InitiatorOpts {
     /// Bytes per message; `None`: [`WRITE_READ_SIZE`] or [`DURABLE_SIZE`], by mode.
     pub size: Option<usize>,
     pub mode: InitiatorMode,
+    /// Connect through the CM to a `portico target --listen` (or any rdma_cm listener that
+    /// puts a [`RegionAd`] in its REP) at this address and port, instead of the config's
+    /// queue pair and the keys above.
+    pub connect: Option<(std::net::Ipv4Addr, u16)>,
 }
 
 /// The default message size of the WRITE+READ mode.
@@ -937,7 +1069,15 @@ pub fn run_initiator(
     let planned = plan(&cfg, &workers, extra_eal)?;
     let file = file.map(|(f, _)| f);
     let map = map_region(path, &cfg, file.as_deref(), false)?;
-    let mut peer = start(path, &cfg, planned, &workers, true, pcap)?;
+    let mut peer = start(
+        path,
+        &cfg,
+        planned,
+        &workers,
+        true,
+        pcap,
+        o.connect.is_some(),
+    )?;
     let latency = LatencySlot::new();
     let telemetry = serve_telemetry(&peer, "initiator", LatencySource::Slot(latency.clone()));
     let t_link = Instant::now();
@@ -951,8 +1091,27 @@ pub fn run_initiator(
         std::thread::sleep(Duration::from_millis(10));
     }
     let mr = register(&peer, &cfg, &map, Access::ALL)?;
+    let mut o = *o;
+    let connected = match o.connect {
+        Some((ip, port)) => {
+            let c = connect_cm(&mut peer, ip, port, CONNECT_WAIT)?;
+            if c.ad.len < (slots as usize * size) as u64 {
+                return Err(AppError::Failed(format!(
+                    "{ip}:{port}: the target's region holds {} bytes, fewer than --size {size} times {slots} slots",
+                    c.ad.len
+                )));
+            }
+            (o.rkey, o.remote_addr) = (c.ad.rkey, c.ad.addr);
+            Some(c)
+        }
+        None => None,
+    };
+    let o = &o;
     let base = json!({"type": "initiator_summary", "ops": o.ops, "size": size, "psn": peer.psn,
-                      "region": map.kind().to_string()});
+                      "region": map.kind().to_string(),
+                      "cm": connected.as_ref().map(|c| json!({"id": c.id, "qpn": peer.qp.qpn(),
+                          "rkey": c.ad.rkey, "addr": c.ad.addr, "len": c.ad.len,
+                          "setup_us": c.setup.as_secs_f64() * 1e6}))});
     let t0 = Instant::now();
     let (mut summary, outcome) = match o.mode {
         InitiatorMode::WriteRead => write_read(&mut peer, &mr, o, size, slots, &latency)?,
@@ -961,6 +1120,9 @@ pub fn run_initiator(
         }
     };
     let seconds = t0.elapsed().as_secs_f64();
+    if let Some(c) = &connected {
+        disconnect_cm(&peer, c.id, CONNECT_WAIT)?;
+    }
     let reports = peer.runtime.join()?;
     drop(telemetry);
     let ports = ports(&peer.port)?;
@@ -976,6 +1138,124 @@ pub fn run_initiator(
     fields.insert("workers".into(), report::worker_use(&reports));
     println!("{summary}");
     outcome.map_err(AppError::CheckFailed)
+}
+
+/// How long the initiator waits for the CM: its connection (ARP, REQ, REP) or its end.
+const CONNECT_WAIT: Duration = Duration::from_secs(30);
+
+/// A connection the CM made for the initiator.
+struct Connected {
+    id: u32,
+    ad: RegionAd,
+    /// From the connect call to the established event.
+    setup: Duration,
+}
+
+/// Connects to `ip:port` through the CM; the new queue pair and its completion queue take
+/// the places of the config's in `peer`.
+fn connect_cm(
+    peer: &mut Peer,
+    ip: std::net::Ipv4Addr,
+    port: u16,
+    wait: Duration,
+) -> Result<Connected, AppError> {
+    let to = format!("--connect {ip}:{port}");
+    let t0 = Instant::now();
+    let id = match peer.handle.cm(CmControl::Connect {
+        ip,
+        port,
+        private_data: Vec::new(),
+        cqs: None,
+    }) {
+        Ok(CmReply::Connecting(id)) => id,
+        Ok(other) => return Err(AppError::Failed(format!("{to}: {other:?}"))),
+        Err(e) => return Err(AppError::Failed(format!("{to}: {e}"))),
+    };
+    let Some((events, _)) = &peer.cm else {
+        return Err(AppError::Failed(format!("{to}: the engine has no CM")));
+    };
+    loop {
+        let left = wait.saturating_sub(t0.elapsed());
+        let Some(ev) = events.wait(left) else {
+            return Err(AppError::Failed(format!(
+                "{to}: no connection after {wait:?}"
+            )));
+        };
+        match ev {
+            ConnEvent::Established {
+                id: got,
+                qp: Some(qp),
+                private_data,
+            } if got == id => {
+                let Some(ad) = RegionAd::parse(&private_data) else {
+                    return Err(AppError::Failed(format!(
+                        "{to}: the REP's private data names no region (not a portico target --listen?)"
+                    )));
+                };
+                let setup = t0.elapsed();
+                peer.qp = qp;
+                let (_, cq) = peer.cm.as_mut().expect("checked above");
+                std::mem::swap(&mut peer.cq, cq);
+                return Ok(Connected { id, ad, setup });
+            }
+            ConnEvent::Rejected { reason, .. } => {
+                return Err(AppError::Failed(format!(
+                    "{to}: rejected, reason {reason} ({})",
+                    rej_reason_name(reason)
+                )));
+            }
+            ConnEvent::TimedOut { .. } => {
+                return Err(AppError::Failed(format!(
+                    "{to}: the peer's CM never answered"
+                )));
+            }
+            ConnEvent::Unreachable { .. } => {
+                return Err(AppError::Failed(format!(
+                    "{to}: nobody answered ARP for {ip}"
+                )));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Ends connection `id` and waits for its end (bounded by `wait`).
+fn disconnect_cm(peer: &Peer, id: u32, wait: Duration) -> Result<(), AppError> {
+    peer.handle
+        .cm(CmControl::Disconnect { id })
+        .map_err(|e| AppError::Failed(format!("disconnecting: {e}")))?;
+    let Some((events, _)) = &peer.cm else {
+        return Ok(());
+    };
+    let t0 = Instant::now();
+    while let Some(ev) = events.wait(wait.saturating_sub(t0.elapsed())) {
+        if matches!(ev, ConnEvent::Disconnected { id: d } if d == id) {
+            return Ok(());
+        }
+    }
+    Err(AppError::Failed(format!(
+        "disconnecting: no end of connection {id:#x} after {wait:?}"
+    )))
+}
+
+/// The IBTA's name of a REJ reason (table 109), for messages.
+pub fn rej_reason_name(reason: u16) -> &'static str {
+    use crate::wire::cm::rej_reason as r;
+    match reason {
+        r::NO_QP => "no QP available",
+        r::NO_RESOURCES => "no resources",
+        r::TIMEOUT => "timeout",
+        r::UNSUPPORTED => "unsupported request",
+        r::INVALID_COMM_ID => "invalid communication ID",
+        r::INVALID_COMM_INSTANCE => "invalid communication instance",
+        r::INVALID_SERVICE_ID => "invalid service ID: nobody listens on that port",
+        r::INVALID_TRANSPORT_TYPE => "invalid transport type",
+        r::STALE_CONN => "stale connection",
+        r::INVALID_GID => "invalid GID",
+        r::INVALID_MTU => "invalid MTU",
+        r::CONSUMER_DEFINED => "rejected by the application",
+        _ => "other",
+    }
 }
 
 /// How often the initiator's latency figures are published to telemetry.

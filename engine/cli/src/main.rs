@@ -160,6 +160,11 @@ struct TargetArgs {
     /// Capture the port into this pcapng file (Wireshark).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Accept connections through the IBTA CM on QP1 at this rdma_cm (RDMA_PS_TCP) port:
+    /// any number of initiators, each on its own queue pair, with this region's address,
+    /// length and rkey in the REP's private data (`docs/cm.md`).
+    #[arg(long, value_name = "PORT")]
+    listen: Option<u16>,
     #[arg(last = true)]
     eal: Vec<String>,
 }
@@ -172,12 +177,16 @@ struct InitiatorArgs {
     /// anonymous memory.
     #[arg(long, value_name = "PATH")]
     region_file: Option<PathBuf>,
-    /// The target's rkey (from its `ready` line).
-    #[arg(long, value_parser = parse_u32)]
-    rkey: u32,
-    /// The target region's address (from its `ready` line).
-    #[arg(long, value_parser = parse_u64)]
-    remote_addr: u64,
+    /// The target's rkey (from its `ready` line); not with --connect.
+    #[arg(long, value_parser = parse_u32, required_unless_present = "connect", conflicts_with = "connect")]
+    rkey: Option<u32>,
+    /// The target region's address (from its `ready` line); not with --connect.
+    #[arg(long, value_parser = parse_u64, required_unless_present = "connect", conflicts_with = "connect")]
+    remote_addr: Option<u64>,
+    /// Connect through the IBTA CM to a `portico target --listen PORT` at IP:PORT: the
+    /// queue pair and the target's region come from the exchange, no key is copied.
+    #[arg(long, value_name = "IP:PORT", value_parser = parse_ip_port)]
+    connect: Option<(std::net::Ipv4Addr, u16)>,
     /// Messages to WRITE and READ back, or durable WRITEs to stream (at least 1).
     #[arg(long, default_value_t = 1000)]
     ops: u64,
@@ -476,7 +485,16 @@ fn target(a: TargetArgs) -> Result<(), AppError> {
         &a.eal,
         interrupt_flag(),
         a.pcap.as_deref(),
+        a.listen,
     )
+}
+
+/// `IP:PORT`, an IPv4 address and a port.
+fn parse_ip_port(s: &str) -> Result<(std::net::Ipv4Addr, u16), String> {
+    let a: std::net::SocketAddrV4 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not IPv4-address:port (e.g. 10.0.0.2:7471)"))?;
+    Ok((*a.ip(), a.port()))
 }
 
 /// `portico initiator`.
@@ -489,8 +507,9 @@ fn initiator(a: InitiatorArgs) -> Result<(), AppError> {
         portico::peer::InitiatorMode::WriteRead
     };
     let opts = portico::peer::InitiatorOpts {
-        rkey: a.rkey,
-        remote_addr: a.remote_addr,
+        rkey: a.rkey.unwrap_or(0),
+        remote_addr: a.remote_addr.unwrap_or(0),
+        connect: a.connect,
         ops: a.ops,
         size: a.size,
         mode,

@@ -47,8 +47,16 @@ pub struct CmSetup {
 
 impl CmSetup {
     pub fn new(qp: QpConfig, send_cq: u32, recv_cq: u32) -> CmSetup {
+        // Communication IDs, PSNs and transaction IDs drawn from the system's generator: a
+        // second process (or a restarted one) must not repeat the first one's IDs, which its
+        // peer may still hold in time-wait (and refuse as a stale connection).
+        let seed = u64::from(proto::transport::random_u32()) << 32
+            | u64::from(proto::transport::random_u32());
         CmSetup {
-            cm: CmConfig::new(qp.local_ip, qp.local_mac),
+            cm: CmConfig {
+                seed,
+                ..CmConfig::new(qp.local_ip, qp.local_mac)
+            },
             arp: ArpConfig::default(),
             qp,
             send_cq,
@@ -183,6 +191,46 @@ portico_counters::counter_set! {
     }
 }
 
+/// What Portico's target puts in its REP's private data, and its initiator reads from it: the
+/// region a connection may WRITE and READ (`docs/wire.md`, "The REP's private data"). 24
+/// bytes: version (1), flags (bit 0: the target takes durable WRITEs), two zero bytes, the
+/// rkey, the address, the length, each big-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionAd {
+    pub flags: u8,
+    pub rkey: u32,
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl RegionAd {
+    pub const VERSION: u8 = 1;
+    pub const LEN: usize = 24;
+    /// Flag: the target negotiated durable WRITEs.
+    pub const DURABLE: u8 = 1;
+
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = Self::VERSION;
+        b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.rkey.to_be_bytes());
+        b[8..16].copy_from_slice(&self.addr.to_be_bytes());
+        b[16..24].copy_from_slice(&self.len.to_be_bytes());
+        b
+    }
+
+    /// The region in a REP's private data; `None` unless it starts with version 1.
+    pub fn parse(private_data: &[u8]) -> Option<RegionAd> {
+        let b = private_data.get(..Self::LEN)?;
+        (b[0] == Self::VERSION).then(|| RegionAd {
+            flags: b[1],
+            rkey: u32::from_be_bytes(b[4..8].try_into().expect("4 bytes")),
+            addr: u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
+            len: u64::from_be_bytes(b[16..24].try_into().expect("8 bytes")),
+        })
+    }
+}
+
 /// Frames waiting to go out at most.
 const FRAME_QUEUE: usize = 1024;
 /// How often established connections are checked for a queue pair in the error state (a
@@ -254,6 +302,14 @@ impl RdmaNode {
     /// The CM's counters and QP1's, when the node has a CM.
     pub fn cm_counters(&self) -> Option<(CmCounters, Qp1Counters)> {
         self.cm.as_ref().map(|c| (c.cm.counters, c.counters))
+    }
+
+    /// The CM has a frame to send ([`RdmaNode::poll_cm_frame`]).
+    #[inline]
+    pub fn has_cm_frame(&self) -> bool {
+        self.cm
+            .as_ref()
+            .is_some_and(|c| !c.out.is_empty() || c.cm.has_outgoing())
     }
 
     /// Connections the CM holds (time-wait included) and its queue pairs.

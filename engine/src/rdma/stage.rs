@@ -24,8 +24,10 @@ use super::{RdmaNode, RxOutcome};
 use crate::dataplane::wake::Wake;
 use crate::dataplane::{Burst, Mempool, rdtsc, tsc_hz};
 use crate::runtime::{Counters, Outlook, Outputs, Polling, Stage, polling};
+use node::cm::Qp1Counters;
 use node::{CcCounters, NodeCounters, TagCounters};
 use portico_counters::NameMap;
+use proto::cm::CmCounters;
 
 crate::counter_set! {
     /// The stage's counters, declared once: the slots (`Counters::stage`, [`RdmaSlot`]), the
@@ -113,6 +115,69 @@ crate::counter_set! {
         stalls: Sum,
         /// Times no mbuf could be had for a frame to send.
         alloc_failures: Sum,
+        /// MADs QP1 handed to the CM.
+        mads_received: Sum,
+        /// MADs the CM sent (first sends, resends and answers).
+        mads_sent: Sum,
+        /// MADs refused: not 256 bytes.
+        mad_bad_length: Sum,
+        /// MADs refused: base version other than 1.
+        mad_bad_base_version: Sum,
+        /// MADs refused: a management class other than the CM's.
+        mad_bad_class: Sum,
+        /// MADs refused: a CM class version other than 2.
+        mad_bad_class_version: Sum,
+        /// MADs refused: a method other than Send.
+        mad_bad_method: Sum,
+        /// MADs refused: an attribute this CM does not take (LAP, APR, SIDR, ClassPortInfo,
+        /// unknown ones).
+        mad_unsupported_attribute: Sum,
+        /// CM messages naming a communication ID this CM does not have.
+        cm_unknown_comm_id: Sum,
+        /// Repeated CM messages (answered again or ignored).
+        cm_duplicates: Sum,
+        /// REQs rejected: nobody listens on their port.
+        cm_rej_no_listener: Sum,
+        /// REQs rejected: the half-open or the connection bound was reached.
+        cm_rej_no_resources: Sum,
+        /// REQs rejected for their content (transport, MTU, addresses, a stale connection).
+        cm_rej_invalid: Sum,
+        /// MADs resent by a CM timer.
+        cm_resends: Sum,
+        /// Connections that timed out (no answer after every retry, or a request the
+        /// application never answered).
+        cm_timeouts: Sum,
+        /// Connections established.
+        cm_established: Sum,
+        /// Connections ended.
+        cm_disconnected: Sum,
+        /// Connections the peer rejected.
+        cm_rejected: Sum,
+        /// QP1 frames received (UD SEND ONLY to QP 1 that parsed).
+        qp1_frames: Sum,
+        /// UD frames refused: not to QP 1 (Portico has no other UD queue pair).
+        qp1_wrong_qp: Sum,
+        /// QP1 frames refused: a Q_Key other than 0x80010000 or a source QP other than 1.
+        qp1_bad_deth: Sum,
+        /// QP1 frames refused: a bad checksum or ICRC, or a malformed frame.
+        qp1_malformed: Sum,
+        /// QP1 frames sent.
+        qp1_sent: Sum,
+        /// MADs dropped because the frame queue was full.
+        qp1_tx_dropped: Sum,
+        /// ARP requests sent.
+        arp_requests: Sum,
+        /// ARP answers learned.
+        arp_learned: Sum,
+        /// Resolutions given up.
+        arp_failures: Sum,
+        /// Events dropped because the application's event ring was full (the request they
+        /// carried was rejected).
+        cm_events_dropped: Sum,
+        /// Queue pairs the CM created.
+        cm_qps_created: Sum,
+        /// Queue pairs the CM destroyed.
+        cm_qps_destroyed: Sum,
     }
 }
 
@@ -128,6 +193,10 @@ const FROM_TAGS: NameMap<{ TagCounters::LEN }> =
 /// Where the queue pairs' congestion counters go: to the stage's of the same name.
 const FROM_CC: NameMap<{ CcCounters::LEN }> =
     NameMap::new(&CcCounters::NAMES, "", &RdmaCounters::NAMES);
+const FROM_CM: NameMap<{ CmCounters::LEN }> =
+    NameMap::new(&CmCounters::NAMES, "", &RdmaCounters::NAMES);
+const FROM_QP1: NameMap<{ Qp1Counters::LEN }> =
+    NameMap::new(&Qp1Counters::NAMES, "", &RdmaCounters::NAMES);
 
 /// The names of [`RdmaCounters`], in slot order.
 #[cfg(test)]
@@ -284,6 +353,10 @@ impl RdmaStage {
             FROM_TAGS.copy(&t.counters.values(), &mut v);
         }
         FROM_CC.copy(&e.node.cc_counters().values(), &mut v);
+        if let Some((cm, qp1)) = e.node.cm_counters() {
+            FROM_CM.copy(&cm.values(), &mut v);
+            FROM_QP1.copy(&qp1.values(), &mut v);
+        }
         let mut c = RdmaCounters::load(&v);
         c.retransmissions = e.node.retransmissions();
         c.spurious_retransmissions = e.node.spurious_retransmissions();
@@ -398,6 +471,22 @@ impl Stage for RdmaStage {
                 let _ = replies.send(r);
             });
             let buf = out.buffer(e.output);
+            // The CM's frames first (QP1 MADs, ARP requests): few, and each one a connection
+            // waiting.
+            while buf.spare() > 0 && e.node.has_cm_frame() {
+                let Some(mut m) = self.pool.alloc() else {
+                    self.alloc_failures += 1;
+                    break;
+                };
+                let Some(data) = m.append(crate::wire::gsi::FRAME_LEN as u16) else {
+                    break;
+                };
+                let Some(len) = e.node.poll_cm_frame(data) else {
+                    break;
+                };
+                m.trim((crate::wire::gsi::FRAME_LEN - len) as u16);
+                let _ = buf.push(m);
+            }
             while buf.spare() > 0 {
                 if self.fresh.is_empty() && !self.fresh.alloc(&self.pool, TX_ALLOC) {
                     // Nothing is taken from the queue pairs; they send it next time.

@@ -11,7 +11,7 @@ use super::fault::FaultCounts;
 use super::polling::IdleCounters;
 
 /// How many stage-defined counters a worker has room for.
-pub const STAGE_COUNTERS: usize = 48;
+pub const STAGE_COUNTERS: usize = 80;
 
 crate::counter_set! {
     /// The worker loop's own counters, whatever its stage runs: what it received, sent and

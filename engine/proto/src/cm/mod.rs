@@ -661,6 +661,11 @@ impl Cm {
         ids
     }
 
+    /// A MAD waits to be sent.
+    pub fn has_outgoing(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next MAD to send.
     pub fn poll_send(&mut self) -> Option<Outgoing> {
         self.out.pop_front()

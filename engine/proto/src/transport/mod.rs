@@ -44,7 +44,7 @@ use wire::feth::{Placement, Selectivity};
 use wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
 
 pub use cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
-pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError};
+pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError, random_u32};
 pub use persist::{Persist, PersistJob};
 pub use qp::{QpState, QpStats, QueuePair};
 pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, TooManySges};
