@@ -31,6 +31,7 @@ fn scapy_flushes_and_atomically_writes_into_a_simulated_persistent_region() {
         &tap::Extra {
             rdma: "simulate_power_loss = true",
             script_args: &[region_arg],
+            ..tap::Extra::default()
         },
     );
     let bytes = std::fs::read(&region).unwrap();

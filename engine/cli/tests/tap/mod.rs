@@ -58,6 +58,8 @@ pub struct Extra<'a> {
     pub rdma: &'a str,
     /// Arguments after the script's eight.
     pub script_args: &'a [&'a str],
+    /// Arguments of `portico target` after its config.
+    pub target_args: &'a [&'a str],
 }
 
 /// [`run`], with `extra` lines in the target's config and arguments for the script.
@@ -129,7 +131,8 @@ receives = 4
         env!("CARGO_BIN_EXE_portico"),
         "target",
     ])
-    .args(["--config", cfg.to_str().unwrap(), "--duration", "60"]);
+    .args(["--config", cfg.to_str().unwrap(), "--duration", "60"])
+    .args(extra.target_args);
     if let Some(p) = pcap {
         cmd.args(["--pcap", p.to_str().unwrap()]);
     }
