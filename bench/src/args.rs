@@ -48,6 +48,9 @@ pub enum BenchScenario {
     /// READs paced by the size of their responses into a host with a limited absorb rate,
     /// beside WRITE classes, with pacing on and off.
     Shaper(ShaperCli),
+    /// Connection set-up through the IBTA CM (REQ to established on both engines) in a
+    /// closed loop, beside the TCP exchange's set-up; leaks checked afterwards.
+    Connect(ConnectArgs),
 }
 
 impl BenchScenario {
@@ -63,6 +66,7 @@ impl BenchScenario {
             Self::Placement(_) => BenchOp::Placement,
             Self::Congestion(_) => BenchOp::Congestion,
             Self::Shaper(_) => BenchOp::Shaper,
+            Self::Connect(_) => BenchOp::Connect,
         }
     }
 }
@@ -324,6 +328,22 @@ pub struct PlacementArgs {
     pub duration: Option<f64>,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// `bench connect`.
+#[derive(Args)]
+pub struct ConnectArgs {
+    /// Connections made and ended, one after the other.
+    #[arg(long, default_value_t = 1000, value_parser = RangedU64ValueParser::<u64>::new().range(1..=1_000_000))]
+    pub connections: u64,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+impl ConnectArgs {
+    pub fn into_opts(self) -> Result<(BenchOpts, u64), AppError> {
+        Ok((self.engine.opts(BenchOp::Connect)?, self.connections))
+    }
 }
 
 /// The bottleneck a congestion or shaper run sends through, and where its series go.

@@ -47,6 +47,7 @@ pub(crate) use point::WCS_LEN;
 pub mod args;
 pub mod bottleneck;
 pub mod congestion;
+pub mod connect;
 pub mod instrument;
 pub mod latency_plot;
 pub mod persist;
@@ -81,6 +82,9 @@ pub enum BenchOp {
     /// READs paced by the size of their responses into a host with a limited absorb rate,
     /// beside WRITE classes, with pacing on and off ([`shaper`], run by [`shaper::run`]).
     Shaper,
+    /// Connection set-up through the CM against the TCP exchange ([`connect`], run by
+    /// [`connect::run`]).
+    Connect,
 }
 
 #[derive(Debug, Clone)]

@@ -398,6 +398,14 @@ fn bench(scenario: BenchScenario) -> Result<(), AppError> {
             (opts, side) => bench_main_loop(&opts, side),
         },
         BenchScenario::Placement(a) => bench_placement(&a.into_opts()?),
+        BenchScenario::Connect(a) => {
+            let (opts, connections) = a.into_opts()?;
+            let summary = bench::connect::run(&opts, connections, interrupt_flag())?;
+            bench::connect::print(&summary, opts.json);
+            check_none(summary.errors, |n| {
+                format!("bench connect: {n} connections failed")
+            })
+        }
         BenchScenario::Congestion(a) => {
             let (opts, args) = a.into_opts()?;
             bench_congestion(&opts, &args)

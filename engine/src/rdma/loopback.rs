@@ -11,6 +11,7 @@
 //! otherwise). Each queue pair's UDP source port is chosen so that the peer's RSS would give
 //! its packets to the peer end's home queue (`wire::rss`), as on a NIC.
 
+use super::cm::{CmEvents, CmSetup};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -80,6 +81,9 @@ pub struct LoopbackOpts {
     pub shaper: Option<ShaperSpec>,
     /// How the workers wait when idle (the command line's `--polling` overrides it).
     pub polling: Polling,
+    /// A connection manager on QP1 of both engines (shard 0), its queue pairs starting from
+    /// `qp` ([`LoopbackPair::cm`]).
+    pub cm: bool,
 }
 
 /// The shaper [`LoopbackOpts::shaper`] asks for.
@@ -128,6 +132,7 @@ impl LoopbackOpts {
             wrap: None,
             shaper: None,
             polling: Polling::Busy,
+            cm: false,
         }
     }
 
@@ -196,7 +201,13 @@ pub struct LoopbackPair {
     pub homes: Vec<[usize; 2]>,
     /// Per connection: the UDP source ports of its ends on A and on B.
     pub source_ports: Vec<[u16; 2]>,
+    /// With [`LoopbackOpts::cm`]: each engine's CM events and the completion queue of the
+    /// queue pairs its CM creates (A, then B).
+    pub cm: Option<[(CmEvents, Cq); 2]>,
 }
+
+/// Completion queue entries of each engine's CM queue pairs (they share one).
+pub const CM_CQ_DEPTH: usize = 16_384;
 
 /// Starts the pair. EAL must be running.
 pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
@@ -277,6 +288,18 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         ),
         None => (None, None),
     };
+    let cm = opts.cm.then(|| {
+        [
+            (&mut nodes_a[0], MAC_A, IP_A),
+            (&mut nodes_b[0], MAC_B, IP_B),
+        ]
+        .map(|(n, mac, ip)| {
+            let cq = n.create_cq(CM_CQ_DEPTH);
+            let mut qp = opts.qp.clone();
+            (qp.local_mac, qp.local_ip) = (mac, ip);
+            (n.enable_cm(CmSetup::new(qp, cq.id(), cq.id())), cq)
+        })
+    });
     let mut source_ports = Vec::with_capacity(connections);
     let mut connect = |i: usize| -> Result<Connection, LoopbackError> {
         let (qpn_a, qpn_b) = qpns(i);
@@ -459,5 +482,6 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
         capture,
         homes,
         source_ports,
+        cm,
     })
 }
