@@ -42,7 +42,7 @@ use portico_fuzz::rdma_node::{
     REGION_LEN, Record, dt_code, peer_rkey, run,
 };
 
-const USAGE: &str = "usage: seed_corpus capture CAPTURE.pcapng OUT_DIR NAME [INPUTS] [FRAMES]\n       seed_corpus conversations OUT_DIR\n       seed_corpus flush OUT_DIR";
+const USAGE: &str = "usage: seed_corpus capture CAPTURE.pcapng OUT_DIR NAME [INPUTS] [FRAMES]\n       seed_corpus conversations OUT_DIR\n       seed_corpus flush OUT_DIR\n       seed_corpus cm OUT_DIR";
 
 /// Inputs larger than this are not written whole (scripts/fuzz.sh runs with -max_len=8192).
 const MAX_INPUT: usize = 8000;
@@ -71,6 +71,7 @@ fn main() -> ExitCode {
         }
         Some("conversations") if args.len() == 2 => conversations(Path::new(&args[1])),
         Some("flush") if args.len() == 2 => flush(Path::new(&args[1])),
+        Some("cm") if args.len() == 2 => cm(Path::new(&args[1])),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -561,5 +562,129 @@ fn flush(out: &Path) -> Result<(), String> {
     write_all(&out.join("rdma_node"), "flush-zero-length", &rdma)?;
     write_all(&out.join("parse_roce"), "flush-zero-length", &parse)?;
     println!("seed_corpus: {} FLUSH inputs of DMA length 0", rdma.len());
+    Ok(())
+}
+
+/// A CM MAD from the peer to the node, in a QP1 frame.
+fn qp1_frame(mad: &[u8]) -> Vec<u8> {
+    use portico::wire::deth::{DethRepr, GSI_QKEY};
+    use portico::wire::gsi::{self, GsiRepr};
+    let repr = GsiRepr {
+        src_mac: PEER_MAC,
+        dst_mac: NODE_MAC,
+        ip: wire::RoceIpv4 {
+            src_addr: PEER_IP,
+            dst_addr: NODE_IP,
+            dscp: 0,
+            ecn: wire::Ecn::NotEct,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+        },
+        src_port: 0xc001,
+        pkey: 0xffff,
+        dest_qp: gsi::QPN,
+        psn: 1,
+        solicited: false,
+        deth: DethRepr {
+            qkey: GSI_QKEY,
+            src_qp: gsi::QPN,
+        },
+        immediate: None,
+    };
+    let mut buf = vec![0u8; repr.buffer_len(mad.len())];
+    let n = repr.emit(mad, &mut buf).expect("a QP1 frame");
+    buf.truncate(n);
+    buf
+}
+
+/// Connections to the node's CM, made by a CM of the peer's: a REQ alone, a REQ repeated, a
+/// REQ to a port nobody listens on, and a whole connection (REQ, the node's REP answered with
+/// RTU, then DREQ), each checked against the harness.
+fn cm(out: &Path) -> Result<(), String> {
+    use proto::cm::{Cm, CmConfig, Connect, Peer};
+    use portico_fuzz::rdma_node::CM_PORT;
+    let peer = |seed| {
+        Cm::new(CmConfig {
+            seed,
+            ..CmConfig::new(PEER_IP, PEER_MAC)
+        })
+    };
+    let connect = |port| Connect {
+        peer: Peer {
+            ip: NODE_IP,
+            mac: NODE_MAC,
+        },
+        port,
+        local_qpn: QPS[0].1,
+        send_psn: 7,
+        path_mtu: 3,
+        initiator_depth: 4,
+        responder_resources: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        traffic_class: 0,
+        hop_limit: 64,
+        private_data: b"fuzz".to_vec(),
+    };
+    let req = |port, seed| -> Vec<u8> {
+        let mut p = peer(seed);
+        p.connect(0, &connect(port)).expect("a REQ");
+        qp1_frame(&p.poll_send().expect("the REQ").mad)
+    };
+    let encode = |frames: &[Vec<u8>]| {
+        let mut input = Vec::new();
+        for f in frames {
+            Record::Frame { dt: 1, frame: f }.encode(&mut input);
+        }
+        input
+    };
+    let mut inputs = vec![
+        encode(&[req(CM_PORT, 1)]),
+        encode(&[req(CM_PORT, 2), req(CM_PORT, 2)]),
+        encode(&[req(CM_PORT + 1, 3)]),
+    ];
+    // A whole connection: run the harness on the REQ to get its REP, answer it.
+    let mut p = peer(4);
+    p.connect(0, &connect(CM_PORT)).expect("a REQ");
+    let req = qp1_frame(&p.poll_send().expect("the REQ").mad);
+    let mut h = Harness::new();
+    h.sent = Some(Vec::new());
+    h.apply(&Record::Frame { dt: 1, frame: &req });
+    let sent = h.sent.take().unwrap_or_default();
+    let rep = sent
+        .iter()
+        .find_map(|f| wire::gsi::GsiRepr::parse(f).ok().map(|(_, m)| m.to_vec()))
+        .ok_or("the node sent no REP")?;
+    let from = Peer {
+        ip: NODE_IP,
+        mac: NODE_MAC,
+    };
+    p.on_mad(1, from, &rep).map_err(|e| format!("the REP: {e:?}"))?;
+    let rtu = qp1_frame(&p.poll_send().ok_or("no RTU")?.mad);
+    let id = match p.poll_event() {
+        Some(proto::cm::CmEvent::Connected { id, .. }) => id,
+        other => return Err(format!("after the REP: {other:?}")),
+    };
+    p.disconnect(2, id).map_err(|e| e.to_string())?;
+    let dreq = qp1_frame(&p.poll_send().ok_or("no DREQ")?.mad);
+    inputs.push(encode(&[req, rtu, dreq]));
+    for input in &inputs {
+        run(input);
+    }
+    write_all(&out.join("rdma_node"), "cm", &inputs)?;
+    let frames: Vec<Vec<u8>> = inputs
+        .iter()
+        .flat_map(|i| {
+            portico_fuzz::rdma_node::records(i)
+                .filter_map(|r| match r {
+                    Record::Frame { frame, .. } => Some(frame.to_vec()),
+                    Record::Act { .. } => None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    write_all(&out.join("parse_roce"), "cm", &frames)?;
+    println!("seed_corpus: {} CM inputs", inputs.len());
     Ok(())
 }

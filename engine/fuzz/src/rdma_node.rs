@@ -71,6 +71,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
+use node::cm::{CmControl, CmEvents, CmReply, CmSetup, ConnEvent};
 use node::{
     Control, ControlReply, Cq, NodeCounters, Qp, RdmaNode, RxOutcome, TagConfig, TagEntry,
     TagEvent, TagPort,
@@ -109,11 +110,17 @@ pub const PEER_ADDR: u64 = 0x0000_5500_0000_0000;
 /// region's rkey is the one the node's WRITEs and READs carry ([`peer_rkey`]).
 pub const PEER_KEY_SEED: u64 = 0x9eed;
 
+/// The rdma_cm port the node's CM listens on (QP1's REQs to it are accepted).
+pub const CM_PORT: u16 = 7471;
+/// The CM's bounds here: small, so that an input can reach them.
+const CM_HALF_OPEN: usize = 4;
+const CM_CONNECTIONS: usize = 6;
+
 /// Frames one record may make the node transmit before the harness calls it a livelock.
 pub const MAX_TX_PER_STEP: usize = 4096;
 /// Timer rounds a silent peer may take before every queue pair is at rest: a few per retry
 /// and RNR retry of each queue pair is plenty.
-const DRAIN_ROUNDS: usize = 64;
+const DRAIN_ROUNDS: usize = 160;
 
 /// A posted work request not completed yet.
 #[derive(Debug, Clone, Copy)]
@@ -145,6 +152,10 @@ pub struct Harness {
     pub sent: Option<Vec<Vec<u8>>>,
     /// The application's end of the tagged queue pair's list matching.
     tags: TagPort,
+    /// The CM's events, and the queue pairs of the connections it accepted.
+    cm: CmEvents,
+    cm_qps: Vec<Qp>,
+    _cm_cq: Cq,
 }
 
 impl Default for Harness {
@@ -161,6 +172,26 @@ impl Harness {
         node.mem = MemoryTable::seeded(KEY_SEED);
         let send_cq = node.create_cq(8);
         let recv_cq = node.create_cq(16);
+        // A CM on QP1, listening, deterministic, with short timers and small bounds; its
+        // queue pairs complete into a queue of their own (no work is posted on them).
+        let cm_cq = node.create_cq(64);
+        let mut template = QpConfig::new(0, 0);
+        template.max_send_wr = 4;
+        template.max_recv_wr = 4;
+        template.retry_limit = 2;
+        let mut setup = CmSetup::new(template, cm_cq.id(), cm_cq.id());
+        setup.cm.seed = KEY_SEED;
+        setup.cm.response_timeout = 10;
+        setup.cm.max_retries = 2;
+        setup.cm.max_half_open = CM_HALF_OPEN;
+        setup.cm.max_connections = CM_CONNECTIONS;
+        setup.cm.time_wait_ns = 10_000_000;
+        setup.first_qpn = 0x40;
+        let cm = node.enable_cm(setup);
+        match node.control(9, Control::Cm(CmControl::Listen(CM_PORT))) {
+            Some((_, ControlReply::Cm(Ok(_)))) => {}
+            other => panic!("listen: {other:?}"),
+        }
         let tags = node
             .enable_tags(&TagConfig {
                 endpoints: vec![(
@@ -251,6 +282,9 @@ impl Harness {
             tx: vec![0; 8192],
             sent: None,
             tags,
+            cm,
+            cm_qps: Vec::new(),
+            _cm_cq: cm_cq,
         };
         // Tagged receives for tags 0 and 1, and an overflow buffer (the second half of R1).
         for tag in 0..2u8 {
@@ -361,20 +395,22 @@ impl Harness {
         let moved = (
             after.delivered - before.delivered,
             after.arp_replies - before.arp_replies,
+            after.cm_frames - before.cm_frames,
             after.dropped - before.dropped,
         );
         let expect = match outcome {
-            RxOutcome::Delivered => (1, 0, 0),
+            RxOutcome::Delivered => (1, 0, 0, 0),
             RxOutcome::ArpReply(len) => {
                 self.check_arp_reply(len);
-                (0, 1, 0)
+                (0, 1, 0, 0)
             }
+            RxOutcome::Cm => (0, 0, 1, 0),
             RxOutcome::Dropped => {
                 assert!(
                     self.node.qps().map(|qp| qp.stats()).eq(stats),
                     "a dropped frame changed a queue pair"
                 );
-                (0, 0, 1)
+                (0, 0, 0, 1)
             }
         };
         assert_eq!(moved, expect, "{outcome:?} moved its own counter");
@@ -419,6 +455,37 @@ impl Harness {
                 sent.push(self.tx[..len].to_vec());
             }
         }
+        // The CM's application: accepts every request, keeps the queue pairs.
+        while let Some(ev) = self.cm.poll() {
+            if let ConnEvent::Request(r) = ev {
+                let call = CmControl::Accept {
+                    id: r.id,
+                    private_data: vec![1, 0, 0, 0],
+                    cqs: None,
+                };
+                if let Some((_, ControlReply::Cm(Ok(CmReply::Accepted(qp))))) =
+                    self.node.control(9, Control::Cm(call))
+                {
+                    self.cm_qps.push(qp);
+                }
+            }
+        }
+        // The CM's frames: QP1 frames that parse (a 256-byte MAD the CM itself would take)
+        // from the node's addresses, or ARP requests from it.
+        let mut cm_sent = 0;
+        while let Some(len) = self.node.poll_cm_frame(&mut self.tx) {
+            cm_sent += 1;
+            assert!(cm_sent <= MAX_TX_PER_STEP, "the CM sends without end");
+            check_cm_frame(&self.tx[..len]);
+            if let Some(sent) = &mut self.sent {
+                sent.push(self.tx[..len].to_vec());
+            }
+        }
+        let (held, _) = self.node.cm_connections().expect("a CM");
+        assert!(
+            held <= CM_CONNECTIONS,
+            "{held} connections, bound {CM_CONNECTIONS}"
+        );
         self.node.flush_completions();
         assert_eq!(self.node.counters.cq_overruns, 0, "no completion is lost");
         let mut deregistered = false;
@@ -541,7 +608,13 @@ impl Harness {
         loop {
             self.poll();
             self.step();
-            let next = self.node.qps().filter_map(|qp| qp.next_deadline()).min();
+            let cm = self.node.cm_deadline();
+            let next = self
+                .node
+                .qps()
+                .filter_map(|qp| qp.next_deadline())
+                .chain(cm)
+                .min();
             let Some(deadline) = next else { break };
             rounds += 1;
             assert!(
@@ -556,6 +629,11 @@ impl Harness {
         assert_eq!(
             self.polled, self.node.counters.completions,
             "every completion counted was delivered"
+        );
+        let (cm, qp1) = self.node.cm_counters().expect("a CM");
+        assert_eq!(
+            cm.mads_received, qp1.qp1_frames,
+            "every QP1 frame that passed its checks reached the CM"
         );
         let delivered: u64 = self.node.qps().map(|qp| qp.stats().rx_packets).sum();
         assert_eq!(
@@ -626,13 +704,14 @@ pub struct Outcomes {
     pub rx_frames: u64,
     pub delivered: u64,
     pub arp_replies: u64,
+    pub cm_frames: u64,
     /// Frames dropped, over every drop reason.
     pub dropped: u64,
 }
 
 impl Outcomes {
     pub fn sum(&self) -> u64 {
-        self.delivered + self.arp_replies + self.dropped
+        self.delivered + self.arp_replies + self.cm_frames + self.dropped
     }
 }
 
@@ -643,6 +722,7 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         rx_frames,
         delivered,
         arp_replies,
+        cm_frames,
         icrc_errors,
         malformed,
         not_for_us,
@@ -670,6 +750,7 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         rx_frames,
         delivered,
         arp_replies,
+        cm_frames,
         dropped: icrc_errors
             + malformed
             + not_for_us
@@ -702,6 +783,26 @@ fn check_transmitted(frame: &[u8]) {
         payload.len() <= Mtu::M1024.bytes() as usize,
         "{} payload bytes",
         payload.len()
+    );
+}
+
+/// A frame of the CM's parses: a QP1 frame from the node carrying a well-formed CM MAD, or an
+/// ARP request from the node.
+fn check_cm_frame(frame: &[u8]) {
+    if let Some(arp) = wire::arp::parse_frame(frame) {
+        assert_eq!((arp.sender_hw, arp.sender_ip), (NODE_MAC, NODE_IP));
+        return;
+    }
+    let (repr, mad) = match wire::gsi::GsiRepr::parse(frame) {
+        Ok(p) => p,
+        Err(e) => panic!("a CM frame does not parse: {e}: {frame:02x?}"),
+    };
+    assert_eq!((repr.src_mac, repr.ip.src_addr), (NODE_MAC, NODE_IP));
+    assert_eq!((repr.dest_qp, repr.deth.src_qp), (1, 1));
+    assert_eq!(repr.deth.qkey, wire::deth::GSI_QKEY);
+    assert!(
+        proto::cm::check_mad(mad).is_ok(),
+        "the CM sends what a CM takes: {mad:02x?}"
     );
 }
 

@@ -233,8 +233,9 @@ impl RegionAd {
 
 /// Frames waiting to go out at most.
 const FRAME_QUEUE: usize = 1024;
-/// How often established connections are checked for a queue pair in the error state (a
-/// peer that vanished: the transport's retries ran out).
+/// How often, at least, established connections are checked for a queue pair in the error
+/// state (a peer that vanished: the transport's retries ran out); they are also checked after
+/// every iteration in which a queue pair's timer fired.
 const SCAN_NS: u64 = 1_000_000;
 
 /// A frame to send (the queue is the CM's, off the per-packet path: its MADs stay inline).
@@ -403,7 +404,10 @@ impl RdmaNode {
                 }
             }
         }
-        if now.saturating_sub(cm.scanned_at) >= SCAN_NS {
+        // Only a timer puts a queue pair in the error state without the application knowing
+        // (its retries ran out); look when one fired, and every SCAN_NS besides.
+        let fired = std::mem::take(&mut self.timer_fired);
+        if (fired || now.saturating_sub(cm.scanned_at) >= SCAN_NS) && !cm.conns.is_empty() {
             cm.scanned_at = now;
             let held: Vec<(u32, u32)> = cm
                 .conns
@@ -425,14 +429,18 @@ impl RdmaNode {
         self.cm_events();
     }
 
+    /// The CM's next deadline (its timers, ARP retries), if it has one.
+    pub fn cm_deadline(&mut self) -> Option<u64> {
+        self.cm_due()
+    }
+
     /// When the CM next needs a poll; `Some(0)` while it has frames to send.
     pub(crate) fn cm_due(&mut self) -> Option<u64> {
         let cm = self.cm.as_mut()?;
         if !cm.out.is_empty() {
             return Some(cm.now);
         }
-        let scan = (!cm.conns.is_empty()).then_some(cm.scanned_at + SCAN_NS);
-        [cm.cm.next_deadline(), cm.arp.next_due(), scan]
+        [cm.cm.next_deadline(), cm.arp.next_due()]
             .into_iter()
             .flatten()
             .min()

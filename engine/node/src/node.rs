@@ -44,6 +44,9 @@ pub enum RxOutcome {
     Delivered,
     /// An ARP request for our address; the reply is `len` bytes of `arp_reply()`.
     ArpReply(usize),
+    /// Taken by the connection manager: a QP1 frame (whatever the CM then made of it), or an
+    /// ARP packet it learned from.
+    Cm,
     /// Dropped (and counted).
     Dropped,
 }
@@ -89,6 +92,8 @@ portico_counters::counter_set! {
         wrong_core: Sum,
         /// ARP replies built (to requests for our address).
         arp_replies: Sum,
+        /// Frames the connection manager took: QP1's, and ARP packets it learned from.
+        cm_frames: Sum,
         /// Packets the queue pairs sent (requests and responses, first sends and resends).
         tx_packets: Sum,
         /// Work requests posted by the host and taken by the worker.
@@ -299,6 +304,9 @@ pub struct RdmaNode {
     arp: [u8; 64],
     /// Slots of destroyed queue pairs, for the next ones.
     free_slots: Vec<u32>,
+    /// A queue pair's timer fired since the CM last looked (a retry limit may have put it in
+    /// the error state: its peer may be gone).
+    pub(crate) timer_fired: bool,
     /// The connection manager on QP1, when enabled ([`RdmaNode::enable_cm`]).
     pub(crate) cm: Option<Box<crate::cm::NodeCm>>,
     /// How long the host's waits spin before they park ([`RdmaNode::set_host_spin`]), shared
@@ -345,6 +353,7 @@ impl RdmaNode {
             counters: NodeCounters::default(),
             arp: [0; 64],
             free_slots: Vec::new(),
+            timer_fired: false,
             cm: None,
             host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
         }
@@ -742,7 +751,8 @@ impl RdmaNode {
                 // QP1's frames (another transport to the RC parser) and ARP replies go to
                 // the connection manager, when there is one.
                 if self.cm.is_some() && self.cm_take(now, frame, e) {
-                    return RxOutcome::Delivered;
+                    self.counters.cm_frames += 1;
+                    return RxOutcome::Cm;
                 }
                 count_error(&mut self.counters, e);
                 return RxOutcome::Dropped;
@@ -907,6 +917,7 @@ impl RdmaNode {
             // The entry may be stale (the deadline moved later): then only re-arm.
             if e.qp.next_deadline().is_some_and(|d| d <= now) {
                 e.qp.on_timer(now, &mut self.staged);
+                self.timer_fired = true;
                 self.settle(slot);
                 self.make_ready(slot);
             }

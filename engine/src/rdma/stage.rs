@@ -63,6 +63,8 @@ crate::counter_set! {
         wrong_core: Sum,
         /// ARP replies sent.
         arp_replies: Sum,
+        /// Frames the connection manager took: QP1's, and ARP packets it learned from.
+        cm_frames: Sum,
         /// Completions handed to the host.
         completions: Sum,
         /// Packets the queue pairs' requesters sent again.

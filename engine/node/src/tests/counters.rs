@@ -59,6 +59,7 @@ fn node_counters_follow_their_declaration() {
             "wrong_source",
             "wrong_core",
             "arp_replies",
+            "cm_frames",
             "tx_packets",
             "posted",
             "completions",
