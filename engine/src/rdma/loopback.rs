@@ -84,6 +84,9 @@ pub struct LoopbackOpts {
     /// A connection manager on QP1 of both engines (shard 0), its queue pairs starting from
     /// `qp` ([`LoopbackPair::cm`]).
     pub cm: bool,
+    /// The CMs' response time code (4.096 µs · 2^n; rdma_cm's 20 is 4.3 s): how long each
+    /// waits for the other's answer before it resends. Tests with faults shorten it.
+    pub cm_response_timeout: u8,
 }
 
 /// The shaper [`LoopbackOpts::shaper`] asks for.
@@ -133,6 +136,7 @@ impl LoopbackOpts {
             shaper: None,
             polling: Polling::Busy,
             cm: false,
+            cm_response_timeout: 20,
         }
     }
 
@@ -297,7 +301,9 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             let cq = n.create_cq(CM_CQ_DEPTH);
             let mut qp = opts.qp.clone();
             (qp.local_mac, qp.local_ip) = (mac, ip);
-            (n.enable_cm(CmSetup::new(qp, cq.id(), cq.id())), cq)
+            let mut setup = CmSetup::new(qp, cq.id(), cq.id());
+            setup.cm.response_timeout = opts.cm_response_timeout;
+            (n.enable_cm(setup), cq)
         })
     });
     let mut source_ports = Vec::with_capacity(connections);
