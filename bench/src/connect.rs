@@ -11,7 +11,9 @@
 //! round trip of the JSON lines the two processes exchange, the least a TCP-based set-up
 //! costs. Afterwards, once time-wait has passed, the engines' published queue pairs, the
 //! CMs' counters and the process's resident memory are compared with their values before the
-//! first connection: nothing may be left behind.
+//! first connection: nothing may be left behind. The resident memory is also read after the
+//! first half of the connections (and their time-wait): the allocator keeps the peak that
+//! time-wait's connections made, so the second half must leave it where the first did.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -31,6 +33,8 @@ use portico::transport::QpConfig;
 
 /// The rdma_cm port B listens on.
 const PORT: u16 = 7471;
+/// Longer than the CMs' time-wait (1 s): the ended connections are forgotten after it.
+const TIME_WAIT: Duration = Duration::from_millis(1500);
 /// The longest a connection or its end may take before the run fails.
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -60,6 +64,10 @@ pub struct Leaks {
     pub cm_qps_created: u64,
     pub cm_qps_destroyed: u64,
     pub rss_kib_before: u64,
+    /// After the first half of the connections (and its time-wait): what the allocator kept
+    /// of the peak (time-wait holds a second's worth of connections).
+    pub rss_kib_half: u64,
+    /// After the second half: the same as after the first unless something leaks.
     pub rss_kib_after: u64,
 }
 
@@ -167,9 +175,14 @@ pub fn run(
             other => Err(AppError::Failed(format!("accept: {other:?}"))),
         }
     };
-    for _ in 0..connections {
+    let mut rss_half = 0;
+    for k in 0..connections {
         if stop.load(Ordering::Relaxed) {
             break;
+        }
+        if k == connections / 2 {
+            std::thread::sleep(TIME_WAIT);
+            rss_half = rss_kib();
         }
         let t0 = Instant::now();
         let CmReply::Connecting(id) = cm(
@@ -230,8 +243,8 @@ pub fn run(
         done += 1;
     }
     let seconds = t_run.elapsed().as_secs_f64();
-    // Time-wait (1 s) passes; then nothing of the connections may be left.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Time-wait passes; then nothing of the connections may be left.
+    std::thread::sleep(TIME_WAIT);
     let (qps_after, rss_after) = (live_qps([a, b]), rss_kib());
     let (created, destroyed) = cm_counts(&pair.runtime);
     let tcp = tcp_exchange(connections)?;
@@ -252,6 +265,7 @@ pub fn run(
             cm_qps_created: created - created0,
             cm_qps_destroyed: destroyed - destroyed0,
             rss_kib_before: rss_before,
+            rss_kib_half: rss_half,
             rss_kib_after: rss_after,
         },
         errors,
@@ -331,12 +345,13 @@ pub fn print(s: &ConnectSummary, json: bool) {
     println!("  CM / TCP at p50: {:.2}", s.p50_ratio);
     let l = &s.leaks;
     println!(
-        "  after: queue pairs {} (before {}), CM queue pairs created {} destroyed {}, RSS {} KiB (before {})",
+        "  after: queue pairs {} (before {}), CM queue pairs created {} destroyed {}, RSS {} KiB (before {}, after the first half {})",
         l.qps_after,
         l.qps_before,
         l.cm_qps_created,
         l.cm_qps_destroyed,
         l.rss_kib_after,
-        l.rss_kib_before
+        l.rss_kib_before,
+        l.rss_kib_half
     );
 }
