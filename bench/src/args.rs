@@ -191,6 +191,12 @@ pub struct RemoteArgs {
     /// --server, --client: the queue pairs' congestion control, negotiated in the exchange.
     #[arg(long = "cc", value_enum, requires = "side")]
     pub cc: Option<CcMode>,
+    /// --server, --client: connect the queue pair through the IBTA CM on QP1 (REQ, REP,
+    /// RTU; the server listens on its exchange port's number as an rdma_cm port) instead of
+    /// the QPNs and PSNs of the TCP exchange, which still carries the run's parameters and
+    /// reports. Both sides say it; one queue pair (--cores 1).
+    #[arg(long, requires = "side")]
+    pub cm: bool,
 }
 
 /// `bench write`, `read`, `send`, `mixed`: the main loop.
@@ -488,11 +494,13 @@ impl RemoteArgs {
             ip,
             mac,
             cc,
+            cm,
         } = self;
         let spec = dev.map(|dev| super::remote::PortSpec {
             dev,
             ip: ip.unwrap_or(Ipv4Addr::UNSPECIFIED),
             mac,
+            cm,
         });
         let side = match (side.server, side.client, spec) {
             (true, _, Some(spec)) => Side::Server {

@@ -207,10 +207,10 @@ pub fn run(
                     "bench connect: connection {done} not established in {WAIT:?}"
                 )));
             }
-            if let Some(ev) = ev_b.poll() {
-                if !accept(&ev)? {
-                    b_up |= matches!(ev, ConnEvent::Established { .. });
-                }
+            if let Some(ev) = ev_b.poll()
+                && !accept(&ev)?
+            {
+                b_up |= matches!(ev, ConnEvent::Established { .. });
             }
             if let Some(ev) = ev_a.poll() {
                 match ev {

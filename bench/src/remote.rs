@@ -22,6 +22,7 @@
 //! The server runs one client, then exits: 0 when the run completed, 1 when the exchange was
 //! refused or the client went away before its `done`.
 
+use portico::rdma::cm::{CmControl, CmEvents, CmReply, ConnEvent, RegionAd};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
@@ -72,6 +73,8 @@ pub struct PortSpec {
     pub ip: Ipv4Addr,
     /// None: the port's own MAC address.
     pub mac: Option<String>,
+    /// `--cm`: the queue pair connected through the IBTA CM.
+    pub cm: bool,
 }
 
 /// `--server` or `--client`.
@@ -110,6 +113,9 @@ pub struct Hello {
     /// The queue pairs' congestion control (both ends the same).
     #[serde(default)]
     pub cc: CcMode,
+    /// The client connects its queue pair through the CM (`--cm`).
+    #[serde(default)]
+    pub cm: bool,
     pub side: Side,
 }
 
@@ -136,6 +142,8 @@ pub struct Hosting {
     pub connections: usize,
     /// The server's `--cc`, if it named one; otherwise it takes the client's.
     pub cc: Option<CcMode>,
+    /// The server's `--cm`: the client must say the same.
+    pub cm: bool,
 }
 
 /// Why the server refuses `hello` (raw JSON, so that another version's fields are not
@@ -157,6 +165,14 @@ pub fn check_hello(hosting: &Hosting, raw: &serde_json::Value) -> Result<Hello, 
     }
     let hello: Hello =
         serde_json::from_value(raw.clone()).map_err(|e| format!("a malformed hello: {e}"))?;
+    if hello.cm != hosting.cm {
+        let say = |cm: bool| if cm { "with --cm" } else { "without --cm" };
+        return Err(format!(
+            "the server runs {}, the client {}: both sides connect through the CM or neither",
+            say(hosting.cm),
+            say(hello.cm)
+        ));
+    }
     if hello.op != hosting.op {
         return Err(format!(
             "wrong op: the server runs bench {}, the client asked for bench {}",
@@ -398,7 +414,7 @@ fn start_side(
             quiet: true,
             ..portico::rdma::TagConfig::default()
         }),
-        cm: false,
+        cm: spec.cm,
     };
     peer::start_engine(
         Path::new("--dev"),
@@ -460,8 +476,10 @@ pub fn run_server(
         },
         connections: opts.cores,
         cc: opts.cc,
+        cm: spec.cm,
     };
     check_remote_op(opts)?;
+    check_cm(opts, spec)?;
     let addr = socket_addr("--listen", listen)?;
     let listener =
         TcpListener::bind(addr).map_err(|e| AppError::Failed(format!("--listen {addr}: {e}")))?;
@@ -614,12 +632,19 @@ pub fn run_server(
         qp.post_recv(&[RecvRequest::new(slot, recv_mr.sgl(off, recv_len as u32))])
             .map_err(|e| AppError::Failed(format!("posting a receive buffer: {e}")))
     };
-    if uses_send {
+    if uses_send && !spec.cm {
         for (i, (qp, _)) in qps.iter_mut().enumerate() {
             for slot in 0..depth as u64 {
                 post(qp, i, slot)?;
             }
         }
+    }
+    if spec.cm {
+        // The client connects through the CM to the exchange's port number.
+        refusing(
+            &mut ch,
+            peer.handle.cm(CmControl::Listen(addr.port())).map_err(host),
+        )?;
     }
     // Tagged sends: one persistent receive on endpoint 0 that matches every tag, each message
     // landing at its start (an MPI_ANY_TAG receive posted once, as a benchmark's sink).
@@ -648,6 +673,26 @@ pub fn run_server(
     })?;
     // The client starts its port once it has the welcome.
     wait_link(&peer.port, spec)?;
+    // Kept to the end: the CM's later events (established, disconnected) go to it.
+    let mut _cm_events = None;
+    if let Some((events, cq)) = peer.cm.take() {
+        // Its queue pair comes through the CM: accepted (the region in the REP too), and
+        // put in the place of the exchange's.
+        let ad = RegionAd {
+            flags: 0,
+            rkey: mr.rkey(),
+            addr: mr.addr(),
+            len: mr.len() as u64,
+        };
+        let qp = accept_cm(&peer.handle, &events, ad)?;
+        qps[0] = (qp, cq);
+        _cm_events = Some(events);
+        if uses_send {
+            for slot in 0..depth as u64 {
+                post(&mut qps[0].0, 0, slot)?;
+            }
+        }
+    }
     human(
         opts.json,
         &format!(
@@ -681,6 +726,11 @@ pub fn run_server(
         for (i, (qp, cq)) in qps.iter_mut().enumerate() {
             let got = cq.poll(&mut wcs);
             for wc in &wcs[..got] {
+                if spec.cm && wc.status == WcStatus::WrFlushError {
+                    // The client ended the connection (DREQ) before its done: the queue
+                    // pair is gone, its receives flushed.
+                    continue;
+                }
                 if wc.status == WcStatus::Success {
                     receives += 1;
                 } else {
@@ -747,6 +797,46 @@ pub fn run_server(
     Ok(report)
 }
 
+/// `--cm` connects one queue pair: the CM's queue pairs live on worker 0.
+fn check_cm(opts: &BenchOpts, spec: &PortSpec) -> Result<(), AppError> {
+    if spec.cm && opts.cores != 1 {
+        return Err(usage(
+            "--cm: one queue pair, --cores 1 (the CM's queue pairs live on the engine's first worker)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Waits for the client's connection request and accepts it with `ad` in the REP; returns
+/// the queue pair.
+fn accept_cm(
+    handle: &portico::rdma::RdmaHandle,
+    events: &CmEvents,
+    ad: RegionAd,
+) -> Result<portico::rdma::Qp, AppError> {
+    let t0 = Instant::now();
+    loop {
+        let Some(ev) = events.wait(EXCHANGE_WAIT.saturating_sub(t0.elapsed())) else {
+            return Err(AppError::Failed(format!(
+                "--cm: no connection request from the client in {} s",
+                EXCHANGE_WAIT.as_secs()
+            )));
+        };
+        if let ConnEvent::Request(r) = ev {
+            let call = CmControl::Accept {
+                id: r.id,
+                private_data: ad.to_bytes().to_vec(),
+                cqs: None,
+            };
+            return match handle.cm(call) {
+                Ok(CmReply::Accepted(qp)) => Ok(qp),
+                Ok(other) => Err(AppError::Failed(format!("--cm: accept: {other:?}"))),
+                Err(e) => Err(AppError::Failed(format!("--cm: accept: {e}"))),
+            };
+        }
+    }
+}
+
 /// What runs across two processes: `write`, `read`, `send`, `mixed`, `persist --mode
 /// durable` (durable WRITEs into a file the server maps) and `tagged` (tagged sends into one
 /// wildcard receive of the server's).
@@ -807,6 +897,7 @@ pub fn run_client(
     stop: Arc<AtomicBool>,
 ) -> Result<BenchSummary, AppError> {
     let ops = check_remote_op(opts)?;
+    check_cm(opts, spec)?;
     if opts.verify {
         return Err(usage(
             "--verify: not with --client (the bytes land in the server's memory; run bench in one process to verify them)".into(),
@@ -861,6 +952,7 @@ pub fn run_client(
         buf_len,
         recv_len,
         cc: opts.cc.unwrap_or_default(),
+        cm: spec.cm,
         side: me.clone(),
     })?;
     let answer = ch.recv(EXCHANGE_WAIT)?.ok_or_else(|| {
@@ -900,6 +992,18 @@ pub fn run_client(
         opts.cc.unwrap_or_default(),
     )?;
     wait_link(&peer.port, spec)?;
+    let connected = if spec.cm {
+        let c = peer::connect_cm(&mut peer, server_side.ip, addr.port(), EXCHANGE_WAIT)?;
+        if (c.ad.rkey, c.ad.addr) != (remote.rkey, remote.addr) {
+            return Err(AppError::Failed(format!(
+                "the server {addr}'s REP names another region than its welcome: {:?}",
+                c.ad
+            )));
+        }
+        Some(c)
+    } else {
+        None
+    };
     let slot = portico::telemetry::LatencySlot::new();
     let telemetry = peer::serve_telemetry(
         &peer,
@@ -953,6 +1057,9 @@ pub fn run_client(
     );
     let runner = point::Runner::new(conns, regions, ops, opts.rate, false).with_latency_slot(slot);
     let measured = super::run_points(opts, runner, &points, &stop)?;
+    if let (Some(c), Some((events, _))) = (&connected, &peer.cm) {
+        peer::disconnect_cm(&peer.handle, events, c.id, EXCHANGE_WAIT)?;
+    }
     let ports = vec![port_summary(peer.port.id(), "client")?];
     let cores = portico::app::CoresReport::sample();
     let workers = peer.runtime.join()?;
@@ -996,6 +1103,7 @@ mod tests {
             buf_len: 4 << 20,
             recv_len: 4096,
             cc: CcMode::None,
+            cm: false,
             side: Side {
                 mac: "02:00:00:00:00:0a".into(),
                 ip: Ipv4Addr::new(10, 0, 0, 1),
@@ -1011,6 +1119,7 @@ mod tests {
         max_size: 65536,
         connections: 1,
         cc: None,
+        cm: false,
     };
 
     fn raw(h: &Hello) -> serde_json::Value {

@@ -1120,8 +1120,8 @@ pub fn run_initiator(
         }
     };
     let seconds = t0.elapsed().as_secs_f64();
-    if let Some(c) = &connected {
-        disconnect_cm(&peer, c.id, CONNECT_WAIT)?;
+    if let (Some(c), Some((events, _))) = (&connected, &peer.cm) {
+        disconnect_cm(&peer.handle, events, c.id, CONNECT_WAIT)?;
     }
     let reports = peer.runtime.join()?;
     drop(telemetry);
@@ -1144,16 +1144,16 @@ pub fn run_initiator(
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
 
 /// A connection the CM made for the initiator.
-struct Connected {
-    id: u32,
-    ad: RegionAd,
+pub struct Connected {
+    pub id: u32,
+    pub ad: RegionAd,
     /// From the connect call to the established event.
-    setup: Duration,
+    pub setup: Duration,
 }
 
 /// Connects to `ip:port` through the CM; the new queue pair and its completion queue take
 /// the places of the config's in `peer`.
-fn connect_cm(
+pub fn connect_cm(
     peer: &mut Peer,
     ip: std::net::Ipv4Addr,
     port: u16,
@@ -1219,14 +1219,17 @@ fn connect_cm(
     }
 }
 
-/// Ends connection `id` and waits for its end (bounded by `wait`).
-fn disconnect_cm(peer: &Peer, id: u32, wait: Duration) -> Result<(), AppError> {
-    peer.handle
+/// Ends connection `id` (of `handle`'s engine, whose CM events are `events`) and waits for
+/// its end (bounded by `wait`).
+pub fn disconnect_cm(
+    handle: &RdmaHandle,
+    events: &CmEvents,
+    id: u32,
+    wait: Duration,
+) -> Result<(), AppError> {
+    handle
         .cm(CmControl::Disconnect { id })
         .map_err(|e| AppError::Failed(format!("disconnecting: {e}")))?;
-    let Some((events, _)) = &peer.cm else {
-        return Ok(());
-    };
     let t0 = Instant::now();
     while let Some(ev) = events.wait(wait.saturating_sub(t0.elapsed())) {
         if matches!(ev, ConnEvent::Disconnected { id: d } if d == id) {

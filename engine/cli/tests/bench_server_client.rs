@@ -509,3 +509,55 @@ fn server_and_client_flags_are_checked_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dev"));
 }
+
+#[test]
+fn with_cm_the_queue_pair_is_connected_through_the_cm_and_every_send_lands() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("cm", &["send", "--cm"]);
+    let (v, _) = client_json(
+        &s,
+        &[
+            "send",
+            "--size",
+            "256",
+            "--qd",
+            "4",
+            "--duration",
+            "0.4",
+            "--cm",
+        ],
+    );
+    every_message_landed(&v, "send", &[256]);
+    // The client's engine connected once through its CM (ARP, REQ, REP, RTU) and ended the
+    // connection (DREQ, DREP) before it stopped.
+    let text = v.to_string();
+    for k in [
+        "[\"cm_established\",1]",
+        "[\"cm_disconnected\",1]",
+        "[\"cm_qps_destroyed\",1]",
+        "[\"arp_requests\",1]",
+    ] {
+        assert!(text.contains(k), "{k}: {v}");
+    }
+    let (status, out, err) = finish(s);
+    assert!(status.success(), "server: {err:?}");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("the server's JSON");
+    let r = r.to_string();
+    assert!(r.contains("[\"cm_established\",1]"), "{r}");
+    assert!(r.contains("[\"cm_events_dropped\",0]"), "{r}");
+}
+
+#[test]
+fn a_client_without_cm_is_refused_by_a_server_with_it() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("nocm", &["write", "--cm"]);
+    let out = client(&s, &["write", "--duration", "0.2"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        last_error(&stderr).contains("both sides connect through the CM or neither"),
+        "{stderr}"
+    );
+    let (status, _, _) = finish(s);
+    assert!(!status.success());
+}
