@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 limit=${VALGRIND_LIMIT:-300}
 # crate, then the test filters of that crate's library tests (VALGRIND_TESTS= runs them all).
-suites=("portico-proto:${VALGRIND_TESTS-transport::}" "portico-node:${VALGRIND_TESTS-node:: tests::acceptance}")
+suites=("portico-proto:${VALGRIND_TESTS-transport:: cm::}" "portico-node:${VALGRIND_TESTS-node:: tests::acceptance}")
 
 if ! command -v valgrind >/dev/null; then
     echo "valgrind.sh: valgrind is not installed (scripts/install-deps.sh installs it)" >&2

@@ -155,6 +155,7 @@ fn not_roce(layer: Layer, what: &'static str, value: u64) -> Error {
 /// unfragmented IPv4 header, UDP to port 4791 whose length fills the IPv4 payload); returns
 /// the ends of the IPv4 packet and of the UDP datagram. Shared by [`RocePacket::new_checked`]
 /// and the QP1 frames of [`crate::gsi`].
+#[inline(always)]
 pub(crate) fn locate_datagram(frame: &[u8]) -> Result<(usize, usize)> {
     let eth = ethernet::Packet::new_checked(frame)?;
     if eth.ethertype() != EtherType::Ipv4 {
