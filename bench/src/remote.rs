@@ -359,6 +359,7 @@ fn peer_config(
         },
         shaper: None,
         runtime: Default::default(),
+        cm: Default::default(),
     }
 }
 

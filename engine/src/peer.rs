@@ -417,7 +417,9 @@ pub fn start_engine(
         let node = &mut nodes[i];
         if i == 0 && extras.cm {
             let cq = node.create_cq(CM_CQ_DEPTH);
-            let events = node.enable_cm(CmSetup::new(qp.clone(), cq.id(), cq.id()));
+            let mut setup = CmSetup::new(qp.clone(), cq.id(), cq.id());
+            cfg.cm.apply(&mut setup.cm);
+            let events = node.enable_cm(setup);
             cm = Some((events, cq));
         }
         let cq = node.create_cq(qp.max_send_wr + qp.max_recv_wr);

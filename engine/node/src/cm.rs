@@ -584,7 +584,7 @@ impl RdmaNode {
                 }
             }
             CmControl::Reject { id, private_data } => {
-                cm.cm.reject(now, id, &private_data)?;
+                cm.cm.reject(id, &private_data)?;
                 CmReply::Done
             }
             CmControl::Disconnect { id } => {
@@ -663,7 +663,7 @@ impl RdmaNode {
                 CmEvent::ConnectRequest(r) => {
                     if cm.events.is_full() {
                         cm.counters.cm_events_dropped += 1;
-                        let _ = cm.cm.reject(now, r.id, &[]);
+                        let _ = cm.cm.reject(r.id, &[]);
                         continue;
                     }
                     ConnEvent::Request(r)

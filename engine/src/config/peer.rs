@@ -31,6 +31,79 @@ pub struct PeerConfig {
     /// How the engine's workers wait when idle (`[runtime] polling`, `max_sleep_us`).
     #[serde(default)]
     pub runtime: RuntimeSection,
+    /// The connection manager's times and bounds (`target --listen`, `initiator --connect`;
+    /// `docs/cm.md`).
+    #[serde(default)]
+    pub cm: CmSection,
+}
+
+/// `[cm]`: the connection manager's times and bounds; every key optional, rdma_cm's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CmSection {
+    /// The CM's response time as an IBTA time code, 4.096 µs · 2^n (0..=31): how long a peer
+    /// waits for this CM's answer, and this CM for the peer's. 20 (4.3 s) by default.
+    pub response_timeout: u8,
+    /// Resends of a REQ, REP or DREQ before the connection times out (0..=15). 15 by default.
+    pub max_retries: u8,
+    /// Passive connections not yet established, at most; REQs beyond are rejected. 256.
+    pub max_half_open: usize,
+    /// Connections of every state, at most (1..=4096, the queue pairs an engine holds). 4096.
+    pub max_connections: usize,
+    /// How long an ended connection is remembered (repeated DREQs answered, stale REQs
+    /// refused), in milliseconds. 1000.
+    pub time_wait_ms: u64,
+}
+
+impl Default for CmSection {
+    fn default() -> Self {
+        let d = proto::cm::CmConfig::new(Ipv4Addr::UNSPECIFIED, EthernetAddress([0; 6]));
+        CmSection {
+            response_timeout: d.response_timeout,
+            max_retries: d.max_retries,
+            max_half_open: d.max_half_open,
+            max_connections: d.max_connections,
+            time_wait_ms: d.time_wait_ns / 1_000_000,
+        }
+    }
+}
+
+impl CmSection {
+    /// Checks every key's range; the error names the key.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let max_qps = crate::rdma::rings::MAX_QPS;
+        if self.response_timeout > 31 {
+            return Err(err("cm.response_timeout", "a time code is 0..=31"));
+        }
+        if self.max_retries > 15 {
+            return Err(err("cm.max_retries", "0..=15 (the REQ's 4 bits)"));
+        }
+        if !(1..=max_qps).contains(&self.max_connections) {
+            return Err(err(
+                "cm.max_connections",
+                format!("1..={max_qps} (the queue pairs an engine holds)"),
+            ));
+        }
+        if !(1..=self.max_connections).contains(&self.max_half_open) {
+            return Err(err(
+                "cm.max_half_open",
+                format!("1..=max_connections ({})", self.max_connections),
+            ));
+        }
+        if !(1..=3_600_000).contains(&self.time_wait_ms) {
+            return Err(err("cm.time_wait_ms", "1..=3600000 milliseconds"));
+        }
+        Ok(())
+    }
+
+    /// Applies the section to a CM's configuration.
+    pub fn apply(&self, cfg: &mut proto::cm::CmConfig) {
+        cfg.response_timeout = self.response_timeout;
+        cfg.max_retries = self.max_retries;
+        cfg.max_half_open = self.max_half_open;
+        cfg.max_connections = self.max_connections;
+        cfg.time_wait_ns = self.time_wait_ms * 1_000_000;
+    }
 }
 
 /// `[rdma]`: the engine's port, core and addresses, the peer's, and this side's region.
@@ -257,6 +330,7 @@ pub fn parse_peer(text: &str, cores: &[usize]) -> Result<PeerConfig, ConfigError
     let cfg: PeerConfig = from_toml(text)?;
     cfg.eal.check(None)?;
     cfg.runtime.polling()?;
+    cfg.cm.check()?;
     let r = &cfg.rdma;
     for (field, v) in [
         ("rdma.qpn", Some(r.qpn)),
@@ -498,6 +572,42 @@ mod tests {
         parse_peer(&TARGET.replace(from, to), CORES)
             .unwrap_err()
             .field
+    }
+
+    #[test]
+    fn the_cm_section_is_optional_and_each_key_is_checked() {
+        let c = parse_peer(TARGET, CORES).unwrap();
+        assert_eq!(
+            (c.cm.response_timeout, c.cm.max_retries, c.cm.max_half_open),
+            (20, 15, 256)
+        );
+        let with = |cm: &str| parse_peer(&format!("{TARGET}\n[cm]\n{cm}\n"), CORES);
+        let c = with("response_timeout = 14\nmax_half_open = 8\ntime_wait_ms = 50").unwrap();
+        let mut cfg = proto::cm::CmConfig::new(Ipv4Addr::UNSPECIFIED, EthernetAddress([0; 6]));
+        c.cm.apply(&mut cfg);
+        assert_eq!(
+            (cfg.response_timeout, cfg.max_half_open, cfg.time_wait_ns),
+            (14, 8, 50_000_000)
+        );
+        for (bad, field) in [
+            ("response_timeout = 32", "cm.response_timeout"),
+            ("max_retries = 16", "cm.max_retries"),
+            ("max_connections = 0", "cm.max_connections"),
+            ("max_connections = 5000", "cm.max_connections"),
+            ("max_half_open = 0", "cm.max_half_open"),
+            (
+                "max_connections = 10\nmax_half_open = 11",
+                "cm.max_half_open",
+            ),
+            ("time_wait_ms = 0", "cm.time_wait_ms"),
+            ("listen = 7471", "cm.listen"),
+        ] {
+            let e = with(bad).unwrap_err();
+            assert!(
+                e.field.starts_with(field) || e.to_string().contains("listen"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -568,8 +568,7 @@ impl Cm {
     }
 
     /// Rejects connection request `id` with reason "consumer defined" and `private_data`.
-    pub fn reject(&mut self, now: u64, id: u32, private_data: &[u8]) -> Result<(), CmError> {
-        let _ = now;
+    pub fn reject(&mut self, id: u32, private_data: &[u8]) -> Result<(), CmError> {
         if private_data.len() > cm::REJ_PRIVATE_DATA_LEN {
             return Err(CmError::PrivateDataTooLong {
                 len: private_data.len(),
@@ -760,7 +759,7 @@ impl Cm {
         // Every parse below is of exactly DATA_LEN bytes, which check_mad ensured.
         match hdr.attribute_id {
             cm_attr::REQ => self.on_req(now, from, hdr.transaction_id, data),
-            cm_attr::REP => self.on_rep(now, from, hdr.transaction_id, data),
+            cm_attr::REP => self.on_rep(from, hdr.transaction_id, data),
             cm_attr::RTU => self.on_rtu(data),
             cm_attr::MRA => self.on_mra(now, data),
             cm_attr::REJ => self.on_rej(data),
@@ -888,7 +887,7 @@ impl Cm {
         self.events.push_back(CmEvent::ConnectRequest(request));
     }
 
-    fn on_rep(&mut self, now: u64, from: Peer, tid: u64, data: &[u8]) {
+    fn on_rep(&mut self, from: Peer, tid: u64, data: &[u8]) {
         let Ok(rep) = RepRepr::parse(data) else {
             return;
         };
@@ -953,7 +952,6 @@ impl Cm {
         write_mad(&mut m, cm_attr::RTU, c.tid, |d| rtu.emit(d));
         c.last = Some(m);
         let peer = c.peer;
-        let _ = now;
         self.send(peer, m);
         self.counters.cm_established += 1;
         self.events.push_back(CmEvent::Connected { id, params });

@@ -159,7 +159,7 @@ impl Net {
                         self.b.accept(self.now, r.id, &accept(b"rep")).unwrap();
                     }
                     App::AcceptAfter(_) => self.pending.push((r.id, self.now)),
-                    App::Reject => self.b.reject(self.now, r.id, b"no thanks").unwrap(),
+                    App::Reject => self.b.reject(r.id, b"no thanks").unwrap(),
                 }
             }
             self.ev_b.push(e);
