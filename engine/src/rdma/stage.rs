@@ -681,6 +681,8 @@ mod tests {
         record("node", &NodeCounters::NAMES, FROM_NODE.targets());
         record("tags", &TagCounters::NAMES, FROM_TAGS.targets());
         record("cc", &CcCounters::NAMES, FROM_CC.targets());
+        record("cm", &CmCounters::NAMES, FROM_CM.targets());
+        record("qp1", &Qp1Counters::NAMES, FROM_QP1.targets());
         for own in [
             RdmaSlot::retransmissions,
             RdmaSlot::spurious_retransmissions,
@@ -727,7 +729,7 @@ mod tests {
     /// Every counter the stage publishes is named in the docs.
     #[test]
     fn every_counter_is_documented() {
-        let docs = ["rdma.md", "congestion.md", "shaper.md", "lpe.md"]
+        let docs = ["rdma.md", "congestion.md", "shaper.md", "lpe.md", "cm.md"]
             .iter()
             .filter_map(|f| {
                 std::fs::read_to_string(
