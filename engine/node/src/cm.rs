@@ -263,6 +263,9 @@ pub(crate) struct NodeCm {
     /// MADs to peers whose MAC is being resolved.
     parked: Vec<Outgoing>,
     conns: HashMap<u32, ConnQp>,
+    /// Accepted connections still waiting for their RTU, and their queue pairs: the first
+    /// packet on the queue pair establishes them as well ([`Cm::traffic`]).
+    awaiting_rtu: Vec<(u32, u32)>,
     pub(crate) counters: Qp1Counters,
     /// The node's time at its last receive or service (control calls carry none).
     pub(crate) now: u64,
@@ -292,6 +295,7 @@ impl RdmaNode {
             out: VecDeque::new(),
             parked: Vec::new(),
             conns: HashMap::new(),
+            awaiting_rtu: Vec::new(),
             counters: Qp1Counters::default(),
             now: 0,
             scanned_at: 0,
@@ -404,6 +408,22 @@ impl RdmaNode {
                 }
             }
         }
+        // An accepted connection whose queue pair has heard from the peer is up, RTU or not.
+        if !cm.awaiting_rtu.is_empty() {
+            let waiting = std::mem::take(&mut cm.awaiting_rtu);
+            let heard: Vec<bool> = waiting
+                .iter()
+                .map(|&(_, qpn)| self.qp(qpn).is_some_and(|q| q.rx_packets() > 0))
+                .collect();
+            let cm = self.cm.as_mut().expect("checked");
+            for ((id, qpn), heard) in waiting.into_iter().zip(heard) {
+                if !cm.cm.awaits_rtu(id) || (heard && cm.cm.traffic(id)) {
+                    continue;
+                }
+                cm.awaiting_rtu.push((id, qpn));
+            }
+        }
+        let cm = self.cm.as_mut().expect("checked");
         // Only a timer puts a queue pair in the error state without the application knowing
         // (its retries ran out); look when one fired, and every SCAN_NS besides.
         let fired = std::mem::take(&mut self.timer_fired);
@@ -573,7 +593,11 @@ impl RdmaNode {
                 let cqs = cqs.unwrap_or(cm.cqs);
                 cm.next_qpn = qpn + 1;
                 match self.cm_create_qp(id, &params, cqs) {
-                    Ok(qp) => CmReply::Accepted(qp),
+                    Ok(qp) => {
+                        let cm = self.cm.as_mut().expect("checked");
+                        cm.awaiting_rtu.push((id, params.local_qpn));
+                        CmReply::Accepted(qp)
+                    }
                     Err(e) => {
                         // No queue pair: withdraw the REP.
                         let cm = self.cm.as_mut().expect("checked");

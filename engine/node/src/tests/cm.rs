@@ -66,6 +66,8 @@ struct Faults {
     hold: u64,
     /// Everything from B is lost from this round on (B vanished).
     b_gone_at: Option<u64>,
+    /// A's CM messages of this attribute (its low byte) are lost.
+    drop_from_a: Option<u8>,
 }
 
 struct Wire {
@@ -123,6 +125,10 @@ impl Wire {
             let qp1 = f.len() > 42 && f[12..14] == [8, 0] && f[42] == 0x64;
             if qp1 {
                 self.qp1_frames += 1;
+                // MAD byte 17, the attribute ID's low byte, after 62 bytes of headers.
+                if to_b && self.faults.drop_from_a == Some(f[62 + 17]) {
+                    continue;
+                }
                 if self.rng.chance(self.faults.loss) {
                     continue;
                 }
@@ -430,6 +436,7 @@ fn lost_repeated_and_reordered_mads_end_in_one_connection_or_a_clean_timeout_on_
             dup: 200_000,
             hold: 3,
             b_gone_at: None,
+            drop_from_a: None,
         };
         let mut w = Wire::new(faults, seed);
         let id = connect(&mut w, b"");
@@ -610,4 +617,55 @@ fn qp1_frames_that_fail_their_checks_are_counted_by_reason() {
     w.b.node.receive(1, &req);
     assert_eq!(w.b.node.cm_counters().unwrap().1.qp1_frames, 2);
     assert!(matches!(w.b.events.poll(), Some(ConnEvent::Request(_))));
+}
+
+#[test]
+fn the_first_packet_on_its_queue_pair_establishes_a_connection_whose_rtu_was_lost() {
+    let _ = take_log();
+    let faults = Faults {
+        drop_from_a: Some(wire::mad::cm_attr::RTU as u8),
+        ..Faults::default()
+    };
+    let mut w = Wire::new(faults, 6);
+    connect(&mut w, b"");
+    w.run(10_000, accept_all, |w| {
+        w.a.node.cm_connections() == Some((1, 1))
+    });
+    let mut qp_a = take_log()
+        .into_iter()
+        .find_map(|(is_a, e)| match (is_a, e) {
+            (true, ConnEvent::Established { qp: Some(qp), .. }) => Some(qp),
+            _ => None,
+        })
+        .expect("A is up");
+    assert_eq!(
+        w.b.node.cm_counters().unwrap().0.cm_established,
+        0,
+        "no RTU came"
+    );
+    qp_a.post_send(&[WorkRequest::write(
+        1,
+        SgList::one(w.a.mr.lkey, w.a.mr.addr, 8),
+        w.b.mr.addr,
+        w.b.mr.rkey,
+        None,
+    )])
+    .unwrap();
+    w.run(
+        10_000,
+        |_, _, _| {},
+        |w| w.b.node.cm_counters().unwrap().0.cm_established == 1,
+    );
+    let (cm_b, _) = w.b.node.cm_counters().unwrap();
+    assert_eq!(cm_b.cm_established, 1);
+    assert_eq!(
+        cm_b.cm_resends, 0,
+        "established by the WRITE, not by a resent REP"
+    );
+    assert!(
+        take_log()
+            .iter()
+            .any(|(a, e)| !*a && matches!(e, ConnEvent::Established { .. }))
+    );
+    ACCEPTED.with(|a| a.borrow_mut().clear());
 }

@@ -961,6 +961,34 @@ impl Cm {
         });
     }
 
+    /// Whether connection `id` is a passive one waiting for its RTU.
+    pub fn awaits_rtu(&self, id: u32) -> bool {
+        self.conns
+            .get(&id)
+            .is_some_and(|c| !c.active && c.state == State::RepSent)
+    }
+
+    /// The queue pair of connection `id` received a packet from the peer: as IBTA 12.9.7 has
+    /// it ("communication established" from the QP), a passive connection still waiting for
+    /// its RTU is established as if the RTU had come (the active side only sends on its queue
+    /// pair once it has the REP, so the RTU was sent, and lost or overtaken). True when that
+    /// established it.
+    pub fn traffic(&mut self, id: u32) -> bool {
+        if !self.awaits_rtu(id) {
+            return false;
+        }
+        let c = self.conns.get_mut(&id).expect("checked above");
+        c.state = State::Established;
+        c.deadline = None;
+        self.half_open -= 1;
+        self.counters.cm_established += 1;
+        self.events.push_back(CmEvent::Established {
+            id,
+            private_data: Vec::new(),
+        });
+        true
+    }
+
     fn on_rtu(&mut self, data: &[u8]) {
         let Ok(rtu) = IdsRepr::parse(data) else {
             return;

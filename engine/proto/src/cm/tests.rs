@@ -691,3 +691,45 @@ fn under_loss_duplication_and_reordering_the_ends_agree() {
     }
     assert!(outcomes[0] > 250, "most connect: {outcomes:?}");
 }
+
+#[test]
+fn a_packet_on_the_queue_pair_establishes_a_connection_whose_rtu_was_lost() {
+    let mut b = cm(B_IP, B_MAC, 20);
+    b.listen(PORT).unwrap();
+    let mut a = cm(A_IP, A_MAC, 21);
+    a.connect(0, &connect(PORT, b"")).unwrap();
+    let req = a.poll_send().unwrap();
+    b.on_mad(1, peer_a(), &req.mad).unwrap();
+    let Some(CmEvent::ConnectRequest(r)) = b.poll_event() else {
+        panic!()
+    };
+    assert!(!b.traffic(r.id), "not before the accept");
+    b.accept(2, r.id, &accept(b"")).unwrap();
+    assert!(b.awaits_rtu(r.id));
+    let rep = b.poll_send().unwrap();
+    a.on_mad(3, peer_b(), &rep.mad).unwrap();
+    assert_eq!(
+        a.poll_send().map(|o| o.mad[17]),
+        Some(cm_attr::RTU as u8),
+        "lost"
+    );
+    assert!(b.traffic(r.id));
+    assert!(matches!(b.poll_event(), Some(CmEvent::Established { .. })));
+    assert_eq!(b.half_open(), 0);
+    assert_eq!(b.counters.cm_established, 1);
+    assert!(!b.traffic(r.id), "once");
+    assert_eq!(b.next_deadline(), None, "the REP is not resent");
+    // The RTU, late: a duplicate.
+    let rtu = IdsRepr {
+        local_comm_id: req.mad[24..28]
+            .iter()
+            .fold(0, |v, &x| v << 8 | u32::from(x)),
+        remote_comm_id: r.id,
+        private_data: [0; cm::SHORT_PRIVATE_DATA_LEN],
+    };
+    let mut m = [0u8; mad::MAD_LEN];
+    write_mad(&mut m, cm_attr::RTU, 1, |d| rtu.emit(d));
+    b.on_mad(4, peer_a(), &m).unwrap();
+    assert!(b.poll_event().is_none());
+    assert_eq!(b.counters.cm_duplicates, 1);
+}

@@ -208,6 +208,12 @@ impl QueuePair {
         s
     }
 
+    /// Packets the queue pair took from its peer (what [`QueuePair::stats`] reports as
+    /// `rx_packets`, without merging the rest).
+    pub fn rx_packets(&self) -> u64 {
+        self.stats.rx_packets
+    }
+
     pub fn requester(&self) -> &Requester {
         &self.req
     }
