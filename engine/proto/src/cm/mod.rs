@@ -968,9 +968,9 @@ impl Cm {
             .is_some_and(|c| !c.active && c.state == State::RepSent)
     }
 
-    /// The queue pair of connection `id` received a packet from the peer: as IBTA 12.9.7 has
-    /// it ("communication established" from the QP), a passive connection still waiting for
-    /// its RTU is established as if the RTU had come (the active side only sends on its queue
+    /// The queue pair of connection `id` received a packet from the peer: as the IBTA's
+    /// "communication established" has it (the event verbs reports as `IB_EVENT_COMM_EST`), a
+    /// passive connection still waiting for its RTU is established as if the RTU had come (the active side only sends on its queue
     /// pair once it has the REP, so the RTU was sent, and lost or overtaken). True when that
     /// established it.
     pub fn traffic(&mut self, id: u32) -> bool {
