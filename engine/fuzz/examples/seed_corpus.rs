@@ -480,43 +480,46 @@ fn flush(out: &Path) -> Result<(), String> {
     use wire::{BthRepr, Ecn, FethRepr, Placement, RethRepr, RoceIpv4, Selectivity};
     let r1 = Harness::new().r1.rkey;
     let (qpn, _, _) = QPS[0];
-    let frame = |psn: u32, opcode: Opcode, reth: RethRepr, feth: Option<FethRepr>, payload: &[u8]| {
-        let repr = RoceRepr {
-            src_mac: PEER_MAC,
-            dst_mac: NODE_MAC,
-            ip: RoceIpv4 {
-                src_addr: PEER_IP,
-                dst_addr: NODE_IP,
-                dscp: 0,
-                ecn: Ecn::NotEct,
-                ident: psn as u16,
-                dont_frag: true,
-                ttl: 64,
-            },
-            src_port: 0xc000,
-            bth: BthRepr {
-                opcode,
-                solicited: false,
-                migreq: false,
-                pad_count: 0,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: qpn,
-                ack_req: true,
-                psn,
-            },
-            feth,
-            reth: Some(reth),
-            aeth: None,
-            immdt: None,
-            ceth: None,
+    let frame =
+        |psn: u32, opcode: Opcode, reth: RethRepr, feth: Option<FethRepr>, payload: &[u8]| {
+            let repr = RoceRepr {
+                src_mac: PEER_MAC,
+                dst_mac: NODE_MAC,
+                ip: RoceIpv4 {
+                    src_addr: PEER_IP,
+                    dst_addr: NODE_IP,
+                    dscp: 0,
+                    ecn: Ecn::NotEct,
+                    ident: psn as u16,
+                    dont_frag: true,
+                    ttl: 64,
+                },
+                src_port: 0xc000,
+                bth: BthRepr {
+                    opcode,
+                    solicited: false,
+                    migreq: false,
+                    pad_count: 0,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: qpn,
+                    ack_req: true,
+                    psn,
+                },
+                feth,
+                reth: Some(reth),
+                aeth: None,
+                immdt: None,
+                ceth: None,
+            };
+            let mut buf = vec![0u8; repr.buffer_len(payload.len())];
+            let n = repr
+                .emit(&mut buf, payload)
+                .map_err(|e| format!("emit: {e:?}"))?;
+            buf.truncate(n);
+            Ok::<Vec<u8>, String>(buf)
         };
-        let mut buf = vec![0u8; repr.buffer_len(payload.len())];
-        let n = repr.emit(&mut buf, payload).map_err(|e| format!("emit: {e:?}"))?;
-        buf.truncate(n);
-        Ok::<Vec<u8>, String>(buf)
-    };
     let range = |global, persistence| FethRepr {
         selectivity: Selectivity::MemoryRange,
         placement: Placement {
@@ -600,10 +603,11 @@ fn qp1_frame(mad: &[u8]) -> Vec<u8> {
 
 /// Connections to the node's CM, made by a CM of the peer's: a REQ alone, a REQ repeated, a
 /// REQ to a port nobody listens on, and a whole connection (REQ, the node's REP answered with
-/// RTU, then DREQ), each checked against the harness.
+/// RTU, then DREQ), each checked against the harness; their frames and a PFC frame for
+/// `parse_roce`.
 fn cm(out: &Path) -> Result<(), String> {
-    use proto::cm::{Cm, CmConfig, Connect, Peer};
     use portico_fuzz::rdma_node::CM_PORT;
+    use proto::cm::{Cm, CmConfig, Connect, Peer};
     let peer = |seed| {
         Cm::new(CmConfig {
             seed,
@@ -660,7 +664,8 @@ fn cm(out: &Path) -> Result<(), String> {
         ip: NODE_IP,
         mac: NODE_MAC,
     };
-    p.on_mad(1, from, &rep).map_err(|e| format!("the REP: {e:?}"))?;
+    p.on_mad(1, from, &rep)
+        .map_err(|e| format!("the REP: {e:?}"))?;
     let rtu = qp1_frame(&p.poll_send().ok_or("no RTU")?.mad);
     let id = match p.poll_event() {
         Some(proto::cm::CmEvent::Connected { id, .. }) => id,
@@ -685,6 +690,17 @@ fn cm(out: &Path) -> Result<(), String> {
         })
         .collect();
     write_all(&out.join("parse_roce"), "cm", &frames)?;
-    println!("seed_corpus: {} CM inputs", inputs.len());
+    // And a PFC frame for parse_roce: priority 3 paused, priority 5 resumed.
+    let mut quanta = [0u16; 8];
+    quanta[3] = 0xffff;
+    let pfc = wire::pfc::PfcRepr {
+        src_mac: PEER_MAC,
+        enabled: 0x28,
+        quanta,
+    };
+    let mut frame = vec![0u8; wire::pfc::FRAME_LEN];
+    pfc.emit(&mut frame).map_err(|e| e.to_string())?;
+    write_all(&out.join("parse_roce"), "pfc", &[frame])?;
+    println!("seed_corpus: {} CM inputs and a PFC frame", inputs.len());
     Ok(())
 }

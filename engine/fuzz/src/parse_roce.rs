@@ -1,5 +1,6 @@
 //! The `parse_roce` fuzz harness: arbitrary bytes to the whole-frame RoCEv2 parser and to
-//! every header parser of `portico-wire`, QP1's DETH, MAD header and CM messages included. None
+//! every header parser of `portico-wire`, QP1's frame, DETH, MAD header and CM messages and the
+//! PFC frame included. None
 //! of them may panic. When a frame parses, it is
 //! emitted again and must parse back to the same headers and payload.
 //!
@@ -18,6 +19,21 @@ use wire::{
 
 /// Runs one input; panics when an invariant breaks.
 pub fn run(data: &[u8]) {
+    // QP1's whole frame and the PFC frame: each parsed one is emitted again and parses back.
+    if let Ok((repr, payload)) = wire::gsi::GsiRepr::parse(data) {
+        let mut buf = vec![0u8; repr.buffer_len(payload.len())];
+        let len = repr
+            .emit(payload, &mut buf)
+            .expect("a parsed QP1 frame re-emits");
+        let (again, again_payload) =
+            wire::gsi::GsiRepr::parse(&buf[..len]).expect("an emitted QP1 frame parses");
+        assert_eq!((again, again_payload), (repr, payload));
+    }
+    if let Ok(pfc) = wire::pfc::PfcRepr::parse(data) {
+        let mut buf = [0u8; wire::pfc::FRAME_LEN];
+        pfc.emit(&mut buf).expect("60 bytes hold a PFC frame");
+        assert_eq!(wire::pfc::PfcRepr::parse(&buf), Ok(pfc));
+    }
     if let Ok((repr, payload)) = parse_frame(data) {
         let mut buf = vec![0u8; repr.buffer_len(payload.len())];
         let len = repr

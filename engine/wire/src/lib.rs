@@ -76,6 +76,7 @@ pub mod icrc;
 pub mod immdt;
 pub mod ipv4;
 pub mod mad;
+pub mod pfc;
 pub mod reth;
 pub mod roce;
 pub mod rss;
