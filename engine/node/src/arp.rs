@@ -66,6 +66,9 @@ pub enum Due {
 pub struct ArpCache {
     cfg: ArpConfig,
     entries: Vec<Entry>,
+    /// Entries not resolved yet: [`ArpCache::poll`] and [`ArpCache::next_due`], which a worker
+    /// calls every iteration, look at nothing while there are none.
+    pending: usize,
     /// Requests sent, replies learned, resolutions given up.
     pub requests: u64,
     pub learned: u64,
@@ -77,6 +80,7 @@ impl ArpCache {
         ArpCache {
             cfg,
             entries: Vec::with_capacity(cfg.capacity),
+            pending: 0,
             requests: 0,
             learned: 0,
             failures: 0,
@@ -98,6 +102,7 @@ impl ArpCache {
                 Some(mac) if now < e.at => Resolve::Known(mac),
                 Some(_) => {
                     // Expired: ask again, keep nothing stale.
+                    self.pending += 1;
                     *e = Entry {
                         ip,
                         mac: None,
@@ -125,6 +130,7 @@ impl ArpCache {
             tries: 0,
             at: now,
         });
+        self.pending += 1;
         Resolve::Pending
     }
 
@@ -134,6 +140,9 @@ impl ArpCache {
         let Some(e) = self.entries.iter_mut().find(|e| e.ip == ip) else {
             return false;
         };
+        if e.mac.is_none() {
+            self.pending -= 1;
+        }
         e.mac = Some(mac);
         e.at = now + self.cfg.ttl_ns;
         e.tries = 0;
@@ -141,13 +150,16 @@ impl ArpCache {
         true
     }
 
-    /// Entries learned since a call: `(ip, mac)` of every resolved entry.
+    /// The MAC of `ip`, if resolved.
     pub fn known(&self, ip: Ipv4Addr) -> Option<EthernetAddress> {
         self.entries.iter().find(|e| e.ip == ip).and_then(|e| e.mac)
     }
 
     /// The next request due by `now`, or a resolution that failed.
     pub fn poll(&mut self, now: u64) -> Option<Due> {
+        if self.pending == 0 {
+            return None;
+        }
         let i = self
             .entries
             .iter()
@@ -156,6 +168,7 @@ impl ArpCache {
         if e.tries >= self.cfg.max_tries {
             let ip = e.ip;
             self.entries.swap_remove(i);
+            self.pending -= 1;
             self.failures += 1;
             return Some(Due::Failed(ip));
         }
@@ -167,6 +180,9 @@ impl ArpCache {
 
     /// When [`ArpCache::poll`] next has something to do.
     pub fn next_due(&self) -> Option<u64> {
+        if self.pending == 0 {
+            return None;
+        }
         self.entries
             .iter()
             .filter(|e| e.mac.is_none())

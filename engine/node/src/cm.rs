@@ -409,53 +409,38 @@ impl RdmaNode {
             }
         }
         // An accepted connection whose queue pair has heard from the peer is up, RTU or not.
-        if !cm.awaiting_rtu.is_empty() {
-            let waiting = std::mem::take(&mut cm.awaiting_rtu);
-            let heard: Vec<bool> = waiting
-                .iter()
-                .map(|&(_, qpn)| self.qp(qpn).is_some_and(|q| q.rx_packets() > 0))
-                .collect();
-            let cm = self.cm.as_mut().expect("checked");
-            for ((id, qpn), heard) in waiting.into_iter().zip(heard) {
-                if !cm.cm.awaits_rtu(id) || (heard && cm.cm.traffic(id)) {
-                    continue;
-                }
-                cm.awaiting_rtu.push((id, qpn));
-            }
-        }
+        let qps = &self.qps;
+        let heard = |qpn: u32| {
+            qps.lookup(qpn)
+                .is_some_and(|i| qps.entries[i].qp.rx_packets() > 0)
+        };
+        let (waiting, cm) = (&mut cm.awaiting_rtu, &mut cm.cm);
+        waiting.retain(|&(id, qpn)| cm.awaits_rtu(id) && !(heard(qpn) && cm.traffic(id)));
         let cm = self.cm.as_mut().expect("checked");
         // Only a timer puts a queue pair in the error state without the application knowing
         // (its retries ran out); look when one fired, and every SCAN_NS besides.
         let fired = std::mem::take(&mut self.timer_fired);
         if (fired || now.saturating_sub(cm.scanned_at) >= SCAN_NS) && !cm.conns.is_empty() {
             cm.scanned_at = now;
-            let held: Vec<(u32, u32)> = cm
-                .conns
-                .iter()
-                .filter_map(|(&id, c)| c.qpn.map(|q| (id, q)))
-                .collect();
-            let failed: Vec<u32> = held
-                .into_iter()
-                .filter(|&(_, q)| self.qp(q).is_some_and(|qp| qp.state() == QpState::Error))
-                .map(|(id, _)| id)
-                .collect();
-            let cm = self.cm.as_mut().expect("checked");
-            for id in failed {
-                // The peer stopped answering the transport: end the connection the CM way
-                // (its DREQ is resent until it times out, then the connection is gone).
-                let _ = cm.cm.disconnect(now, id);
+            for (&id, c) in &cm.conns {
+                let failed = c
+                    .qpn
+                    .and_then(|q| qps.lookup(q))
+                    .is_some_and(|i| qps.entries[i].qp.state() == QpState::Error);
+                if failed {
+                    // The peer stopped answering the transport: end the connection the CM
+                    // way (its DREQ is resent until it times out, then the connection is
+                    // gone).
+                    let _ = cm.cm.disconnect(now, id);
+                }
             }
         }
         self.cm_events();
     }
 
-    /// The CM's next deadline (its timers, ARP retries), if it has one.
+    /// When the CM next needs a poll (its timers, ARP retries), if it has anything to do;
+    /// its last time seen while it has frames to send.
     pub fn cm_deadline(&mut self) -> Option<u64> {
-        self.cm_due()
-    }
-
-    /// When the CM next needs a poll; `Some(0)` while it has frames to send.
-    pub(crate) fn cm_due(&mut self) -> Option<u64> {
         let cm = self.cm.as_mut()?;
         if !cm.out.is_empty() {
             return Some(cm.now);
@@ -552,7 +537,7 @@ impl RdmaNode {
                     port,
                     local_qpn: qpn,
                     send_psn: psn,
-                    path_mtu: mtu_code(t.pmtu),
+                    path_mtu: t.pmtu.code(),
                     initiator_depth: t.max_rd_atomic.min(255) as u8,
                     responder_resources: t.max_rd_atomic.min(255) as u8,
                     retry_count: t.retry_limit.min(7) as u8,
@@ -585,7 +570,7 @@ impl RdmaNode {
                     send_psn: cm.cm.draw_psn(),
                     initiator_depth: t.max_rd_atomic.min(255) as u8,
                     responder_resources: t.max_rd_atomic.min(255) as u8,
-                    path_mtu: mtu_code(t.pmtu),
+                    path_mtu: t.pmtu.code(),
                     rnr_retry_count: t.rnr_retry_limit.min(7) as u8,
                     private_data,
                 };
@@ -646,7 +631,11 @@ impl RdmaNode {
         };
         cfg.send_psn = p.send_psn;
         cfg.recv_psn = p.recv_psn;
-        cfg.pmtu = mtu_of(p.path_mtu).min_of(cfg.pmtu);
+        // The smaller of the negotiated MTU and the template's (the CM refused codes no MTU
+        // has).
+        if let Some(m) = Mtu::from_code(p.path_mtu).filter(|m| m.bytes() < cfg.pmtu.bytes()) {
+            cfg.pmtu = m;
+        }
         cfg.max_rd_atomic = u32::from(p.initiator_depth.max(p.responder_resources).max(1));
         cfg.retry_limit = u32::from(p.retry_count);
         // 7 is "retry for ever" in the IBTA's encoding.
@@ -804,41 +793,5 @@ impl NodeCm {
             }
         }
         self.cm.learn_mac(ip, mac);
-    }
-}
-
-/// The IBTA code of an MTU (1: 256 ... 5: 4096).
-pub fn mtu_code(m: Mtu) -> u8 {
-    match m {
-        Mtu::M256 => 1,
-        Mtu::M512 => 2,
-        Mtu::M1024 => 3,
-        Mtu::M2048 => 4,
-        Mtu::M4096 => 5,
-    }
-}
-
-/// The MTU of an IBTA code (the CM refused codes outside 1..=5).
-fn mtu_of(code: u8) -> Mtu {
-    match code {
-        1 => Mtu::M256,
-        2 => Mtu::M512,
-        3 => Mtu::M1024,
-        4 => Mtu::M2048,
-        _ => Mtu::M4096,
-    }
-}
-
-trait MinOf {
-    fn min_of(self, other: Self) -> Self;
-}
-
-impl MinOf for Mtu {
-    fn min_of(self, other: Mtu) -> Mtu {
-        if self.bytes() <= other.bytes() {
-            self
-        } else {
-            other
-        }
     }
 }

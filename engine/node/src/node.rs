@@ -279,7 +279,7 @@ pub struct RdmaNode {
     pub mac: EthernetAddress,
     pub ip: Ipv4Addr,
     pub mem: MemoryTable,
-    qps: QpTable,
+    pub(crate) qps: QpTable,
     cqs: Vec<CqWriter>,
     /// Completions the queue pairs produced since the last flush.
     staged: StagedCompletions,
@@ -423,7 +423,7 @@ impl RdmaNode {
             return Outlook::BUSY;
         }
         self.prune_timers();
-        let parts = [self.parts.due_at(now), self.cm_due()]
+        let parts = [self.parts.due_at(now), self.cm_deadline()]
             .into_iter()
             .flatten()
             .min()

@@ -477,7 +477,7 @@ impl Cm {
         let tid = self.rng.next_u64();
         let mut m = [0u8; mad::MAD_LEN];
         write_mad(&mut m, cm_attr::REQ, tid, |d| req.emit(d));
-        let wait_ns = self.wait_for_peer(self.cfg.response_timeout);
+        let wait_ns = Self::wait_ns(self.cfg.response_timeout);
         let conn = Conn {
             state: State::ReqSent,
             active: true,
@@ -609,7 +609,7 @@ impl Cm {
                 let tid = self.rng.next_u64();
                 let mut m = [0u8; mad::MAD_LEN];
                 write_mad(&mut m, cm_attr::DREQ, tid, |d| dreq.emit(d));
-                let wait = self.wait_for_peer(self.cfg.response_timeout);
+                let wait = Self::wait_ns(self.cfg.response_timeout);
                 let tries = self.cfg.max_retries;
                 let c = self.conns.get_mut(&id).expect("looked up above");
                 let peer = c.peer;
@@ -824,7 +824,7 @@ impl Cm {
             self.counters.cm_rej_invalid += 1;
             return reject(self, rej_reason::INVALID_TRANSPORT_TYPE);
         }
-        if !(1..=5).contains(&req.path_mtu) {
+        if crate::transport::Mtu::from_code(req.path_mtu).is_none() {
             self.counters.cm_rej_invalid += 1;
             return reject(self, rej_reason::INVALID_MTU);
         }
@@ -851,8 +851,8 @@ impl Cm {
         let id = self.fresh_id();
         // The peer waits for our answer this long per try, and tries this often; an
         // application that has not answered by then will find the request gone.
-        let give_up = self.wait_for_peer(req.remote_cm_response_timeout)
-            * (u64::from(req.max_cm_retries) + 2);
+        let give_up =
+            Self::wait_ns(req.remote_cm_response_timeout) * (u64::from(req.max_cm_retries) + 2);
         let request = Request {
             id,
             port,
@@ -1020,7 +1020,7 @@ impl Cm {
         let Ok(mra) = MraRepr::parse(data) else {
             return;
         };
-        let plt = self.wait_for_peer(0);
+        let plt = Self::wait_ns(0);
         let Some(c) = self.conns.get_mut(&mra.remote_comm_id) else {
             self.counters.cm_unknown_comm_id += 1;
             return;
@@ -1159,10 +1159,6 @@ impl Cm {
 
     /// The wait for a peer's answer: its response time `code` and a round trip (twice
     /// [`PACKET_LIFE_TIME`]).
-    fn wait_for_peer(&self, code: u8) -> u64 {
-        Self::wait_ns(code)
-    }
-
     fn wait_ns(code: u8) -> u64 {
         let code_ns = if code == 0 { 0 } else { time_code_ns(code) };
         code_ns + 2 * time_code_ns(PACKET_LIFE_TIME)

@@ -71,6 +71,19 @@ impl Mtu {
         }
     }
 
+    /// The IBTA's code of the MTU, as the CM's messages carry it (1: 256 ... 5: 4096).
+    pub const fn code(self) -> u8 {
+        (self.bytes().trailing_zeros() - 7) as u8
+    }
+
+    /// The MTU of an IBTA code; `None` for a code no MTU has (0, 6 and up).
+    pub fn from_code(code: u8) -> Option<Mtu> {
+        if !(1..=5).contains(&code) {
+            return None;
+        }
+        Mtu::try_from(128u32 << code).ok()
+    }
+
     /// Packets (and PSNs) a message of `len` bytes needs: at least one, so a
     /// zero-length message still travels as an ONLY packet.
     pub const fn packets(self, len: u32) -> u32 {

@@ -68,3 +68,17 @@ fn an_mtu_is_one_of_the_five_ibta_sizes_and_nothing_else() {
         "1500 is not 256, 512, 1024, 2048 or 4096"
     );
 }
+
+/// The IBTA's MTU codes (the CM's `path_mtu`): 1..=5 for 256..=4096 bytes, nothing else.
+#[test]
+fn mtu_codes_are_the_ibta_s() {
+    use super::Mtu;
+    let all = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096];
+    for (code, m) in (1u8..).zip(all) {
+        assert_eq!(m.code(), code);
+        assert_eq!(Mtu::from_code(code), Some(m));
+    }
+    for code in [0u8, 6, 7, 15, 255] {
+        assert_eq!(Mtu::from_code(code), None, "{code}");
+    }
+}
