@@ -304,6 +304,9 @@ pub struct RdmaNode {
     arp: [u8; 64],
     /// Slots of destroyed queue pairs, for the next ones.
     free_slots: Vec<u32>,
+    /// What destroyed queue pairs had counted, so that the engine's sums never go back when
+    /// their slots are reused.
+    retired: Retired,
     /// A queue pair's timer fired since the CM last looked (a retry limit may have put it in
     /// the error state: its peer may be gone).
     pub(crate) timer_fired: bool,
@@ -353,6 +356,7 @@ impl RdmaNode {
             counters: NodeCounters::default(),
             arp: [0; 64],
             free_slots: Vec::new(),
+            retired: Retired::default(),
             timer_fired: false,
             cm: None,
             host_spin: Arc::new(AtomicU64::new(rings::SPIN_NS)),
@@ -568,6 +572,10 @@ impl RdmaNode {
         self.qps.entries[i].qp.shut_down(&mut self.staged);
         self.settle(i as u32);
         self.flush_completions();
+        let qp = &self.qps.entries[i].qp;
+        self.retired.retransmissions += qp.requester().retransmissions();
+        self.retired.spurious_retransmissions += qp.requester().spurious_retransmissions();
+        self.retired.cc.combine(&cc_of(qp));
         self.qps.remove(qpn, i);
         self.qps.entries[i].live = false;
         self.parts.qp_removed(i as u32);
@@ -608,29 +616,30 @@ impl RdmaNode {
     }
 
     pub fn qps(&self) -> impl Iterator<Item = &QueuePair> {
-        self.qps.entries.iter().filter(|e| e.live).map(|e| &e.qp)
+        self.live_entries().map(|e| &e.qp)
     }
 
-    /// Request packets sent again, over all queue pairs (read without copying their stats).
+    /// The queue pairs that are not destroyed.
+    fn live_entries(&self) -> impl Iterator<Item = &QpEntry> {
+        self.qps.entries.iter().filter(|e| e.live)
+    }
+
+    /// Request packets sent again, over all queue pairs, destroyed ones included (read
+    /// without copying their stats).
     pub fn retransmissions(&self) -> u64 {
-        self.qps
-            .entries
-            .iter()
-            .map(|e| e.qp.requester().retransmissions())
-            .sum()
+        self.retired.retransmissions
+            + self
+                .live_entries()
+                .map(|e| e.qp.requester().retransmissions())
+                .sum::<u64>()
     }
 
-    /// Congestion-control counters over all queue pairs (the ones the stage publishes).
+    /// Congestion-control counters over all queue pairs, destroyed ones included (the ones
+    /// the stage publishes).
     pub fn cc_counters(&self) -> CcCounters {
-        let mut c = CcCounters::default();
-        for e in &self.qps.entries {
-            let s = e.qp.stats();
-            c.combine(&CcCounters {
-                ce_received: s.ce_received,
-                becn_acks_sent: s.becn_acks_sent,
-                cnps_sent: s.cnps_sent,
-                cnps_received: s.cnps_received,
-            });
+        let mut c = self.retired.cc;
+        for e in self.live_entries() {
+            c.combine(&cc_of(&e.qp));
         }
         c
     }
@@ -640,13 +649,14 @@ impl RdmaNode {
         self.parts.ingress.bytes = bytes;
     }
 
-    /// Retransmitted packets found not to have been needed, over all queue pairs.
+    /// Retransmitted packets found not to have been needed, over all queue pairs, destroyed
+    /// ones included.
     pub fn spurious_retransmissions(&self) -> u64 {
-        self.qps
-            .entries
-            .iter()
-            .map(|e| e.qp.requester().spurious_retransmissions())
-            .sum()
+        self.retired.spurious_retransmissions
+            + self
+                .live_entries()
+                .map(|e| e.qp.requester().spurious_retransmissions())
+                .sum::<u64>()
     }
 
     /// The ARP reply written by the last [`RxOutcome::ArpReply`].
@@ -1042,13 +1052,7 @@ impl RdmaNode {
         let mut k = 0;
         while k < self.deregs.len() {
             let slot = self.deregs[k].slot;
-            if self
-                .qps
-                .entries
-                .iter()
-                .any(|e| e.live && e.qp.uses_region(slot))
-                || self.parts.uses_region(slot)
-            {
+            if self.live_entries().any(|e| e.qp.uses_region(slot)) || self.parts.uses_region(slot) {
                 k += 1;
                 continue;
             }
@@ -1067,6 +1071,25 @@ impl RdmaNode {
     }
 }
 
+/// What destroyed queue pairs had counted ([`RdmaNode::destroy_qp`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Retired {
+    retransmissions: u64,
+    spurious_retransmissions: u64,
+    cc: CcCounters,
+}
+
+/// A queue pair's congestion-control counters.
+fn cc_of(qp: &QueuePair) -> CcCounters {
+    let s = qp.stats();
+    CcCounters {
+        ce_received: s.ce_received,
+        becn_acks_sent: s.becn_acks_sent,
+        cnps_sent: s.cnps_sent,
+        cnps_received: s.cnps_received,
+    }
+}
+
 /// Puts the queue pair in `slot` on the ready list, unless it is on it.
 #[inline]
 pub(crate) fn wake_up(qps: &mut QpTable, ready: &mut VecDeque<u32>, slot: u32) {
@@ -1082,7 +1105,7 @@ mod tests {
     use super::*;
     use crate::testing::*;
     use pmem::Mapping;
-    use proto::transport::{Access, RecvRequest, WcStatus, WorkRequest};
+    use proto::transport::{Access, RecvRequest, SgList, WcStatus, WorkRequest};
 
     /// `len` bytes of fresh anonymous memory, registered on `node` with all access.
     fn register_anonymous(node: &mut RdmaNode, len: usize) -> MrKeys {
@@ -1507,6 +1530,37 @@ mod tests {
         assert!(told > 0, "the idle queue pair told the port's level");
         assert!(b.qp(0x22).unwrap().stats().ce_received > 0);
         assert_eq!(b.qp(0x24).unwrap().stats().ce_received, 0);
+    }
+
+    #[test]
+    fn a_destroyed_queue_pair_s_counts_stay_in_the_engine_s_sums() {
+        let (mut a, _b) = pair();
+        let src = register_anonymous(&mut a.node, 4096);
+        let wr = WorkRequest::write(1, SgList::one(src.lkey, src.addr, 64), 0x1000, 7, None);
+        a.qp.post_send(&[wr]).unwrap();
+        // The WRITE goes out and is lost; its timer sends it again.
+        let mut buf = vec![0u8; 9000];
+        let mut send_all = |node: &mut RdmaNode, now: u64| {
+            node.service(now);
+            while let Some(tx) = node.poll_transmit(now) {
+                node.emit(&tx, &mut buf).unwrap();
+            }
+        };
+        send_all(&mut a.node, 0);
+        let due = a.node.qp(0x11).unwrap().next_deadline().unwrap();
+        send_all(&mut a.node, due);
+        assert_eq!(a.node.retransmissions(), 1);
+        assert!(a.node.destroy_qp(0x11));
+        assert_eq!(
+            a.node.retransmissions(),
+            1,
+            "kept after the queue pair is gone"
+        );
+        // A new queue pair takes the slot; the sum still holds the destroyed one's.
+        let cq = a.node.create_cq(16);
+        a.node.add_qp(QpConfig::new(0x33, 0x44), &cq, &cq).unwrap();
+        assert_eq!(a.node.qp_count(), 1);
+        assert_eq!(a.node.retransmissions(), 1, "kept after its slot is reused");
     }
 
     #[test]
