@@ -1203,7 +1203,7 @@ pub fn connect_cm(
             ConnEvent::Rejected { reason, .. } => {
                 return Err(AppError::Failed(format!(
                     "{to}: rejected, reason {reason} ({})",
-                    rej_reason_name(reason)
+                    crate::wire::cm::rej_reason::name(reason)
                 )));
             }
             ConnEvent::TimedOut { .. } => {
@@ -1241,26 +1241,6 @@ pub fn disconnect_cm(
     Err(AppError::Failed(format!(
         "disconnecting: no end of connection {id:#x} after {wait:?}"
     )))
-}
-
-/// The IBTA's name of a REJ reason (table 109), for messages.
-pub fn rej_reason_name(reason: u16) -> &'static str {
-    use crate::wire::cm::rej_reason as r;
-    match reason {
-        r::NO_QP => "no QP available",
-        r::NO_RESOURCES => "no resources",
-        r::TIMEOUT => "timeout",
-        r::UNSUPPORTED => "unsupported request",
-        r::INVALID_COMM_ID => "invalid communication ID",
-        r::INVALID_COMM_INSTANCE => "invalid communication instance",
-        r::INVALID_SERVICE_ID => "invalid service ID: nobody listens on that port",
-        r::INVALID_TRANSPORT_TYPE => "invalid transport type",
-        r::STALE_CONN => "stale connection",
-        r::INVALID_GID => "invalid GID",
-        r::INVALID_MTU => "invalid MTU",
-        r::CONSUMER_DEFINED => "rejected by the application",
-        _ => "other",
-    }
 }
 
 /// How often the initiator's latency figures are published to telemetry.

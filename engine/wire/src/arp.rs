@@ -173,33 +173,18 @@ pub fn answer(
     my_ip: Ipv4Addr,
     out: &mut [u8],
 ) -> Option<usize> {
-    let eth = ethernet::Packet::new_checked(frame).ok()?;
-    if EthernetRepr::parse(&eth).ok()?.ethertype != EtherType::Arp {
-        return None;
-    }
-    let req =
-        ArpRepr::parse(&Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?).ok()?;
+    let req = parse_frame(frame)?;
     if req.op != ArpOp::Request || req.target_ip != my_ip {
         return None;
     }
-    let len = ethernet::HEADER_LEN + HEADER_LEN;
-    ensure_len(Layer::Buffer, len, out.len()).ok()?;
-    let (eth_out, arp_out) = out[..len].split_at_mut(ethernet::HEADER_LEN);
-    EthernetRepr {
-        src_addr: my_mac,
-        dst_addr: req.sender_hw,
-        ethertype: EtherType::Arp,
-    }
-    .emit(&mut ethernet::Packet::new_unchecked(eth_out));
-    ArpRepr {
+    let reply = ArpRepr {
         op: ArpOp::Reply,
         sender_hw: my_mac,
         sender_ip: my_ip,
         target_hw: req.sender_hw,
         target_ip: req.sender_ip,
-    }
-    .emit(&mut Packet::new_unchecked(arp_out));
-    Some(len)
+    };
+    write_frame(req.sender_hw, &reply, out).ok()
 }
 
 /// Writes into `out` (at least 42 bytes) the broadcast ARP request of `my_mac`/`my_ip` for
@@ -210,23 +195,28 @@ pub fn request(
     target_ip: Ipv4Addr,
     out: &mut [u8],
 ) -> Result<usize> {
-    let len = ethernet::HEADER_LEN + HEADER_LEN;
-    ensure_len(Layer::Buffer, len, out.len())?;
-    let (eth_out, arp_out) = out[..len].split_at_mut(ethernet::HEADER_LEN);
-    EthernetRepr {
-        src_addr: my_mac,
-        dst_addr: EthernetAddress([0xff; 6]),
-        ethertype: EtherType::Arp,
-    }
-    .emit(&mut ethernet::Packet::new_unchecked(eth_out));
-    ArpRepr {
+    let req = ArpRepr {
         op: ArpOp::Request,
         sender_hw: my_mac,
         sender_ip: my_ip,
         target_hw: EthernetAddress([0; 6]),
         target_ip,
+    };
+    write_frame(EthernetAddress([0xff; 6]), &req, out)
+}
+
+/// Writes `arp` from its sender's MAC to `dst` into `out`; returns the frame's length (42).
+fn write_frame(dst: EthernetAddress, arp: &ArpRepr, out: &mut [u8]) -> Result<usize> {
+    let len = ethernet::HEADER_LEN + HEADER_LEN;
+    ensure_len(Layer::Buffer, len, out.len())?;
+    let (eth_out, arp_out) = out[..len].split_at_mut(ethernet::HEADER_LEN);
+    EthernetRepr {
+        src_addr: arp.sender_hw,
+        dst_addr: dst,
+        ethertype: EtherType::Arp,
     }
-    .emit(&mut Packet::new_unchecked(arp_out));
+    .emit(&mut ethernet::Packet::new_unchecked(eth_out));
+    arp.emit(&mut Packet::new_unchecked(arp_out));
     Ok(len)
 }
 

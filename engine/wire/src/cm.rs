@@ -296,6 +296,29 @@ pub mod rej_reason {
     pub const INVALID_RNR_RETRY: u16 = 29;
     pub const DUPLICATE_LOCAL_COMM_ID: u16 = 30;
     pub const INVALID_CLASS_VERSION: u16 = 31;
+
+    /// What `reason` means, for messages (IBTA table 109's names, shortened).
+    pub const fn name(reason: u16) -> &'static str {
+        match reason {
+            NO_QP => "no QP available",
+            NO_RESOURCES => "no resources",
+            TIMEOUT => "timeout",
+            UNSUPPORTED => "unsupported request",
+            INVALID_COMM_ID => "invalid communication ID",
+            INVALID_COMM_INSTANCE => "invalid communication instance",
+            INVALID_SERVICE_ID => "invalid service ID: nobody listens on that port",
+            INVALID_TRANSPORT_TYPE => "invalid transport type",
+            STALE_CONN => "stale connection",
+            INVALID_GID => "invalid GID",
+            INVALID_MTU => "invalid MTU",
+            INSUFFICIENT_RESP_RESOURCES => "insufficient responder resources",
+            CONSUMER_DEFINED => "rejected by the application",
+            INVALID_RNR_RETRY => "invalid RNR retry count",
+            DUPLICATE_LOCAL_COMM_ID => "duplicate local communication ID",
+            INVALID_CLASS_VERSION => "invalid class version",
+            _ => "other",
+        }
+    }
 }
 
 /// Copies `b[range]` into an array of its length.

@@ -20,14 +20,15 @@
 
 use super::bth::{self, QPN_MASK};
 use super::deth::{self, DethRepr};
-use super::ethernet::{self, EtherType, EthernetAddress};
+use super::ethernet::{self, EthernetAddress};
 use super::icrc::{self, ICRC_LEN};
 use super::immdt;
-use super::ipv4::{self, PROTOCOL_UDP};
+use super::ipv4;
 use super::roce::{
     BTH_OFFSET, EXT_OFFSET, IP_OFFSET, RoceIpv4, UDP_OFFSET, icrc_over, locate_datagram, pad_for,
+    write_datagram_headers,
 };
-use super::udp::{self, ROCEV2_PORT};
+use super::udp;
 use super::{Error, Layer, Result, ensure_len, mad};
 
 /// The general services QP's number.
@@ -180,35 +181,14 @@ impl GsiRepr {
         }
         let buf = &mut buf[..total];
         let pad = usize::from(pad_for(payload.len()));
-        ethernet::EthernetRepr {
-            src_addr: self.src_mac,
-            dst_addr: self.dst_mac,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
-        let udp_len = total - UDP_OFFSET;
-        ipv4::Ipv4Repr {
-            src_addr: self.ip.src_addr,
-            dst_addr: self.ip.dst_addr,
-            protocol: PROTOCOL_UDP,
-            dscp: self.ip.dscp,
-            ecn: self.ip.ecn,
-            ident: self.ip.ident,
-            dont_frag: self.ip.dont_frag,
-            ttl: self.ip.ttl,
-            payload_len: udp_len,
-        }
-        .emit(&mut ipv4::Packet::new_unchecked(
-            &mut buf[IP_OFFSET..UDP_OFFSET],
-        ));
-        udp::UdpRepr {
-            src_port: self.src_port,
-            dst_port: ROCEV2_PORT,
-            payload_len: udp_len - udp::HEADER_LEN,
-        }
-        .emit(&mut udp::Packet::new_unchecked(
-            &mut buf[UDP_OFFSET..BTH_OFFSET],
-        ));
+        write_datagram_headers(
+            buf,
+            self.src_mac,
+            self.dst_mac,
+            &self.ip,
+            self.src_port,
+            total - UDP_OFFSET,
+        );
         {
             let mut b = bth::Packet::new_unchecked(&mut buf[BTH_OFFSET..EXT_OFFSET]);
             b.set_opcode_raw(match self.immediate {

@@ -211,6 +211,49 @@ pub(crate) fn locate_datagram(frame: &[u8]) -> Result<(usize, usize)> {
     Ok((ip_end, udp_end))
 }
 
+/// Writes the layers below the BTH into `buf[..BTH_OFFSET]`: Ethernet (IPv4), the IPv4
+/// header of `ip` (its checksum filled) and UDP from `src_port` to 4791, for a UDP datagram of
+/// `udp_len` bytes, header included. Shared by [`RoceRepr`] and the QP1 frames of
+/// [`crate::gsi`], as [`locate_datagram`] is on the way in.
+#[inline(always)]
+pub(crate) fn write_datagram_headers(
+    buf: &mut [u8],
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    ip: &RoceIpv4,
+    src_port: u16,
+    udp_len: usize,
+) {
+    ethernet::EthernetRepr {
+        src_addr: src_mac,
+        dst_addr: dst_mac,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
+    ipv4::Ipv4Repr {
+        src_addr: ip.src_addr,
+        dst_addr: ip.dst_addr,
+        protocol: PROTOCOL_UDP,
+        dscp: ip.dscp,
+        ecn: ip.ecn,
+        ident: ip.ident,
+        dont_frag: ip.dont_frag,
+        ttl: ip.ttl,
+        payload_len: udp_len,
+    }
+    .emit(&mut ipv4::Packet::new_unchecked(
+        &mut buf[IP_OFFSET..UDP_OFFSET],
+    ));
+    udp::UdpRepr {
+        src_port,
+        dst_port: ROCEV2_PORT,
+        payload_len: udp_len - udp::HEADER_LEN,
+    }
+    .emit(&mut udp::Packet::new_unchecked(
+        &mut buf[UDP_OFFSET..BTH_OFFSET],
+    ));
+}
+
 impl<T: AsRef<[u8]>> RocePacket<T> {
     /// Check that `buffer` holds one complete RoCEv2-over-IPv4 frame and locate
     /// its layers. Fails with an error naming the first layer that is wrong.
@@ -686,36 +729,14 @@ impl RoceRepr {
         let pad = pad_for(payload_len);
         let udp_len = self.buffer_len(payload_len) - UDP_OFFSET;
 
-        ethernet::EthernetRepr {
-            src_addr: self.src_mac,
-            dst_addr: self.dst_mac,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
-
-        ipv4::Ipv4Repr {
-            src_addr: self.ip.src_addr,
-            dst_addr: self.ip.dst_addr,
-            protocol: PROTOCOL_UDP,
-            dscp: self.ip.dscp,
-            ecn: self.ip.ecn,
-            ident: self.ip.ident,
-            dont_frag: self.ip.dont_frag,
-            ttl: self.ip.ttl,
-            payload_len: udp_len,
-        }
-        .emit(&mut ipv4::Packet::new_unchecked(
-            &mut buf[IP_OFFSET..UDP_OFFSET],
-        ));
-
-        udp::UdpRepr {
-            src_port: self.src_port,
-            dst_port: ROCEV2_PORT,
-            payload_len: udp_len - udp::HEADER_LEN,
-        }
-        .emit(&mut udp::Packet::new_unchecked(
-            &mut buf[UDP_OFFSET..BTH_OFFSET],
-        ));
+        write_datagram_headers(
+            buf,
+            self.src_mac,
+            self.dst_mac,
+            &self.ip,
+            self.src_port,
+            udp_len,
+        );
 
         BthRepr {
             pad_count: pad,
