@@ -27,7 +27,7 @@ use super::{BenchOpts, start_eal_for_pairs};
 use portico::app::AppError;
 use portico::latency::{Latency, LatencySummary};
 use portico::rdma::RdmaHandle;
-use portico::rdma::cm::{CmControl, CmEvents, CmReply, ConnEvent, RegionAd};
+use portico::rdma::cm::{CmEvents, ConnEvent, RegionAd};
 use portico::rdma::loopback::{self, LoopbackOpts};
 use portico::transport::QpConfig;
 
@@ -50,6 +50,7 @@ pub struct ConnectSummary {
     pub tcp_exchange_ns: LatencySummary,
     /// Median CM set-up over median TCP exchange.
     pub p50_ratio: f64,
+    /// The loop of connections, without the wait for time-wait halfway.
     pub seconds: f64,
     /// After the run (time-wait over): what is left against before it.
     pub leaks: Leaks,
@@ -94,7 +95,7 @@ fn live_qps(handles: [&RdmaHandle; 2]) -> usize {
         .sum()
 }
 
-/// Waits for `want` on `events` (the other side's are handled by `other`), at most [`WAIT`].
+/// Waits for an event `want` takes on `events` (skipping others), at most [`WAIT`].
 fn wait_for(
     events: &CmEvents,
     mut want: impl FnMut(&ConnEvent) -> bool,
@@ -139,11 +140,8 @@ pub fn run(
         loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
     let [(ev_a, _cq_a), (ev_b, _cq_b)] = pair.cm.as_ref().expect("asked for");
     let (a, b) = (&pair.a.engine, &pair.b.engine);
-    let cm = |h: &RdmaHandle, c: CmControl| {
-        h.cm(c)
-            .map_err(|e| AppError::Failed(format!("bench connect: {e}")))
-    };
-    cm(b, CmControl::Listen(PORT))?;
+    let failed = |e: portico::rdma::HostError| AppError::Failed(format!("bench connect: {e}"));
+    b.listen(PORT).map_err(failed)?;
     let ad = RegionAd {
         flags: 0,
         rkey: 0x1234,
@@ -162,41 +160,25 @@ pub fn run(
         let ConnEvent::Request(r) = ev else {
             return Ok(false);
         };
-        match cm(
-            b,
-            CmControl::Accept {
-                id: r.id,
-                private_data: ad.to_bytes().to_vec(),
-                cqs: None,
-            },
-        )? {
-            // The queue pair's host end is dropped at once: this bench moves no data.
-            CmReply::Accepted(_qp) => Ok(true),
-            other => Err(AppError::Failed(format!("accept: {other:?}"))),
-        }
+        // The queue pair's host end is dropped at once: this bench moves no data.
+        b.accept(r.id, &ad.to_bytes()).map_err(failed)?;
+        Ok(true)
     };
     let mut rss_half = 0;
+    // The wait for time-wait halfway, not counted in the run's seconds.
+    let mut paused = Duration::ZERO;
     for k in 0..connections {
         if stop.load(Ordering::Relaxed) {
             break;
         }
         if k == connections / 2 {
+            let t = Instant::now();
             std::thread::sleep(TIME_WAIT);
             rss_half = rss_kib();
+            paused += t.elapsed();
         }
         let t0 = Instant::now();
-        let CmReply::Connecting(id) = cm(
-            a,
-            CmControl::Connect {
-                ip: loopback::IP_B,
-                port: PORT,
-                private_data: Vec::new(),
-                cqs: None,
-            },
-        )?
-        else {
-            return Err(AppError::Failed("connect: no id".into()));
-        };
+        let id = a.connect(loopback::IP_B, PORT, &[]).map_err(failed)?;
         // B: the request, accepted; then A established (REP came, RTU sent), then B
         // established (RTU came).
         let mut b_up = false;
@@ -228,7 +210,7 @@ pub fn run(
         }
         setup.record(t0.elapsed().as_nanos() as u64);
         let t1 = Instant::now();
-        cm(a, CmControl::Disconnect { id })?;
+        a.disconnect(id).map_err(failed)?;
         wait_for(
             ev_a,
             |e| matches!(e, ConnEvent::Disconnected { id: d } if *d == id),
@@ -242,7 +224,7 @@ pub fn run(
         teardown.record(t1.elapsed().as_nanos() as u64);
         done += 1;
     }
-    let seconds = t_run.elapsed().as_secs_f64();
+    let seconds = (t_run.elapsed() - paused).as_secs_f64();
     // Time-wait passes; then nothing of the connections may be left.
     std::thread::sleep(TIME_WAIT);
     let (qps_after, rss_after) = (live_qps([a, b]), rss_kib());

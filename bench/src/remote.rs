@@ -22,7 +22,7 @@
 //! The server runs one client, then exits: 0 when the run completed, 1 when the exchange was
 //! refused or the client went away before its `done`.
 
-use portico::rdma::cm::{CmControl, CmEvents, CmReply, ConnEvent, RegionAd};
+use portico::rdma::cm::{CmEvents, ConnEvent, RegionAd};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
@@ -642,10 +642,7 @@ pub fn run_server(
     }
     if spec.cm {
         // The client connects through the CM to the exchange's port number.
-        refusing(
-            &mut ch,
-            peer.handle.cm(CmControl::Listen(addr.port())).map_err(host),
-        )?;
+        refusing(&mut ch, peer.handle.listen(addr.port()).map_err(host))?;
     }
     // Tagged sends: one persistent receive on endpoint 0 that matches every tag, each message
     // landing at its start (an MPI_ANY_TAG receive posted once, as a benchmark's sink).
@@ -824,16 +821,9 @@ fn accept_cm(
             )));
         };
         if let ConnEvent::Request(r) = ev {
-            let call = CmControl::Accept {
-                id: r.id,
-                private_data: ad.to_bytes().to_vec(),
-                cqs: None,
-            };
-            return match handle.cm(call) {
-                Ok(CmReply::Accepted(qp)) => Ok(qp),
-                Ok(other) => Err(AppError::Failed(format!("--cm: accept: {other:?}"))),
-                Err(e) => Err(AppError::Failed(format!("--cm: accept: {e}"))),
-            };
+            return handle
+                .accept(r.id, &ad.to_bytes())
+                .map_err(|e| AppError::Failed(format!("--cm: accept: {e}")));
         }
     }
 }

@@ -43,7 +43,7 @@ use crate::config::{ConfigError, MemoryLimit, limits, vdev_driver};
 use crate::dataplane::{self, Eal, Mempool, Port, PortConfig};
 use crate::hugepages::HugepageStatus;
 use crate::latency::Latency;
-use crate::rdma::cm::{CmControl, CmEvents, CmReply, CmSetup, ConnEvent, RegionAd};
+use crate::rdma::cm::{CmEvents, CmSetup, ConnEvent, RegionAd};
 use crate::rdma::{Cq, MemoryRegion, Qp, RdmaCounters, RdmaHandle, RdmaNode, RdmaStage};
 use crate::report;
 use crate::runtime::{
@@ -739,7 +739,7 @@ pub fn run_target(
     }
     let mut served = listen
         .map(|port| -> Result<Served, AppError> {
-            peer.handle.cm(CmControl::Listen(port)).map_err(host)?;
+            peer.handle.listen(port).map_err(host)?;
             let ad = RegionAd {
                 flags: if cfg.rdma.durable_writes {
                     RegionAd::DURABLE
@@ -878,20 +878,15 @@ impl Served {
             match ev {
                 ConnEvent::Request(r) => {
                     self.requests += 1;
-                    let call = CmControl::Accept {
-                        id: r.id,
-                        private_data: self.ad.to_bytes().to_vec(),
-                        cqs: None,
-                    };
-                    match handle.cm(call) {
-                        Ok(CmReply::Accepted(mut qp)) => {
+                    match handle.accept(r.id, &self.ad.to_bytes()) {
+                        Ok(mut qp) => {
                             for chunk in self.recvs.chunks(64) {
                                 let _ = qp.post_recv(chunk);
                             }
                             self.accepted += 1;
                             self.qps.push((r.id, qp));
                         }
-                        Ok(_) | Err(_) => self.refused += 1,
+                        Err(_) => self.refused += 1,
                     }
                 }
                 ConnEvent::Established { .. } => self.established += 1,
@@ -1163,16 +1158,10 @@ pub fn connect_cm(
 ) -> Result<Connected, AppError> {
     let to = format!("--connect {ip}:{port}");
     let t0 = Instant::now();
-    let id = match peer.handle.cm(CmControl::Connect {
-        ip,
-        port,
-        private_data: Vec::new(),
-        cqs: None,
-    }) {
-        Ok(CmReply::Connecting(id)) => id,
-        Ok(other) => return Err(AppError::Failed(format!("{to}: {other:?}"))),
-        Err(e) => return Err(AppError::Failed(format!("{to}: {e}"))),
-    };
+    let id = peer
+        .handle
+        .connect(ip, port, &[])
+        .map_err(|e| AppError::Failed(format!("{to}: {e}")))?;
     let Some((events, _)) = &peer.cm else {
         return Err(AppError::Failed(format!("{to}: the engine has no CM")));
     };
@@ -1230,7 +1219,7 @@ pub fn disconnect_cm(
     wait: Duration,
 ) -> Result<(), AppError> {
     handle
-        .cm(CmControl::Disconnect { id })
+        .disconnect(id)
         .map_err(|e| AppError::Failed(format!("disconnecting: {e}")))?;
     let t0 = Instant::now();
     while let Some(ev) = events.wait(wait.saturating_sub(t0.elapsed())) {

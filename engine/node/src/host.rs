@@ -8,6 +8,7 @@
 //! in progress or READ being answered still uses the region. The per-operation path is in
 //! [`super::rings`]: posting and polling never come here.
 
+use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -338,6 +339,55 @@ impl RdmaHandle {
             ControlReply::Cm(r) => Ok(r?),
             _ => Err(HostError::WorkerGone),
         }
+    }
+
+    /// Listens on rdma_cm (RDMA_PS_TCP) port `port`: its requests come as
+    /// [`crate::cm::ConnEvent::Request`].
+    pub fn listen(&self, port: u16) -> Result<(), HostError> {
+        self.cm(crate::cm::CmControl::Listen(port)).map(|_| ())
+    }
+
+    /// Connects to `ip:port` with `private_data` after rdma_cm's header; returns the
+    /// connection's ID. Its queue pair comes with [`crate::cm::ConnEvent::Established`].
+    pub fn connect(&self, ip: Ipv4Addr, port: u16, private_data: &[u8]) -> Result<u32, HostError> {
+        let call = crate::cm::CmControl::Connect {
+            ip,
+            port,
+            private_data: private_data.to_vec(),
+            cqs: None,
+        };
+        match self.cm(call)? {
+            crate::cm::CmReply::Connecting(id) => Ok(id),
+            _ => Err(HostError::WorkerGone),
+        }
+    }
+
+    /// Accepts connection request `id` with `private_data` in the REP; returns its queue pair
+    /// (on the CM's completion queue).
+    pub fn accept(&self, id: u32, private_data: &[u8]) -> Result<crate::Qp, HostError> {
+        let call = crate::cm::CmControl::Accept {
+            id,
+            private_data: private_data.to_vec(),
+            cqs: None,
+        };
+        match self.cm(call)? {
+            crate::cm::CmReply::Accepted(qp) => Ok(qp),
+            _ => Err(HostError::WorkerGone),
+        }
+    }
+
+    /// Rejects connection request `id` (REJ "consumer defined") with `private_data`.
+    pub fn reject(&self, id: u32, private_data: &[u8]) -> Result<(), HostError> {
+        let call = crate::cm::CmControl::Reject {
+            id,
+            private_data: private_data.to_vec(),
+        };
+        self.cm(call).map(|_| ())
+    }
+
+    /// Ends connection `id` (DREQ); [`crate::cm::ConnEvent::Disconnected`] follows.
+    pub fn disconnect(&self, id: u32) -> Result<(), HostError> {
+        self.cm(crate::cm::CmControl::Disconnect { id }).map(|_| ())
     }
 
     /// Deregisters `mr`, once no operation uses it any more (on any of the engine's workers).

@@ -265,6 +265,21 @@ fn connect(w: &mut Wire, private: &[u8]) -> u32 {
     }
 }
 
+/// A's queue pair, from its established event in `log`.
+fn a_queue_pair(log: Vec<(bool, ConnEvent)>) -> Option<Qp> {
+    log.into_iter().find_map(|(is_a, e)| match (is_a, e) {
+        (true, ConnEvent::Established { qp: Some(qp), .. }) => Some(qp),
+        _ => None,
+    })
+}
+
+/// Posts on `qp` a WRITE of `len` bytes from A's region to B's.
+fn write_to_b(w: &Wire, qp: &mut Qp, id: u64, len: u32) {
+    let sgl = SgList::one(w.a.mr.lkey, w.a.mr.addr, len);
+    qp.post_send(&[WorkRequest::write(id, sgl, w.b.mr.addr, w.b.mr.rkey, None)])
+        .unwrap();
+}
+
 fn established(log: &[(bool, ConnEvent)], side_a: bool) -> usize {
     log.iter()
         .filter(|(a, e)| *a == side_a && matches!(e, ConnEvent::Established { .. }))
@@ -276,7 +291,6 @@ fn a_connection_resolves_arp_connects_carries_a_write_and_a_read_and_ends_with_n
     let _ = take_log();
     let mut w = Wire::new(Faults::default(), 1);
     let id = connect(&mut w, b"hi");
-    let mut qp_a: Option<Qp> = None;
     let mut rep = Vec::new();
     w.run(
         10_000,
@@ -308,12 +322,7 @@ fn a_connection_resolves_arp_connects_carries_a_write_and_a_read_and_ends_with_n
     let q1 = w.a.node.cm_counters().unwrap().1;
     assert_eq!(q1.arp_requests, 1);
     assert_eq!(q1.arp_learned, 1);
-    for (is_a, e) in log {
-        if let (true, ConnEvent::Established { qp: Some(qp), .. }) = (is_a, e) {
-            qp_a = Some(qp);
-        }
-    }
-    let mut qp_a = qp_a.expect("A's queue pair");
+    let mut qp_a = a_queue_pair(log).expect("A's queue pair");
     // The REP carried B's region: WRITE 64 bytes there, READ them back.
     assert_eq!(rep[0], 1);
     let rkey = u32::from_be_bytes(rep[4..8].try_into().unwrap());
@@ -337,14 +346,8 @@ fn a_connection_resolves_arp_connects_carries_a_write_and_a_read_and_ends_with_n
     ])
     .unwrap();
     let mut wcs = Vec::new();
-    w.run(
-        1000,
-        |_, _, _| {},
-        |w| {
-            let _ = w;
-            false
-        },
-    );
+    // A thousand rounds: the WRITE, its ACK, the READ and its response, and quiet after.
+    w.run(1000, |_, _, _| {}, |_| false);
     while let Some(wc) = w.a.cq.poll_one() {
         wcs.push(wc);
     }
@@ -484,7 +487,6 @@ fn a_peer_that_vanishes_is_disconnected_by_the_timers() {
     let _ = take_log();
     let mut w = Wire::new(Faults::default(), 3);
     let id = connect(&mut w, b"");
-    let mut qp_a = None;
     w.run(
         10_000,
         |s, is_a, ev| {
@@ -495,22 +497,10 @@ fn a_peer_that_vanishes_is_disconnected_by_the_timers() {
                 && w.a.node.cm_connections().unwrap().1 == 1
         },
     );
-    for (is_a, e) in take_log() {
-        if let (true, ConnEvent::Established { qp: Some(qp), .. }) = (is_a, e) {
-            qp_a = Some(qp);
-        }
-    }
-    let mut qp_a = qp_a.unwrap();
+    let mut qp_a = a_queue_pair(take_log()).expect("A is up");
     // B disappears; A's next WRITE is never acknowledged.
     w.faults.b_gone_at = Some(w.round);
-    qp_a.post_send(&[WorkRequest::write(
-        1,
-        SgList::one(w.a.mr.lkey, w.a.mr.addr, 8),
-        w.b.mr.addr,
-        w.b.mr.rkey,
-        None,
-    )])
-    .unwrap();
+    write_to_b(&w, &mut qp_a, 1, 8);
     w.run(
         10_000_000,
         |_, _, _| {},
@@ -631,26 +621,13 @@ fn the_first_packet_on_its_queue_pair_establishes_a_connection_whose_rtu_was_los
     w.run(10_000, accept_all, |w| {
         w.a.node.cm_connections() == Some((1, 1))
     });
-    let mut qp_a = take_log()
-        .into_iter()
-        .find_map(|(is_a, e)| match (is_a, e) {
-            (true, ConnEvent::Established { qp: Some(qp), .. }) => Some(qp),
-            _ => None,
-        })
-        .expect("A is up");
+    let mut qp_a = a_queue_pair(take_log()).expect("A is up");
     assert_eq!(
         w.b.node.cm_counters().unwrap().0.cm_established,
         0,
         "no RTU came"
     );
-    qp_a.post_send(&[WorkRequest::write(
-        1,
-        SgList::one(w.a.mr.lkey, w.a.mr.addr, 8),
-        w.b.mr.addr,
-        w.b.mr.rkey,
-        None,
-    )])
-    .unwrap();
+    write_to_b(&w, &mut qp_a, 1, 8);
     w.run(
         10_000,
         |_, _, _| {},
