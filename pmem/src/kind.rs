@@ -19,13 +19,15 @@ pub enum Kind {
     SimulatedAnonymous,
     /// A file under the power-loss simulator: the file holds exactly the persisted lines.
     SimulatedFile,
+    /// Memory the application mapped itself and registered in place ([`crate::Mapping::borrowed`]).
+    Application,
 }
 
 impl Kind {
     /// How `persist` makes stores durable on a mapping of this kind.
     pub fn durability(self) -> Durability {
         match self {
-            Kind::Anonymous | Kind::HugeTlb => Durability::Volatile,
+            Kind::Anonymous | Kind::HugeTlb | Kind::Application => Durability::Volatile,
             Kind::File { dax: false } => Durability::Msync,
             Kind::File { dax: true } => match flush_instruction() {
                 Some(instr) => Durability::CacheFlush(instr),
@@ -45,6 +47,9 @@ impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Kind::Anonymous => f.write_str("anonymous memory (volatile; persist does nothing)"),
+            Kind::Application => f.write_str(
+                "the application's own memory, registered in place (volatile; persist does nothing)",
+            ),
             Kind::HugeTlb => f.write_str("2 MiB hugetlb pages (volatile; persist does nothing)"),
             Kind::File { dax: true } => {
                 write!(f, "file (DAX, MAP_SYNC; persist = {})", self.durability())

@@ -48,6 +48,8 @@ pub struct Mapping {
 enum Region {
     Memmap(MmapRaw),
     Sync(SyncMap),
+    /// Memory the application mapped and owns ([`Mapping::borrowed`]): never unmapped here.
+    Borrowed(NonNull<u8>),
 }
 
 impl Region {
@@ -57,6 +59,7 @@ impl Region {
             // empty maps, which this crate never makes.
             Region::Memmap(m) => NonNull::new(m.as_mut_ptr()).expect("mmap returned NULL"),
             Region::Sync(m) => m.ptr(),
+            Region::Borrowed(p) => *p,
         }
     }
 }
@@ -260,6 +263,38 @@ impl Mapping {
     /// Maps all of an existing file, shared, DAX when the file system allows.
     pub fn open_file(path: &Path) -> Result<Mapping, Error> {
         MapOptions::new().open_file(path)
+    }
+
+    /// `len` bytes of memory the application mapped itself, from `ptr`: registered in place,
+    /// as `ibv_reg_mr` registers any buffer (the libfabric provider's `fi_mr_reg`). Dropping
+    /// the `Mapping` leaves the memory alone; `persist` does nothing (volatile).
+    ///
+    /// # Safety
+    ///
+    /// The range must stay mapped, readable and writable, for as long as this `Mapping` (or a
+    /// region registered from it) lives: the caller's promise, as verbs asks of an application
+    /// until `ibv_dereg_mr`. The application may store into the range while the engine uses it
+    /// only as the crate documentation allows for any mapping.
+    pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Result<Mapping, Error> {
+        let Some(ptr) = NonNull::new(ptr) else {
+            return Err(Error::BadLength {
+                what: "application memory at address 0",
+                len: len as u64,
+            });
+        };
+        if len == 0 || (ptr.as_ptr() as usize).checked_add(len).is_none() {
+            return Err(Error::BadLength {
+                what: "application memory",
+                len: len as u64,
+            });
+        }
+        Ok(Mapping::new(
+            Region::Borrowed(ptr),
+            len,
+            Kind::Application,
+            None,
+            None,
+        ))
     }
 
     fn new(

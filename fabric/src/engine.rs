@@ -1,0 +1,1062 @@
+//! The process's one Portico engine under libfabric's objects, in safe Rust: started by the
+//! first `fi_fabric`, it holds the engine ([`portico::peer::Peer`], with its connection
+//! manager and tag port) and the provider's state behind one lock (`FI_THREAD_SAFE`): the
+//! connections to peers, the operations in flight, the completion queues' entries, the
+//! endpoints and address vectors. The FFI layer (`crate::ffi`) turns libfabric's calls into
+//! calls of [`Engine`]'s methods, with buffers as addresses.
+//!
+//! - **Connections on first use.** A send or RMA to an address with no connection asks the
+//!   CM to connect to the address's port and returns `-FI_EAGAIN`; the application retries
+//!   (as it does on a full queue) and the operation goes once the connection is up. Each
+//!   process sends on the connections it made and receives on those it accepted: two ranks
+//!   that both send hold one connection each way, and no race between two crossing requests
+//!   needs settling.
+//! - **Tagged and untagged receives on the list-processing engine** (seed 001). Endpoint `n`
+//!   owns the LPE endpoints `2n` (tagged) and `2n + 1` (untagged: every message of
+//!   `fi_send` carries tag 0 and every `fi_recv` ignores all tag bits). A receive is an append
+//!   to the priority list; messages nobody waits for land in the endpoint's overflow buffers
+//!   and are claimed by a later receive; a directed receive names the sender's engine by its
+//!   IPv4 address, which every tagged packet carries as its initiator.
+//! - **Progress.** The workers move the data (`FI_PROGRESS_AUTO`); the provider's part, taking
+//!   the engine's completions and events into the completion queues, runs in every CQ read.
+//!   A thread of the provider serves the CM's events (accepting requests, marking connections
+//!   up), so that a process that only waits is still reachable.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pmem::Mapping;
+use portico::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
+use portico::peer::{self, Extras, Peer};
+use portico::rdma::cm::ConnEvent;
+use portico::rdma::{
+    Cq, MemoryRegion, Qp, RdmaHandle, TagConfig, TagEntry, TagEvent, TagEventKind, TagPort,
+};
+use portico::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
+
+use crate::addr::{self, EpAddr};
+use crate::flags;
+use crate::info;
+use crate::params::{self, Core, Settings};
+
+/// libfabric error numbers the provider returns (positive; negated at the boundary).
+pub mod err {
+    pub const EAGAIN: i32 = 11;
+    pub const ENOMEM: i32 = 12;
+    pub const EINVAL: i32 = 22;
+    pub const ENOSYS: i32 = 38;
+    pub const EMSGSIZE: i32 = 90;
+    pub const ECONNREFUSED: i32 = 111;
+    pub const EHOSTUNREACH: i32 = 113;
+    pub const ETIMEDOUT: i32 = 110;
+    pub const EIO: i32 = 5;
+    pub const EACCES: i32 = 13;
+    pub const ENOENT: i32 = 2;
+    pub const EBUSY: i32 = 16;
+    pub const ECANCELED: i32 = 125;
+    pub const EAVAIL: i32 = 259;
+    pub const ETRUNC: i32 = 265;
+    pub const EOTHER: i32 = 256;
+}
+
+/// A cookie with this bit names an overflow buffer, not a receive.
+const OVERFLOW: u64 = 1 << 63;
+/// Overflow buffers per list-processing endpoint.
+const OVERFLOW_BUFFERS: usize = 4;
+/// The queue pair configuration's rendezvous threshold: longer tagged sends are pulled by the
+/// target from the sender's buffer, which must then be in a region with REMOTE_READ.
+const RNDV_THRESHOLD: u32 = 16 * 1024;
+
+/// One completion as libfabric's widest format has it, plus the error when there is one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub context: u64,
+    pub flags: u64,
+    pub len: u64,
+    pub buf: u64,
+    pub data: u64,
+    pub tag: u64,
+    /// The sender's engine, for `fi_cq_readfrom` (0: unknown).
+    pub source: u32,
+    /// A failed operation: the error (positive `FI_E*`), bytes left over, the engine's status.
+    pub error: Option<(i32, u64, i32)>,
+}
+
+/// A completion queue's entries.
+#[derive(Default)]
+pub struct CqState {
+    pub entries: VecDeque<Completion>,
+}
+
+/// What an operation in flight becomes when the engine completes it.
+#[derive(Debug, Clone)]
+struct Op {
+    context: u64,
+    /// The completion queue to tell, if the operation asked for a completion.
+    cq: Option<usize>,
+    flags: u64,
+    buf: u64,
+    len: u64,
+    /// A slot of the inject buffer to give back.
+    inject: Option<usize>,
+    /// A registration made for this operation only (a rendezvous send from unregistered
+    /// memory), taken back when it completes.
+    temp: Option<MemoryRegion>,
+}
+
+/// An endpoint's bindings.
+#[derive(Debug, Clone, Default)]
+pub struct EpState {
+    pub index: u16,
+    pub tx_cq: Option<usize>,
+    pub rx_cq: Option<usize>,
+    /// `FI_SELECTIVE_COMPLETION` on the binding: only operations with `FI_COMPLETION` complete.
+    pub tx_selective: bool,
+    pub rx_selective: bool,
+    pub av: Option<usize>,
+    pub enabled: bool,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    /// `FI_DIRECTED_RECV`: a receive's source address is honoured (else ignored).
+    pub directed: bool,
+}
+
+/// An address vector: `fi_addr_t` is the index (for `FI_AV_TABLE` and `FI_AV_MAP` alike).
+#[derive(Debug, Default)]
+pub struct AvState {
+    pub addrs: Vec<Option<EpAddr>>,
+}
+
+enum Conn {
+    Connecting,
+    Up(Qp),
+    Failed(i32),
+}
+
+/// The provider's state, behind the engine's lock.
+pub struct State {
+    cq: Cq,
+    tags: TagPort,
+    /// Connections this process made, by the peer endpoint's (IP, port).
+    conns: HashMap<(Ipv4Addr, u16), Conn>,
+    /// Connection IDs of those connections.
+    ids: HashMap<u32, (Ipv4Addr, u16)>,
+    /// Connections accepted (their queue pairs receive; they are kept until they end).
+    accepted: HashMap<u32, Option<Qp>>,
+    ops: Vec<Option<Op>>,
+    free_ops: Vec<usize>,
+    pub cqs: Vec<Option<CqState>>,
+    pub eps: Vec<Option<EpState>>,
+    pub avs: Vec<Option<AvState>>,
+    /// Ports this engine listens on (endpoints enabled).
+    listening: Vec<u16>,
+    inject_free: Vec<usize>,
+    /// Overflow buffers appended per list-processing endpoint (posted once per enable).
+    overflow_posted: Vec<bool>,
+}
+
+/// The process's engine.
+pub struct Engine {
+    pub settings: Settings,
+    handle: RdmaHandle,
+    /// Every local buffer, registered for local access: the whole address space (see
+    /// [`info::MR_MODE`]).
+    implicit: MemoryRegion,
+    state: Mutex<State>,
+    /// The bytes `fi_inject` copies into: [`info::QUEUE_SIZE`] slots of
+    /// [`info::INJECT_SIZE`].
+    inject: Arc<Mapping>,
+    /// Overflow buffers: one mapping, [`OVERFLOW_BUFFERS`] per LPE endpoint.
+    overflow: MemoryRegion,
+    overflow_slot: usize,
+    stop: Arc<AtomicBool>,
+    cm_events: portico::rdma::cm::CmEvents,
+    cm_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Kept alive: the runtime, the port, queue pair 0 (the template).
+    _peer: Mutex<Peer>,
+}
+
+/// Why the engine did not start: a parameter (exit code 2 in a command) or the run time.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Param(#[from] params::ParamError),
+    #[error("the provider is not configured: set FI_PORTICO_DEV and FI_PORTICO_IP")]
+    NotConfigured,
+    #[error("{0}")]
+    Failed(String),
+}
+
+static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
+
+/// The running engine, if one was started.
+pub fn running() -> Option<Arc<Engine>> {
+    ENGINE.lock().ok()?.clone()
+}
+
+/// The process's engine: the running one, or one started now with `settings`.
+/// `around_eal` runs EAL's start (it restores the thread's CPU affinity, which EAL changes).
+pub fn get_or_start(
+    settings: &Settings,
+    around_eal: impl FnOnce(&mut dyn FnMut() -> Result<(), String>) -> Result<(), String>,
+) -> Result<Arc<Engine>, StartError> {
+    let mut slot = ENGINE
+        .lock()
+        .map_err(|_| StartError::Failed("the engine's lock is poisoned".into()))?;
+    if let Some(e) = slot.as_ref() {
+        return Ok(e.clone());
+    }
+    let engine = Arc::new(Engine::start(settings, around_eal)?);
+    let weak = Arc::downgrade(&engine);
+    let stop = engine.stop.clone();
+    {
+        let events = engine.cm_events.clone();
+        let t = std::thread::Builder::new()
+            .name("portico-fi-cm".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(ev) = events.wait(Duration::from_millis(100)) else {
+                        continue;
+                    };
+                    let Some(engine) = weak.upgrade() else { break };
+                    engine.on_cm_event(ev);
+                }
+            })
+            .map_err(|e| StartError::Failed(format!("starting the CM thread: {e}")))?;
+        *engine.cm_thread.lock().unwrap() = Some(t);
+    }
+    *slot = Some(engine.clone());
+    Ok(engine)
+}
+
+/// The engine's config, as a `portico target` config file would say it.
+fn config_text(s: &Settings, core: usize) -> String {
+    let eal: Vec<String> = s.eal.iter().map(|a| format!("{a:?}")).collect();
+    // Every process gets its own EAL run-time directory: MPI ranks start EAL side by side.
+    format!(
+        "[eal]\nargs = [\"--file-prefix=portico-fi-{pid}\", {eal}]\n\n\
+         [rdma]\nport = {dev:?}\ncore = {core}\nmac = \"{mac}\"\nip = \"{ip}\"\n\
+         qpn = 0x10\npeer_mac = \"02:00:00:00:00:01\"\npeer_ip = \"192.0.2.1\"\npeer_qpn = 0x10\n\
+         mtu = {mtu}\nregion_len = 4096\n\n[runtime]\npolling = \"{polling}\"\n",
+        pid = std::process::id(),
+        eal = eal.join(", "),
+        dev = s.dev,
+        mac = s.mac_text(),
+        ip = s.ip,
+        mtu = s.mtu,
+        polling = if s.adaptive { "adaptive" } else { "busy" },
+    )
+}
+
+impl Engine {
+    fn start(
+        s: &Settings,
+        around_eal: impl FnOnce(&mut dyn FnMut() -> Result<(), String>) -> Result<(), String>,
+    ) -> Result<Engine, StartError> {
+        let cores = portico::app::available_cores();
+        let core = match s.core {
+            Core::Fixed(c) => c,
+            Core::Auto => params::auto_core(&cores, params::local_rank(|v| std::env::var(v).ok()))
+                .ok_or_else(|| StartError::Failed("no core to run the worker on".into()))?,
+        };
+        let text = config_text(s, core);
+        let cfg = portico::config::peer::parse_peer(&text, &cores).map_err(|e| {
+            StartError::Failed(format!(
+                "the engine's configuration (from FI_PORTICO_*): {e}"
+            ))
+        })?;
+        let fail = |e: portico::app::AppError| StartError::Failed(e.to_string());
+        let plan = peer::plan(&cfg, &[core], &[]).map_err(fail)?;
+        let mut started = None;
+        around_eal(&mut || {
+            started = Some(portico::dataplane::Eal::init(&plan.0).map_err(|e| e.to_string()));
+            Ok(())
+        })
+        .map_err(StartError::Failed)?;
+        match started {
+            Some(Ok(_)) => {}
+            Some(Err(e)) if e.contains("already") => {}
+            Some(Err(e)) => return Err(StartError::Failed(format!("EAL: {e}"))),
+            None => return Err(StartError::Failed("EAL was not started".into())),
+        }
+        let my_ip = s.ip;
+        let tweak = move |qp: &mut QpConfig| {
+            qp.tagged = true;
+            qp.tag_rank = addr::initiator(my_ip);
+            qp.rndv_threshold = RNDV_THRESHOLD;
+            qp.max_send_wr = info::QUEUE_SIZE;
+            qp.max_recv_wr = 64;
+        };
+        let lpe_endpoints = s.endpoints * 2;
+        let tags = TagConfig {
+            endpoints: (0..lpe_endpoints)
+                .map(|i| (EndpointIndex(i), EndpointConfig::default()))
+                .collect(),
+            quiet: true,
+            ..TagConfig::default()
+        };
+        let extras = Extras {
+            qp: Some(&tweak),
+            tags: Some(tags),
+            cm: true,
+        };
+        let mut peer = peer::start_engine(Path::new("FI_PORTICO_*"), &cfg, &[core], None, &extras)
+            .map_err(fail)?;
+        let (cm_events, cq) = peer
+            .cm
+            .take()
+            .ok_or_else(|| StartError::Failed("the engine started without its CM".into()))?;
+        let tag_port = peer
+            .tags
+            .take()
+            .ok_or_else(|| StartError::Failed("the engine started without its tag port".into()))?;
+        let handle = std::mem::replace(&mut peer.handle, RdmaHandle::new().0);
+        // The whole address space, for local access only: 4 KiB up to 2^47.
+        let span = (1usize << 47) - 8192;
+        // SAFETY: see `Mapping::borrowed`. This region is used for local access only: the
+        // engine reads and writes through it exactly the buffers the application names in
+        // its operations, which libfabric's contract makes the application keep valid until
+        // they complete. No key of it leaves the process.
+        let all = unsafe { Mapping::borrowed(4096 as *mut u8, span) }
+            .map_err(|e| StartError::Failed(format!("the local region: {e}")))?;
+        let implicit = handle
+            .register_all(&Arc::new(all), Access::LOCAL_WRITE)
+            .map_err(|e| StartError::Failed(format!("registering the local region: {e}")))?;
+        let inject = Arc::new(
+            Mapping::anonymous(info::QUEUE_SIZE * info::INJECT_SIZE)
+                .map_err(|e| StartError::Failed(format!("the inject buffer: {e}")))?,
+        );
+        let overflow_slot = s.overflow_bytes / OVERFLOW_BUFFERS;
+        let overflow_map = Arc::new(
+            Mapping::anonymous(s.overflow_bytes * lpe_endpoints as usize)
+                .map_err(|e| StartError::Failed(format!("the overflow buffers: {e}")))?,
+        );
+        let overflow = handle
+            .register_all(&overflow_map, Access::LOCAL_WRITE)
+            .map_err(|e| StartError::Failed(format!("registering the overflow buffers: {e}")))?;
+        let state = State {
+            cq,
+            tags: tag_port,
+            conns: HashMap::new(),
+            ids: HashMap::new(),
+            accepted: HashMap::new(),
+            ops: Vec::with_capacity(4 * info::QUEUE_SIZE),
+            free_ops: Vec::with_capacity(4 * info::QUEUE_SIZE),
+            cqs: Vec::new(),
+            eps: Vec::new(),
+            avs: Vec::new(),
+            listening: Vec::new(),
+            inject_free: (0..info::QUEUE_SIZE).rev().collect(),
+            overflow_posted: vec![false; lpe_endpoints as usize],
+        };
+        Ok(Engine {
+            settings: s.clone(),
+            handle,
+            implicit,
+            state: Mutex::new(state),
+            inject,
+            overflow,
+            overflow_slot,
+            stop: Arc::new(AtomicBool::new(false)),
+            cm_events,
+            cm_thread: Mutex::new(None),
+            _peer: Mutex::new(peer),
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Endpoint `index`'s address.
+    pub fn ep_addr(&self, index: u16) -> EpAddr {
+        EpAddr {
+            ip: self.settings.ip,
+            port: self.settings.port + index,
+            index,
+        }
+    }
+
+    // ---- objects --------------------------------------------------------------------
+
+    pub fn cq_open(&self) -> usize {
+        let mut st = self.lock();
+        put(&mut st.cqs, CqState::default())
+    }
+
+    pub fn cq_close(&self, id: usize) {
+        let mut st = self.lock();
+        if let Some(c) = st.cqs.get_mut(id) {
+            *c = None;
+        }
+        for ep in st.eps.iter_mut().flatten() {
+            if ep.tx_cq == Some(id) {
+                ep.tx_cq = None;
+            }
+            if ep.rx_cq == Some(id) {
+                ep.rx_cq = None;
+            }
+        }
+    }
+
+    pub fn av_open(&self) -> usize {
+        put(&mut self.lock().avs, AvState::default())
+    }
+
+    pub fn av_close(&self, id: usize) {
+        if let Some(a) = self.lock().avs.get_mut(id) {
+            *a = None;
+        }
+    }
+
+    /// Inserts addresses; returns their `fi_addr_t`s (`None` for one that is not an address).
+    pub fn av_insert(&self, id: usize, addrs: &[Option<EpAddr>]) -> Vec<Option<u64>> {
+        let mut st = self.lock();
+        let Some(Some(av)) = st.avs.get_mut(id) else {
+            return vec![None; addrs.len()];
+        };
+        addrs
+            .iter()
+            .map(|a| {
+                a.map(|a| {
+                    av.addrs.push(Some(a));
+                    (av.addrs.len() - 1) as u64
+                })
+            })
+            .collect()
+    }
+
+    pub fn av_remove(&self, id: usize, fi_addr: u64) -> bool {
+        let mut st = self.lock();
+        match st.avs.get_mut(id).and_then(|a| a.as_mut()) {
+            Some(av) => match av.addrs.get_mut(fi_addr as usize) {
+                Some(slot @ Some(_)) => {
+                    *slot = None;
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        }
+    }
+
+    pub fn av_lookup(&self, id: usize, fi_addr: u64) -> Option<EpAddr> {
+        let st = self.lock();
+        st.avs
+            .get(id)?
+            .as_ref()?
+            .addrs
+            .get(fi_addr as usize)
+            .copied()
+            .flatten()
+    }
+
+    /// Opens endpoint `index` (a free one when `None`); returns its id, or `None` when every
+    /// endpoint the settings allow is open.
+    pub fn ep_open(&self, tx_op_flags: u64, rx_op_flags: u64, directed: bool) -> Option<usize> {
+        let mut st = self.lock();
+        let used: Vec<u16> = st.eps.iter().flatten().map(|e| e.index).collect();
+        let index = (0..self.settings.endpoints).find(|i| !used.contains(i))?;
+        Some(put(
+            &mut st.eps,
+            EpState {
+                index,
+                tx_op_flags,
+                rx_op_flags,
+                directed,
+                ..EpState::default()
+            },
+        ))
+    }
+
+    pub fn ep_index(&self, ep: usize) -> Option<u16> {
+        self.lock().eps.get(ep)?.as_ref().map(|e| e.index)
+    }
+
+    pub fn ep_bind_cq(&self, ep: usize, cq: usize, flags: u64) -> Result<(), i32> {
+        let mut st = self.lock();
+        if st.cqs.get(cq).is_none_or(|c| c.is_none()) {
+            return Err(err::EINVAL);
+        }
+        let e = st
+            .eps
+            .get_mut(ep)
+            .and_then(|e| e.as_mut())
+            .ok_or(err::EINVAL)?;
+        if flags & (flags::TRANSMIT | flags::RECV) == 0 {
+            return Err(err::EINVAL);
+        }
+        let selective = flags & flags::SELECTIVE_COMPLETION != 0;
+        if flags & flags::TRANSMIT != 0 {
+            e.tx_cq = Some(cq);
+            e.tx_selective = selective;
+        }
+        if flags & flags::RECV != 0 {
+            e.rx_cq = Some(cq);
+            e.rx_selective = selective;
+        }
+        Ok(())
+    }
+
+    pub fn ep_bind_av(&self, ep: usize, av: usize) -> Result<(), i32> {
+        let mut st = self.lock();
+        if st.avs.get(av).is_none_or(|a| a.is_none()) {
+            return Err(err::EINVAL);
+        }
+        let e = st
+            .eps
+            .get_mut(ep)
+            .and_then(|e| e.as_mut())
+            .ok_or(err::EINVAL)?;
+        e.av = Some(av);
+        Ok(())
+    }
+
+    /// Enables the endpoint: listens on its port and gives its list-processing endpoints
+    /// their overflow buffers.
+    pub fn ep_enable(&self, ep: usize) -> Result<(), String> {
+        let index = {
+            let st = self.lock();
+            let e = st
+                .eps
+                .get(ep)
+                .and_then(|e| e.as_ref())
+                .ok_or("no such endpoint")?;
+            if e.av.is_none() {
+                return Err("no address vector bound (fi_ep_bind with an AV first)".into());
+            }
+            if e.enabled {
+                return Ok(());
+            }
+            e.index
+        };
+        let port = self.settings.port + index;
+        let first = !self.lock().listening.contains(&port);
+        if first {
+            self.handle
+                .listen(port)
+                .map_err(|e| format!("listening on rdma_cm port {port}: {e}"))?;
+        }
+        let mut st = self.lock();
+        if first {
+            st.listening.push(port);
+        }
+        for lpe in [index * 2, index * 2 + 1] {
+            if !st.overflow_posted[lpe as usize] {
+                for b in 0..OVERFLOW_BUFFERS {
+                    self.append_overflow(&mut st, lpe, b)
+                        .map_err(|_| "the tag port's command ring is full".to_string())?;
+                }
+                st.overflow_posted[lpe as usize] = true;
+            }
+        }
+        if let Some(Some(e)) = st.eps.get_mut(ep) {
+            e.enabled = true;
+        }
+        Ok(())
+    }
+
+    pub fn ep_close(&self, ep: usize) {
+        let mut st = self.lock();
+        if let Some(e) = st.eps.get_mut(ep) {
+            *e = None;
+        }
+    }
+
+    fn append_overflow(&self, st: &mut State, lpe: u16, b: usize) -> Result<(), ()> {
+        let at = (lpe as usize * OVERFLOW_BUFFERS + b) * self.overflow_slot;
+        let entry = TagEntry::recv(
+            0,
+            self.overflow.sge(at, self.overflow_slot as u32),
+            OVERFLOW | u64::from(lpe) << 8 | b as u64,
+        )
+        .with_ignore(u64::MAX)
+        .with_options(Options::MANAGE_LOCAL)
+        .with_min_free(u64::from(RNDV_THRESHOLD) + 64);
+        st.tags
+            .append(lpe, ListKind::Overflow, entry)
+            .map_err(|_| ())
+    }
+
+    // ---- memory ------------------------------------------------------------------------
+
+    /// Registers `len` bytes at `addr` (the application's memory) with libfabric access bits.
+    pub fn mr_reg(&self, addr: usize, len: usize, access: u64) -> Result<MemoryRegion, String> {
+        let mut a = Access::LOCAL_WRITE;
+        // A send buffer may be the source of a rendezvous: the target pulls it (READ).
+        if access == 0 || access & (flags::SEND | flags::REMOTE_READ) != 0 {
+            a = a | Access::REMOTE_READ;
+        }
+        if access == 0 || access & flags::REMOTE_WRITE != 0 {
+            a = a | Access::REMOTE_WRITE;
+        }
+        // SAFETY: the application registers memory it owns and keeps it mapped until it
+        // closes the MR (libfabric's registration contract, as verbs'); `MrObj`'s close
+        // deregisters before the mapping's record is dropped.
+        let map = unsafe { Mapping::borrowed(addr as *mut u8, len) }.map_err(|e| e.to_string())?;
+        self.handle
+            .register_all(&Arc::new(map), a)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn mr_close(&self, mr: MemoryRegion) -> Result<(), String> {
+        self.handle.deregister(mr).map_err(|e| e.to_string())
+    }
+
+    // ---- operations --------------------------------------------------------------------
+
+    fn new_op(st: &mut State, op: Op) -> usize {
+        match st.free_ops.pop() {
+            Some(i) => {
+                st.ops[i] = Some(op);
+                i
+            }
+            None => {
+                st.ops.push(Some(op));
+                st.ops.len() - 1
+            }
+        }
+    }
+
+    fn take_op(st: &mut State, i: usize) -> Option<Op> {
+        let op = st.ops.get_mut(i)?.take()?;
+        st.free_ops.push(i);
+        Some(op)
+    }
+
+    /// The queue pair to `dest`, or why there is none yet (`EAGAIN` while connecting: a
+    /// connection was asked for).
+    fn qp_to<'a>(&self, st: &'a mut State, dest: EpAddr) -> Result<&'a mut Qp, i32> {
+        let key = (dest.ip, dest.port);
+        match st.conns.get(&key) {
+            Some(Conn::Up(_)) => {}
+            Some(Conn::Connecting) => return Err(err::EAGAIN),
+            Some(Conn::Failed(e)) => {
+                let e = *e;
+                st.conns.remove(&key);
+                return Err(e);
+            }
+            None => {
+                let id = self
+                    .handle
+                    .connect(dest.ip, dest.port, &[])
+                    .map_err(|_| err::EAGAIN)?;
+                st.conns.insert(key, Conn::Connecting);
+                st.ids.insert(id, key);
+                return Err(err::EAGAIN);
+            }
+        }
+        match st.conns.get_mut(&key) {
+            Some(Conn::Up(qp)) => Ok(qp),
+            _ => Err(err::EAGAIN),
+        }
+    }
+
+    fn dest(st: &State, ep: &EpState, fi_addr: u64) -> Result<EpAddr, i32> {
+        let av = ep.av.ok_or(err::EINVAL)?;
+        st.avs
+            .get(av)
+            .and_then(|a| a.as_ref())
+            .and_then(|a| a.addrs.get(fi_addr as usize).copied().flatten())
+            .ok_or(err::EINVAL)
+    }
+
+    /// A send (`tagged`: `fi_tsend`; else `fi_send`) of `len` bytes at `buf`, or an inject of
+    /// `inline` (its bytes copied). `lkey`: the descriptor's region, else the implicit one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &self,
+        ep: usize,
+        buf: u64,
+        len: usize,
+        lkey: Option<u32>,
+        dest: u64,
+        tag: u64,
+        data: Option<u64>,
+        context: u64,
+        op_flags: u64,
+        inline: Option<&[u8]>,
+    ) -> Result<(), i32> {
+        let tagged = op_flags & flags::TAGGED != 0;
+        if len as u64 > info::MAX_MSG_SIZE {
+            return Err(err::EMSGSIZE);
+        }
+        let mut st = self.lock();
+        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        if !e.enabled {
+            return Err(err::EINVAL);
+        }
+        let dest = Self::dest(&st, &e, dest)?;
+        // Connect first: nothing below is spent on an operation that must be retried.
+        self.qp_to(&mut st, dest)?;
+        let mut op = Op {
+            context,
+            cq: None,
+            flags: flags::SEND | if tagged { flags::TAGGED } else { flags::MSG },
+            buf,
+            len: len as u64,
+            inject: None,
+            temp: None,
+        };
+        let wants = inline.is_none()
+            && (!e.tx_selective
+                || op_flags & flags::COMPLETION != 0
+                || e.tx_op_flags & flags::COMPLETION != 0);
+        if wants {
+            op.cq = e.tx_cq;
+        }
+        let sgl = match inline {
+            Some(bytes) => {
+                let slot = st.inject_free.pop().ok_or(err::EAGAIN)?;
+                let at = slot * info::INJECT_SIZE;
+                self.inject.write(at, bytes).map_err(|_| err::EINVAL)?;
+                op.inject = Some(slot);
+                SgList::one(
+                    self.implicit.lkey(),
+                    self.inject.as_ptr() as u64 + at as u64,
+                    bytes.len() as u32,
+                )
+            }
+            None => {
+                let key = match lkey {
+                    Some(k) => k,
+                    None if len as u64 > u64::from(RNDV_THRESHOLD) => {
+                        // A rendezvous from memory the application did not register: the
+                        // target pulls it, so it is registered (REMOTE_READ) until done.
+                        drop(st);
+                        let mr = self
+                            .mr_reg(buf as usize, len, flags::SEND)
+                            .map_err(|_| err::ENOMEM)?;
+                        st = self.lock();
+                        let k = mr.lkey();
+                        op.temp = Some(mr);
+                        k
+                    }
+                    None => self.implicit.lkey(),
+                };
+                SgList::one(key, buf, len as u32)
+            }
+        };
+        let lpe = dest.lpe_endpoint(tagged);
+        let hdr = data.unwrap_or(0);
+        let temp = op.temp.clone();
+        let inject = op.inject;
+        let id = Self::new_op(&mut st, op);
+        let wr = WorkRequest::tagged_send(id as u64, sgl, lpe, if tagged { tag } else { 0 }, hdr);
+        let posted = match self.qp_to(&mut st, dest) {
+            Ok(qp) => qp.post_send(&[wr]).map_err(|_| err::EAGAIN),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = posted {
+            Self::take_op(&mut st, id);
+            if let Some(slot) = inject {
+                st.inject_free.push(slot);
+            }
+            drop(st);
+            if let Some(mr) = temp {
+                let _ = self.handle.deregister(mr);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// A receive (`tagged`: `fi_trecv` with `tag` and `ignore`; else `fi_recv`) into `len`
+    /// bytes at `buf`, from `src` (`FI_ADDR_UNSPEC`: anyone).
+    #[allow(clippy::too_many_arguments)]
+    pub fn recv(
+        &self,
+        ep: usize,
+        buf: u64,
+        len: usize,
+        lkey: Option<u32>,
+        src: u64,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+        op_flags: u64,
+    ) -> Result<(), i32> {
+        let tagged = op_flags & flags::TAGGED != 0;
+        let mut st = self.lock();
+        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        if !e.enabled {
+            return Err(err::EINVAL);
+        }
+        let source = if src == flags::ADDR_UNSPEC || !e.directed {
+            None
+        } else {
+            Some(addr::initiator(Self::dest(&st, &e, src)?.ip))
+        };
+        if st.tags.command_space() == 0 {
+            return Err(err::EAGAIN);
+        }
+        let wants = !e.rx_selective
+            || op_flags & flags::COMPLETION != 0
+            || e.rx_op_flags & flags::COMPLETION != 0;
+        let op = Op {
+            context,
+            cq: if wants { e.rx_cq } else { None },
+            flags: flags::RECV | if tagged { flags::TAGGED } else { flags::MSG },
+            buf,
+            len: len as u64,
+            inject: None,
+            temp: None,
+        };
+        let id = Self::new_op(&mut st, op);
+        let sge =
+            portico::transport::Sge::new(lkey.unwrap_or(self.implicit.lkey()), buf, len as u32);
+        let mut entry = if tagged {
+            TagEntry::recv(tag, sge, id as u64).with_ignore(ignore)
+        } else {
+            TagEntry::recv(0, sge, id as u64).with_ignore(u64::MAX)
+        };
+        if let Some(s) = source {
+            entry = entry.from_rank(s);
+        }
+        let lpe = e.index * 2 + u16::from(!tagged);
+        if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
+            Self::take_op(&mut st, id);
+            return Err(err::EAGAIN);
+        }
+        Ok(())
+    }
+
+    // ---- progress ----------------------------------------------------------------------
+
+    /// Takes the engine's completions and tag events into the completion queues.
+    pub fn progress(&self, st: &mut State) {
+        let mut wcs = [WorkCompletion::EMPTY; 32];
+        let mut done = Vec::new();
+        loop {
+            let n = st.cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                if let Some(mr) = self.on_completion(st, wc) {
+                    done.push(mr);
+                }
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        let mut evs = [TagEvent::EMPTY; 32];
+        loop {
+            let n = st.tags.poll(&mut evs);
+            for ev in &evs[..n] {
+                self.on_tag_event(st, ev);
+            }
+            if n < evs.len() {
+                break;
+            }
+        }
+        for mr in done {
+            let _ = self.handle.deregister(mr);
+        }
+    }
+
+    fn on_completion(&self, st: &mut State, wc: &WorkCompletion) -> Option<MemoryRegion> {
+        let op = Self::take_op(st, wc.wr_id as usize)?;
+        if let Some(slot) = op.inject {
+            st.inject_free.push(slot);
+        }
+        if let Some(cq) = op.cq {
+            let error = (wc.status != WcStatus::Success)
+                .then(|| (status_errno(wc.status), 0, wc.status as i32));
+            let c = Completion {
+                context: op.context,
+                flags: op.flags,
+                len: if error.is_some() { 0 } else { op.len },
+                error,
+                ..Completion::default()
+            };
+            if let Some(Some(q)) = st.cqs.get_mut(cq) {
+                q.entries.push_back(c);
+            }
+        }
+        op.temp
+    }
+
+    fn on_tag_event(&self, st: &mut State, ev: &TagEvent) {
+        if ev.cookie & OVERFLOW != 0 {
+            // An overflow buffer that every message it held has left is appended again.
+            if ev.kind == TagEventKind::AutoFree {
+                let lpe = ((ev.cookie >> 8) & 0xffff) as u16;
+                let b = (ev.cookie & 0xff) as usize;
+                let _ = self.append_overflow(st, lpe, b);
+            }
+            return;
+        }
+        match ev.kind {
+            TagEventKind::Put | TagEventKind::UnexpectedConsumed | TagEventKind::CommandFailed => {}
+            _ => return,
+        }
+        let Some(op) = Self::take_op(st, ev.cookie as usize) else {
+            return;
+        };
+        let Some(cq) = op.cq else { return };
+        let failed = ev.kind == TagEventKind::CommandFailed;
+        let error = if failed {
+            Some((err::EINVAL, 0, 0))
+        } else if ev.truncated {
+            Some((err::ETRUNC, ev.rlength - ev.mlength, 0))
+        } else {
+            None
+        };
+        let mut flags = op.flags;
+        if ev.hdr_data != 0 {
+            flags |= flags::REMOTE_CQ_DATA;
+        }
+        let c = Completion {
+            context: op.context,
+            flags,
+            len: ev.mlength,
+            buf: op.buf,
+            data: ev.hdr_data,
+            tag: if op.flags & flags::TAGGED != 0 {
+                ev.match_bits
+            } else {
+                0
+            },
+            source: ev.initiator,
+            error,
+        };
+        if let Some(Some(q)) = st.cqs.get_mut(cq) {
+            q.entries.push_back(c);
+        }
+    }
+
+    /// Up to `max` completions of `cq`, after progress; `Err(EAVAIL)` when an error entry is
+    /// first, `Err(EAGAIN)` when there is none.
+    pub fn cq_read(&self, cq: usize, max: usize, out: &mut Vec<Completion>) -> Result<(), i32> {
+        let mut st = self.lock();
+        self.progress(&mut st);
+        let q = st
+            .cqs
+            .get_mut(cq)
+            .and_then(|q| q.as_mut())
+            .ok_or(err::EINVAL)?;
+        match q.entries.front() {
+            None => return Err(err::EAGAIN),
+            Some(c) if c.error.is_some() => return Err(err::EAVAIL),
+            Some(_) => {}
+        }
+        while out.len() < max {
+            match q.entries.front() {
+                Some(c) if c.error.is_none() => out.push(q.entries.pop_front().unwrap()),
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The error entry at the head of `cq`.
+    pub fn cq_readerr(&self, cq: usize) -> Option<Completion> {
+        let mut st = self.lock();
+        self.progress(&mut st);
+        let q = st.cqs.get_mut(cq)?.as_mut()?;
+        match q.entries.front() {
+            Some(c) if c.error.is_some() => q.entries.pop_front(),
+            _ => None,
+        }
+    }
+
+    /// The `fi_addr_t` of the endpoint whose engine is `initiator`, in `ep`'s address vector.
+    pub fn source_addr(&self, cq_ep_av: usize, initiator: u32) -> u64 {
+        let st = self.lock();
+        let ip = Ipv4Addr::from(initiator);
+        st.avs
+            .get(cq_ep_av)
+            .and_then(|a| a.as_ref())
+            .and_then(|a| a.addrs.iter().position(|x| x.is_some_and(|x| x.ip == ip)))
+            .map_or(flags::ADDR_UNSPEC, |i| i as u64)
+    }
+
+    // ---- the CM ------------------------------------------------------------------------
+
+    fn on_cm_event(&self, ev: ConnEvent) {
+        match ev {
+            ConnEvent::Request(req) => {
+                let ours = self.lock().listening.contains(&req.port);
+                if ours {
+                    match self.handle.accept(req.id, &[]) {
+                        Ok(qp) => {
+                            self.lock().accepted.insert(req.id, Some(qp));
+                        }
+                        Err(e) => log_warn(&format!("accepting connection {}: {e}", req.id)),
+                    }
+                } else {
+                    let _ = self.handle.reject(req.id, &[]);
+                }
+            }
+            ConnEvent::Established { id, qp, .. } => {
+                let mut st = self.lock();
+                if let (Some(qp), Some(key)) = (qp, st.ids.get(&id).copied()) {
+                    st.conns.insert(key, Conn::Up(qp));
+                }
+            }
+            ConnEvent::Rejected { id, .. } => self.failed(id, err::ECONNREFUSED),
+            ConnEvent::TimedOut { id } => self.failed(id, err::ETIMEDOUT),
+            ConnEvent::Unreachable { id } => self.failed(id, err::EHOSTUNREACH),
+            ConnEvent::Disconnected { id } => {
+                let mut st = self.lock();
+                st.accepted.remove(&id);
+                if let Some(key) = st.ids.remove(&id) {
+                    st.conns.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn failed(&self, id: u32, e: i32) {
+        let mut st = self.lock();
+        if let Some(key) = st.ids.remove(&id) {
+            st.conns.insert(key, Conn::Failed(e));
+        }
+    }
+
+    /// The connections this process made that are up, and those it accepted.
+    pub fn connections(&self) -> (usize, usize) {
+        let st = self.lock();
+        (
+            st.conns
+                .values()
+                .filter(|c| matches!(c, Conn::Up(_)))
+                .count(),
+            st.accepted.len(),
+        )
+    }
+}
+
+fn put<T>(v: &mut Vec<Option<T>>, x: T) -> usize {
+    match v.iter().position(Option::is_none) {
+        Some(i) => {
+            v[i] = Some(x);
+            i
+        }
+        None => {
+            v.push(Some(x));
+            v.len() - 1
+        }
+    }
+}
+
+/// The libfabric error for an engine completion status.
+fn status_errno(s: WcStatus) -> i32 {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::LocalLengthError => err::EMSGSIZE,
+        WcStatus::LocalProtectionError | WcStatus::RemoteAccessError => err::EACCES,
+        WcStatus::RetryExceeded | WcStatus::RnrRetryExceeded => err::ETIMEDOUT,
+        WcStatus::WrFlushError => err::ECANCELED,
+        _ => err::EIO,
+    }
+}
+
+/// Where the provider's warnings go: libfabric's log, through the FFI layer.
+pub fn log_warn(msg: &str) {
+    crate::ffi::log(crate::ffi::Level::Warn, msg);
+}

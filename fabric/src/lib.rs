@@ -1,0 +1,18 @@
+//! Portico as a libfabric provider: `libportico-fi.so`, loaded by the system's libfabric
+//! (`FI_PROVIDER_PATH`), so that unmodified libfabric programs (fi_pingpong, Open MPI's
+//! `mtl ofi`) run over the engine and its offloads. See `docs/libfabric.md`.
+//!
+//! - [`params`]: the `FI_PORTICO_*` parameters, pure.
+//! - [`addr`]: the endpoint address (`FI_SOCKADDR_IN` with the endpoint's index), pure.
+//! - [`info`]: what `fi_getinfo` offers and the check of the application's hints, pure.
+//! - [`engine`]: the process's one engine and the provider's state, safe Rust.
+//! - `ffi`: the C boundary, every `fid` object and ops table (the crate's only `unsafe`).
+//! - [`sys`]: libfabric's types, from its installed headers by bindgen.
+
+pub mod addr;
+pub mod engine;
+mod ffi;
+mod flags;
+pub mod info;
+pub mod params;
+pub mod sys;

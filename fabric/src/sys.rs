@@ -1,0 +1,9 @@
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    unsafe_op_in_unsafe_fn,
+    clippy::all
+)]
+include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
