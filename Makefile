@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PORTICO := target/release/portico
 
-.PHONY: all deps build run run-loopback test lint bench bench-fwd hugepages clean
+.PHONY: all deps build provider run run-loopback test lint bench bench-fwd hugepages clean
 
 all: build
 
@@ -14,6 +14,16 @@ deps:
 
 build: deps
 	$(CARGO) build --release
+	@mkdir -p target/release/fabric
+	@cp target/release/libportico_fi.so target/release/fabric/libportico-fi.so
+
+# The libfabric provider, where libfabric looks for it:
+#   FI_PROVIDER_PATH=target/release/fabric FI_PORTICO_DEV=... FI_PORTICO_IP=... fi_info -p portico
+provider: deps
+	$(CARGO) build --release -p portico-fabric
+	@mkdir -p target/release/fabric
+	@cp target/release/libportico_fi.so target/release/fabric/libportico-fi.so
+	@echo "provider: FI_PROVIDER_PATH=$(CURDIR)/target/release/fabric (docs/libfabric.md)"
 
 hugepages:
 	@scripts/hugepages.sh
@@ -39,7 +49,7 @@ lint: deps
 # corpus (scripts/fuzz.sh, docs/fuzzing.md). Ends with the fuzz summary and one line that adds
 # up every test binary's result.
 FUZZ_SECONDS ?= 30
-RELEASE_TESTS := --test bench_verify_every_op --test memif_soak
+RELEASE_TESTS := --test bench_verify_every_op --test memif_soak --test programs
 test: lint
 	@scripts/check-layers.sh
 	@mkdir -p target

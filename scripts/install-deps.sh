@@ -3,11 +3,14 @@
 # PMDs, dpdk-testpmd), clang/libclang for bindgen, pkg-config, g++ (libFuzzer, built by the fuzz
 # targets), and for the tests iproute2 (network namespaces), python3-scapy (an independent
 # RoCEv2 peer), tshark (captures of Portico's extensions must still decode as RoCEv2) and
-# valgrind (memcheck of the engine's tests, scripts/valgrind.sh).
+# valgrind (memcheck of the engine's tests, scripts/valgrind.sh); libfabric's headers and tools
+# (the provider in fabric/ is built against libfabric-dev and tested with fi_info and
+# fi_pingpong from libfabric-bin), Open MPI and NetPIPE (MPI programs over the provider).
 # Idempotent: does nothing when everything is there. Uses sudo when not run as root.
 set -euo pipefail
 
-packages=(libdpdk-dev dpdk dpdk-dev clang libclang-dev pkg-config make g++ iproute2 python3-scapy tshark valgrind)
+packages=(libdpdk-dev dpdk dpdk-dev clang libclang-dev pkg-config make g++ iproute2 python3-scapy tshark valgrind
+    libfabric-dev libfabric-bin openmpi-bin libopenmpi-dev netpipe-openmpi)
 
 missing=()
 for p in "${packages[@]}"; do

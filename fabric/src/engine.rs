@@ -174,6 +174,7 @@ pub struct Engine {
     /// Overflow buffers: one mapping, [`OVERFLOW_BUFFERS`] per LPE endpoint.
     overflow: MemoryRegion,
     overflow_slot: usize,
+    borrow: Borrow,
     stop: Arc<AtomicBool>,
     cm_events: portico::rdma::cm::CmEvents,
     cm_thread: Mutex<Option<JoinHandle<()>>>,
@@ -194,6 +195,10 @@ pub enum StartError {
 
 static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
 
+/// Makes a [`Mapping`] of the application's own memory (`len` bytes at an address), under
+/// libfabric's registration contract: the FFI layer's, where that promise is made.
+pub type Borrow = fn(usize, usize) -> Result<Arc<Mapping>, String>;
+
 /// The running engine, if one was started.
 pub fn running() -> Option<Arc<Engine>> {
     ENGINE.lock().ok()?.clone()
@@ -203,6 +208,7 @@ pub fn running() -> Option<Arc<Engine>> {
 /// `around_eal` runs EAL's start (it restores the thread's CPU affinity, which EAL changes).
 pub fn get_or_start(
     settings: &Settings,
+    borrow: Borrow,
     around_eal: impl FnOnce(&mut dyn FnMut() -> Result<(), String>) -> Result<(), String>,
 ) -> Result<Arc<Engine>, StartError> {
     let mut slot = ENGINE
@@ -211,7 +217,7 @@ pub fn get_or_start(
     if let Some(e) = slot.as_ref() {
         return Ok(e.clone());
     }
-    let engine = Arc::new(Engine::start(settings, around_eal)?);
+    let engine = Arc::new(Engine::start(settings, borrow, around_eal)?);
     let weak = Arc::downgrade(&engine);
     let stop = engine.stop.clone();
     {
@@ -242,7 +248,7 @@ fn config_text(s: &Settings, core: usize) -> String {
         "[eal]\nargs = [\"--file-prefix=portico-fi-{pid}\", {eal}]\n\n\
          [rdma]\nport = {dev:?}\ncore = {core}\nmac = \"{mac}\"\nip = \"{ip}\"\n\
          qpn = 0x10\npeer_mac = \"02:00:00:00:00:01\"\npeer_ip = \"192.0.2.1\"\npeer_qpn = 0x10\n\
-         mtu = {mtu}\nregion_len = 4096\n\n[runtime]\npolling = \"{polling}\"\n",
+         mtu = {mtu}\nregion_len = 4096\n\n[runtime]\npolling = \"{polling}\"\nmax_sleep_us = {sleep}\n",
         pid = std::process::id(),
         eal = eal.join(", "),
         dev = s.dev,
@@ -250,12 +256,14 @@ fn config_text(s: &Settings, core: usize) -> String {
         ip = s.ip,
         mtu = s.mtu,
         polling = if s.adaptive { "adaptive" } else { "busy" },
+        sleep = s.max_sleep_us,
     )
 }
 
 impl Engine {
     fn start(
         s: &Settings,
+        borrow: Borrow,
         around_eal: impl FnOnce(&mut dyn FnMut() -> Result<(), String>) -> Result<(), String>,
     ) -> Result<Engine, StartError> {
         let cores = portico::app::available_cores();
@@ -317,15 +325,10 @@ impl Engine {
             .ok_or_else(|| StartError::Failed("the engine started without its tag port".into()))?;
         let handle = std::mem::replace(&mut peer.handle, RdmaHandle::new().0);
         // The whole address space, for local access only: 4 KiB up to 2^47.
-        let span = (1usize << 47) - 8192;
-        // SAFETY: see `Mapping::borrowed`. This region is used for local access only: the
-        // engine reads and writes through it exactly the buffers the application names in
-        // its operations, which libfabric's contract makes the application keep valid until
-        // they complete. No key of it leaves the process.
-        let all = unsafe { Mapping::borrowed(4096 as *mut u8, span) }
+        let all = borrow(4096, (1usize << 47) - 8192)
             .map_err(|e| StartError::Failed(format!("the local region: {e}")))?;
         let implicit = handle
-            .register_all(&Arc::new(all), Access::LOCAL_WRITE)
+            .register_all(&all, Access::LOCAL_WRITE)
             .map_err(|e| StartError::Failed(format!("registering the local region: {e}")))?;
         let inject = Arc::new(
             Mapping::anonymous(info::QUEUE_SIZE * info::INJECT_SIZE)
@@ -362,6 +365,7 @@ impl Engine {
             inject,
             overflow,
             overflow_slot,
+            borrow,
             stop: Arc::new(AtomicBool::new(false)),
             cm_events,
             cm_thread: Mutex::new(None),
@@ -595,13 +599,8 @@ impl Engine {
         if access == 0 || access & flags::REMOTE_WRITE != 0 {
             a = a | Access::REMOTE_WRITE;
         }
-        // SAFETY: the application registers memory it owns and keeps it mapped until it
-        // closes the MR (libfabric's registration contract, as verbs'); `MrObj`'s close
-        // deregisters before the mapping's record is dropped.
-        let map = unsafe { Mapping::borrowed(addr as *mut u8, len) }.map_err(|e| e.to_string())?;
-        self.handle
-            .register_all(&Arc::new(map), a)
-            .map_err(|e| e.to_string())
+        let map = (self.borrow)(addr, len)?;
+        self.handle.register_all(&map, a).map_err(|e| e.to_string())
     }
 
     pub fn mr_close(&self, mr: MemoryRegion) -> Result<(), String> {

@@ -625,6 +625,18 @@ fn keeping_affinity(f: &mut dyn FnMut() -> Result<(), String>) -> Result<(), Str
     }
 }
 
+/// The application's memory as a [`pmem::Mapping`], registered in place.
+fn borrow(addr: usize, len: usize) -> Result<Arc<pmem::Mapping>, String> {
+    // SAFETY: libfabric's registration contract, as verbs': memory the application registers
+    // (fi_mr_reg, or a buffer it names in an operation) stays mapped until it closes the MR
+    // (or the operation completes); the engine touches only the bytes operations name. The
+    // implicit region over the whole address space is used for local access only: no key of
+    // it leaves the process.
+    unsafe { pmem::Mapping::borrowed(addr as *mut u8, len) }
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
 unsafe extern "C" fn fabric_open(
     attr: *mut fi_fabric_attr,
     fabric: *mut *mut fid_fabric,
@@ -656,7 +668,7 @@ unsafe extern "C" fn fabric_open(
                 return neg(err::EINVAL);
             }
         };
-        let engine = match engine::get_or_start(&s, keeping_affinity) {
+        let engine = match engine::get_or_start(&s, borrow, keeping_affinity) {
             Ok(e) => e,
             Err(e) => {
                 log(
@@ -1041,6 +1053,13 @@ unsafe fn cq_read_inner(
                 }
             }
             out.len() as isize
+        }
+        Err(err::EAGAIN) => {
+            // Nothing yet: give the core away for a moment. An application polling in a loop
+            // would otherwise hold the CPU a sleeping worker (adaptive polling, ranks sharing
+            // cores) needs to run on.
+            std::thread::yield_now();
+            -(err::EAGAIN as isize)
         }
         Err(e) => -(e as isize),
     }

@@ -9,10 +9,14 @@
 //! - `ffi`: the C boundary, every `fid` object and ops table (the crate's only `unsafe`).
 //! - [`sys`]: libfabric's types, from its installed headers by bindgen.
 
+#![deny(unsafe_code)]
+
 pub mod addr;
 pub mod engine;
+#[allow(unsafe_code)]
 mod ffi;
 mod flags;
 pub mod info;
 pub mod params;
+#[allow(unsafe_code)]
 pub mod sys;

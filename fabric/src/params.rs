@@ -39,6 +39,10 @@ pub const PARAMS: &[Param] = &[
         help: "adaptive (the default: the worker sleeps when idle, so ranks can share cores) or busy.",
     },
     Param {
+        name: "max_sleep_us",
+        help: "With adaptive polling, the longest an idle worker sleeps, in µs (default 20, at most 10000): the latency a packet waits for a sleeping worker.",
+    },
+    Param {
         name: "port",
         help: "The rdma_cm port of endpoint 0; endpoint n listens on port + n (default 7471).",
     },
@@ -89,6 +93,7 @@ pub struct Settings {
     pub core: Core,
     pub eal: Vec<String>,
     pub adaptive: bool,
+    pub max_sleep_us: u64,
     pub port: u16,
     pub mtu: u32,
     pub endpoints: u16,
@@ -150,6 +155,7 @@ impl Settings {
                 ));
             }
         };
+        let max_sleep_us = number(&get, "max_sleep_us", 20, 1, 10_000)?;
         let port = number(&get, "port", 7471, 1, u64::from(u16::MAX))? as u16;
         let mtu = number(&get, "mtu", 4096, 256, 4096)? as u32;
         if !mtu.is_power_of_two() {
@@ -173,6 +179,7 @@ impl Settings {
             core,
             eal,
             adaptive,
+            max_sleep_us,
             port,
             mtu,
             endpoints,

@@ -1,0 +1,228 @@
+//! Unmodified libfabric programs over the provider: Debian's `fi_info` and `fi_pingpong`
+//! (`libfabric-bin`) load `libportico-fi.so` from `FI_PROVIDER_PATH` and run over a
+//! `net_memif` link between two processes, with `fi_pingpong -c` checking every byte.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// A folder holding the provider under the name libfabric looks for (`lib<name>-fi.so`).
+fn provider_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let built = [
+        deps.join("libportico_fi.so"),
+        deps.parent().unwrap().join("libportico_fi.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .expect("libportico_fi.so beside the test binary (cargo builds the cdylib with the crate)");
+    static N: AtomicU16 = AtomicU16::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = deps
+        .parent()
+        .unwrap()
+        .join(format!("fabric-test-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&built, dir.join("libportico-fi.so")).unwrap();
+    dir
+}
+
+fn fi(cmd: &str, dir: &Path) -> Command {
+    let mut c = Command::new(cmd);
+    c.env("FI_PROVIDER_PATH", dir).env_remove("FI_LOG_LEVEL");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FI_PORTICO_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn fi_info_lists_the_provider_its_endpoint_and_its_parameters() {
+    let dir = provider_dir();
+    let out = fi("fi_info", &dir)
+        .args(["-p", "portico", "-v"])
+        .env("FI_PORTICO_DEV", "net_tap0,iface=pfi0")
+        .env("FI_PORTICO_IP", "10.77.0.1")
+        .output()
+        .expect("fi_info (libfabric-bin, scripts/install-deps.sh)");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for want in [
+        "prov_name: portico",
+        "name: portico",
+        "name: net_tap0",
+        "type: FI_EP_RDM",
+        "FI_MSG",
+        "FI_TAGGED",
+        "FI_DIRECTED_RECV",
+        "FI_THREAD_SAFE",
+        "FI_PROGRESS_AUTO",
+        "FI_MR_PROV_KEY",
+        "FI_MR_VIRT_ADDR",
+        "FI_SOCKADDR_IN",
+        "inject_size: 256",
+    ] {
+        assert!(t.contains(want), "fi_info -v lacks {want:?}:\n{t}");
+    }
+    // Every parameter is declared, so `fi_info -e` lists it.
+    let env = fi("fi_info", &dir).arg("-e").output().unwrap();
+    let e = text(&env);
+    for p in [
+        "FI_PORTICO_DEV",
+        "FI_PORTICO_IP",
+        "FI_PORTICO_CORES",
+        "FI_PORTICO_EAL",
+        "FI_PORTICO_POLLING",
+    ] {
+        assert!(e.contains(p), "fi_info -e lacks {p}");
+    }
+    // Not configured: nothing offered, no error.
+    let none = fi("fi_info", &dir)
+        .args(["-p", "portico"])
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    assert!(!text(&none).contains("provider: portico"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_bad_parameter_fails_fi_getinfo_with_a_log_line() {
+    let dir = provider_dir();
+    let out = fi("fi_info", &dir)
+        .args(["-p", "portico"])
+        .env("FI_PORTICO_DEV", "net_tap0")
+        .env("FI_PORTICO_IP", "10.77.0")
+        .env("FI_LOG_LEVEL", "warn")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("FI_PORTICO_IP: \"10.77.0\" is not an IPv4 address"),
+        "{t}"
+    );
+    assert!(t.contains("provider portico returned -22"), "{t}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A fresh TCP port for fi_pingpong's out-of-band exchange.
+fn oob_port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    47000 + (std::process::id() % 500) as u16 * 4 + NEXT.fetch_add(1, Ordering::Relaxed) % 4
+}
+
+fn listening(port: u16) -> bool {
+    let out = Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output();
+    out.map(|o| !o.stdout.is_empty()).unwrap_or(false)
+}
+
+/// One pair of processes at a time: each holds two cores' worth of polling threads.
+static PAIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// fi_pingpong between two processes over net_memif; returns the client's output.
+fn pingpong(dir: &Path, extra: &[&str], size: &str, iters: &str) -> String {
+    let _one = PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = dir.join(format!("memif-{size}-{}", extra.join("")));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let sock = tmp.join("memif.sock");
+    let port = oob_port().to_string();
+    let cores = portico::app::available_cores();
+    let (first, last) = (cores[0], *cores.last().unwrap());
+    let args = |c: &mut Command| {
+        c.args(["-p", "portico", "-e", "rdm", "-c", "-S", size, "-I", iters])
+            .args(extra);
+    };
+    let mut server = fi("fi_pingpong", dir);
+    args(&mut server);
+    server
+        .args(["-B", &port])
+        .env(
+            "FI_PORTICO_DEV",
+            format!("net_memif0,role=server,id=0,socket={}", sock.display()),
+        )
+        .env("FI_PORTICO_IP", "10.78.0.1")
+        .env("FI_PORTICO_CORES", last.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let server = server.spawn().expect("fi_pingpong (libfabric-bin)");
+    let start = Instant::now();
+    while !listening(port.parse().unwrap()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the fi_pingpong server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut client = fi("fi_pingpong", dir);
+    args(&mut client);
+    let client = client
+        .args(["-P", &port, "127.0.0.1"])
+        .env(
+            "FI_PORTICO_DEV",
+            format!("net_memif0,role=client,id=0,socket={}", sock.display()),
+        )
+        .env("FI_PORTICO_IP", "10.78.0.2")
+        .env("FI_PORTICO_CORES", first.to_string())
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (c, s) = (text(&client), text(&server));
+    assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
+    assert!(server.status.success(), "server failed:\n{s}\nclient:\n{c}");
+    std::fs::remove_dir_all(&tmp).ok();
+    c
+}
+
+/// The result line: bytes, sent and acknowledged counts.
+fn counts(out: &str) -> (String, u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .is_some_and(|w| w.starts_with('='))
+        })
+        .unwrap_or_else(|| panic!("no result line in:\n{out}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    (
+        w[0].to_string(),
+        w[1].parse().unwrap(),
+        w[2][1..].parse().unwrap(),
+    )
+}
+
+#[test]
+fn fi_pingpong_rdm_messages_over_memif_every_byte_checked() {
+    let dir = provider_dir();
+    // Eager (64 B, 4 KiB) and rendezvous (64 KiB: the target pulls it) messages.
+    for (size, label) in [("64", "64"), ("4096", "4k"), ("65536", "64k")] {
+        let out = pingpong(&dir, &[], size, "50");
+        assert_eq!(counts(&out), (label.to_string(), 50, 50), "{out}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn fi_pingpong_rdm_tagged_over_memif_every_byte_checked() {
+    let dir = provider_dir();
+    for (size, label) in [("256", "256"), ("1048576", "1m")] {
+        let out = pingpong(&dir, &["-m", "tagged"], size, "20");
+        assert_eq!(counts(&out), (label.to_string(), 20, 20), "{out}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
