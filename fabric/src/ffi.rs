@@ -71,13 +71,10 @@ pub fn log(level: Level, msg: &str) {
     }
 }
 
-/// Runs `f`, turning a panic into a logged `-FI_EOTHER` (nothing unwinds into C).
-fn guard<T: From<i8>>(what: &str, f: impl FnOnce() -> T) -> T
-where
-    T: Copy,
-{
+/// Runs `f`; a panic is caught (nothing unwinds into C), logged, and comes back as `None`.
+fn guard(what: &str, f: impl FnOnce() -> i64) -> Option<i64> {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(v) => v,
+        Ok(v) => Some(v),
         Err(p) => {
             let why = p
                 .downcast_ref::<String>()
@@ -88,38 +85,19 @@ where
                 Level::Warn,
                 &format!("{what}: internal error (panic: {why}); returning -FI_EOTHER"),
             );
-            // -FI_EOTHER does not fit an i8; the callers map the sentinel.
-            T::from(i8::MIN)
+            None
         }
     }
 }
 
-/// `guard` for entry points that return `int`.
+/// [`guard`] for entry points that return `int`: a panic is `-FI_EOTHER`.
 fn guard_int(what: &str, f: impl FnOnce() -> c_int) -> c_int {
-    let v = guard(what, || Wide(f() as i64)).0;
-    if v == i64::from(i8::MIN) {
-        -(FI_EOTHER as c_int)
-    } else {
-        v as c_int
-    }
+    guard(what, || i64::from(f())).map_or(-(FI_EOTHER as c_int), |v| v as c_int)
 }
 
-/// `guard` for entry points that return `ssize_t`.
+/// [`guard`] for entry points that return `ssize_t`.
 fn guard_size(what: &str, f: impl FnOnce() -> isize) -> isize {
-    let v = guard(what, || Wide(f() as i64)).0;
-    if v == i64::from(i8::MIN) {
-        -(FI_EOTHER as isize)
-    } else {
-        v as isize
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Wide(i64);
-impl From<i8> for Wide {
-    fn from(v: i8) -> Wide {
-        Wide(i64::from(v))
-    }
+    guard(what, || f() as i64).map_or(-(FI_EOTHER as isize), |v| v as isize)
 }
 
 fn neg(e: i32) -> c_int {
@@ -2225,4 +2203,40 @@ unsafe extern "C" fn t_injectdata(
         flags::TAGGED,
         true,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_never_crosses_the_boundary() {
+        assert_eq!(guard_int("test", || panic!("boom")), -(FI_EOTHER as c_int));
+        assert_eq!(guard_size("test", || panic!("boom")), -(FI_EOTHER as isize));
+        assert_eq!(guard_int("test", || 7), 7);
+    }
+
+    #[test]
+    fn null_arguments_are_refused_not_dereferenced() {
+        // SAFETY: every pointer is null, which each entry point checks first.
+        unsafe {
+            assert_eq!(
+                getinfo(0, null(), null(), 0, null(), null_mut()),
+                -(err::EINVAL)
+            );
+            assert_eq!(cq_read(null_mut(), null_mut(), 1), -(err::EINVAL as isize));
+            assert_eq!(
+                av_insert(null_mut(), null(), 0, null_mut(), 0, null_mut()),
+                -(err::EINVAL)
+            );
+            assert_eq!(
+                ep_getname(null_mut(), null_mut(), null_mut()),
+                -(err::EINVAL)
+            );
+            assert_eq!(
+                msg_send(null_mut(), null(), 0, null_mut(), 0, null_mut()),
+                -(err::EINVAL as isize)
+            );
+        }
+    }
 }

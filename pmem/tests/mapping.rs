@@ -220,10 +220,17 @@ fn borrowed_memory_is_read_and_written_in_place_and_left_mapped() {
     let mut buf = vec![0u8; 4096];
     // SAFETY: `buf` outlives the mapping and nothing else touches it meanwhile.
     let map = unsafe { Mapping::borrowed(buf.as_mut_ptr(), buf.len()) }.unwrap();
-    assert_eq!(map.as_ptr(), buf.as_ptr(), "registered in place, not copied");
+    assert_eq!(
+        map.as_ptr(),
+        buf.as_ptr(),
+        "registered in place, not copied"
+    );
     assert_eq!(map.kind(), pmem::Kind::Application);
     map.write(100, b"portico").unwrap();
-    assert!(map.write(4095, b"xx").is_err(), "bounds are the borrowed range's");
+    assert!(
+        map.write(4095, b"xx").is_err(),
+        "bounds are the borrowed range's"
+    );
     map.persist(0, 4096).unwrap();
     drop(map);
     // Dropping the mapping left the application's memory mapped and as written.
