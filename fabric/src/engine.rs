@@ -765,6 +765,88 @@ impl Engine {
         Ok(())
     }
 
+    /// An RMA operation: `fi_write` (or `fi_inject_write`, its bytes in `inline`) of `len`
+    /// bytes at `buf` to `addr` under `key` at `dest`, or `fi_read` of them into `buf`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rma(
+        &self,
+        ep: usize,
+        read: bool,
+        buf: u64,
+        len: usize,
+        lkey: Option<u32>,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        context: u64,
+        op_flags: u64,
+        inline: Option<&[u8]>,
+    ) -> Result<(), i32> {
+        if len as u64 > info::MAX_MSG_SIZE || key > u64::from(u32::MAX) {
+            return Err(if key > u64::from(u32::MAX) {
+                err::EINVAL
+            } else {
+                err::EMSGSIZE
+            });
+        }
+        let mut st = self.lock();
+        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        if !e.enabled {
+            return Err(err::EINVAL);
+        }
+        let dest = Self::dest(&st, &e, dest)?;
+        self.qp_to(&mut st, dest)?;
+        let mut op = Op {
+            context,
+            cq: None,
+            flags: flags::RMA | if read { flags::READ } else { flags::WRITE },
+            buf,
+            len: len as u64,
+            inject: None,
+            temp: None,
+        };
+        let wants = inline.is_none()
+            && (!e.tx_selective
+                || op_flags & flags::COMPLETION != 0
+                || e.tx_op_flags & flags::COMPLETION != 0);
+        if wants {
+            op.cq = e.tx_cq;
+        }
+        let sgl = match inline {
+            Some(bytes) => {
+                let slot = st.inject_free.pop().ok_or(err::EAGAIN)?;
+                let at = slot * info::INJECT_SIZE;
+                self.inject.write(at, bytes).map_err(|_| err::EINVAL)?;
+                op.inject = Some(slot);
+                SgList::one(
+                    self.implicit.lkey(),
+                    self.inject.as_ptr() as u64 + at as u64,
+                    bytes.len() as u32,
+                )
+            }
+            None => SgList::one(lkey.unwrap_or(self.implicit.lkey()), buf, len as u32),
+        };
+        let inject = op.inject;
+        let id = Self::new_op(&mut st, op);
+        let wr = if read {
+            WorkRequest::read(id as u64, sgl, addr, key as u32)
+        } else {
+            WorkRequest::write(id as u64, sgl, addr, key as u32, None)
+        };
+        let posted = match self.qp_to(&mut st, dest) {
+            Ok(qp) => qp.post_send(&[wr]).map_err(|_| err::EAGAIN),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = posted {
+            Self::take_op(&mut st, id);
+            if let Some(slot) = inject {
+                st.inject_free.push(slot);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// A receive (`tagged`: `fi_trecv` with `tag` and `ignore`; else `fi_recv`) into `len`
     /// bytes at `buf`, from `src` (`FI_ADDR_UNSPEC`: anyone).
     #[allow(clippy::too_many_arguments)]

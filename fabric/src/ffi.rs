@@ -459,13 +459,6 @@ enosys! {
     no_reject(*mut fid_pep, fid_t, *const c_void, usize) -> c_int;
     no_shutdown(*mut fid_ep, u64) -> c_int;
     no_join(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int;
-    no_rma_read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    no_rma_readv(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    no_rma_readmsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
-    no_rma_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    no_rma_writev(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    no_rma_writemsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
-    no_rma_inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize;
     no_rma_writedata(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void) -> isize;
     no_rma_injectdata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize;
     no_atomic_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize;
@@ -1522,13 +1515,13 @@ static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
 
 static RMA_OPS: fi_ops_rma = fi_ops_rma {
     size: size_of::<fi_ops_rma>(),
-    read: Some(no_rma_read),
-    readv: Some(no_rma_readv),
-    readmsg: Some(no_rma_readmsg),
-    write: Some(no_rma_write),
-    writev: Some(no_rma_writev),
-    writemsg: Some(no_rma_writemsg),
-    inject: Some(no_rma_inject),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
     writedata: Some(no_rma_writedata),
     injectdata: Some(no_rma_injectdata),
 };
@@ -2239,4 +2232,225 @@ mod tests {
             );
         }
     }
+}
+
+// ---- RMA ---------------------------------------------------------------------------------
+
+#[allow(clippy::too_many_arguments)]
+fn rma(
+    ep: *mut fid_ep,
+    read: bool,
+    buf: u64,
+    len: usize,
+    lkey: Option<u32>,
+    dest: u64,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+    flags: u64,
+    inject: bool,
+) -> isize {
+    guard_size(if read { "fi_read" } else { "fi_write" }, || {
+        // SAFETY: our EpObj.
+        let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
+            return -(err::EINVAL as isize);
+        };
+        let inline = if inject {
+            if len > info::INJECT_SIZE || (len > 0 && buf == 0) {
+                return -(err::EINVAL as isize);
+            }
+            // SAFETY: the application's `len` bytes at `buf` (fi_inject_write(3)), copied now.
+            Some(if len == 0 {
+                &[][..]
+            } else {
+                unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+            })
+        } else {
+            None
+        };
+        match e.engine.rma(
+            e.id,
+            read,
+            buf,
+            len,
+            lkey,
+            dest,
+            addr,
+            key,
+            context as u64,
+            flags,
+            inline,
+        ) {
+            Ok(()) => 0,
+            Err(x) => -(x as isize),
+        }
+    })
+}
+
+/// One RMA iovec of a message.
+unsafe fn one_rma_iov(iov: *const fi_rma_iov, count: usize) -> Result<(u64, u64), i32> {
+    if count != 1 || iov.is_null() {
+        return Err(if count > 1 { err::ENOSYS } else { err::EINVAL });
+    }
+    // SAFETY: `iov` holds `count` (one) entries.
+    let r = unsafe { *iov };
+    Ok((r.addr, r.key))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_read(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    rma(
+        ep,
+        true,
+        buf as u64,
+        len,
+        desc_lkey(desc),
+        src,
+        addr,
+        key,
+        context,
+        0,
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_readv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    // SAFETY: the application's iovecs.
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((b, l, k)) => rma(ep, true, b, l, k, src, addr, key, context, 0, false),
+        Err(e) => -(e as isize),
+    }
+}
+
+unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    // SAFETY: the application's message.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return -(err::EINVAL as isize);
+    };
+    let (addr, key) = match unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) } {
+        Ok(x) => x,
+        Err(e) => return -(e as isize),
+    };
+    match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
+        Ok((b, l, k)) => rma(
+            ep, true, b, l, k, m.addr, addr, key, m.context, flags, false,
+        ),
+        Err(e) => -(e as isize),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    rma(
+        ep,
+        false,
+        buf as u64,
+        len,
+        desc_lkey(desc),
+        dest,
+        addr,
+        key,
+        context,
+        0,
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_writev(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    // SAFETY: the application's iovecs.
+    match unsafe { one_iov(iov, desc, count) } {
+        Ok((b, l, k)) => rma(ep, false, b, l, k, dest, addr, key, context, 0, false),
+        Err(e) => -(e as isize),
+    }
+}
+
+unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    // SAFETY: the application's message.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return -(err::EINVAL as isize);
+    };
+    if flags & flags::REMOTE_CQ_DATA != 0 {
+        return -(err::ENOSYS as isize);
+    }
+    let (addr, key) = match unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) } {
+        Ok(x) => x,
+        Err(e) => return -(e as isize),
+    };
+    match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
+        Ok((b, l, k)) => rma(
+            ep,
+            false,
+            b,
+            l,
+            k,
+            m.addr,
+            addr,
+            key,
+            m.context,
+            flags,
+            flags & flags::INJECT != 0,
+        ),
+        Err(e) => -(e as isize),
+    }
+}
+
+unsafe extern "C" fn rma_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    rma(
+        ep,
+        false,
+        buf as u64,
+        len,
+        None,
+        dest,
+        addr,
+        key,
+        null_mut(),
+        0,
+        true,
+    )
 }

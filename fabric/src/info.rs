@@ -17,7 +17,7 @@ pub const FABRIC: &str = "portico";
 pub const PRIMARY: u64 =
     MSG | TAGGED | RMA | READ | WRITE | RECV | SEND | REMOTE_READ | REMOTE_WRITE;
 /// Secondary capabilities the provider has without being asked.
-pub const SECONDARY: u64 = SOURCE | DIRECTED_RECV | LOCAL_COMM | REMOTE_COMM | RMA_EVENT;
+pub const SECONDARY: u64 = SOURCE | DIRECTED_RECV | LOCAL_COMM | REMOTE_COMM;
 /// Operation flags endpoints accept.
 pub const OP_FLAGS: u64 =
     COMPLETION | INJECT | TRANSMIT_COMPLETE | DELIVERY_COMPLETE | REMOTE_CQ_DATA;
@@ -275,9 +275,7 @@ pub fn offer(
     let caps = if h.caps == 0 {
         PRIMARY | SECONDARY
     } else {
-        with_implied(h.caps)
-            | (SECONDARY & !(SOURCE | DIRECTED_RECV | RMA_EVENT))
-            | (h.caps & SECONDARY)
+        with_implied(h.caps) | (SECONDARY & !(SOURCE | DIRECTED_RECV)) | (h.caps & SECONDARY)
     };
     Ok(Offer {
         caps,

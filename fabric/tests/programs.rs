@@ -226,3 +226,52 @@ fn fi_pingpong_rdm_tagged_over_memif_every_byte_checked() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Builds one of the C programs in `tests/c` against the installed libfabric.
+fn build_c(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let bin = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-lfabric")
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "building {name}: {}", text(&out));
+    bin
+}
+
+#[test]
+fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
+    let _one = PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = provider_dir();
+    let bin = build_c("rma_check", &dir);
+    let sock = dir.join("memif.sock");
+    let cores = portico::app::available_cores();
+    let spawn = |role: &str, ip: &str, core: usize| {
+        fi(bin.to_str().unwrap(), &dir)
+            .args([role, dir.to_str().unwrap()])
+            .env(
+                "FI_PORTICO_DEV",
+                format!("net_memif0,role={role},id=0,socket={}", sock.display()),
+            )
+            .env("FI_PORTICO_IP", ip)
+            .env("FI_PORTICO_CORES", core.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let server = spawn("server", "10.78.1.1", *cores.last().unwrap());
+    let client = spawn("client", "10.78.1.2", cores[0])
+        .wait_with_output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (c, s) = (text(&client), text(&server));
+    assert!(client.status.success(), "client:\n{c}\nserver:\n{s}");
+    assert!(server.status.success(), "server:\n{s}\nclient:\n{c}");
+    assert!(c.contains("out-of-bounds READ refused"), "{c}");
+    assert!(s.contains("262144 bytes as written"), "{s}");
+    std::fs::remove_dir_all(&dir).ok();
+}

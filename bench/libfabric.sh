@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# fi_pingpong (Debian's libfabric-bin, unmodified) over Portico's provider and, in the same run,
+# over libfabric's own tcp;ofi_rxm and shm providers on this machine: one-way latency (half the
+# round trip, fi_pingpong's usec/xfer) at 8 B and 4 KiB, bandwidth at 1 MiB. Each case runs
+# RUNS times, interleaved across providers (this VM has fast and slow phases); the medians
+# and Portico's ratio to each reference are printed, and every run's line is kept in
+# target/libfabric-bench/ (RDM endpoints; Portico's two processes over net_memif).
+#
+#   bench/libfabric.sh            # RUNS=5, ITERS=2000 (1 MiB: ITERS/10)
+#   RUNS=3 ITERS=500 bench/libfabric.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+ITERS=${ITERS:-2000}
+MODE=${MODE:-msg}   # msg or tagged (fi_pingpong -m)
+out=target/libfabric-bench
+mkdir -p "$out"
+make -s provider >/dev/null
+export FI_PROVIDER_PATH=$PWD/target/release/fabric
+cores=$(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(c[0], c[-1])')
+first=${cores% *}
+last=${cores#* }
+port=47800
+
+wait_listen() {
+    for _ in $(seq 200); do
+        ss -ltnH "sport = :$1" | grep -q . && return 0
+        sleep 0.05
+    done
+    echo "libfabric.sh: the fi_pingpong server never listened on $1" >&2
+    return 1
+}
+
+# run PROVIDER SIZE ITERS -> prints fi_pingpong's result line (client side)
+run() {
+    local prov=$1 size=$2 iters=$3 sock=/tmp/portico-fi-bench-$$.sock
+    port=$((port + 1))
+    local args=(-p "$prov" -e rdm -m "$MODE" -S "$size" -I "$iters")
+    rm -f "$sock"
+    if [[ $prov == portico ]]; then
+        FI_PORTICO_DEV="net_memif0,role=server,id=0,socket=$sock" FI_PORTICO_IP=10.79.0.1 \
+            FI_PORTICO_CORES=$last timeout 120 fi_pingpong "${args[@]}" -B $port >"$out/server.log" 2>&1 &
+    else
+        timeout 120 fi_pingpong "${args[@]}" -B $port >"$out/server.log" 2>&1 &
+    fi
+    local server=$!
+    wait_listen $port
+    local line
+    if [[ $prov == portico ]]; then
+        line=$(FI_PORTICO_DEV="net_memif0,role=client,id=0,socket=$sock" FI_PORTICO_IP=10.79.0.2 \
+            FI_PORTICO_CORES=$first timeout 120 fi_pingpong "${args[@]}" -P $port 127.0.0.1 2>&1 | tail -1)
+    else
+        line=$(timeout 120 fi_pingpong "${args[@]}" -P $port 127.0.0.1 2>&1 | tail -1)
+    fi
+    wait $server || true
+    rm -f "$sock"
+    echo "$line"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+providers=(portico "tcp;ofi_rxm" shm)
+cases=("8 lat" "4096 lat" "1048576 bw")
+: >"$out/runs.txt"
+for r in $(seq "$RUNS"); do
+    for c in "${cases[@]}"; do
+        set -- $c
+        size=$1
+        iters=$ITERS
+        [[ $size == 1048576 ]] && iters=$((ITERS / 10))
+        for p in "${providers[@]}"; do
+            line=$(run "$p" "$size" "$iters")
+            echo "$r $p $size $line" >>"$out/runs.txt"
+        done
+    done
+done
+
+printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" shm "portico / tcp, / shm"
+for c in "${cases[@]}"; do
+    set -- $c
+    size=$1 kind=$2
+    declare -A med=()
+    for p in "${providers[@]}"; do
+        # fi_pingpong's columns: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+        col=$([[ $kind == lat ]] && echo 10 || echo 9)
+        med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$out/runs.txt" | median)
+    done
+    unit=$([[ $kind == lat ]] && echo "us one-way" || echo "MB/s")
+    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[shm]}" \
+        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[shm]}" | bc -l)"
+done
+echo "runs: $RUNS per case, interleaved; every line in $out/runs.txt"

@@ -1,0 +1,208 @@
+/* fi_write, fi_read and fi_inject_write over the Portico provider between two processes,
+ * every byte checked on both sides; and a READ outside the target's region, which must come
+ * back as an error completion (the target's NAK), touching nothing.
+ *
+ *   rma_check server DIR     registers a 256 KiB region, writes DIR/server (its address, the
+ *                            region's address and key), waits for DIR/done, checks the region
+ *   rma_check client DIR     reads DIR/server, writes, reads back, injects, reads out of bounds
+ *
+ * Built by fabric/tests/programs.rs with `cc rma_check.c -lfabric`; plain libfabric calls,
+ * nothing of Portico's. Exits 0 when every check holds, 1 (with a line on stderr) otherwise.
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LEN (256 * 1024)
+#define CHECK(x)                                                                         \
+	do {                                                                             \
+		long rc_ = (long)(x);                                                    \
+		if (rc_ < 0) {                                                           \
+			fprintf(stderr, "%s:%d: %s = %ld (%s)\n", __FILE__, __LINE__, #x, \
+				rc_, fi_strerror((int)-rc_));                            \
+			exit(1);                                                         \
+		}                                                                        \
+	} while (0)
+#define FAIL(...)                                     \
+	do {                                          \
+		fprintf(stderr, __VA_ARGS__);         \
+		fprintf(stderr, "\n");                \
+		exit(1);                              \
+	} while (0)
+
+static struct fid_fabric *fabric;
+static struct fid_domain *domain;
+static struct fid_ep *ep;
+static struct fid_cq *cq;
+static struct fid_av *av;
+
+static void open_all(void)
+{
+	struct fi_info *hints = fi_allocinfo(), *info;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_RMA | FI_MSG;
+	hints->domain_attr->mr_mode = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+	hints->fabric_attr->prov_name = strdup("portico");
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK(fi_domain(fabric, info, &domain, NULL));
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
+	CHECK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	CHECK(fi_av_open(domain, &av_attr, &av, NULL));
+	CHECK(fi_endpoint(domain, info, &ep, NULL));
+	CHECK(fi_ep_bind(ep, &av->fid, 0));
+	CHECK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	CHECK(fi_enable(ep));
+	fi_freeinfo(hints);
+	fi_freeinfo(info);
+}
+
+/* Waits for one completion of `ctx`; returns 0, or the error entry's err. */
+static int wait_one(void *ctx)
+{
+	struct fi_cq_data_entry e;
+	for (int i = 0; i < 20000000; i++) {
+		ssize_t n = fi_cq_read(cq, &e, 1);
+		if (n == 1) {
+			if (e.op_context != ctx)
+				FAIL("completion of %p, expected %p", e.op_context, ctx);
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			CHECK(fi_cq_readerr(cq, &err, 0));
+			if (err.op_context != ctx)
+				FAIL("error completion of %p, expected %p", err.op_context, ctx);
+			return err.err;
+		}
+		if (n != -FI_EAGAIN)
+			CHECK(n);
+		usleep(10);
+	}
+	FAIL("no completion for %p", ctx);
+}
+
+static uint8_t pattern(size_t i) { return (uint8_t)(i * 7 + (i >> 9) + 3); }
+
+int main(int argc, char **argv)
+{
+	if (argc != 3)
+		FAIL("usage: rma_check server|client DIR");
+	char path[4096];
+	open_all();
+	if (!strcmp(argv[1], "server")) {
+		uint8_t *region = aligned_alloc(4096, LEN);
+		memset(region, 0, LEN);
+		struct fid_mr *mr;
+		CHECK(fi_mr_reg(domain, region, LEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+		uint8_t name[64];
+		size_t len = sizeof(name);
+		CHECK(fi_getname(&ep->fid, name, &len));
+		snprintf(path, sizeof(path), "%s/server.tmp", argv[2]);
+		FILE *f = fopen(path, "w");
+		fwrite(&len, sizeof(len), 1, f);
+		fwrite(name, 1, len, f);
+		uint64_t addr = (uintptr_t)region, key = fi_mr_key(mr);
+		fwrite(&addr, 8, 1, f);
+		fwrite(&key, 8, 1, f);
+		fclose(f);
+		char done[4096];
+		snprintf(done, sizeof(done), "%s/server", argv[2]);
+		rename(path, done);
+		snprintf(path, sizeof(path), "%s/done", argv[2]);
+		for (int i = 0; access(path, F_OK) != 0; i++) {
+			if (i > 6000)
+				FAIL("server: the client never finished");
+			usleep(10000);
+		}
+		for (size_t i = 0; i < LEN; i++) {
+			uint8_t want = i < 1024 ? (uint8_t)(0xa0 + i % 16) : pattern(i);
+			if (region[i] != want)
+				FAIL("server: byte %zu is %#x, expected %#x", i, region[i], want);
+		}
+		CHECK(fi_close(&mr->fid));
+		printf("server: %d bytes as written\n", LEN);
+		return 0;
+	}
+	snprintf(path, sizeof(path), "%s/server", argv[2]);
+	FILE *f = NULL;
+	for (int i = 0; !(f = fopen(path, "r")); i++) {
+		if (i > 6000)
+			FAIL("client: no %s", path);
+		usleep(10000);
+	}
+	size_t len;
+	uint8_t name[64];
+	uint64_t raddr, rkey;
+	if (fread(&len, sizeof(len), 1, f) != 1 || len > sizeof(name) || fread(name, 1, len, f) != len ||
+	    fread(&raddr, 8, 1, f) != 1 || fread(&rkey, 8, 1, f) != 1)
+		FAIL("client: bad %s", path);
+	fclose(f);
+	fi_addr_t peer;
+	if (fi_av_insert(av, name, 1, &peer, 0, NULL) != 1)
+		FAIL("client: fi_av_insert");
+	uint8_t *src = aligned_alloc(4096, LEN), *back = aligned_alloc(4096, LEN);
+	for (size_t i = 0; i < LEN; i++)
+		src[i] = pattern(i);
+	memset(back, 0, LEN);
+	struct fid_mr *smr, *bmr;
+	CHECK(fi_mr_reg(domain, src, LEN, FI_WRITE, 0, 0, 0, &smr, NULL));
+	CHECK(fi_mr_reg(domain, back, LEN, FI_READ, 0, 0, 0, &bmr, NULL));
+	int ctx[4];
+	ssize_t rc;
+	/* The first operation connects: -FI_EAGAIN until the connection is up. */
+	while ((rc = fi_write(ep, src, LEN, fi_mr_desc(smr), peer, raddr, rkey, &ctx[0])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[0]))
+		FAIL("client: fi_write failed");
+	while ((rc = fi_read(ep, back, LEN, fi_mr_desc(bmr), peer, raddr, rkey, &ctx[1])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[1]))
+		FAIL("client: fi_read failed");
+	if (memcmp(src, back, LEN))
+		FAIL("client: the READ brought back other bytes than the WRITE put");
+	/* fi_inject_write: the buffer is ours again on return (overwritten at once). */
+	uint8_t small[1024];
+	for (int i = 0; i < 1024; i++)
+		small[i] = (uint8_t)(0xa0 + i % 16);
+	for (int at = 0; at < 1024; at += 256) {
+		while ((rc = fi_inject_write(ep, small + at, 256, peer, raddr + at, rkey)) == -FI_EAGAIN)
+			usleep(100);
+		CHECK(rc);
+		memset(small + at, 0xee, 256);
+	}
+	/* Read the injected bytes back, with no descriptor (any local buffer is valid). */
+	uint8_t check[1024];
+	while ((rc = fi_read(ep, check, 1024, NULL, peer, raddr, rkey, &ctx[2])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[2]))
+		FAIL("client: fi_read of the injected bytes failed");
+	for (int i = 0; i < 1024; i++)
+		if (check[i] != (uint8_t)(0xa0 + i % 16))
+			FAIL("client: injected byte %d is %#x", i, check[i]);
+	/* Outside the region: refused by the target, an error completion here. */
+	while ((rc = fi_read(ep, check, 64, NULL, peer, raddr + LEN, rkey, &ctx[3])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	int e = wait_one(&ctx[3]);
+	if (e != FI_EACCES)
+		FAIL("client: a READ past the region gave err %d, expected FI_EACCES", e);
+	CHECK(fi_close(&smr->fid));
+	CHECK(fi_close(&bmr->fid));
+	snprintf(path, sizeof(path), "%s/done", argv[2]);
+	fclose(fopen(path, "w"));
+	printf("client: %d bytes written and read back, 1024 injected, out-of-bounds READ refused\n", LEN);
+	return 0;
+}
