@@ -28,7 +28,7 @@ fn main() {
         .derive_default(true)
         .prepend_enum_name(false)
         .allowlist_type("fi_.*|fid.*")
-        .allowlist_function("fi_param_define|fi_param_get|fi_log|fi_log_enabled|fi_dupinfo|fi_freeinfo|fi_allocinfo|fi_tostr|fi_version")
+        .allowlist_function("fi_param_define|fi_param_get|fi_log|fi_log_enabled|fi_dupinfo|fi_freeinfo|fi_allocinfo|fi_tostr|fi_version|fi_strerror")
         .allowlist_var("FI_.*")
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
     for path in &lib.include_paths {

@@ -64,6 +64,9 @@ pub mod err {
     pub const EOTHER: i32 = 256;
 }
 
+/// How long a connection to a peer is retried (REJ: nobody listens yet; no ARP answer: the
+/// link is not up yet; no REP) before an operation to it fails.
+const CONNECT_FOR: Duration = Duration::from_secs(15);
 /// A cookie with this bit names an overflow buffer, not a receive.
 const OVERFLOW: u64 = 1 << 63;
 /// Overflow buffers per list-processing endpoint.
@@ -146,6 +149,9 @@ pub struct State {
     conns: HashMap<(Ipv4Addr, u16), Conn>,
     /// Connection IDs of those connections.
     ids: HashMap<u32, (Ipv4Addr, u16)>,
+    /// When the first attempt to reach a peer was made (connections are retried until
+    /// [`CONNECT_FOR`] has passed).
+    first_try: HashMap<(Ipv4Addr, u16), std::time::Instant>,
     /// Connections accepted (their queue pairs receive; they are kept until they end).
     accepted: HashMap<u32, Option<Qp>>,
     ops: Vec<Option<Op>>,
@@ -347,6 +353,7 @@ impl Engine {
             tags: tag_port,
             conns: HashMap::new(),
             ids: HashMap::new(),
+            first_try: HashMap::new(),
             accepted: HashMap::new(),
             ops: Vec::with_capacity(4 * info::QUEUE_SIZE),
             free_ops: Vec::with_capacity(4 * info::QUEUE_SIZE),
@@ -636,17 +643,22 @@ impl Engine {
             Some(Conn::Up(_)) => {}
             Some(Conn::Connecting) => return Err(err::EAGAIN),
             Some(Conn::Failed(e)) => {
+                // A peer that is not listening yet (its endpoint not enabled), or whose link
+                // is not up yet (ARP unanswered), is asked again until CONNECT_FOR has passed
+                // since the first try; then the failure is the operation's.
                 let e = *e;
+                let first = st.first_try.get(&key).copied();
+                if first.is_some_and(|t| t.elapsed() < CONNECT_FOR) {
+                    self.connect(st, key)?;
+                    return Err(err::EAGAIN);
+                }
                 st.conns.remove(&key);
+                st.first_try.remove(&key);
                 return Err(e);
             }
             None => {
-                let id = self
-                    .handle
-                    .connect(dest.ip, dest.port, &[])
-                    .map_err(|_| err::EAGAIN)?;
-                st.conns.insert(key, Conn::Connecting);
-                st.ids.insert(id, key);
+                st.first_try.insert(key, std::time::Instant::now());
+                self.connect(st, key)?;
                 return Err(err::EAGAIN);
             }
         }
@@ -654,6 +666,16 @@ impl Engine {
             Some(Conn::Up(qp)) => Ok(qp),
             _ => Err(err::EAGAIN),
         }
+    }
+
+    fn connect(&self, st: &mut State, key: (Ipv4Addr, u16)) -> Result<(), i32> {
+        let id = self
+            .handle
+            .connect(key.0, key.1, &[])
+            .map_err(|_| err::EAGAIN)?;
+        st.conns.insert(key, Conn::Connecting);
+        st.ids.insert(id, key);
+        Ok(())
     }
 
     fn dest(st: &State, ep: &EpState, fi_addr: u64) -> Result<EpAddr, i32> {
@@ -738,7 +760,8 @@ impl Engine {
                     }
                     None => self.implicit.lkey(),
                 };
-                SgList::one(key, buf, len as u32)
+                let (k, a) = self.local(Some(key), buf, len);
+                SgList::one(k, a, len as u32)
             }
         };
         let lpe = dest.lpe_endpoint(tagged);
@@ -824,7 +847,10 @@ impl Engine {
                     bytes.len() as u32,
                 )
             }
-            None => SgList::one(lkey.unwrap_or(self.implicit.lkey()), buf, len as u32),
+            None => {
+                let (k, a) = self.local(lkey, buf, len);
+                SgList::one(k, a, len as u32)
+            }
         };
         let inject = op.inject;
         let id = Self::new_op(&mut st, op);
@@ -889,8 +915,10 @@ impl Engine {
             temp: None,
         };
         let id = Self::new_op(&mut st, op);
-        let sge =
-            portico::transport::Sge::new(lkey.unwrap_or(self.implicit.lkey()), buf, len as u32);
+        let sge = {
+            let (k, a) = self.local(lkey, buf, len);
+            portico::transport::Sge::new(k, a, len as u32)
+        };
         let mut entry = if tagged {
             TagEntry::recv(tag, sge, id as u64).with_ignore(ignore)
         } else {
@@ -905,6 +933,17 @@ impl Engine {
             return Err(err::EAGAIN);
         }
         Ok(())
+    }
+
+    /// The key and address a local buffer is named by: its descriptor's region, else the
+    /// local region; a zero-length buffer may be null (MPI's empty messages), which no region
+    /// holds, and is named by the local region's first byte.
+    fn local(&self, lkey: Option<u32>, buf: u64, len: usize) -> (u32, u64) {
+        if len == 0 {
+            (self.implicit.lkey(), self.implicit.addr())
+        } else {
+            (lkey.unwrap_or(self.implicit.lkey()), buf)
+        }
     }
 
     // ---- progress ----------------------------------------------------------------------
@@ -947,6 +986,9 @@ impl Engine {
         if let Some(cq) = op.cq {
             let error = (wc.status != WcStatus::Success)
                 .then(|| (status_errno(wc.status), 0, wc.status as i32));
+            if error.is_some() {
+                log_warn(&format!("an operation completed in error: {:?}", wc.status));
+            }
             let c = Completion {
                 context: op.context,
                 flags: op.flags,
@@ -987,6 +1029,12 @@ impl Engine {
         } else {
             None
         };
+        if let Some((e, olen, _)) = error {
+            log_warn(&format!(
+                "a receive completed in error {e}: {:?}, {olen} bytes over its buffer, tag {:#x}",
+                ev.kind, ev.match_bits
+            ));
+        }
         let mut flags = op.flags;
         if ev.hdr_data != 0 {
             flags |= flags::REMOTE_CQ_DATA;

@@ -1754,6 +1754,26 @@ unsafe fn one_iov(
     Ok((v.iov_base as u64, v.iov_len, desc_lkey(d)))
 }
 
+/// An operation's refusal: `-FI_EAGAIN` silently (the application retries), anything else
+/// with a log line.
+fn refused(what: &str, e: i32) -> isize {
+    if e != err::EAGAIN {
+        log(
+            Level::Warn,
+            &format!("{what} refused: {} ({})", fi_text(e), -e),
+        );
+    }
+    -(e as isize)
+}
+
+/// libfabric's text for an error number.
+fn fi_text(e: i32) -> String {
+    // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string.
+    unsafe { CStr::from_ptr(fi_strerror(e)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Every send of the ops tables goes here.
 #[allow(clippy::too_many_arguments)]
 fn send(
@@ -1802,7 +1822,7 @@ fn send(
             inline,
         ) {
             Ok(()) => 0,
-            Err(x) => -(x as isize),
+            Err(x) => refused("send", x),
         }
     })
 }
@@ -1836,7 +1856,7 @@ fn recv(
             flags,
         ) {
             Ok(()) => 0,
-            Err(x) => -(x as isize),
+            Err(x) => refused("receive", x),
         }
     })
 }
@@ -2049,7 +2069,7 @@ unsafe extern "C" fn t_recvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags
         return -(err::EINVAL as isize);
     };
     if flags & (flags::PEEK | flags::CLAIM) != 0 {
-        return -(err::ENOSYS as isize);
+        return refused("fi_trecvmsg with FI_PEEK or FI_CLAIM", err::ENOSYS);
     }
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => recv(
@@ -2198,42 +2218,6 @@ unsafe extern "C" fn t_injectdata(
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_panic_never_crosses_the_boundary() {
-        assert_eq!(guard_int("test", || panic!("boom")), -(FI_EOTHER as c_int));
-        assert_eq!(guard_size("test", || panic!("boom")), -(FI_EOTHER as isize));
-        assert_eq!(guard_int("test", || 7), 7);
-    }
-
-    #[test]
-    fn null_arguments_are_refused_not_dereferenced() {
-        // SAFETY: every pointer is null, which each entry point checks first.
-        unsafe {
-            assert_eq!(
-                getinfo(0, null(), null(), 0, null(), null_mut()),
-                -(err::EINVAL)
-            );
-            assert_eq!(cq_read(null_mut(), null_mut(), 1), -(err::EINVAL as isize));
-            assert_eq!(
-                av_insert(null_mut(), null(), 0, null_mut(), 0, null_mut()),
-                -(err::EINVAL)
-            );
-            assert_eq!(
-                ep_getname(null_mut(), null_mut(), null_mut()),
-                -(err::EINVAL)
-            );
-            assert_eq!(
-                msg_send(null_mut(), null(), 0, null_mut(), 0, null_mut()),
-                -(err::EINVAL as isize)
-            );
-        }
-    }
-}
-
 // ---- RMA ---------------------------------------------------------------------------------
 
 #[allow(clippy::too_many_arguments)]
@@ -2282,7 +2266,7 @@ fn rma(
             inline,
         ) {
             Ok(()) => 0,
-            Err(x) => -(x as isize),
+            Err(x) => refused(if read { "fi_read" } else { "fi_write" }, x),
         }
     })
 }
@@ -2453,4 +2437,40 @@ unsafe extern "C" fn rma_inject(
         0,
         true,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_never_crosses_the_boundary() {
+        assert_eq!(guard_int("test", || panic!("boom")), -(FI_EOTHER as c_int));
+        assert_eq!(guard_size("test", || panic!("boom")), -(FI_EOTHER as isize));
+        assert_eq!(guard_int("test", || 7), 7);
+    }
+
+    #[test]
+    fn null_arguments_are_refused_not_dereferenced() {
+        // SAFETY: every pointer is null, which each entry point checks first.
+        unsafe {
+            assert_eq!(
+                getinfo(0, null(), null(), 0, null(), null_mut()),
+                -(err::EINVAL)
+            );
+            assert_eq!(cq_read(null_mut(), null_mut(), 1), -(err::EINVAL as isize));
+            assert_eq!(
+                av_insert(null_mut(), null(), 0, null_mut(), 0, null_mut()),
+                -(err::EINVAL)
+            );
+            assert_eq!(
+                ep_getname(null_mut(), null_mut(), null_mut()),
+                -(err::EINVAL)
+            );
+            assert_eq!(
+                msg_send(null_mut(), null(), 0, null_mut(), 0, null_mut()),
+                -(err::EINVAL as isize)
+            );
+        }
+    }
 }
