@@ -49,7 +49,7 @@ lint: deps
 # corpus (scripts/fuzz.sh, docs/fuzzing.md). Ends with the fuzz summary and one line that adds
 # up every test binary's result.
 FUZZ_SECONDS ?= 30
-RELEASE_TESTS := --test bench_verify_every_op --test memif_soak --test programs
+RELEASE_TESTS := --test bench_verify_every_op --test memif_soak --test programs --test mpi
 test: lint
 	@scripts/check-layers.sh
 	@mkdir -p target

@@ -337,6 +337,10 @@ pub fn start_engine(
         mac: Some(mac.0),
         rx_queues: queues,
         tx_queues: queues,
+        // A memif client may start before its server (two MPI ranks, two processes started
+        // together): it connects again until the server takes it.
+        reconnect: (r.port.starts_with("net_memif") && r.port.contains("role=client"))
+            .then_some(std::time::Duration::from_secs(30)),
         ..PortConfig::default()
     };
     // With several queues, RSS under the key the peer computes source ports with.

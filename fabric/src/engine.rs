@@ -657,6 +657,7 @@ impl Engine {
                 return Err(e);
             }
             None => {
+                trace(|| format!("connecting to {}", dest.to_text()));
                 st.first_try.insert(key, std::time::Instant::now());
                 self.connect(st, key)?;
                 return Err(err::EAGAIN);
@@ -770,6 +771,12 @@ impl Engine {
         let inject = op.inject;
         let id = Self::new_op(&mut st, op);
         let wr = WorkRequest::tagged_send(id as u64, sgl, lpe, if tagged { tag } else { 0 }, hdr);
+        trace(|| {
+            format!(
+                "send op {id}: {len} bytes to {} lpe {lpe} tag {tag:#x}",
+                dest.to_text()
+            )
+        });
         let posted = match self.qp_to(&mut st, dest) {
             Ok(qp) => qp.post_send(&[wr]).map_err(|_| err::EAGAIN),
             Err(e) => Err(e),
@@ -928,6 +935,11 @@ impl Engine {
             entry = entry.from_rank(s);
         }
         let lpe = e.index * 2 + u16::from(!tagged);
+        trace(|| {
+            format!(
+                "recv op {id}: {len} bytes lpe {lpe} tag {tag:#x} ignore {ignore:#x} from {source:?}"
+            )
+        });
         if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
             Self::take_op(&mut st, id);
             return Err(err::EAGAIN);
@@ -979,6 +991,12 @@ impl Engine {
     }
 
     fn on_completion(&self, st: &mut State, wc: &WorkCompletion) -> Option<MemoryRegion> {
+        trace(|| {
+            format!(
+                "completion of op {}: {:?} {:?}",
+                wc.wr_id, wc.opcode, wc.status
+            )
+        });
         let op = Self::take_op(st, wc.wr_id as usize)?;
         if let Some(slot) = op.inject {
             st.inject_free.push(slot);
@@ -1004,6 +1022,19 @@ impl Engine {
     }
 
     fn on_tag_event(&self, st: &mut State, ev: &TagEvent) {
+        trace(|| {
+            format!(
+                "tag event {:?} cookie {:#x} lpe {} tag {:#x} {} of {} bytes from {} fail {:?}",
+                ev.kind,
+                ev.cookie,
+                ev.endpoint,
+                ev.match_bits,
+                ev.mlength,
+                ev.rlength,
+                Ipv4Addr::from(ev.initiator),
+                ev.fail
+            )
+        });
         if ev.cookie & OVERFLOW != 0 {
             // An overflow buffer that every message it held has left is appended again.
             if ev.kind == TagEventKind::AutoFree {
@@ -1107,6 +1138,7 @@ impl Engine {
     // ---- the CM ------------------------------------------------------------------------
 
     fn on_cm_event(&self, ev: ConnEvent) {
+        trace(|| format!("cm event {ev:?}"));
         match ev {
             ConnEvent::Request(req) => {
                 let ours = self.lock().listening.contains(&req.port);
@@ -1188,4 +1220,13 @@ fn status_errno(s: WcStatus) -> i32 {
 /// Where the provider's warnings go: libfabric's log, through the FFI layer.
 pub fn log_warn(msg: &str) {
     crate::ffi::log(crate::ffi::Level::Warn, msg);
+}
+
+/// A line of the provider's trace: every operation posted, completed or matched and every
+/// connection event, at libfabric's debug level (`FI_LOG_LEVEL=debug`); built only when that
+/// level is on.
+fn trace(msg: impl FnOnce() -> String) {
+    if crate::ffi::log_enabled(crate::ffi::Level::Debug) {
+        crate::ffi::log(crate::ffi::Level::Debug, &msg());
+    }
 }

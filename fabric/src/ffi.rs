@@ -39,16 +39,29 @@ const PROV_VERSION: u32 = info::version(0, 1);
 pub enum Level {
     Warn,
     Info,
+    Debug,
+}
+
+fn level(l: Level) -> fi_log_level {
+    match l {
+        Level::Warn => FI_LOG_WARN,
+        Level::Info => FI_LOG_INFO,
+        Level::Debug => FI_LOG_DEBUG,
+    }
+}
+
+/// Whether libfabric's log shows `level` for the provider.
+pub fn log_enabled(l: Level) -> bool {
+    let prov = PROVIDER.load(Ordering::Acquire);
+    // SAFETY: `prov` is null (checked) or the leaked provider.
+    !prov.is_null() && unsafe { fi_log_enabled(prov, level(l), FI_LOG_CORE) } != 0
 }
 
 /// Writes `msg` to libfabric's log (`FI_LOG_LEVEL=warn` shows warnings) under the provider's
 /// name; before libfabric knows the provider, to standard error.
 pub fn log(level: Level, msg: &str) {
     let prov = PROVIDER.load(Ordering::Acquire);
-    let lvl = match level {
-        Level::Warn => FI_LOG_WARN,
-        Level::Info => FI_LOG_INFO,
-    };
+    let lvl = self::level(level);
     let text = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     if prov.is_null() {
         eprintln!("portico: {msg}");

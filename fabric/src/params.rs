@@ -48,7 +48,7 @@ pub const PARAMS: &[Param] = &[
     },
     Param {
         name: "mtu",
-        help: "Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default 4096).",
+        help: "Path MTU in bytes: 256, 512, 1024 (the default: RoCEv2 frames fit a 1500-byte Ethernet MTU), 2048 or 4096 (needs a link MTU above 4 200 bytes).",
     },
     Param {
         name: "endpoints",
@@ -157,7 +157,7 @@ impl Settings {
         };
         let max_sleep_us = number(&get, "max_sleep_us", 20, 1, 10_000)?;
         let port = number(&get, "port", 7471, 1, u64::from(u16::MAX))? as u16;
-        let mtu = number(&get, "mtu", 4096, 256, 4096)? as u32;
+        let mtu = number(&get, "mtu", 1024, 256, 4096)? as u32;
         if !mtu.is_power_of_two() {
             return Err(bad(
                 "mtu",
@@ -281,7 +281,7 @@ mod tests {
         assert_eq!(s.mac_text(), "02:50:0a:01:02:03");
         assert_eq!(
             (s.core, s.adaptive, s.port, s.mtu, s.endpoints),
-            (Core::Auto, true, 7471, 4096, 4)
+            (Core::Auto, true, 7471, 1024, 4)
         );
         assert_eq!(s.overflow_bytes, 4 << 20);
     }

@@ -2,51 +2,14 @@
 //! (`libfabric-bin`) load `libportico-fi.so` from `FI_PROVIDER_PATH` and run over a
 //! `net_memif` link between two processes, with `fi_pingpong -c` checking every byte.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-/// A folder holding the provider under the name libfabric looks for (`lib<name>-fi.so`).
-fn provider_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let built = [
-        deps.join("libportico_fi.so"),
-        deps.parent().unwrap().join("libportico_fi.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("libportico_fi.so beside the test binary (cargo builds the cdylib with the crate)");
-    static N: AtomicU16 = AtomicU16::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let dir = deps
-        .parent()
-        .unwrap()
-        .join(format!("fabric-test-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(&built, dir.join("libportico-fi.so")).unwrap();
-    dir
-}
-
-fn fi(cmd: &str, dir: &Path) -> Command {
-    let mut c = Command::new(cmd);
-    c.env("FI_PROVIDER_PATH", dir).env_remove("FI_LOG_LEVEL");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FI_PORTICO_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::{build_c, fi, provider_dir, text};
 
 #[test]
 fn fi_info_lists_the_provider_its_endpoint_and_its_parameters() {
@@ -227,21 +190,6 @@ fn fi_pingpong_rdm_tagged_over_memif_every_byte_checked() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Builds one of the C programs in `tests/c` against the installed libfabric.
-fn build_c(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let bin = dir.join(name);
-    let out = Command::new("cc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg("-lfabric")
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "building {name}: {}", text(&out));
-    bin
-}
-
 #[test]
 fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
     let _one = PAIR.lock().unwrap_or_else(|p| p.into_inner());
@@ -263,10 +211,16 @@ fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
             .spawn()
             .unwrap()
     };
-    let server = spawn("server", "10.78.1.1", *cores.last().unwrap());
-    let client = spawn("client", "10.78.1.2", cores[0])
-        .wait_with_output()
-        .unwrap();
+    // The client first: its memif port is refused until the server's has started, and
+    // connects again until it is taken (`PortConfig::reconnect`).
+    let client = spawn("client", "10.78.1.2", cores[0]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut server = spawn("server", "10.78.1.1", *cores.last().unwrap());
+    let client = client.wait_with_output().unwrap();
+    if !client.status.success() {
+        // The server waits for a client that finished; it would wait its full minute.
+        server.kill().ok();
+    }
     let server = server.wait_with_output().unwrap();
     let (c, s) = (text(&client), text(&server));
     assert!(client.status.success(), "client:\n{c}\nserver:\n{s}");

@@ -99,6 +99,7 @@ pub fn run_fwd(opts: &FwdOpts, interrupted: Arc<AtomicBool>) -> Result<Summary, 
         tx_desc: opts.txd,
         promiscuous: true,
         mac: None,
+        reconnect: None,
     };
     let cfgs = vec![cfg.clone(); ids.len()];
     // The ports are known only now that EAL has probed them; the pool is not allocated yet.

@@ -61,6 +61,7 @@ pub fn run_scenario(
             tx_desc: p.tx_desc,
             promiscuous: true,
             mac: None,
+            reconnect: None,
         })
         .collect();
     let mbufs = pool_size(&port_cfgs, scenario.workers.len());

@@ -48,7 +48,11 @@ impl DpdkError {
         DpdkError {
             what: what.into(),
             code,
-            text: strerror(code),
+            text: if code == 0 {
+                "failed, the driver gave no reason (see its log line above)".to_string()
+            } else {
+                strerror(code)
+            },
         }
     }
 }

@@ -28,6 +28,11 @@ pub struct PortConfig {
     /// a port that filters by MAC passes the engine's frames. A PMD that cannot change its
     /// address is put in promiscuous mode instead, and the engine filters in software.
     pub mac: Option<[u8; 6]>,
+    /// A client of a link whose other end may not be there yet (a `net_memif` client: its
+    /// server refuses a connection until the server's port has started, and DPDK's memif
+    /// client does not try again by itself): the port is started again, every 100 ms, until
+    /// its link is up or this long has passed. `None`: started once.
+    pub reconnect: Option<std::time::Duration>,
 }
 
 impl Default for PortConfig {
@@ -39,6 +44,7 @@ impl Default for PortConfig {
             tx_desc: 1024,
             promiscuous: true,
             mac: None,
+            reconnect: None,
         }
     }
 }
@@ -252,7 +258,10 @@ impl Port {
             promiscuous |= rc != 0;
         }
         // SAFETY: queues are set up.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        let mut rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        if let Some(limit) = cfg.reconnect {
+            rc = Self::until_link_up(id, rc, limit);
+        }
         check(|| format!("starting port {name}"), rc)?;
         if promiscuous {
             // Not every PMD supports it (net_null does not care); failure is harmless.
@@ -270,6 +279,33 @@ impl Port {
             taken_rx: Mutex::new(vec![false; cfg.rx_queues as usize]),
             taken_tx: Mutex::new(vec![false; cfg.tx_queues as usize]),
         })
+    }
+
+    /// Starts port `id` again (its first start returned `rc`) until its link is up or `limit`
+    /// has passed; returns the last start's code. A start that connected but whose link stayed
+    /// down (a memif server that refused the client's INIT: its port was not started yet) is
+    /// stopped first.
+    fn until_link_up(id: u16, mut rc: i32, limit: std::time::Duration) -> i32 {
+        use std::time::{Duration, Instant};
+        let deadline = Instant::now() + limit;
+        loop {
+            if rc == 0 {
+                let settle = Instant::now() + Duration::from_millis(200);
+                while !link_status(id).up && Instant::now() < settle {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if link_status(id).up || Instant::now() >= deadline {
+                    return rc;
+                }
+                // SAFETY: a started port, not yet handed to any worker.
+                unsafe { dpdk_sys::rte_eth_dev_stop(id) };
+            } else if Instant::now() >= deadline {
+                return rc;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: a configured, stopped port.
+            rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        }
     }
 
     pub fn id(&self) -> u16 {

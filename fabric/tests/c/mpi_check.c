@@ -1,0 +1,141 @@
+/* An MPI program with every byte checked, run by Open MPI over the Portico provider
+ * (fabric/tests/mpi.rs): tagged ping-pong between ranks 0 and 1 from 1 B to 1 MiB (eager and
+ * rendezvous), receives from MPI_ANY_SOURCE and with MPI_ANY_TAG, messages that arrive before
+ * their receive is posted (unexpected), a barrier and an allreduce. Plain MPI, nothing of
+ * Portico's. Prints one line and exits 0 when every check holds; aborts with a line naming
+ * the check otherwise.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size;
+
+#define FAIL(...)                                              \
+	do {                                                   \
+		fprintf(stderr, "mpi_check rank %d: ", rank);  \
+		fprintf(stderr, __VA_ARGS__);                  \
+		fprintf(stderr, "\n");                         \
+		MPI_Abort(MPI_COMM_WORLD, 1);                  \
+	} while (0)
+
+static uint8_t byte(size_t i, int seed) { return (uint8_t)(i * 31 + seed * 7 + (i >> 11)); }
+
+static void fill(uint8_t *b, size_t n, int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = byte(i, seed);
+}
+
+static void check(const uint8_t *b, size_t n, int seed, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != byte(i, seed))
+			FAIL("%s: byte %zu of %zu is %#x, expected %#x", what, i, n, b[i], byte(i, seed));
+}
+
+int main(int argc, char **argv)
+{
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	if (size < 2)
+		FAIL("needs at least 2 ranks");
+	const size_t max = 1 << 20;
+	uint8_t *buf = malloc(max), *out = malloc(max);
+	MPI_Status st;
+	int count;
+
+	/* 1. Ping-pong between ranks 0 and 1, every size doubling from 1 B to 1 MiB. */
+	int rounds = 0;
+	for (size_t n = 1; n <= max; n *= 4) {
+		for (int it = 0; it < 3; it++) {
+			int seed = (int)(n + it);
+			if (rank == 0) {
+				fill(out, n, seed);
+				MPI_Send(out, (int)n, MPI_BYTE, 1, 100 + it, MPI_COMM_WORLD);
+				memset(buf, 0, n);
+				MPI_Recv(buf, (int)n, MPI_BYTE, 1, 200 + it, MPI_COMM_WORLD, &st);
+				MPI_Get_count(&st, MPI_BYTE, &count);
+				if ((size_t)count != n)
+					FAIL("pong of %zu bytes came with %d", n, count);
+				check(buf, n, seed + 1, "pong");
+			} else if (rank == 1) {
+				memset(buf, 0, n);
+				MPI_Recv(buf, (int)n, MPI_BYTE, 0, 100 + it, MPI_COMM_WORLD, &st);
+				check(buf, n, seed, "ping");
+				fill(out, n, seed + 1);
+				MPI_Send(out, (int)n, MPI_BYTE, 0, 200 + it, MPI_COMM_WORLD);
+			}
+			rounds++;
+		}
+	}
+
+	/* 2. Every rank sends to rank 0, which takes them from MPI_ANY_SOURCE, MPI_ANY_TAG:
+	 * the source and tag come from the status, the bytes from the sender's seed. */
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		int seen = 0;
+		for (int k = 1; k < size; k++) {
+			memset(buf, 0, 5000);
+			MPI_Recv(buf, 5000, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+			MPI_Get_count(&st, MPI_BYTE, &count);
+			if (st.MPI_TAG != 7000 + st.MPI_SOURCE || count != 1000 * st.MPI_SOURCE)
+				FAIL("any-source: tag %d, %d bytes from %d", st.MPI_TAG, count, st.MPI_SOURCE);
+			check(buf, (size_t)count, 9000 + st.MPI_SOURCE, "any-source");
+			seen |= 1 << st.MPI_SOURCE;
+		}
+		if (seen != ((1 << size) - 2))
+			FAIL("any-source: sources seen %#x", seen);
+	} else {
+		fill(out, 1000 * (size_t)rank, 9000 + rank);
+		MPI_Send(out, 1000 * rank, MPI_BYTE, 0, 7000 + rank, MPI_COMM_WORLD);
+	}
+
+	/* 3. Unexpected messages: rank 1 sends three tags before rank 0 posts any receive; rank
+	 * 0 receives them in the reverse tag order (matching, not arrival, decides). The barrier
+	 * first: rank 0's any-source receives above must not take these. */
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 1) {
+		for (int t = 0; t < 3; t++) {
+			fill(out, 3000 + t, 500 + t);
+			MPI_Send(out, 3000 + t, MPI_BYTE, 0, 500 + t, MPI_COMM_WORLD);
+		}
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		for (int t = 2; t >= 0; t--) {
+			memset(buf, 0, 4000);
+			MPI_Recv(buf, 4000, MPI_BYTE, 1, 500 + t, MPI_COMM_WORLD, &st);
+			MPI_Get_count(&st, MPI_BYTE, &count);
+			if (count != 3000 + t)
+				FAIL("unexpected tag %d: %d bytes", 500 + t, count);
+			check(buf, (size_t)count, 500 + t, "unexpected");
+		}
+	}
+
+	/* 4. Allreduce of 10 000 integers: every element's sum is known. */
+	int n = 10000;
+	int *v = malloc(n * sizeof(int)), *sum = malloc(n * sizeof(int));
+	for (int i = 0; i < n; i++)
+		v[i] = i * (rank + 1);
+	MPI_Allreduce(v, sum, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	long factor = (long)size * (size + 1) / 2;
+	for (int i = 0; i < n; i++)
+		if (sum[i] != (int)(i * factor))
+			FAIL("allreduce: element %d is %d, expected %ld", i, sum[i], i * factor);
+
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0)
+		printf("mpi_check: %d ranks, %d ping-pong rounds to 1 MiB, any-source, unexpected, "
+		       "allreduce: every byte checked\n",
+		       size, rounds);
+	free(v);
+	free(sum);
+	free(buf);
+	free(out);
+	MPI_Finalize();
+	return 0;
+}
