@@ -59,6 +59,9 @@ pub mod err {
     pub const ENOENT: i32 = 2;
     pub const EBUSY: i32 = 16;
     pub const ECANCELED: i32 = 125;
+    pub const ENOTCONN: i32 = 107;
+    pub const EISCONN: i32 = 106;
+    pub const EADDRINUSE: i32 = 98;
     pub const EAVAIL: i32 = 259;
     pub const ETRUNC: i32 = 265;
     pub const EOTHER: i32 = 256;
@@ -98,18 +101,18 @@ pub struct CqState {
 
 /// What an operation in flight becomes when the engine completes it.
 #[derive(Debug, Clone)]
-struct Op {
-    context: u64,
+pub(crate) struct Op {
+    pub(crate) context: u64,
     /// The completion queue to tell, if the operation asked for a completion.
-    cq: Option<usize>,
-    flags: u64,
-    buf: u64,
-    len: u64,
+    pub(crate) cq: Option<usize>,
+    pub(crate) flags: u64,
+    pub(crate) buf: u64,
+    pub(crate) len: u64,
     /// A slot of the inject buffer to give back.
-    inject: Option<usize>,
+    pub(crate) inject: Option<usize>,
     /// A registration made for this operation only (a rendezvous send from unregistered
     /// memory), taken back when it completes.
-    temp: Option<MemoryRegion>,
+    pub(crate) temp: Option<MemoryRegion>,
 }
 
 /// An endpoint's bindings.
@@ -127,12 +130,30 @@ pub struct EpState {
     pub rx_op_flags: u64,
     /// `FI_DIRECTED_RECV`: a receive's source address is honoured (else ignored).
     pub directed: bool,
+    /// An `FI_EP_MSG` endpoint: one connection, plain SENDs and receives on its queue pair
+    /// (`crate::msg`).
+    pub msg: bool,
+    /// Its event queue (connection events).
+    pub eq: Option<usize>,
+    /// The `fid` libfabric knows it by (events name it).
+    pub fid: u64,
+    /// The connection request it was opened for (`fi_endpoint` with `info->handle`), to accept.
+    pub connreq: Option<u32>,
+    /// Its connection's ID, once connecting or accepted.
+    pub conn: Option<u32>,
 }
 
 /// An address vector: `fi_addr_t` is the index (for `FI_AV_TABLE` and `FI_AV_MAP` alike).
 #[derive(Debug, Default)]
 pub struct AvState {
     pub addrs: Vec<Option<EpAddr>>,
+}
+
+/// Where an operation goes.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Peer(EpAddr),
+    Connection,
 }
 
 enum Conn {
@@ -164,12 +185,19 @@ pub struct State {
     inject_free: Vec<usize>,
     /// Overflow buffers appended per list-processing endpoint (posted once per enable).
     overflow_posted: Vec<bool>,
+    /// Event queues, passive endpoints, and the message endpoints' connections
+    /// (`crate::msg`).
+    pub(crate) eqs: Vec<Option<crate::msg::EqState>>,
+    pub(crate) peps: Vec<Option<crate::msg::PepState>>,
+    pub(crate) msg_qps: HashMap<usize, Qp>,
+    pub(crate) msg_conns: HashMap<u32, usize>,
+    pub(crate) pending_recvs: HashMap<usize, Vec<portico::transport::RecvRequest>>,
 }
 
 /// The process's engine.
 pub struct Engine {
     pub settings: Settings,
-    handle: RdmaHandle,
+    pub(crate) handle: RdmaHandle,
     /// Every local buffer, registered for local access: the whole address space (see
     /// [`info::MR_MODE`]).
     implicit: MemoryRegion,
@@ -363,6 +391,11 @@ impl Engine {
             listening: Vec::new(),
             inject_free: (0..info::QUEUE_SIZE).rev().collect(),
             overflow_posted: vec![false; lpe_endpoints as usize],
+            eqs: Vec::new(),
+            peps: Vec::new(),
+            msg_qps: HashMap::new(),
+            msg_conns: HashMap::new(),
+            pending_recvs: HashMap::new(),
         };
         Ok(Engine {
             settings: s.clone(),
@@ -532,12 +565,17 @@ impl Engine {
     /// their overflow buffers.
     pub fn ep_enable(&self, ep: usize) -> Result<(), String> {
         let index = {
-            let st = self.lock();
+            let mut st = self.lock();
             let e = st
                 .eps
-                .get(ep)
-                .and_then(|e| e.as_ref())
+                .get_mut(ep)
+                .and_then(|e| e.as_mut())
                 .ok_or("no such endpoint")?;
+            if e.msg {
+                // A message endpoint needs no address vector: its peer is its connection.
+                e.enabled = true;
+                return Ok(());
+            }
             if e.av.is_none() {
                 return Err("no address vector bound (fi_ep_bind with an AV first)".into());
             }
@@ -574,8 +612,13 @@ impl Engine {
 
     pub fn ep_close(&self, ep: usize) {
         let mut st = self.lock();
-        if let Some(e) = st.eps.get_mut(ep) {
-            *e = None;
+        let Some(slot) = st.eps.get_mut(ep) else {
+            return;
+        };
+        let gone = slot.take();
+        drop(st);
+        if let Some(e) = gone.filter(|e| e.msg) {
+            self.msg_ep_closed(ep, e.conn);
         }
     }
 
@@ -616,7 +659,7 @@ impl Engine {
 
     // ---- operations --------------------------------------------------------------------
 
-    fn new_op(st: &mut State, op: Op) -> usize {
+    pub(crate) fn new_op(st: &mut State, op: Op) -> usize {
         match st.free_ops.pop() {
             Some(i) => {
                 st.ops[i] = Some(op);
@@ -629,7 +672,7 @@ impl Engine {
         }
     }
 
-    fn take_op(st: &mut State, i: usize) -> Option<Op> {
+    pub(crate) fn take_op(st: &mut State, i: usize) -> Option<Op> {
         let op = st.ops.get_mut(i)?.take()?;
         st.free_ops.push(i);
         Some(op)
@@ -679,6 +722,23 @@ impl Engine {
         Ok(())
     }
 
+    /// Where an endpoint's operation goes: the peer an address names (RDM), or the
+    /// endpoint's connection (MSG).
+    fn target(st: &State, e: &EpState, fi_addr: u64) -> Result<Target, i32> {
+        if e.msg {
+            Ok(Target::Connection)
+        } else {
+            Self::dest(st, e, fi_addr).map(Target::Peer)
+        }
+    }
+
+    fn qp_for<'a>(&self, st: &'a mut State, ep: usize, target: Target) -> Result<&'a mut Qp, i32> {
+        match target {
+            Target::Peer(dest) => self.qp_to(st, dest),
+            Target::Connection => st.msg_qps.get_mut(&ep).ok_or(err::ENOTCONN),
+        }
+    }
+
     fn dest(st: &State, ep: &EpState, fi_addr: u64) -> Result<EpAddr, i32> {
         let av = ep.av.ok_or(err::EINVAL)?;
         st.avs
@@ -713,9 +773,9 @@ impl Engine {
         if !e.enabled {
             return Err(err::EINVAL);
         }
-        let dest = Self::dest(&st, &e, dest)?;
+        let target = Self::target(&st, &e, dest)?;
         // Connect first: nothing below is spent on an operation that must be retried.
-        self.qp_to(&mut st, dest)?;
+        self.qp_for(&mut st, ep, target)?;
         let mut op = Op {
             context,
             cq: None,
@@ -747,7 +807,7 @@ impl Engine {
             None => {
                 let key = match lkey {
                     Some(k) => k,
-                    None if len as u64 > u64::from(RNDV_THRESHOLD) => {
+                    None if !e.msg && len as u64 > u64::from(RNDV_THRESHOLD) => {
                         // A rendezvous from memory the application did not register: the
                         // target pulls it, so it is registered (REMOTE_READ) until done.
                         drop(st);
@@ -765,19 +825,25 @@ impl Engine {
                 SgList::one(k, a, len as u32)
             }
         };
-        let lpe = dest.lpe_endpoint(tagged);
         let hdr = data.unwrap_or(0);
         let temp = op.temp.clone();
         let inject = op.inject;
         let id = Self::new_op(&mut st, op);
-        let wr = WorkRequest::tagged_send(id as u64, sgl, lpe, if tagged { tag } else { 0 }, hdr);
-        trace(|| {
-            format!(
-                "send op {id}: {len} bytes to {} lpe {lpe} tag {tag:#x}",
-                dest.to_text()
-            )
-        });
-        let posted = match self.qp_to(&mut st, dest) {
+        let wr = match target {
+            Target::Peer(dest) => {
+                let lpe = dest.lpe_endpoint(tagged);
+                trace(|| {
+                    format!(
+                        "send op {id}: {len} bytes to {} lpe {lpe} tag {tag:#x}",
+                        dest.to_text()
+                    )
+                });
+                WorkRequest::tagged_send(id as u64, sgl, lpe, if tagged { tag } else { 0 }, hdr)
+            }
+            // A message endpoint's SEND is plain RoCEv2; its data is the immediate.
+            Target::Connection => WorkRequest::send(id as u64, sgl, data.map(|d| d as u32)),
+        };
+        let posted = match self.qp_for(&mut st, ep, target) {
             Ok(qp) => qp.post_send(&[wr]).map_err(|_| err::EAGAIN),
             Err(e) => Err(e),
         };
@@ -824,8 +890,8 @@ impl Engine {
         if !e.enabled {
             return Err(err::EINVAL);
         }
-        let dest = Self::dest(&st, &e, dest)?;
-        self.qp_to(&mut st, dest)?;
+        let target = Self::target(&st, &e, dest)?;
+        self.qp_for(&mut st, ep, target)?;
         let mut op = Op {
             context,
             cq: None,
@@ -866,7 +932,7 @@ impl Engine {
         } else {
             WorkRequest::write(id as u64, sgl, addr, key as u32, None)
         };
-        let posted = match self.qp_to(&mut st, dest) {
+        let posted = match self.qp_for(&mut st, ep, target) {
             Ok(qp) => qp.post_send(&[wr]).map_err(|_| err::EAGAIN),
             Err(e) => Err(e),
         };
@@ -898,6 +964,10 @@ impl Engine {
         let tagged = op_flags & flags::TAGGED != 0;
         let mut st = self.lock();
         let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        if e.msg {
+            drop(st);
+            return self.msg_recv(ep, buf, len, lkey, context, op_flags);
+        }
         if !e.enabled {
             return Err(err::EINVAL);
         }
@@ -950,7 +1020,7 @@ impl Engine {
     /// The key and address a local buffer is named by: its descriptor's region, else the
     /// local region; a zero-length buffer may be null (MPI's empty messages), which no region
     /// holds, and is named by the local region's first byte.
-    fn local(&self, lkey: Option<u32>, buf: u64, len: usize) -> (u32, u64) {
+    pub(crate) fn local(&self, lkey: Option<u32>, buf: u64, len: usize) -> (u32, u64) {
         if len == 0 {
             (self.implicit.lkey(), self.implicit.addr())
         } else {
@@ -1007,13 +1077,25 @@ impl Engine {
             if error.is_some() {
                 log_warn(&format!("an operation completed in error: {:?}", wc.status));
             }
-            let c = Completion {
+            // A receive (a message endpoint's) is as long as what came, with the SEND's
+            // immediate as its data.
+            let recv = op.flags & flags::RECV != 0;
+            let mut c = Completion {
                 context: op.context,
                 flags: op.flags,
-                len: if error.is_some() { 0 } else { op.len },
+                len: match (error, recv) {
+                    (Some(_), _) => 0,
+                    (None, true) => u64::from(wc.byte_len),
+                    (None, false) => op.len,
+                },
+                buf: if recv { op.buf } else { 0 },
                 error,
                 ..Completion::default()
             };
+            if let (true, Some(imm)) = (recv, wc.imm_data) {
+                c.data = u64::from(imm);
+                c.flags |= flags::REMOTE_CQ_DATA;
+            }
             if let Some(Some(q)) = st.cqs.get_mut(cq) {
                 q.entries.push_back(c);
             }
@@ -1138,6 +1220,10 @@ impl Engine {
     // ---- the CM ------------------------------------------------------------------------
 
     fn on_cm_event(&self, ev: ConnEvent) {
+        let ev = match self.msg_cm_event(ev) {
+            Some(ev) => ev,
+            None => return,
+        };
         trace(|| format!("cm event {ev:?}"));
         match ev {
             ConnEvent::Request(req) => {
@@ -1192,7 +1278,7 @@ impl Engine {
     }
 }
 
-fn put<T>(v: &mut Vec<Option<T>>, x: T) -> usize {
+pub(crate) fn put<T>(v: &mut Vec<Option<T>>, x: T) -> usize {
     match v.iter().position(Option::is_none) {
         Some(i) => {
             v[i] = Some(x);

@@ -410,14 +410,35 @@ unsafe extern "C" fn getinfo(
             port: s.port,
             index: 0,
         };
-        match info::offer(h.as_ref(), local, &s.dev, s.endpoints) {
-            Ok(o) => {
-                let i = build_info(&o);
-                if i.is_null() {
-                    return neg(err::ENOMEM);
+        let msg_local = EpAddr {
+            port: s.port + s.endpoints,
+            ..local
+        };
+        // libfabric's OFI_CORE_PROV_ONLY: a utility provider asks for a core to layer over.
+        let for_layering = flags & (1 << 59) != 0 && !s.layering;
+        match info::offers(
+            h.as_ref(),
+            local,
+            msg_local,
+            &s.dev,
+            s.endpoints,
+            for_layering,
+        ) {
+            Ok(list) => {
+                let mut head: *mut fi_info = null_mut();
+                for o in list.iter().rev() {
+                    let i = build_info(o);
+                    if i.is_null() {
+                        // SAFETY: what was built so far is ours to free.
+                        unsafe { fi_freeinfo(head) };
+                        return neg(err::ENOMEM);
+                    }
+                    // SAFETY: `i` is a fresh fi_info.
+                    unsafe { (*i).next = head };
+                    head = i;
                 }
                 // SAFETY: `out` was checked for null.
-                unsafe { *out = i };
+                unsafe { *out = head };
                 0
             }
             Err(m) => {
@@ -443,7 +464,6 @@ enosys! {
     no_control(*mut fid, c_int, *mut c_void) -> c_int;
     no_ops_open(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int;
     no_ops_set(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int;
-    no_passive_ep(*mut fid_fabric, *mut fi_info, *mut *mut fid_pep, *mut c_void) -> c_int;
     no_wait_open(*mut fid_fabric, *mut fi_wait_attr, *mut *mut fid_wait) -> c_int;
     no_trywait(*mut fid_fabric, *mut *mut fid, c_int) -> c_int;
     no_scalable_ep(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int;
@@ -540,6 +560,25 @@ struct MrObj {
 #[repr(C)]
 struct EqObj {
     fid: fid_eq,
+    engine: Arc<Engine>,
+    id: usize,
+    /// The last error entry's data (`fi_eq_readerr` points `err_data` at it).
+    err_data: Vec<u8>,
+}
+
+#[repr(C)]
+struct PepObj {
+    fid: fid_pep,
+    engine: Arc<Engine>,
+    id: usize,
+}
+
+/// `info->handle` of an `FI_CONNREQ` event: names the request for `fi_endpoint` and
+/// `fi_reject`.
+#[repr(C)]
+struct ConnReqObj {
+    fid: fid,
+    id: u32,
 }
 
 fn fid_header(fclass: u32, context: *mut c_void, ops: &'static fi_ops) -> fid {
@@ -586,7 +625,7 @@ static FABRIC_FI_OPS: fi_ops = fi_ops {
 static FABRIC_OPS: fi_ops_fabric = fi_ops_fabric {
     size: size_of::<fi_ops_fabric>(),
     domain: Some(domain_open),
-    passive_ep: Some(no_passive_ep),
+    passive_ep: Some(passive_ep),
     eq_open: Some(eq_open),
     wait_open: Some(no_wait_open),
     trywait: Some(no_trywait),
@@ -1211,12 +1250,16 @@ static EQ_OPS: fi_ops_eq = fi_ops_eq {
 };
 
 unsafe extern "C" fn eq_open(
-    _fabric: *mut fid_fabric,
+    fabric: *mut fid_fabric,
     _attr: *mut fi_eq_attr,
     eq: *mut *mut fid_eq,
     context: *mut c_void,
 ) -> c_int {
     guard_int("fi_eq_open", || {
+        // SAFETY: our FabricObj.
+        let Some(f) = (unsafe { obj::<FabricObj>(fabric) }) else {
+            return neg(err::EINVAL);
+        };
         if eq.is_null() {
             return neg(err::EINVAL);
         }
@@ -1225,6 +1268,9 @@ unsafe extern "C" fn eq_open(
                 fid: fid_header(FI_CLASS_EQ, context, &EQ_FI_OPS),
                 ops: (&EQ_OPS as *const fi_ops_eq).cast_mut(),
             },
+            engine: f.engine.clone(),
+            id: f.engine.eq_open(),
+            err_data: Vec::new(),
         };
         // SAFETY: checked.
         unsafe { hand_out(obj, eq) }
@@ -1232,37 +1278,381 @@ unsafe extern "C" fn eq_open(
 }
 
 unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
+    guard_int("fi_close(eq)", || {
+        // SAFETY: our EqObj.
+        let Some(e) = (unsafe { obj::<EqObj>(f) }) else {
+            return neg(err::EINVAL);
+        };
+        e.engine.eq_close(e.id);
+        unsafe { free::<EqObj>(f) };
+        0
+    })
+}
+
+/// Writes `entry` into the application's buffer as an `fi_eq_cm_entry` and its data; returns
+/// the bytes written.
+unsafe fn write_cm_entry(
+    engine: &Engine,
+    entry: &crate::msg::EqEntry,
+    buf: *mut c_void,
+    len: usize,
+) -> isize {
+    let need = size_of::<fi_eq_cm_entry>() + entry.data.len();
+    if len < size_of::<fi_eq_cm_entry>() {
+        return -(FI_ETOOSMALL as isize);
+    }
+    let info = match entry.connreq {
+        Some(req) => {
+            // The request's description: a message endpoint's offer between the two
+            // addresses, with the request as its handle.
+            let offer = info::offer_type(
+                None,
+                info::EP_MSG,
+                req.local,
+                &engine.settings.dev,
+                engine.settings.endpoints,
+            );
+            let Ok(mut offer) = offer else {
+                return -(err::EINVAL as isize);
+            };
+            offer.dest_addr = Some(req.peer);
+            let i = build_info(&offer);
+            if i.is_null() {
+                return -(err::ENOMEM as isize);
+            }
+            let handle = Box::into_raw(Box::new(ConnReqObj {
+                fid: fid_header(FI_CLASS_CONNREQ, null_mut(), &CONNREQ_FI_OPS),
+                id: req.id,
+            }));
+            // SAFETY: `i` is a fresh fi_info; the handle lives until fi_endpoint or
+            // fi_reject takes it.
+            unsafe { (*i).handle = handle.cast() };
+            i
+        }
+        None => null_mut(),
+    };
+    let n = entry.data.len().min(len - size_of::<fi_eq_cm_entry>());
+    // SAFETY: `buf` holds `len` bytes (fi_eq_read(3)); the entry and `n` data bytes fit.
+    unsafe {
+        let e = buf.cast::<fi_eq_cm_entry>();
+        (*e).fid = entry.fid as fid_t;
+        (*e).info = info;
+        std::ptr::copy_nonoverlapping(
+            entry.data.as_ptr(),
+            buf.cast::<u8>().add(size_of::<fi_eq_cm_entry>()),
+            n,
+        );
+    }
+    (size_of::<fi_eq_cm_entry>() + n.min(need)) as isize
+}
+
+unsafe fn eq_read_inner(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
     // SAFETY: our EqObj.
-    unsafe { free::<EqObj>(f) };
-    0
+    let Some(e) = (unsafe { obj::<EqObj>(eq) }) else {
+        return -(err::EINVAL as isize);
+    };
+    match e.engine.eq_read(e.id, flags & flags::PEEK != 0) {
+        Ok(entry) => {
+            if !event.is_null() {
+                // SAFETY: the application's event word.
+                unsafe { *event = entry.event };
+            }
+            if buf.is_null() {
+                return 0;
+            }
+            // SAFETY: the application's buffer of `len` bytes.
+            unsafe { write_cm_entry(&e.engine, &entry, buf, len) }
+        }
+        Err(x) => -(x as isize),
+    }
 }
 
 unsafe extern "C" fn eq_read(
-    _: *mut fid_eq,
-    _: *mut u32,
-    _: *mut c_void,
-    _: usize,
-    _: u64,
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
 ) -> isize {
-    -(err::EAGAIN as isize)
+    // SAFETY: forwarded.
+    guard_size("fi_eq_read", || unsafe {
+        eq_read_inner(eq, event, buf, len, flags)
+    })
 }
 
-unsafe extern "C" fn eq_readerr(_: *mut fid_eq, _: *mut fi_eq_err_entry, _: u64) -> isize {
-    -(err::EAGAIN as isize)
+unsafe extern "C" fn eq_readerr(eq: *mut fid_eq, buf: *mut fi_eq_err_entry, _: u64) -> isize {
+    guard_size("fi_eq_readerr", || {
+        // SAFETY: our EqObj; the application's error entry.
+        let Some(e) = (unsafe { obj::<EqObj>(eq) }) else {
+            return -(err::EINVAL as isize);
+        };
+        let Some(out) = (unsafe { buf.as_mut() }) else {
+            return -(err::EINVAL as isize);
+        };
+        let Some(entry) = e.engine.eq_readerr(e.id) else {
+            return -(err::EAGAIN as isize);
+        };
+        e.err_data = entry.data;
+        out.fid = entry.fid as fid_t;
+        out.context = null_mut();
+        out.data = 0;
+        out.err = entry.error.unwrap_or(err::EIO);
+        out.prov_errno = 0;
+        if API_VERSION.load(Ordering::Relaxed) >= info::version(1, 5)
+            && out.err_data_size > 0
+            && !out.err_data.is_null()
+        {
+            // The application gave a buffer: the peer's rejection data is copied into it.
+            let n = e.err_data.len().min(out.err_data_size);
+            // SAFETY: the application's err_data holds err_data_size bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(e.err_data.as_ptr(), out.err_data.cast::<u8>(), n)
+            };
+            out.err_data_size = n;
+        } else {
+            out.err_data = if e.err_data.is_empty() {
+                null_mut()
+            } else {
+                e.err_data.as_mut_ptr().cast()
+            };
+            out.err_data_size = e.err_data.len();
+        }
+        size_of::<fi_eq_err_entry>() as isize
+    })
 }
 
 unsafe extern "C" fn eq_sread(
-    _: *mut fid_eq,
-    _: *mut u32,
-    _: *mut c_void,
-    _: usize,
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
     timeout: c_int,
-    _: u64,
+    flags: u64,
 ) -> isize {
-    if timeout > 0 {
-        std::thread::sleep(Duration::from_millis(timeout as u64));
+    guard_size("fi_eq_sread", || {
+        let start = Instant::now();
+        let limit = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
+        loop {
+            // SAFETY: forwarded.
+            let n = unsafe { eq_read_inner(eq, event, buf, len, flags) };
+            if n != -(err::EAGAIN as isize) {
+                return n;
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return n;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    })
+}
+
+static CONNREQ_FI_OPS: fi_ops = fi_ops {
+    size: size_of::<fi_ops>(),
+    close: Some(connreq_close),
+    bind: Some(no_bind),
+    control: Some(no_control),
+    ops_open: Some(no_ops_open),
+    tostr: Some(no_tostr),
+    ops_set: Some(no_ops_set),
+};
+
+unsafe extern "C" fn connreq_close(f: *mut fid) -> c_int {
+    // SAFETY: a ConnReqObj this provider made.
+    unsafe { free::<ConnReqObj>(f) };
+    0
+}
+
+/// The request an `info->handle` names (and frees it: each handle is taken once).
+fn take_connreq(handle: fid_t) -> Option<u32> {
+    // SAFETY: `handle` is null or a ConnReqObj from an FI_CONNREQ event's info.
+    let r = unsafe { handle.cast::<ConnReqObj>().as_ref() }?;
+    if r.fid.fclass != FI_CLASS_CONNREQ as usize {
+        return None;
     }
-    -(err::EAGAIN as isize)
+    let id = r.id;
+    // SAFETY: taken once: fi_endpoint or fi_reject consumes the request.
+    unsafe { free::<ConnReqObj>(handle) };
+    Some(id)
+}
+
+// ---- passive endpoints -------------------------------------------------------------------
+
+static PEP_FI_OPS: fi_ops = fi_ops {
+    size: size_of::<fi_ops>(),
+    close: Some(pep_close),
+    bind: Some(pep_bind),
+    control: Some(no_control),
+    ops_open: Some(no_ops_open),
+    tostr: Some(no_tostr),
+    ops_set: Some(no_ops_set),
+};
+
+static PEP_OPS: fi_ops_ep = fi_ops_ep {
+    size: size_of::<fi_ops_ep>(),
+    cancel: Some(no_cancel),
+    getopt: Some(no_getopt),
+    setopt: Some(no_setopt),
+    tx_ctx: Some(no_tx_ctx),
+    rx_ctx: Some(no_rx_ctx),
+    rx_size_left: Some(no_size_left),
+    tx_size_left: Some(no_size_left),
+};
+
+static PEP_CM_OPS: fi_ops_cm = fi_ops_cm {
+    size: size_of::<fi_ops_cm>(),
+    setname: Some(no_setname),
+    getname: Some(pep_getname),
+    getpeer: Some(no_getpeer),
+    connect: Some(no_connect),
+    listen: Some(pep_listen),
+    accept: Some(no_accept),
+    reject: Some(pep_reject),
+    shutdown: Some(no_shutdown),
+    join: Some(no_join),
+};
+
+unsafe extern "C" fn passive_ep(
+    fabric: *mut fid_fabric,
+    info: *mut fi_info,
+    pep: *mut *mut fid_pep,
+    context: *mut c_void,
+) -> c_int {
+    guard_int("fi_passive_ep", || {
+        // SAFETY: our FabricObj; `info` from fi_getinfo.
+        let Some(f) = (unsafe { obj::<FabricObj>(fabric) }) else {
+            return neg(err::EINVAL);
+        };
+        if pep.is_null() {
+            return neg(err::EINVAL);
+        }
+        let port = unsafe { info.as_ref() }
+            .and_then(|i| unsafe { opt_bytes(i.src_addr, i.src_addrlen) })
+            .as_deref()
+            .and_then(EpAddr::parse)
+            .map(|a| a.port)
+            .filter(|&p| p != 0);
+        let obj = Box::into_raw(Box::new(PepObj {
+            fid: fid_pep {
+                fid: fid_header(FI_CLASS_PEP, context, &PEP_FI_OPS),
+                ops: (&PEP_OPS as *const fi_ops_ep).cast_mut(),
+                cm: (&PEP_CM_OPS as *const fi_ops_cm).cast_mut(),
+            },
+            engine: f.engine.clone(),
+            id: 0,
+        }));
+        // SAFETY: `obj` is fresh; its address names it in events.
+        unsafe {
+            (*obj).id = (*obj).engine.pep_open(port, obj as u64);
+            *pep = obj.cast();
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn pep_close(f: *mut fid) -> c_int {
+    guard_int("fi_close(pep)", || {
+        // SAFETY: our PepObj.
+        let Some(p) = (unsafe { obj::<PepObj>(f) }) else {
+            return neg(err::EINVAL);
+        };
+        p.engine.pep_close(p.id);
+        unsafe { free::<PepObj>(f) };
+        0
+    })
+}
+
+unsafe extern "C" fn pep_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
+    guard_int("fi_pep_bind", || {
+        // SAFETY: our PepObj; `bfid` one of our objects.
+        let Some(p) = (unsafe { obj::<PepObj>(f) }) else {
+            return neg(err::EINVAL);
+        };
+        match unsafe { bfid.as_ref() }.map(|b| b.fclass as u32) {
+            Some(FI_CLASS_EQ) => {
+                let Some(e) = (unsafe { obj::<EqObj>(bfid) }) else {
+                    return neg(err::EINVAL);
+                };
+                match p.engine.pep_bind_eq(p.id, e.id) {
+                    Ok(()) => 0,
+                    Err(x) => neg(x),
+                }
+            }
+            _ => neg(err::ENOSYS),
+        }
+    })
+}
+
+unsafe extern "C" fn pep_listen(pep: *mut fid_pep) -> c_int {
+    guard_int("fi_listen", || {
+        // SAFETY: our PepObj.
+        let Some(p) = (unsafe { obj::<PepObj>(pep) }) else {
+            return neg(err::EINVAL);
+        };
+        match p.engine.pep_listen(p.id) {
+            Ok(()) => 0,
+            Err(why) => {
+                log(Level::Warn, &format!("fi_listen: {why}"));
+                neg(err::EADDRINUSE)
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn pep_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard_int("fi_getname(pep)", || {
+        // SAFETY: our PepObj; the application's address buffer.
+        let Some(p) = (unsafe { obj::<PepObj>(f) }) else {
+            return neg(err::EINVAL);
+        };
+        let Some(a) = p.engine.pep_name(p.id) else {
+            return neg(err::EINVAL);
+        };
+        unsafe { give_name(a, addr, addrlen) }
+    })
+}
+
+unsafe extern "C" fn pep_reject(
+    _pep: *mut fid_pep,
+    handle: fid_t,
+    param: *const c_void,
+    len: usize,
+) -> c_int {
+    guard_int("fi_reject", || {
+        // SAFETY: the request's handle; `param` holds `len` bytes.
+        let Some(id) = take_connreq(handle) else {
+            return neg(err::EINVAL);
+        };
+        let Some(engine) = engine::running() else {
+            return neg(err::EINVAL);
+        };
+        let data = unsafe { opt_bytes(param, len) }.unwrap_or_default();
+        match engine.reject(id, &data) {
+            Ok(()) => 0,
+            Err(x) => neg(x),
+        }
+    })
+}
+
+/// Copies an address out as `fi_getname` does (`-FI_ETOOSMALL` with the length needed).
+unsafe fn give_name(a: EpAddr, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    // SAFETY: `addrlen` is the application's size, `addr` that many bytes.
+    let Some(len) = (unsafe { addrlen.as_mut() }) else {
+        return neg(err::EINVAL);
+    };
+    let room = *len;
+    *len = addr::LEN;
+    if room < addr::LEN || addr.is_null() {
+        return -(FI_ETOOSMALL as c_int);
+    }
+    let b = a.to_bytes();
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr.cast::<u8>(), addr::LEN) };
+    0
 }
 
 unsafe extern "C" fn eq_strerror(
@@ -1492,13 +1882,65 @@ static CM_OPS: fi_ops_cm = fi_ops_cm {
     setname: Some(no_setname),
     getname: Some(ep_getname),
     getpeer: Some(no_getpeer),
-    connect: Some(no_connect),
+    connect: Some(ep_connect),
     listen: Some(no_listen),
-    accept: Some(no_accept),
+    accept: Some(ep_accept),
     reject: Some(no_reject),
-    shutdown: Some(no_shutdown),
+    shutdown: Some(ep_shutdown),
     join: Some(no_join),
 };
+
+unsafe extern "C" fn ep_connect(
+    ep: *mut fid_ep,
+    addr: *const c_void,
+    param: *const c_void,
+    len: usize,
+) -> c_int {
+    guard_int("fi_connect", || {
+        // SAFETY: our EpObj; `addr` an address of addr::LEN bytes; `param` `len` bytes.
+        let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
+            return neg(err::EINVAL);
+        };
+        let Some(dest) = unsafe { opt_bytes(addr, addr::LEN) }
+            .as_deref()
+            .and_then(EpAddr::parse)
+        else {
+            return neg(err::EINVAL);
+        };
+        let data = unsafe { opt_bytes(param, len) }.unwrap_or_default();
+        match e.engine.ep_connect(e.id, dest, &data) {
+            Ok(()) => 0,
+            Err(x) => neg(x),
+        }
+    })
+}
+
+unsafe extern "C" fn ep_accept(ep: *mut fid_ep, param: *const c_void, len: usize) -> c_int {
+    guard_int("fi_accept", || {
+        // SAFETY: our EpObj; `param` holds `len` bytes.
+        let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
+            return neg(err::EINVAL);
+        };
+        let data = unsafe { opt_bytes(param, len) }.unwrap_or_default();
+        match e.engine.ep_accept(e.id, &data) {
+            Ok(()) => 0,
+            Err(x) => neg(x),
+        }
+    })
+}
+
+unsafe extern "C" fn ep_shutdown(ep: *mut fid_ep, _flags: u64) -> c_int {
+    guard_int("fi_shutdown", || {
+        // SAFETY: our EpObj.
+        let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
+            return neg(err::EINVAL);
+        };
+        match e.engine.ep_shutdown(e.id) {
+            Ok(()) => 0,
+            Err(x) => neg(x),
+        }
+    })
+}
 
 static MSG_OPS: fi_ops_msg = fi_ops_msg {
     size: size_of::<fi_ops_msg>(),
@@ -1581,14 +2023,27 @@ unsafe extern "C" fn ep_open2(
         if ep.is_null() {
             return neg(err::EINVAL);
         }
-        let (mut tx_flags, mut rx_flags, mut directed) = (0, 0, false);
+        let (mut tx_flags, mut rx_flags, mut directed, mut msg) = (0, 0, false, false);
+        let mut connreq = None;
         if let Some(i) = unsafe { info.as_ref() } {
             directed = i.caps & flags::DIRECTED_RECV != 0;
-            if let Some(e) = unsafe { i.ep_attr.as_ref() }
-                && e.type_ != info::EP_RDM
-                && e.type_ != info::EP_UNSPEC
-            {
-                return neg(err::ENOSYS);
+            if let Some(e) = unsafe { i.ep_attr.as_ref() } {
+                match e.type_ {
+                    info::EP_RDM | info::EP_UNSPEC => {}
+                    info::EP_MSG => msg = true,
+                    _ => return neg(err::ENOSYS),
+                }
+            }
+            if msg && !i.handle.is_null() {
+                // An endpoint for a connection request (the FI_CONNREQ event's info).
+                match take_connreq(i.handle) {
+                    Some(id) => {
+                        connreq = Some(id);
+                        // SAFETY: the application's fi_info: the handle is taken.
+                        unsafe { (*info).handle = null_mut() };
+                    }
+                    None => return neg(err::EINVAL),
+                }
             }
             if let Some(tx) = unsafe { i.tx_attr.as_ref() } {
                 tx_flags = tx.op_flags;
@@ -1598,7 +2053,12 @@ unsafe extern "C" fn ep_open2(
                 directed |= rx.caps & flags::DIRECTED_RECV != 0;
             }
         }
-        let Some(id) = d.engine.ep_open(tx_flags, rx_flags, directed) else {
+        let id = if msg {
+            Some(d.engine.msg_ep_open(tx_flags, rx_flags, connreq))
+        } else {
+            d.engine.ep_open(tx_flags, rx_flags, directed)
+        };
+        let Some(id) = id else {
             log(
                 Level::Warn,
                 "fi_endpoint: every endpoint FI_PORTICO_ENDPOINTS allows is open",
@@ -1619,8 +2079,12 @@ unsafe extern "C" fn ep_open2(
             engine: d.engine.clone(),
             id,
         };
+        let engine = d.engine.clone();
         // SAFETY: checked.
-        unsafe { hand_out(obj, ep) }
+        let rc = unsafe { hand_out(obj, ep) };
+        // SAFETY: hand_out stored the object's address in `*ep`.
+        engine.ep_set_fid(id, unsafe { *ep } as u64);
+        rc
     })
 }
 
@@ -1668,8 +2132,13 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                 };
                 e.engine.ep_bind_av(e.id, a.id)
             }
-            // An EQ has nothing to carry for an RDM endpoint; counters are not supported.
-            FI_CLASS_EQ => Ok(()),
+            // A message endpoint's connection events; an RDM endpoint has none to carry.
+            FI_CLASS_EQ => {
+                let Some(q) = (unsafe { obj::<EqObj>(bfid) }) else {
+                    return neg(err::EINVAL);
+                };
+                e.engine.ep_bind_eq(e.id, q.id)
+            }
             _ => Err(err::ENOSYS),
         };
         match r {
@@ -1729,6 +2198,16 @@ unsafe extern "C" fn ep_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize
         let Some(len) = (unsafe { addrlen.as_mut() }) else {
             return neg(err::EINVAL);
         };
+        if e.engine
+            .lock()
+            .eps
+            .get(e.id)
+            .and_then(|x| x.as_ref())
+            .is_some_and(|x| x.msg)
+        {
+            // SAFETY: forwarded from the application.
+            return unsafe { give_name(e.engine.msg_name(), addr, addrlen) };
+        }
         let Some(index) = e.engine.ep_index(e.id) else {
             return neg(err::EINVAL);
         };

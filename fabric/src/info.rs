@@ -42,6 +42,7 @@ pub const CQ_DATA_SIZE: usize = 4;
 
 // libfabric's enum values (fi_ep_type, fi_threading, fi_progress, fi_av_type, addr formats).
 pub const EP_UNSPEC: u32 = 0;
+pub const EP_MSG: u32 = 1;
 pub const EP_RDM: u32 = 3;
 pub const THREAD_UNSPEC: u32 = 0;
 pub const THREAD_SAFE: u32 = 1;
@@ -141,6 +142,49 @@ pub fn offer(
     dev: &str,
     endpoints: u16,
 ) -> Result<Offer, Mismatch> {
+    offer_type(hints, EP_RDM, local, dev, endpoints)
+}
+
+/// Every endpoint type the hints allow, RDM first: each type's offer, or why none fits (the
+/// reason for the type the hints asked for, else RDM's).
+pub fn offers(
+    hints: Option<&Hints>,
+    rdm_local: EpAddr,
+    msg_local: EpAddr,
+    dev: &str,
+    endpoints: u16,
+    for_layering: bool,
+) -> Result<Vec<Offer>, Mismatch> {
+    let rdm = offer_type(hints, EP_RDM, rdm_local, dev, endpoints);
+    // Message endpoints are not offered to a utility provider (ofi_rxm) looking for a core
+    // to layer over, unless the parameters allow it: its RDM over Portico's connections would
+    // be listed ahead of Portico's own RDM, whose tagged messages the list-processing engine
+    // matches, and an application asking for "portico" would get it.
+    let msg = if for_layering {
+        no(format!(
+            "endpoint type {EP_MSG}: not offered to utility providers (FI_PORTICO_LAYERING=1 allows it)"
+        ))
+    } else {
+        offer_type(hints, EP_MSG, msg_local, dev, endpoints)
+    };
+    match (rdm, msg) {
+        (Err(e), Err(m)) => Err(if hints.is_some_and(|h| h.ep_type == EP_MSG) {
+            m
+        } else {
+            e
+        }),
+        (r, m) => Ok(r.into_iter().chain(m).collect()),
+    }
+}
+
+/// The offer of one endpoint type.
+pub fn offer_type(
+    hints: Option<&Hints>,
+    ep_type: u32,
+    local: EpAddr,
+    dev: &str,
+    endpoints: u16,
+) -> Result<Offer, Mismatch> {
     let domain = domain_name(dev);
     let default = Hints {
         api_version: version(1, 17),
@@ -148,7 +192,7 @@ pub fn offer(
     };
     let h = hints.unwrap_or(&default);
     if let Some(p) = &h.prov_name
-        && !p.eq_ignore_ascii_case(PROVIDER)
+        && !names_provider(p)
     {
         return no(format!("provider {p:?}"));
     }
@@ -162,10 +206,19 @@ pub fn offer(
     {
         return no(format!("domain {d:?} (this is {domain:?})"));
     }
-    if h.ep_type != EP_UNSPEC && h.ep_type != EP_RDM {
-        return no(format!("endpoint type {} (FI_EP_RDM only)", h.ep_type));
+    if h.ep_type != EP_UNSPEC && h.ep_type != ep_type {
+        return no(format!(
+            "endpoint type {} (FI_EP_RDM and FI_EP_MSG only)",
+            h.ep_type
+        ));
     }
-    let all = PRIMARY | SECONDARY;
+    // A message endpoint is one connection: no tag matching, no source to tell apart.
+    let (primary, secondary) = if ep_type == EP_MSG {
+        (PRIMARY & !TAGGED, LOCAL_COMM | REMOTE_COMM)
+    } else {
+        (PRIMARY, SECONDARY)
+    };
+    let all = primary | secondary;
     for (what, caps) in [
         ("caps", h.caps),
         ("tx caps", h.tx_caps),
@@ -273,14 +326,14 @@ pub fn offer(
         MR_MODE
     };
     let caps = if h.caps == 0 {
-        PRIMARY | SECONDARY
+        primary | secondary
     } else {
-        with_implied(h.caps) | (SECONDARY & !(SOURCE | DIRECTED_RECV)) | (h.caps & SECONDARY)
+        with_implied(h.caps) | (secondary & !(SOURCE | DIRECTED_RECV)) | (h.caps & secondary)
     };
     Ok(Offer {
         caps,
         mode: 0,
-        ep_type: EP_RDM,
+        ep_type,
         src_addr,
         dest_addr,
         tx_op_flags: if h.tx_op_flags == 0 {
@@ -314,6 +367,14 @@ pub fn offer(
         domain_name: domain,
         endpoints,
     })
+}
+
+/// Whether a `prov_name` hint names this provider: a `;`-separated list whose entries are
+/// names, or names after `^` that are excluded (`portico;^ofi_rxm` is what a utility provider
+/// asks of a core provider it may not layer over itself).
+fn names_provider(list: &str) -> bool {
+    list.split(';')
+        .any(|n| !n.starts_with('^') && n.eq_ignore_ascii_case(PROVIDER))
 }
 
 /// A primary capability with the directions it implies when none is named (`FI_MSG` alone
@@ -393,10 +454,10 @@ mod tests {
         let cases: Vec<(Hints, &str)> = vec![
             (
                 Hints {
-                    ep_type: 1,
+                    ep_type: 2,
                     ..hints()
                 },
-                "endpoint type 1",
+                "endpoint type 2",
             ),
             (
                 Hints {
@@ -459,6 +520,55 @@ mod tests {
             let e = offer(Some(&h), local(), "net_tap0", 4).unwrap_err();
             assert!(e.0.starts_with(want), "{e} (wanted {want})");
         }
+    }
+
+    #[test]
+    fn provider_name_lists_are_read_as_libfabric_writes_them() {
+        assert!(names_provider("portico"));
+        assert!(names_provider("PORTICO"));
+        assert!(names_provider("portico;^ofi_rxm"));
+        assert!(names_provider("ofi_rxm;portico"));
+        assert!(!names_provider("^portico"));
+        assert!(!names_provider("tcp;ofi_rxm"));
+        assert!(!names_provider("porticox"));
+    }
+
+    #[test]
+    fn message_endpoints_are_offered_beside_rdm_without_tag_matching() {
+        let msg_local = EpAddr {
+            port: 7475,
+            ..local()
+        };
+        let count = |h: &Hints, layering: bool| {
+            offers(Some(h), local(), msg_local, "net_tap0", 4, layering).map(|v| v.len())
+        };
+        let all = offers(None, local(), msg_local, "net_tap0", 4, false).unwrap();
+        assert_eq!(
+            all.iter().map(|o| o.ep_type).collect::<Vec<_>>(),
+            [EP_RDM, EP_MSG]
+        );
+        assert_eq!(all[1].caps & TAGGED, 0);
+        assert_eq!(all[1].src_addr.port, 7475);
+        let msg = Hints {
+            ep_type: EP_MSG,
+            ..hints()
+        };
+        assert_eq!(count(&msg, false), Ok(1));
+        // A utility provider looking for a core to layer over: no MSG, so its RDM cannot be
+        // listed ahead of Portico's own.
+        let e = count(&msg, true).unwrap_err();
+        assert!(e.0.contains("not offered to utility providers"), "{e}");
+        let tagged_msg = Hints {
+            caps: TAGGED,
+            ..msg
+        };
+        let e = count(&tagged_msg, false).unwrap_err();
+        assert!(e.0.starts_with("caps 0x8"), "{e}");
+        let tagged = Hints {
+            caps: TAGGED,
+            ..hints()
+        };
+        assert_eq!(count(&tagged, false), Ok(1), "RDM only");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`addr`]: the endpoint address (`FI_SOCKADDR_IN` with the endpoint's index), pure.
 //! - [`info`]: what `fi_getinfo` offers and the check of the application's hints, pure.
 //! - [`engine`]: the process's one engine and the provider's state, safe Rust.
+//! - [`msg`]: `FI_EP_MSG` endpoints, passive endpoints and their connection events.
 //! - `ffi`: the C boundary, every `fid` object and ops table (the crate's only `unsafe`).
 //! - [`sys`]: libfabric's types, from its installed headers by bindgen.
 
@@ -17,6 +18,7 @@ pub mod engine;
 mod ffi;
 mod flags;
 pub mod info;
+pub mod msg;
 pub mod params;
 #[allow(unsafe_code)]
 pub mod sys;

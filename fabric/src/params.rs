@@ -51,6 +51,10 @@ pub const PARAMS: &[Param] = &[
         help: "Path MTU in bytes: 256, 512, 1024 (the default: RoCEv2 frames fit a 1500-byte Ethernet MTU), 2048 or 4096 (needs a link MTU above 4 200 bytes).",
     },
     Param {
+        name: "layering",
+        help: "1: offer message endpoints to libfabric's utility providers, so that portico;ofi_rxm works (default 0: an application asking for an RDM endpoint gets Portico's own, whose tag matching is the list-processing engine's).",
+    },
+    Param {
         name: "endpoints",
         help: "Endpoints one process may open (default 4, at most 64).",
     },
@@ -98,6 +102,8 @@ pub struct Settings {
     pub mtu: u32,
     pub endpoints: u16,
     pub overflow_bytes: usize,
+    /// Message endpoints offered to utility providers (ofi_rxm).
+    pub layering: bool,
 }
 
 /// The most endpoints a process may open (each takes two list-processing endpoints).
@@ -172,6 +178,7 @@ impl Settings {
             ));
         }
         let overflow_kib = number(&get, "overflow_kib", 4096, 64, 1 << 20)?;
+        let layering = number(&get, "layering", 0, 0, 1)? == 1;
         Ok(Some(Settings {
             dev,
             ip,
@@ -184,6 +191,7 @@ impl Settings {
             mtu,
             endpoints,
             overflow_bytes: overflow_kib as usize * 1024,
+            layering,
         }))
     }
 

@@ -229,3 +229,15 @@ fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
     assert!(s.contains("262144 bytes as written"), "{s}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn fi_pingpong_msg_endpoints_over_memif_every_byte_checked() {
+    let dir = provider_dir();
+    // A passive endpoint, FI_CONNREQ, fi_accept / fi_connect, FI_CONNECTED, then plain SENDs
+    // into receives posted on the connection (the last -e wins).
+    for (size, label) in [("64", "64"), ("4096", "4k"), ("1048576", "1m")] {
+        let out = pingpong(&dir, &["-e", "msg"], size, "20");
+        assert_eq!(counts(&out), (label.to_string(), 20, 20), "{out}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -122,11 +122,16 @@ pub enum CmControl {
         private_data: Vec<u8>,
         /// Send and receive completion queues, else the CM's.
         cqs: Option<(u32, u32)>,
+        /// Whether the queue pair carries tagged messages ([`QpConfig::tagged`]), else the
+        /// template's choice (the libfabric provider's message endpoints want plain SENDs on
+        /// an engine whose other connections are tagged).
+        tagged: Option<bool>,
     },
     Accept {
         id: u32,
         private_data: Vec<u8>,
         cqs: Option<(u32, u32)>,
+        tagged: Option<bool>,
     },
     Reject {
         id: u32,
@@ -249,6 +254,8 @@ enum OutFrame {
 struct ConnQp {
     qpn: Option<u32>,
     cqs: (u32, u32),
+    /// Overrides the template's [`QpConfig::tagged`].
+    tagged: Option<bool>,
 }
 
 /// The CM's state on a node.
@@ -266,6 +273,9 @@ pub(crate) struct NodeCm {
     /// Accepted connections still waiting for their RTU, and their queue pairs: the first
     /// packet on the queue pair establishes them as well ([`Cm::traffic`]).
     awaiting_rtu: Vec<(u32, u32)>,
+    /// Connections whose queue pair the error scan found in the error state, and when it
+    /// first did (they are disconnected a scan period later).
+    failed_since: HashMap<u32, u64>,
     pub(crate) counters: Qp1Counters,
     /// The node's time at its last receive or service (control calls carry none).
     pub(crate) now: u64,
@@ -296,6 +306,7 @@ impl RdmaNode {
             parked: Vec::new(),
             conns: HashMap::new(),
             awaiting_rtu: Vec::new(),
+            failed_since: HashMap::new(),
             counters: Qp1Counters::default(),
             now: 0,
             scanned_at: 0,
@@ -422,15 +433,25 @@ impl RdmaNode {
         let fired = std::mem::take(&mut self.timer_fired);
         if (fired || now.saturating_sub(cm.scanned_at) >= SCAN_NS) && !cm.conns.is_empty() {
             cm.scanned_at = now;
+            let failed_since = &mut cm.failed_since;
             for (&id, c) in &cm.conns {
                 let failed = c
                     .qpn
                     .and_then(|q| qps.lookup(q))
                     .is_some_and(|i| qps.entries[i].qp.state() == QpState::Error);
-                if failed {
-                    // The peer stopped answering the transport: end the connection the CM
-                    // way (its DREQ is resent until it times out, then the connection is
-                    // gone).
+                if !failed {
+                    continue;
+                }
+                // The peer stopped answering the transport (or broke its rules): end the
+                // connection the CM way (its DREQ is resent until it times out, then the
+                // connection is gone). Not at the first sight: a responder that NAKs goes
+                // to the error state with its NAK still to send, and the CM's frames leave
+                // before the queue pairs' in an iteration; a DREQ that overtook the NAK
+                // would flush the peer's request instead of failing it with the NAK's
+                // status. A queue pair in error for a whole scan period has sent it.
+                let since = *failed_since.entry(id).or_insert(now);
+                if now.saturating_sub(since) >= SCAN_NS {
+                    failed_since.remove(&id);
                     let _ = cm.cm.disconnect(now, id);
                 }
             }
@@ -522,6 +543,7 @@ impl RdmaNode {
                 port,
                 private_data,
                 cqs,
+                tagged,
             } => {
                 let mac = match cm.arp.resolve(now, ip) {
                     Resolve::Known(mac) => mac,
@@ -552,6 +574,7 @@ impl RdmaNode {
                     ConnQp {
                         qpn: None,
                         cqs: cqs.unwrap_or(cm.cqs),
+                        tagged,
                     },
                 );
                 cm.next_qpn = qpn + 1;
@@ -561,6 +584,7 @@ impl RdmaNode {
                 id,
                 private_data,
                 cqs,
+                tagged,
             } => {
                 let qpn = self.free_qpn();
                 let cm = self.cm.as_mut().expect("checked");
@@ -577,7 +601,7 @@ impl RdmaNode {
                 let params = cm.cm.accept(now, id, &accept)?;
                 let cqs = cqs.unwrap_or(cm.cqs);
                 cm.next_qpn = qpn + 1;
-                match self.cm_create_qp(id, &params, cqs) {
+                match self.cm_create_qp(id, &params, cqs, tagged) {
                     Ok(qp) => {
                         let cm = self.cm.as_mut().expect("checked");
                         cm.awaiting_rtu.push((id, params.local_qpn));
@@ -619,9 +643,18 @@ impl RdmaNode {
         }
     }
 
-    fn cm_create_qp(&mut self, id: u32, p: &QpParams, cqs: (u32, u32)) -> Result<Qp, AddQpError> {
+    fn cm_create_qp(
+        &mut self,
+        id: u32,
+        p: &QpParams,
+        cqs: (u32, u32),
+        tagged: Option<bool>,
+    ) -> Result<Qp, AddQpError> {
         let cm = self.cm.as_mut().expect("a CM");
         let mut cfg = cm.template.clone();
+        if let Some(t) = tagged {
+            cfg.tagged = t;
+        }
         cfg.local_qpn = p.local_qpn;
         cfg.remote_qpn = p.remote_qpn;
         cfg.remote_ip = p.peer.ip;
@@ -660,6 +693,7 @@ impl RdmaNode {
             ConnQp {
                 qpn: Some(p.local_qpn),
                 cqs,
+                tagged,
             },
         );
         Ok(qp)
@@ -682,8 +716,11 @@ impl RdmaNode {
                     ConnEvent::Request(r)
                 }
                 CmEvent::Connected { id, params } => {
-                    let cqs = cm.conns.get(&id).map_or(cm.cqs, |c| c.cqs);
-                    match self.cm_create_qp(id, &params, cqs) {
+                    let (cqs, tagged) = cm
+                        .conns
+                        .get(&id)
+                        .map_or((cm.cqs, None), |c| (c.cqs, c.tagged));
+                    match self.cm_create_qp(id, &params, cqs, tagged) {
                         Ok(qp) => {
                             // The Established event that follows carries it.
                             let cm = self.cm.as_mut().expect("a CM");

@@ -239,6 +239,7 @@ fn accept_all(s: &mut Side, is_a: bool, ev: &ConnEvent) {
                 id: r.id,
                 private_data: pd,
                 cqs: None,
+                tagged: None,
             }),
         ) {
             ACCEPTED.with(|a| a.borrow_mut().push(qp));
@@ -258,6 +259,7 @@ fn connect(w: &mut Wire, private: &[u8]) -> u32 {
             port: PORT,
             private_data: private.to_vec(),
             cqs: None,
+            tagged: None,
         },
     ) {
         CmReply::Connecting(id) => id,
@@ -531,6 +533,7 @@ fn an_address_nobody_answers_for_is_unreachable() {
             port: PORT,
             private_data: vec![],
             cqs: None,
+            tagged: None,
         },
     ) {
         CmReply::Connecting(id) => id,
@@ -645,4 +648,59 @@ fn the_first_packet_on_its_queue_pair_establishes_a_connection_whose_rtu_was_los
             .any(|(a, e)| !*a && matches!(e, ConnEvent::Established { .. }))
     );
     ACCEPTED.with(|a| a.borrow_mut().clear());
+}
+
+#[test]
+fn a_nak_reaches_the_requester_before_the_cm_ends_the_connection() {
+    let _ = take_log();
+    let mut w = Wire::new(Faults::default(), 5);
+    connect(&mut w, b"");
+    w.run(10_000, accept_all, |w| {
+        w.a.node.cm_connections() == Some((1, 1))
+            && w.b.node.cm_counters().unwrap().0.cm_established == 1
+    });
+    let mut qp = a_queue_pair(take_log()).expect("A's queue pair");
+    // A READ past the end of B's region: B's responder NAKs it (remote access error) and its
+    // queue pair goes to the error state, with the NAK still to send.
+    let sgl = SgList::one(w.a.mr.lkey, w.a.mr.addr, 64);
+    qp.post_send(&[WorkRequest::read(
+        9,
+        sgl,
+        w.b.mr.addr + (1 << 16),
+        w.b.mr.rkey,
+    )])
+    .unwrap();
+    let in_error = |w: &Wire| {
+        w.b.node
+            .qps()
+            .any(|q| q.state() == proto::transport::QpState::Error)
+    };
+    for _ in 0..1000 {
+        if in_error(&w) {
+            break;
+        }
+        w.step();
+    }
+    assert!(in_error(&w), "B's responder refused the READ");
+    // The CM's error scan is due in B's next iteration, the one that sends the NAK; its DREQ
+    // leaves first. Disconnecting at that first sight let the DREQ overtake the NAK: A's
+    // queue pair was destroyed and the READ flushed (WrFlushError) instead of failed.
+    w.round += 1_000_000 / ROUND + 1;
+    let mut wc = None;
+    for _ in 0..100 {
+        w.step();
+        wc = w.a.cq.poll_one();
+        if wc.is_some() {
+            break;
+        }
+    }
+    let wc = wc.expect("the READ's completion");
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RemoteAccessError));
+    // Then the CM ends the connection on both sides, a scan period later.
+    w.run(
+        10_000,
+        |_, _, _| {},
+        |w| w.a.node.cm_connections() == Some((0, 0)),
+    );
+    assert_eq!(w.a.node.cm_connections(), Some((0, 0)));
 }
