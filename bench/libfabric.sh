@@ -5,6 +5,10 @@
 # RUNS times, interleaved across providers (this VM has fast and slow phases); the medians
 # and Portico's ratio to each reference are printed, and every run's line is kept in
 # target/libfabric-bench/ (RDM endpoints; Portico's two processes over net_memif).
+# Then the same three sizes with NetPIPE (NPopenmpi, an MPI ping-pong) under Open MPI's
+# `mtl ofi` over each provider (MPI=0 skips it), and tagged messages over Portico's own RDM
+# (matched by its list-processing engine) against `portico;ofi_rxm` (matched in software by
+# ofi_rxm over Portico's message endpoints; FI_PORTICO_LAYERING=1).
 #
 #   bench/libfabric.sh            # RUNS=5, ITERS=2000 (1 MiB: ITERS/10)
 #   RUNS=3 ITERS=500 bench/libfabric.sh
@@ -90,3 +94,55 @@ for c in "${cases[@]}"; do
         "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[shm]}" | bc -l)"
 done
 echo "runs: $RUNS per case, interleaved; every line in $out/runs.txt"
+
+# ---- Open MPI: NetPIPE over each provider -------------------------------------------------
+[[ ${MPI:-1} == 0 ]] && exit 0
+# npmpi PROVIDER SIZE REPS -> NetPIPE's line for SIZE
+npmpi() {
+    local prov=$1 size=$2 reps=$3 sock=/tmp/portico-fi-np-$$.sock
+    rm -f "$sock"
+    local common=(--allow-run-as-root --oversubscribe --bind-to none --mca pml cm --mca mtl ofi
+        --mca btl self --mca mtl_ofi_provider_include "$prov")
+    local np=(NPopenmpi -l "$size" -u "$size" -n "$reps" -p 0 -o "$out/np.out")
+    if [[ $prov == portico ]]; then
+        timeout 120 mpirun "${common[@]}" \
+            -np 1 -x FI_PROVIDER_PATH -x FI_PORTICO_DEV="net_memif0,role=server,id=0,socket=$sock" \
+                -x FI_PORTICO_IP=10.79.1.1 -x FI_PORTICO_CORES=$last "${np[@]}" : \
+            -np 1 -x FI_PROVIDER_PATH -x FI_PORTICO_DEV="net_memif0,role=client,id=0,socket=$sock" \
+                -x FI_PORTICO_IP=10.79.1.2 -x FI_PORTICO_CORES=$first "${np[@]}" 2>&1 |
+            grep -E "^ *[0-9]+: +[0-9]+ bytes" | tail -1
+    else
+        timeout 120 mpirun "${common[@]}" -np 2 "${np[@]}" 2>&1 |
+            grep -E "^ *[0-9]+: +[0-9]+ bytes" | tail -1
+    fi
+    rm -f "$sock"
+}
+: >"$out/netpipe.txt"
+for r in $(seq "$RUNS"); do
+    for c in "${cases[@]}"; do
+        set -- $c
+        size=$1
+        reps=$ITERS
+        [[ $size == 1048576 ]] && reps=$((ITERS / 10))
+        for p in "${providers[@]}"; do
+            echo "$r $p $size $(npmpi "$p" "$size" "$reps")" >>"$out/netpipe.txt"
+        done
+    done
+done
+echo
+echo "NetPIPE (Open MPI, mtl ofi), medians of $RUNS:"
+printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" shm "portico / tcp, / shm"
+for c in "${cases[@]}"; do
+    set -- $c
+    size=$1 kind=$2
+    declare -A med=()
+    for p in "${providers[@]}"; do
+        # NetPIPE's line: N: SIZE bytes REPS times --> MBPS Mbps in USEC usec
+        col=$([[ $kind == lat ]] && echo 13 || echo 10)
+        med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$out/netpipe.txt" | median)
+    done
+    unit=$([[ $kind == lat ]] && echo "us one-way" || echo "Mbit/s")
+    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[shm]}" \
+        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[shm]}" | bc -l)"
+done
+echo "every line in $out/netpipe.txt"

@@ -250,24 +250,24 @@ impl Engine {
 
     /// `fi_connect`: a REQ to `dest` with `data`.
     pub fn ep_connect(&self, ep: usize, dest: EpAddr, data: &[u8]) -> Result<(), i32> {
-        {
-            let st = self.lock();
-            let e = st.eps.get(ep).and_then(|e| e.as_ref()).ok_or(err::EINVAL)?;
-            if !e.msg {
-                return Err(err::EINVAL);
-            }
-            if e.conn.is_some() {
-                return Err(err::EISCONN);
-            }
+        let data = wrap(data)?;
+        // The state stays locked across the CM call: the CM thread's event for this
+        // connection must find it in `msg_conns`.
+        let mut st = self.lock();
+        let e = st.eps.get(ep).and_then(|e| e.as_ref()).ok_or(err::EINVAL)?;
+        if !e.msg {
+            return Err(err::EINVAL);
+        }
+        if e.conn.is_some() {
+            return Err(err::EISCONN);
         }
         let id = self
             .handle
-            .connect_with(dest.ip, dest.port, &wrap(data)?, Some(false))
+            .connect_with(dest.ip, dest.port, &data, Some(false))
             .map_err(|e| {
                 crate::engine::log_warn(&format!("fi_connect to {}: {e}", dest.to_text()));
                 err::EINVAL
             })?;
-        let mut st = self.lock();
         if let Some(Some(e)) = st.eps.get_mut(ep) {
             e.conn = Some(id);
         }
@@ -277,27 +277,27 @@ impl Engine {
 
     /// `fi_accept`: the REP for the request the endpoint was opened for.
     pub fn ep_accept(&self, ep: usize, data: &[u8]) -> Result<(), i32> {
-        let id = {
-            let st = self.lock();
-            let e = st.eps.get(ep).and_then(|e| e.as_ref()).ok_or(err::EINVAL)?;
-            if e.conn.is_some() {
-                return Err(err::EISCONN);
-            }
-            e.connreq.ok_or(err::EINVAL)?
-        };
         let data = wrap(data)?;
-        let qp = self
-            .handle
-            .accept_with(id, &data, Some(false))
-            .map_err(|e| {
-                crate::engine::log_warn(&format!("fi_accept of request {id}: {e}"));
-                err::EINVAL
-            })?;
+        // Locked across the CM call, the connection known first: the RTU (and so the CM
+        // thread's Established event) may come before the call returns.
         let mut st = self.lock();
+        let e = st.eps.get(ep).and_then(|e| e.as_ref()).ok_or(err::EINVAL)?;
+        if e.conn.is_some() {
+            return Err(err::EISCONN);
+        }
+        let id = e.connreq.ok_or(err::EINVAL)?;
+        st.msg_conns.insert(id, ep);
+        let qp = match self.handle.accept_with(id, &data, Some(false)) {
+            Ok(qp) => qp,
+            Err(e) => {
+                st.msg_conns.remove(&id);
+                crate::engine::log_warn(&format!("fi_accept of request {id}: {e}"));
+                return Err(err::EINVAL);
+            }
+        };
         if let Some(Some(e)) = st.eps.get_mut(ep) {
             e.conn = Some(id);
         }
-        st.msg_conns.insert(id, ep);
         Self::attach_qp(&mut st, ep, qp);
         Ok(())
     }
