@@ -212,15 +212,19 @@ unsafe fn read_hints(version: u32, h: *const fi_info) -> Option<Hints> {
         caps: h.caps,
         mode: h.mode,
         addr_format: h.addr_format,
+        // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
         src_addr: unsafe { opt_bytes(h.src_addr, h.src_addrlen) },
+        // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
         dest_addr: unsafe { opt_bytes(h.dest_addr, h.dest_addrlen) },
         ..Hints::default()
     };
+    // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
     if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
         out.ep_type = ep.type_;
         out.max_msg_size = ep.max_msg_size as u64;
         out.mem_tag_format = ep.mem_tag_format;
     }
+    // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
         out.tx_caps = tx.caps;
         out.tx_mode = tx.mode;
@@ -230,12 +234,14 @@ unsafe fn read_hints(version: u32, h: *const fi_info) -> Option<Hints> {
         out.tx_size = tx.size;
         out.tx_iov_limit = tx.iov_limit;
     }
+    // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
         out.rx_caps = rx.caps;
         out.rx_mode = rx.mode;
         out.rx_op_flags = rx.op_flags;
         out.rx_msg_order = rx.msg_order;
     }
+    // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
     if let Some(d) = unsafe { h.domain_attr.as_ref() } {
         out.threading = d.threading;
         out.control_progress = d.control_progress;
@@ -244,10 +250,14 @@ unsafe fn read_hints(version: u32, h: *const fi_info) -> Option<Hints> {
         out.mr_mode = d.mr_mode as u32 as u64;
         out.resource_mgmt = d.resource_mgmt;
         out.cq_data_size = d.cq_data_size;
+        // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
         out.domain_name = unsafe { opt_str(d.name) };
     }
+    // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
     if let Some(f) = unsafe { h.fabric_attr.as_ref() } {
+        // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
         out.fabric_name = unsafe { opt_str(f.name) };
+        // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
         out.prov_name = unsafe { opt_str(f.prov_name) };
     }
     Some(out)
@@ -674,6 +684,7 @@ unsafe extern "C" fn fabric_open(
             if a.api_version != 0 {
                 API_VERSION.store(a.api_version, Ordering::Relaxed);
             }
+            // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
             if let Some(name) = unsafe { opt_str(a.name) }
                 && name != info::FABRIC
             {
@@ -962,6 +973,7 @@ unsafe extern "C" fn cq_open(
         let Some(d) = (unsafe { obj::<DomainObj>(domain) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return neg(err::EINVAL);
         };
@@ -1004,6 +1016,7 @@ unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
             return neg(err::EINVAL);
         };
         c.engine.cq_close(c.id);
+        // SAFETY: `f` is this provider's object of that type, closed once.
         unsafe { free::<CqObj>(f) };
         0
     })
@@ -1169,6 +1182,7 @@ unsafe extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _fla
         let Some(c) = (unsafe { obj::<CqObj>(cq) }) else {
             return -(err::EINVAL as isize);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(out) = (unsafe { buf.as_mut() }) else {
             return -(err::EINVAL as isize);
         };
@@ -1284,6 +1298,7 @@ unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
             return neg(err::EINVAL);
         };
         e.engine.eq_close(e.id);
+        // SAFETY: `f` is this provider's object of that type, closed once.
         unsafe { free::<EqObj>(f) };
         0
     })
@@ -1392,6 +1407,7 @@ unsafe extern "C" fn eq_readerr(eq: *mut fid_eq, buf: *mut fi_eq_err_entry, _: u
         let Some(e) = (unsafe { obj::<EqObj>(eq) }) else {
             return -(err::EINVAL as isize);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(out) = (unsafe { buf.as_mut() }) else {
             return -(err::EINVAL as isize);
         };
@@ -1531,7 +1547,9 @@ unsafe extern "C" fn passive_ep(
         if pep.is_null() {
             return neg(err::EINVAL);
         }
+        // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
         let port = unsafe { info.as_ref() }
+            // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
             .and_then(|i| unsafe { opt_bytes(i.src_addr, i.src_addrlen) })
             .as_deref()
             .and_then(EpAddr::parse)
@@ -1562,6 +1580,7 @@ unsafe extern "C" fn pep_close(f: *mut fid) -> c_int {
             return neg(err::EINVAL);
         };
         p.engine.pep_close(p.id);
+        // SAFETY: `f` is this provider's object of that type, closed once.
         unsafe { free::<PepObj>(f) };
         0
     })
@@ -1573,8 +1592,10 @@ unsafe extern "C" fn pep_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int
         let Some(p) = (unsafe { obj::<PepObj>(f) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         match unsafe { bfid.as_ref() }.map(|b| b.fclass as u32) {
             Some(FI_CLASS_EQ) => {
+                // SAFETY: a pointer this provider handed out as that object (libfabric calls an object's ops with it).
                 let Some(e) = (unsafe { obj::<EqObj>(bfid) }) else {
                     return neg(err::EINVAL);
                 };
@@ -1613,6 +1634,7 @@ unsafe extern "C" fn pep_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usiz
         let Some(a) = p.engine.pep_name(p.id) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         unsafe { give_name(a, addr, addrlen) }
     })
 }
@@ -1631,6 +1653,7 @@ unsafe extern "C" fn pep_reject(
         let Some(engine) = engine::running() else {
             return neg(err::EINVAL);
         };
+        // SAFETY: `param` holds `len` bytes.
         let data = unsafe { opt_bytes(param, len) }.unwrap_or_default();
         match engine.reject(id, &data) {
             Ok(()) => 0,
@@ -1651,6 +1674,7 @@ unsafe fn give_name(a: EpAddr, addr: *mut c_void, addrlen: *mut usize) -> c_int 
         return -(FI_ETOOSMALL as c_int);
     }
     let b = a.to_bytes();
+    // SAFETY: `addr` holds at least addr::LEN bytes (checked above).
     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr.cast::<u8>(), addr::LEN) };
     0
 }
@@ -1702,6 +1726,7 @@ unsafe extern "C" fn av_open(
         if av.is_null() {
             return neg(err::EINVAL);
         }
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         if let Some(a) = unsafe { attr.as_ref() }
             && (!a.name.is_null() || !matches!(a.type_, 0..=2))
         {
@@ -1731,6 +1756,7 @@ unsafe extern "C" fn av_close(f: *mut fid) -> c_int {
             return neg(err::EINVAL);
         };
         a.engine.av_close(a.id);
+        // SAFETY: `f` is this provider's object of that type, closed once.
         unsafe { free::<AvObj>(f) };
         0
     })
@@ -1752,6 +1778,7 @@ unsafe extern "C" fn av_insert(
         if addr.is_null() {
             return neg(err::EINVAL);
         }
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), count * addr::LEN) };
         let parsed: Vec<Option<EpAddr>> = bytes.chunks(addr::LEN).map(EpAddr::parse).collect();
         let out = a.engine.av_insert(a.id, &parsed);
@@ -1788,6 +1815,7 @@ unsafe extern "C" fn av_remove(
         if fi_addr.is_null() {
             return neg(err::EINVAL);
         }
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let addrs = unsafe { std::slice::from_raw_parts(fi_addr, count) };
         let mut rc = 0;
         for &x in addrs {
@@ -1810,6 +1838,7 @@ unsafe extern "C" fn av_lookup(
         let Some(a) = (unsafe { obj::<AvObj>(av) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(len) = (unsafe { addrlen.as_mut() }) else {
             return neg(err::EINVAL);
         };
@@ -1819,6 +1848,7 @@ unsafe extern "C" fn av_lookup(
         let b = found.to_bytes();
         let n = (*len).min(addr::LEN);
         if !addr.is_null() {
+            // SAFETY: `addr` holds `*len` bytes and `n` is no more.
             unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr.cast::<u8>(), n) };
         }
         *len = addr::LEN;
@@ -1840,11 +1870,13 @@ unsafe extern "C" fn av_straddr(
         Some(a) => a.to_text(),
         None => "fi_sockaddr_in://?".to_string(),
     };
+    // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
     let Some(l) = (unsafe { len.as_mut() }) else {
         return null();
     };
     if !buf.is_null() && *l > 0 {
         let n = text.len().min(*l - 1);
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says.
         unsafe {
             std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
             *buf.add(n) = 0;
@@ -1901,12 +1933,14 @@ unsafe extern "C" fn ep_connect(
         let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(dest) = unsafe { opt_bytes(addr, addr::LEN) }
             .as_deref()
             .and_then(EpAddr::parse)
         else {
             return neg(err::EINVAL);
         };
+        // SAFETY: `param` holds `len` bytes (fi_connect(3), fi_accept(3), fi_reject(3)).
         let data = unsafe { opt_bytes(param, len) }.unwrap_or_default();
         match e.engine.ep_connect(e.id, dest, &data) {
             Ok(()) => 0,
@@ -1921,6 +1955,7 @@ unsafe extern "C" fn ep_accept(ep: *mut fid_ep, param: *const c_void, len: usize
         let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: `param` holds `len` bytes.
         let data = unsafe { opt_bytes(param, len) }.unwrap_or_default();
         match e.engine.ep_accept(e.id, &data) {
             Ok(()) => 0,
@@ -2025,8 +2060,10 @@ unsafe extern "C" fn ep_open2(
         }
         let (mut tx_flags, mut rx_flags, mut directed, mut msg) = (0, 0, false, false);
         let mut connreq = None;
+        // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
         if let Some(i) = unsafe { info.as_ref() } {
             directed = i.caps & flags::DIRECTED_RECV != 0;
+            // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
             if let Some(e) = unsafe { i.ep_attr.as_ref() } {
                 match e.type_ {
                     info::EP_RDM | info::EP_UNSPEC => {}
@@ -2045,9 +2082,11 @@ unsafe extern "C" fn ep_open2(
                     None => return neg(err::EINVAL),
                 }
             }
+            // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
             if let Some(tx) = unsafe { i.tx_attr.as_ref() } {
                 tx_flags = tx.op_flags;
             }
+            // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
             if let Some(rx) = unsafe { i.rx_attr.as_ref() } {
                 rx_flags = rx.op_flags;
                 directed |= rx.caps & flags::DIRECTED_RECV != 0;
@@ -2095,6 +2134,7 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
             return neg(err::EINVAL);
         };
         e.engine.ep_close(e.id);
+        // SAFETY: `f` is this provider's object of that type, closed once.
         unsafe { free::<EpObj>(f) };
         0
     })
@@ -2106,11 +2146,13 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
         let Some(e) = (unsafe { obj::<EpObj>(f) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(b) = (unsafe { bfid.as_ref() }) else {
             return neg(err::EINVAL);
         };
         let r = match b.fclass as u32 {
             FI_CLASS_CQ => {
+                // SAFETY: `bfid` is this provider's object of the class matched above.
                 let Some(c) = (unsafe { obj::<CqObj>(bfid) }) else {
                     return neg(err::EINVAL);
                 };
@@ -2127,6 +2169,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                 r
             }
             FI_CLASS_AV => {
+                // SAFETY: `bfid` is this provider's object of the class matched above.
                 let Some(a) = (unsafe { obj::<AvObj>(bfid) }) else {
                     return neg(err::EINVAL);
                 };
@@ -2134,6 +2177,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
             }
             // A message endpoint's connection events; an RDM endpoint has none to carry.
             FI_CLASS_EQ => {
+                // SAFETY: `bfid` is this provider's object of the class matched above.
                 let Some(q) = (unsafe { obj::<EqObj>(bfid) }) else {
                     return neg(err::EINVAL);
                 };
@@ -2195,6 +2239,7 @@ unsafe extern "C" fn ep_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize
         let Some(e) = (unsafe { obj::<EpObj>(f) }) else {
             return neg(err::EINVAL);
         };
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         let Some(len) = (unsafe { addrlen.as_mut() }) else {
             return neg(err::EINVAL);
         };
@@ -2217,6 +2262,7 @@ unsafe extern "C" fn ep_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize
         if room < addr::LEN || addr.is_null() {
             return -(FI_ETOOSMALL as c_int);
         }
+        // SAFETY: `addr` holds at least addr::LEN bytes (checked above).
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr.cast::<u8>(), addr::LEN) };
         0
     })
@@ -2241,6 +2287,7 @@ unsafe fn one_iov(
     let d = if desc.is_null() {
         null_mut()
     } else {
+        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
         unsafe { *desc }
     };
     Ok((v.iov_base as u64, v.iov_len, desc_lkey(d)))
@@ -2296,6 +2343,7 @@ fn send(
             Some(if len == 0 {
                 &[][..]
             } else {
+                // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
                 unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
             })
         } else {
@@ -2384,6 +2432,7 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return -(err::EINVAL as isize);
     };
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => recv(ep, b, l, k, m.addr, 0, 0, m.context, flags),
         Err(e) => -(e as isize),
@@ -2433,6 +2482,7 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64
         return -(err::EINVAL as isize);
     };
     let data = (flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => send(
             ep,
@@ -2563,6 +2613,7 @@ unsafe extern "C" fn t_recvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags
     if flags & (flags::PEEK | flags::CLAIM) != 0 {
         return refused("fi_trecvmsg with FI_PEEK or FI_CLAIM", err::ENOSYS);
     }
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => recv(
             ep,
@@ -2625,6 +2676,7 @@ unsafe extern "C" fn t_sendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags
         return -(err::EINVAL as isize);
     };
     let data = (flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => send(
             ep,
@@ -2739,6 +2791,7 @@ fn rma(
             Some(if len == 0 {
                 &[][..]
             } else {
+                // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
                 unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
             })
         } else {
@@ -2822,10 +2875,12 @@ unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags:
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return -(err::EINVAL as isize);
     };
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     let (addr, key) = match unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) } {
         Ok(x) => x,
         Err(e) => return -(e as isize),
     };
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => rma(
             ep, true, b, l, k, m.addr, addr, key, m.context, flags, false,
@@ -2886,10 +2941,12 @@ unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags
     if flags & flags::REMOTE_CQ_DATA != 0 {
         return -(err::ENOSYS as isize);
     }
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     let (addr, key) = match unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) } {
         Ok(x) => x,
         Err(e) => return -(e as isize),
     };
+    // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => rma(
             ep,
