@@ -6,9 +6,9 @@
 # and Portico's ratio to each reference are printed, and every run's line is kept in
 # target/libfabric-bench/ (RDM endpoints; Portico's two processes over net_memif).
 # Then the same three sizes with NetPIPE (NPopenmpi, an MPI ping-pong) under Open MPI's
-# `mtl ofi` over each provider (MPI=0 skips it), and tagged messages over Portico's own RDM
-# (matched by its list-processing engine) against `portico;ofi_rxm` (matched in software by
-# ofi_rxm over Portico's message endpoints; FI_PORTICO_LAYERING=1).
+# `mtl ofi` over Portico and tcp;ofi_rxm, and over Open MPI's own shared-memory transport
+# (`pml ob1`, `btl vader`: Open MPI 4.1's `mtl ofi` does not start over libfabric's shm
+# provider here) (MPI=0 skips it).
 #
 #   bench/libfabric.sh            # RUNS=5, ITERS=2000 (1 MiB: ITERS/10)
 #   RUNS=3 ITERS=500 bench/libfabric.sh
@@ -41,7 +41,7 @@ run() {
     port=$((port + 1))
     local args=(-p "$prov" -e rdm -m "$MODE" -S "$size" -I "$iters")
     rm -f "$sock"
-    if [[ $prov == portico ]]; then
+    if [[ $prov == portico* ]]; then
         FI_PORTICO_DEV="net_memif0,role=server,id=0,socket=$sock" FI_PORTICO_IP=10.79.0.1 \
             FI_PORTICO_CORES=$last timeout 120 fi_pingpong "${args[@]}" -B $port >"$out/server.log" 2>&1 &
     else
@@ -50,7 +50,7 @@ run() {
     local server=$!
     wait_listen $port
     local line
-    if [[ $prov == portico ]]; then
+    if [[ $prov == portico* ]]; then
         line=$(FI_PORTICO_DEV="net_memif0,role=client,id=0,socket=$sock" FI_PORTICO_IP=10.79.0.2 \
             FI_PORTICO_CORES=$first timeout 120 fi_pingpong "${args[@]}" -P $port 127.0.0.1 2>&1 | tail -1)
     else
@@ -95,6 +95,31 @@ for c in "${cases[@]}"; do
 done
 echo "runs: $RUNS per case, interleaved; every line in $out/runs.txt"
 
+# ---- tagged: Portico's list-processing engine against ofi_rxm's software matching ---------
+: >"$out/tagged.txt"
+for r in $(seq "$RUNS"); do
+    for c in "${cases[@]}"; do
+        set -- $c
+        size=$1
+        iters=$ITERS
+        [[ $size == 1048576 ]] && iters=$((ITERS / 10))
+        echo "$r portico $size $(MODE=tagged run portico "$size" "$iters")" >>"$out/tagged.txt"
+        echo "$r rxm $size $(MODE=tagged FI_PORTICO_LAYERING=1 run "portico;ofi_rxm" "$size" "$iters")" >>"$out/tagged.txt"
+    done
+done
+echo
+echo "tagged (fi_pingpong -m tagged), medians of $RUNS: matched by Portico's LPE vs by ofi_rxm over Portico"
+printf '%-12s %-10s %12s %16s   %s\n' case unit "portico (LPE)" "portico;ofi_rxm" "rxm / LPE"
+for c in "${cases[@]}"; do
+    set -- $c
+    size=$1 kind=$2
+    col=$([[ $kind == lat ]] && echo 10 || echo 9)
+    a=$(awk -v s="$size" -v c="$col" '$2 == "portico" && $3 == s {print $c}' "$out/tagged.txt" | median)
+    b=$(awk -v s="$size" -v c="$col" '$2 == "rxm" && $3 == s {print $c}' "$out/tagged.txt" | median)
+    unit=$([[ $kind == lat ]] && echo "us one-way" || echo "MB/s")
+    printf '%-12s %-10s %12s %16s   %.2fx\n' "$size B" "$unit" "$a" "$b" "$(echo "$b / $a" | bc -l)"
+done
+
 # ---- Open MPI: NetPIPE over each provider -------------------------------------------------
 [[ ${MPI:-1} == 0 ]] && exit 0
 # npmpi PROVIDER SIZE REPS -> NetPIPE's line for SIZE
@@ -103,6 +128,9 @@ npmpi() {
     rm -f "$sock"
     local common=(--allow-run-as-root --oversubscribe --bind-to none --mca pml cm --mca mtl ofi
         --mca btl self --mca mtl_ofi_provider_include "$prov")
+    if [[ $prov == vader ]]; then
+        common=(--allow-run-as-root --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader)
+    fi
     local np=(NPopenmpi -l "$size" -u "$size" -n "$reps" -p 0 -o "$out/np.out")
     if [[ $prov == portico ]]; then
         timeout 120 mpirun "${common[@]}" \
@@ -118,6 +146,7 @@ npmpi() {
     rm -f "$sock"
 }
 : >"$out/netpipe.txt"
+providers=(portico "tcp;ofi_rxm" vader)
 for r in $(seq "$RUNS"); do
     for c in "${cases[@]}"; do
         set -- $c
@@ -131,7 +160,7 @@ for r in $(seq "$RUNS"); do
 done
 echo
 echo "NetPIPE (Open MPI, mtl ofi), medians of $RUNS:"
-printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" shm "portico / tcp, / shm"
+printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" "ob1+vader" "portico / tcp, / vader"
 for c in "${cases[@]}"; do
     set -- $c
     size=$1 kind=$2
@@ -142,7 +171,7 @@ for c in "${cases[@]}"; do
         med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$out/netpipe.txt" | median)
     done
     unit=$([[ $kind == lat ]] && echo "us one-way" || echo "Mbit/s")
-    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[shm]}" \
-        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[shm]}" | bc -l)"
+    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[vader]}" \
+        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[vader]}" | bc -l)"
 done
 echo "every line in $out/netpipe.txt"

@@ -488,7 +488,6 @@ enosys! {
     no_av_insertsvc(*mut fid_av, *const c_char, *const c_char, *mut fi_addr_t, u64, *mut c_void) -> c_int;
     no_av_insertsym(*mut fid_av, *const c_char, usize, *const c_char, usize, *mut fi_addr_t, u64, *mut c_void) -> c_int;
     no_av_set(*mut fid_av, *mut fi_av_set_attr, *mut *mut fid_av_set, *mut c_void) -> c_int;
-    no_getopt(fid_t, c_int, c_int, *mut c_void, *mut usize) -> c_int;
     no_setopt(fid_t, c_int, c_int, *const c_void, usize) -> c_int;
     no_tx_ctx(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int;
     no_rx_ctx(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int;
@@ -1512,7 +1511,7 @@ static PEP_FI_OPS: fi_ops = fi_ops {
 static PEP_OPS: fi_ops_ep = fi_ops_ep {
     size: size_of::<fi_ops_ep>(),
     cancel: Some(no_cancel),
-    getopt: Some(no_getopt),
+    getopt: Some(ep_getopt),
     setopt: Some(no_setopt),
     tx_ctx: Some(no_tx_ctx),
     rx_ctx: Some(no_rx_ctx),
@@ -1901,13 +1900,41 @@ static EP_FI_OPS: fi_ops = fi_ops {
 static EP_OPS: fi_ops_ep = fi_ops_ep {
     size: size_of::<fi_ops_ep>(),
     cancel: Some(no_cancel),
-    getopt: Some(no_getopt),
+    getopt: Some(ep_getopt),
     setopt: Some(no_setopt),
     tx_ctx: Some(no_tx_ctx),
     rx_ctx: Some(no_rx_ctx),
     rx_size_left: Some(no_size_left),
     tx_size_left: Some(no_size_left),
 };
+
+/// `fi_getopt`: `FI_OPT_CM_DATA_SIZE` (the connection data `fi_connect`/`fi_accept` carry,
+/// which ofi_rxm asks before it connects); anything else is `-FI_ENOPROTOOPT`.
+unsafe extern "C" fn ep_getopt(
+    _fid: fid_t,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> c_int {
+    guard_int("fi_getopt", || {
+        if level as u32 != FI_OPT_ENDPOINT || optname as u32 != FI_OPT_CM_DATA_SIZE {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        // SAFETY: `optlen` is null or the application's length; `optval` holds that many bytes.
+        let Some(len) = (unsafe { optlen.as_mut() }) else {
+            return neg(err::EINVAL);
+        };
+        if optval.is_null() || *len < size_of::<usize>() {
+            *len = size_of::<usize>();
+            return -(FI_ETOOSMALL as c_int);
+        }
+        // SAFETY: `optval` holds at least a size_t (checked above).
+        unsafe { *optval.cast::<usize>() = crate::msg::CM_DATA_MAX };
+        *len = size_of::<usize>();
+        0
+    })
+}
 
 static CM_OPS: fi_ops_cm = fi_ops_cm {
     size: size_of::<fi_ops_cm>(),

@@ -99,6 +99,18 @@ static PAIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// fi_pingpong between two processes over net_memif; returns the client's output.
 fn pingpong(dir: &Path, extra: &[&str], size: &str, iters: &str) -> String {
+    pingpong_on(dir, "portico", &[], extra, size, iters)
+}
+
+/// As [`pingpong`], over provider `prov` (`portico;ofi_rxm`) with `env` in both processes.
+fn pingpong_on(
+    dir: &Path,
+    prov: &str,
+    env: &[(&str, &str)],
+    extra: &[&str],
+    size: &str,
+    iters: &str,
+) -> String {
     let _one = PAIR.lock().unwrap_or_else(|p| p.into_inner());
     let tmp = dir.join(format!("memif-{size}-{}", extra.join("")));
     std::fs::create_dir_all(&tmp).unwrap();
@@ -107,8 +119,9 @@ fn pingpong(dir: &Path, extra: &[&str], size: &str, iters: &str) -> String {
     let cores = portico::app::available_cores();
     let (first, last) = (cores[0], *cores.last().unwrap());
     let args = |c: &mut Command| {
-        c.args(["-p", "portico", "-e", "rdm", "-c", "-S", size, "-I", iters])
-            .args(extra);
+        c.args(["-p", prov, "-e", "rdm", "-c", "-S", size, "-I", iters])
+            .args(extra)
+            .envs(env.iter().copied());
     };
     let mut server = fi("fi_pingpong", dir);
     args(&mut server);
@@ -238,6 +251,26 @@ fn fi_pingpong_msg_endpoints_over_memif_every_byte_checked() {
     for (size, label) in [("64", "64"), ("4096", "4k"), ("1048576", "1m")] {
         let out = pingpong(&dir, &["-e", "msg"], size, "20");
         assert_eq!(counts(&out), (label.to_string(), 20, 20), "{out}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn tagged_messages_over_ofi_rxm_on_portico_message_endpoints() {
+    let dir = provider_dir();
+    // libfabric's ofi_rxm layered over Portico's FI_EP_MSG endpoints (matching in software,
+    // rendezvous by RMA READ over the connection); allowed by FI_PORTICO_LAYERING=1.
+    let layering = [("FI_PORTICO_LAYERING", "1")];
+    for (size, label) in [("64", "64"), ("1048576", "1m")] {
+        let out = pingpong_on(
+            &dir,
+            "portico;ofi_rxm",
+            &layering,
+            &["-m", "tagged"],
+            size,
+            "10",
+        );
+        assert_eq!(counts(&out), (label.to_string(), 10, 10), "{out}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }
