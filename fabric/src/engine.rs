@@ -616,7 +616,23 @@ impl Engine {
             return;
         };
         let gone = slot.take();
+        let last_rdm =
+            gone.as_ref().is_some_and(|e| !e.msg) && !st.eps.iter().flatten().any(|e| !e.msg);
+        // The RDM endpoints' connections are the engine's, shared by them: the last one to
+        // close ends them all (DREQ; the peers see their queue pairs go).
+        let ends: Vec<u32> = if last_rdm {
+            st.conns.clear();
+            st.first_try.clear();
+            let mut ids: Vec<u32> = st.ids.drain().map(|(id, _)| id).collect();
+            ids.extend(st.accepted.drain().map(|(id, _)| id));
+            ids
+        } else {
+            Vec::new()
+        };
         drop(st);
+        for id in ends {
+            let _ = self.handle.disconnect(id);
+        }
         if let Some(e) = gone.filter(|e| e.msg) {
             self.msg_ep_closed(ep, e.conn);
         }
