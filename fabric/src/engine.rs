@@ -518,10 +518,6 @@ impl Engine {
         ))
     }
 
-    pub fn ep_index(&self, ep: usize) -> Option<u16> {
-        self.lock().eps.get(ep)?.as_ref().map(|e| e.index)
-    }
-
     pub fn ep_bind_cq(&self, ep: usize, cq: usize, flags: u64) -> Result<(), i32> {
         let mut st = self.lock();
         if st.cqs.get(cq).is_none_or(|c| c.is_none()) {
@@ -1188,9 +1184,9 @@ impl Engine {
         }
     }
 
-    /// Up to `max` completions of `cq`, after progress; `Err(EAVAIL)` when an error entry is
-    /// first, `Err(EAGAIN)` when there is none.
-    pub fn cq_read(&self, cq: usize, max: usize, out: &mut Vec<Completion>) -> Result<(), i32> {
+    /// Completions of `cq` into `out` (as many as fit), after progress; how many. `Err(EAVAIL)`
+    /// when an error entry is first, `Err(EAGAIN)` when there is none. Allocates nothing.
+    pub fn cq_read(&self, cq: usize, out: &mut [Completion]) -> Result<usize, i32> {
         let mut st = self.lock();
         self.progress(&mut st);
         let q = st
@@ -1203,13 +1199,18 @@ impl Engine {
             Some(c) if c.error.is_some() => return Err(err::EAVAIL),
             Some(_) => {}
         }
-        while out.len() < max {
+        let mut n = 0;
+        while n < out.len() {
             match q.entries.front() {
-                Some(c) if c.error.is_none() => out.push(q.entries.pop_front().unwrap()),
+                Some(c) if c.error.is_none() => {
+                    out[n] = *c;
+                    q.entries.pop_front();
+                    n += 1;
+                }
                 _ => break,
             }
         }
-        Ok(())
+        Ok(n)
     }
 
     /// The error entry at the head of `cq`.
@@ -1280,18 +1281,6 @@ impl Engine {
         if let Some(key) = st.ids.remove(&id) {
             st.conns.insert(key, Conn::Failed(e));
         }
-    }
-
-    /// The connections this process made that are up, and those it accepted.
-    pub fn connections(&self) -> (usize, usize) {
-        let st = self.lock();
-        (
-            st.conns
-                .values()
-                .filter(|c| matches!(c, Conn::Up(_)))
-                .count(),
-            st.accepted.len(),
-        )
     }
 }
 

@@ -1074,10 +1074,12 @@ unsafe fn cq_read_inner(
     if buf.is_null() || count == 0 {
         return -(err::EINVAL as isize);
     }
-    let mut out = Vec::with_capacity(count.min(64));
-    match c.engine.cq_read(c.id, count.min(64), &mut out) {
-        Ok(()) => {
-            for (i, e) in out.iter().enumerate() {
+    // On the stack: a CQ read allocates nothing.
+    let mut out = [Completion::default(); 64];
+    let max = count.min(out.len());
+    match c.engine.cq_read(c.id, &mut out[..max]) {
+        Ok(n) => {
+            for (i, e) in out[..n].iter().enumerate() {
                 // SAFETY: `buf` holds `count` entries, `i < count`.
                 unsafe { write_entry(c.format, buf, i, e) };
                 if !src.is_null() {
@@ -1087,7 +1089,7 @@ unsafe fn cq_read_inner(
                     unsafe { *src.add(i) = a };
                 }
             }
-            out.len() as isize
+            n as isize
         }
         Err(err::EAGAIN) => {
             // Nothing yet: give the core away for a moment. An application polling in a loop
@@ -2262,36 +2264,17 @@ unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -
 
 unsafe extern "C" fn ep_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     guard_int("fi_getname", || {
-        // SAFETY: our EpObj; `addrlen` the application's size, `addr` that many bytes.
+        // SAFETY: our EpObj.
         let Some(e) = (unsafe { obj::<EpObj>(f) }) else {
             return neg(err::EINVAL);
         };
-        // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
-        let Some(len) = (unsafe { addrlen.as_mut() }) else {
-            return neg(err::EINVAL);
+        let name = match e.engine.lock().eps.get(e.id).and_then(|x| x.as_ref()) {
+            Some(x) if x.msg => e.engine.msg_name(),
+            Some(x) => e.engine.ep_addr(x.index),
+            None => return neg(err::EINVAL),
         };
-        if e.engine
-            .lock()
-            .eps
-            .get(e.id)
-            .and_then(|x| x.as_ref())
-            .is_some_and(|x| x.msg)
-        {
-            // SAFETY: forwarded from the application.
-            return unsafe { give_name(e.engine.msg_name(), addr, addrlen) };
-        }
-        let Some(index) = e.engine.ep_index(e.id) else {
-            return neg(err::EINVAL);
-        };
-        let b = e.engine.ep_addr(index).to_bytes();
-        let room = *len;
-        *len = addr::LEN;
-        if room < addr::LEN || addr.is_null() {
-            return -(FI_ETOOSMALL as c_int);
-        }
-        // SAFETY: `addr` holds at least addr::LEN bytes (checked above).
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr.cast::<u8>(), addr::LEN) };
-        0
+        // SAFETY: forwarded from the application's call.
+        unsafe { give_name(name, addr, addrlen) }
     })
 }
 

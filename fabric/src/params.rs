@@ -129,12 +129,15 @@ impl Settings {
         let o = ip.octets();
         let mac = match get("mac") {
             None => [0x02, 0x50, o[0], o[1], o[2], o[3]],
-            Some(m) => parse_mac(&m).ok_or_else(|| {
-                bad(
-                    "mac",
-                    format!("{m:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"),
-                )
-            })?,
+            // The engine's own parser, as `rdma.mac` in a config file.
+            Some(m) => portico::config::peer::parse_mac("mac", m.trim())
+                .map(|a| a.0)
+                .map_err(|_| {
+                    bad(
+                        "mac",
+                        format!("{m:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"),
+                    )
+                })?,
         };
         if mac[0] & 1 != 0 {
             return Err(bad("mac", "a multicast address cannot be a port's"));
@@ -223,19 +226,6 @@ fn number(
         return Err(bad(name, format!("{n} is outside {min}..={max}")));
     }
     Ok(n)
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in &mut out {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
 }
 
 /// The core `Core::Auto` picks: the last of `cores`, less `local_rank` (wrapping).
