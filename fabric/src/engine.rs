@@ -33,7 +33,7 @@ use std::time::Duration;
 use pmem::Mapping;
 use portico::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
 use portico::peer::{self, Extras, Peer};
-use portico::rdma::cm::ConnEvent;
+use portico::rdma::cm::{ConnEvent, QpTweak};
 use portico::rdma::{
     Cq, MemoryRegion, Qp, RdmaHandle, TagConfig, TagEntry, TagEvent, TagEventKind, TagPort,
 };
@@ -72,6 +72,13 @@ pub mod err {
 const CONNECT_FOR: Duration = Duration::from_secs(15);
 /// A cookie with this bit names an overflow buffer, not a receive.
 const OVERFLOW: u64 = 1 << 63;
+/// A work request ID with this bit names a receive the provider keeps posted on an accepted
+/// connection for the WRITEs with immediate (`fi_writedata`) that arrive on it: bits 16..48
+/// the connection's ID, bits 0..16 the endpoint it was accepted for.
+const IMM_RECV: u64 = 1 << 62;
+/// Receives kept posted per accepted connection for WRITEs with immediate (a WRITE that finds
+/// none is answered RNR, and the writer retries).
+const IMM_RECVS: usize = 32;
 /// Overflow buffers per list-processing endpoint.
 const OVERFLOW_BUFFERS: usize = 4;
 /// The queue pair configuration's rendezvous threshold: longer tagged sends are pulled by the
@@ -141,6 +148,9 @@ pub struct EpState {
     pub connreq: Option<u32>,
     /// Its connection's ID, once connecting or accepted.
     pub conn: Option<u32>,
+    /// Its traffic class (`tx_attr.tclass`, else the domain's; `crate::tclass`): RDM
+    /// endpoints of different classes reach a peer over queue pairs of their own.
+    pub tclass: u32,
 }
 
 /// An address vector: `fi_addr_t` is the index (for `FI_AV_TABLE` and `FI_AV_MAP` alike).
@@ -152,9 +162,13 @@ pub struct AvState {
 /// Where an operation goes.
 #[derive(Debug, Clone, Copy)]
 enum Target {
-    Peer(EpAddr),
+    /// A peer endpoint, over the connection of this traffic class.
+    Peer(EpAddr, u32),
     Connection,
 }
+
+/// A connection this process made: to a peer endpoint's (IP, port), in a traffic class.
+type ConnKey = (Ipv4Addr, u16, u32);
 
 enum Conn {
     Connecting,
@@ -166,15 +180,16 @@ enum Conn {
 pub struct State {
     cq: Cq,
     tags: TagPort,
-    /// Connections this process made, by the peer endpoint's (IP, port).
-    conns: HashMap<(Ipv4Addr, u16), Conn>,
+    /// Connections this process made, by the peer endpoint's (IP, port) and traffic class.
+    conns: HashMap<ConnKey, Conn>,
     /// Connection IDs of those connections.
-    ids: HashMap<u32, (Ipv4Addr, u16)>,
+    ids: HashMap<u32, ConnKey>,
     /// When the first attempt to reach a peer was made (connections are retried until
     /// [`CONNECT_FOR`] has passed).
-    first_try: HashMap<(Ipv4Addr, u16), std::time::Instant>,
-    /// Connections accepted (their queue pairs receive; they are kept until they end).
-    accepted: HashMap<u32, Option<Qp>>,
+    first_try: HashMap<ConnKey, std::time::Instant>,
+    /// Connections accepted (their queue pairs receive; they are kept until they end), and
+    /// the endpoint each was accepted for (its port's).
+    accepted: HashMap<u32, (Option<Qp>, u16)>,
     ops: Vec<Option<Op>>,
     free_ops: Vec<usize>,
     pub cqs: Vec<Option<CqState>>,
@@ -229,9 +244,10 @@ pub enum StartError {
 
 static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
 
-/// Makes a [`Mapping`] of the application's own memory (`len` bytes at an address), under
-/// libfabric's registration contract: the FFI layer's, where that promise is made.
-pub type Borrow = fn(usize, usize) -> Result<Arc<Mapping>, String>;
+/// Makes a [`Mapping`] of the application's own memory (`len` bytes at an address; with a
+/// path, a shared mapping of that file, persisted by `msync`), under libfabric's registration
+/// contract: the FFI layer's, where that promise is made.
+pub type Borrow = fn(usize, usize, Option<std::path::PathBuf>) -> Result<Arc<Mapping>, String>;
 
 /// The running engine, if one was started.
 pub fn running() -> Option<Arc<Engine>> {
@@ -282,8 +298,9 @@ fn config_text(s: &Settings, core: usize) -> String {
         "[eal]\nargs = [\"--file-prefix=portico-fi-{pid}\", {eal}]\n\n\
          [rdma]\nport = {dev:?}\ncore = {core}\nmac = \"{mac}\"\nip = \"{ip}\"\n\
          qpn = 0x10\npeer_mac = \"02:00:00:00:00:01\"\npeer_ip = \"192.0.2.1\"\npeer_qpn = 0x10\n\
-         mtu = {mtu}\nregion_len = 4096\n\n[runtime]\npolling = \"{polling}\"\nmax_sleep_us = {sleep}\n",
+         mtu = {mtu}\nregion_len = 4096\n\n[runtime]\npolling = \"{polling}\"\nmax_sleep_us = {sleep}\n\n{shaper}\n",
         pid = std::process::id(),
+        shaper = s.shaper.as_ref().map_or("", |sh| sh.text.as_str()),
         eal = eal.join(", "),
         dev = s.dev,
         mac = s.mac_text(),
@@ -333,6 +350,8 @@ impl Engine {
             qp.rndv_threshold = RNDV_THRESHOLD;
             qp.max_send_wr = info::QUEUE_SIZE;
             qp.max_recv_wr = 64;
+            // Both ends are Portico: FI_COMMIT_COMPLETE writes are durable WRITEs (seed 004).
+            qp.durable_writes = true;
         };
         let lpe_endpoints = s.endpoints * 2;
         let tags = TagConfig {
@@ -359,7 +378,7 @@ impl Engine {
             .ok_or_else(|| StartError::Failed("the engine started without its tag port".into()))?;
         let handle = std::mem::replace(&mut peer.handle, RdmaHandle::new().0);
         // The whole address space, for local access only: 4 KiB up to 2^47.
-        let all = borrow(4096, (1usize << 47) - 8192)
+        let all = borrow(4096, (1usize << 47) - 8192, None)
             .map_err(|e| StartError::Failed(format!("the local region: {e}")))?;
         let implicit = handle
             .register_all(&all, Access::LOCAL_WRITE)
@@ -502,7 +521,13 @@ impl Engine {
 
     /// Opens endpoint `index` (a free one when `None`); returns its id, or `None` when every
     /// endpoint the settings allow is open.
-    pub fn ep_open(&self, tx_op_flags: u64, rx_op_flags: u64, directed: bool) -> Option<usize> {
+    pub fn ep_open(
+        &self,
+        tx_op_flags: u64,
+        rx_op_flags: u64,
+        directed: bool,
+        tclass: u32,
+    ) -> Option<usize> {
         let mut st = self.lock();
         let used: Vec<u16> = st.eps.iter().flatten().map(|e| e.index).collect();
         let index = (0..self.settings.endpoints).find(|i| !used.contains(i))?;
@@ -513,6 +538,7 @@ impl Engine {
                 tx_op_flags,
                 rx_op_flags,
                 directed,
+                tclass,
                 ..EpState::default()
             },
         ))
@@ -661,7 +687,27 @@ impl Engine {
         if access == 0 || access & flags::REMOTE_WRITE != 0 {
             a = a | Access::REMOTE_WRITE;
         }
-        let map = (self.borrow)(addr, len)?;
+        // A region remote writes may reach is the target of durable WRITEs
+        // (FI_COMMIT_COMPLETE): in a shared file mapping, they are made durable by msync.
+        let file = if a.contains(Access::REMOTE_WRITE) {
+            crate::maps::shared_file_now(addr as u64, len as u64)
+        } else {
+            None
+        };
+        if file.is_some() {
+            // Durable WRITEs may name it; plain WRITEs into it are persisted in the
+            // background (a READ waits for them), as IBV_ACCESS_FLUSH_PERSISTENT says.
+            a = a | Access::FLUSH_PERSISTENT;
+        }
+        if let Some(f) = &file {
+            trace(|| {
+                format!(
+                    "{len} bytes at {addr:#x} are a shared mapping of {}: durable WRITEs msync them",
+                    f.display()
+                )
+            });
+        }
+        let map = (self.borrow)(addr, len, file)?;
         self.handle.register_all(&map, a).map_err(|e| e.to_string())
     }
 
@@ -692,8 +738,8 @@ impl Engine {
 
     /// The queue pair to `dest`, or why there is none yet (`EAGAIN` while connecting: a
     /// connection was asked for).
-    fn qp_to<'a>(&self, st: &'a mut State, dest: EpAddr) -> Result<&'a mut Qp, i32> {
-        let key = (dest.ip, dest.port);
+    fn qp_to<'a>(&self, st: &'a mut State, dest: EpAddr, tclass: u32) -> Result<&'a mut Qp, i32> {
+        let key = (dest.ip, dest.port, tclass);
         match st.conns.get(&key) {
             Some(Conn::Up(_)) => {}
             Some(Conn::Connecting) => return Err(err::EAGAIN),
@@ -724,10 +770,30 @@ impl Engine {
         }
     }
 
-    fn connect(&self, st: &mut State, key: (Ipv4Addr, u16)) -> Result<(), i32> {
+    fn connect(&self, st: &mut State, key: ConnKey) -> Result<(), i32> {
+        let classes = self
+            .settings
+            .shaper
+            .as_ref()
+            .map_or(&[][..], |s| &s.classes[..]);
+        let (traffic_class, dscp) = crate::tclass::place(key.2, classes);
+        let tweak = QpTweak {
+            traffic_class,
+            dscp,
+            ..QpTweak::default()
+        };
+        trace(|| {
+            format!(
+                "connection to {}:{} in tclass {:#x} ({}): shaper class {traffic_class:?}, dscp {dscp:?}",
+                key.0,
+                key.1,
+                key.2,
+                crate::tclass::name(key.2).unwrap_or_else(|| "unspecified".into())
+            )
+        });
         let id = self
             .handle
-            .connect(key.0, key.1, &[])
+            .connect_with(key.0, key.1, &[], tweak)
             .map_err(|_| err::EAGAIN)?;
         st.conns.insert(key, Conn::Connecting);
         st.ids.insert(id, key);
@@ -740,13 +806,13 @@ impl Engine {
         if e.msg {
             Ok(Target::Connection)
         } else {
-            Self::dest(st, e, fi_addr).map(Target::Peer)
+            Self::dest(st, e, fi_addr).map(|d| Target::Peer(d, e.tclass))
         }
     }
 
     fn qp_for<'a>(&self, st: &'a mut State, ep: usize, target: Target) -> Result<&'a mut Qp, i32> {
         match target {
-            Target::Peer(dest) => self.qp_to(st, dest),
+            Target::Peer(dest, tclass) => self.qp_to(st, dest, tclass),
             Target::Connection => st.msg_qps.get_mut(&ep).ok_or(err::ENOTCONN),
         }
     }
@@ -842,7 +908,7 @@ impl Engine {
         let inject = op.inject;
         let id = Self::new_op(&mut st, op);
         let wr = match target {
-            Target::Peer(dest) => {
+            Target::Peer(dest, _) => {
                 let lpe = dest.lpe_endpoint(tagged);
                 trace(|| {
                     format!(
@@ -874,7 +940,10 @@ impl Engine {
     }
 
     /// An RMA operation: `fi_write` (or `fi_inject_write`, its bytes in `inline`) of `len`
-    /// bytes at `buf` to `addr` under `key` at `dest`, or `fi_read` of them into `buf`.
+    /// bytes at `buf` to `addr` under `key` at `dest`, or `fi_read` of them into `buf`. `data`:
+    /// `fi_writedata`'s, the WRITE's immediate (the target's CQ gets it). With
+    /// `FI_COMMIT_COMPLETE` (the operation's flags or the endpoint's), a WRITE is Portico's
+    /// durable WRITE (seed 004): it completes when the target says the data is durable.
     #[allow(clippy::too_many_arguments)]
     pub fn rma(
         &self,
@@ -886,21 +955,27 @@ impl Engine {
         dest: u64,
         addr: u64,
         key: u64,
+        data: Option<u64>,
         context: u64,
         op_flags: u64,
         inline: Option<&[u8]>,
     ) -> Result<(), i32> {
-        if len as u64 > info::MAX_MSG_SIZE || key > u64::from(u32::MAX) {
-            return Err(if key > u64::from(u32::MAX) {
-                err::EINVAL
-            } else {
-                err::EMSGSIZE
-            });
+        if len as u64 > info::MAX_MSG_SIZE {
+            return Err(err::EMSGSIZE);
+        }
+        // Keys are 32 bits, and so is a WRITE's immediate (the domain's cq_data_size).
+        if key > u64::from(u32::MAX) || data.is_some_and(|d| d > u64::from(u32::MAX) || read) {
+            return Err(err::EINVAL);
         }
         let mut st = self.lock();
         let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
         if !e.enabled {
             return Err(err::EINVAL);
+        }
+        let commit = !read && (op_flags | e.tx_op_flags) & flags::COMMIT_COMPLETE != 0;
+        if commit && data.is_some() {
+            // A durable WRITE carries no immediate (docs/wire.md §13).
+            return Err(err::ENOSYS);
         }
         let target = Self::target(&st, &e, dest)?;
         self.qp_for(&mut st, ep, target)?;
@@ -941,8 +1016,10 @@ impl Engine {
         let id = Self::new_op(&mut st, op);
         let wr = if read {
             WorkRequest::read(id as u64, sgl, addr, key as u32)
+        } else if commit {
+            WorkRequest::durable_write(id as u64, sgl, addr, key as u32, false)
         } else {
-            WorkRequest::write(id as u64, sgl, addr, key as u32, None)
+            WorkRequest::write(id as u64, sgl, addr, key as u32, data.map(|d| d as u32))
         };
         let posted = match self.qp_for(&mut st, ep, target) {
             Ok(qp) => qp.post_send(&[wr]).map_err(|_| err::EAGAIN),
@@ -1075,10 +1152,14 @@ impl Engine {
     fn on_completion(&self, st: &mut State, wc: &WorkCompletion) -> Option<MemoryRegion> {
         trace(|| {
             format!(
-                "completion of op {}: {:?} {:?}",
+                "completion of op {:#x}: {:?} {:?}",
                 wc.wr_id, wc.opcode, wc.status
             )
         });
+        if wc.wr_id & IMM_RECV != 0 {
+            self.on_remote_write(st, wc);
+            return None;
+        }
         let op = Self::take_op(st, wc.wr_id as usize)?;
         if let Some(slot) = op.inject {
             st.inject_free.push(slot);
@@ -1109,11 +1190,58 @@ impl Engine {
                 c.data = u64::from(imm);
                 c.flags |= flags::REMOTE_CQ_DATA;
             }
+            // A message endpoint's receive that a WRITE with immediate consumed (as verbs
+            // does: the `FI_RX_CQ_DATA` way) reports the remote write, not a message.
+            if wc.opcode == portico::transport::WcOpcode::RecvRdmaWithImm {
+                c.flags = flags::RMA | flags::REMOTE_WRITE | flags::REMOTE_CQ_DATA;
+                c.buf = 0;
+            }
             if let Some(Some(q)) = st.cqs.get_mut(cq) {
                 q.entries.push_back(c);
             }
         }
         op.temp
+    }
+
+    /// Keeps [`IMM_RECVS`] receives posted on accepted connection `id` (endpoint `index`'s).
+    fn post_imm_recvs(st: &mut State, id: u32, n: usize) {
+        let Some((Some(qp), index)) = st.accepted.get_mut(&id) else {
+            return;
+        };
+        let wr_id = IMM_RECV | u64::from(id) << 16 | u64::from(*index);
+        let r = portico::transport::RecvRequest::new(wr_id, SgList::new());
+        for _ in 0..n {
+            if qp.post_recv(&[r]).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// A WRITE with immediate arrived on an accepted connection (it consumed one of the
+    /// receives kept there): the immediate goes to the receive CQ of the endpoint the
+    /// connection was accepted for, as `FI_REMOTE_CQ_DATA`, and the receive is posted again.
+    fn on_remote_write(&self, st: &mut State, wc: &WorkCompletion) {
+        let id = ((wc.wr_id >> 16) & 0xffff_ffff) as u32;
+        let index = (wc.wr_id & 0xffff) as u16;
+        if wc.status != WcStatus::Success {
+            // The connection ended (flushed): nothing to report, nothing to post again.
+            return;
+        }
+        let cq = st
+            .eps
+            .iter()
+            .flatten()
+            .find(|e| !e.msg && e.index == index)
+            .and_then(|e| e.rx_cq);
+        if let Some(Some(q)) = cq.and_then(|cq| st.cqs.get_mut(cq)) {
+            q.entries.push_back(Completion {
+                flags: flags::RMA | flags::REMOTE_WRITE | flags::REMOTE_CQ_DATA,
+                len: u64::from(wc.byte_len),
+                data: u64::from(wc.imm_data.unwrap_or(0)),
+                ..Completion::default()
+            });
+        }
+        Self::post_imm_recvs(st, id, 1);
     }
 
     fn on_tag_event(&self, st: &mut State, ev: &TagEvent) {
@@ -1249,7 +1377,10 @@ impl Engine {
                 if ours {
                     match self.handle.accept(req.id, &[]) {
                         Ok(qp) => {
-                            self.lock().accepted.insert(req.id, Some(qp));
+                            let mut st = self.lock();
+                            let index = req.port - self.settings.port;
+                            st.accepted.insert(req.id, (Some(qp), index));
+                            Self::post_imm_recvs(&mut st, req.id, IMM_RECVS);
                         }
                         Err(e) => log_warn(&format!("accepting connection {}: {e}", req.id)),
                     }

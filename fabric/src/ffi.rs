@@ -233,6 +233,7 @@ unsafe fn read_hints(version: u32, h: *const fi_info) -> Option<Hints> {
         out.tx_inject_size = tx.inject_size;
         out.tx_size = tx.size;
         out.tx_iov_limit = tx.iov_limit;
+        out.tclass = tx.tclass;
     }
     // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
@@ -250,6 +251,9 @@ unsafe fn read_hints(version: u32, h: *const fi_info) -> Option<Hints> {
         out.mr_mode = d.mr_mode as u32 as u64;
         out.resource_mgmt = d.resource_mgmt;
         out.cq_data_size = d.cq_data_size;
+        if out.tclass == crate::tclass::UNSPEC {
+            out.tclass = d.tclass;
+        }
         // SAFETY: the application's hints: their attribute pointers and strings are null or valid (fi_getinfo(3)).
         out.domain_name = unsafe { opt_str(d.name) };
     }
@@ -308,6 +312,7 @@ fn build_info(o: &Offer) -> *mut fi_info {
             tx.size = info::QUEUE_SIZE;
             tx.iov_limit = 1;
             tx.rma_iov_limit = 1;
+            tx.tclass = o.tclass;
         }
         if let Some(rx) = info.rx_attr.as_mut() {
             rx.caps = o.caps;
@@ -501,8 +506,6 @@ enosys! {
     no_reject(*mut fid_pep, fid_t, *const c_void, usize) -> c_int;
     no_shutdown(*mut fid_ep, u64) -> c_int;
     no_join(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int;
-    no_rma_writedata(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void) -> isize;
-    no_rma_injectdata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize;
     no_atomic_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize;
     no_atomic_writev(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize;
     no_atomic_writemsg(*mut fid_ep, *const fi_msg_atomic, u64) -> isize;
@@ -657,16 +660,26 @@ fn keeping_affinity(f: &mut dyn FnMut() -> Result<(), String>) -> Result<(), Str
     }
 }
 
-/// The application's memory as a [`pmem::Mapping`], registered in place.
-fn borrow(addr: usize, len: usize) -> Result<Arc<pmem::Mapping>, String> {
+/// The application's memory as a [`pmem::Mapping`], registered in place (with `file`: the
+/// shared mapping of that file that `/proc/self/maps` showed holding the range).
+fn borrow(
+    addr: usize,
+    len: usize,
+    file: Option<std::path::PathBuf>,
+) -> Result<Arc<pmem::Mapping>, String> {
     // SAFETY: libfabric's registration contract, as verbs': memory the application registers
     // (fi_mr_reg, or a buffer it names in an operation) stays mapped until it closes the MR
     // (or the operation completes); the engine touches only the bytes operations name. The
     // implicit region over the whole address space is used for local access only: no key of
-    // it leaves the process.
-    unsafe { pmem::Mapping::borrowed(addr as *mut u8, len) }
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
+    // it leaves the process. A range with `file` was a shared mapping of it when registered,
+    // and stays one under the same contract.
+    let map = unsafe {
+        match file {
+            Some(path) => pmem::Mapping::borrowed_file(addr as *mut u8, len, path),
+            None => pmem::Mapping::borrowed(addr as *mut u8, len),
+        }
+    };
+    map.map(Arc::new).map_err(|e| e.to_string())
 }
 
 unsafe extern "C" fn fabric_open(
@@ -2041,8 +2054,8 @@ static RMA_OPS: fi_ops_rma = fi_ops_rma {
     writev: Some(rma_writev),
     writemsg: Some(rma_writemsg),
     inject: Some(rma_inject),
-    writedata: Some(no_rma_writedata),
-    injectdata: Some(no_rma_injectdata),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
 };
 
 static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
@@ -2089,6 +2102,7 @@ unsafe extern "C" fn ep_open2(
         }
         let (mut tx_flags, mut rx_flags, mut directed, mut msg) = (0, 0, false, false);
         let mut connreq = None;
+        let mut tclass = crate::tclass::UNSPEC;
         // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
         if let Some(i) = unsafe { info.as_ref() } {
             directed = i.caps & flags::DIRECTED_RECV != 0;
@@ -2114,6 +2128,18 @@ unsafe extern "C" fn ep_open2(
             // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
             if let Some(tx) = unsafe { i.tx_attr.as_ref() } {
                 tx_flags = tx.op_flags;
+                tclass = tx.tclass;
+            }
+            // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
+            if let (crate::tclass::UNSPEC, Some(d)) = (tclass, unsafe { i.domain_attr.as_ref() }) {
+                tclass = d.tclass;
+            }
+            if !crate::tclass::valid(tclass) {
+                log(
+                    Level::Warn,
+                    &format!("fi_endpoint: tclass {tclass:#x} is not a class libfabric defines"),
+                );
+                return neg(err::EINVAL);
             }
             // SAFETY: the fi_info from fi_getinfo: null or valid, as are its attributes.
             if let Some(rx) = unsafe { i.rx_attr.as_ref() } {
@@ -2124,7 +2150,7 @@ unsafe extern "C" fn ep_open2(
         let id = if msg {
             Some(d.engine.msg_ep_open(tx_flags, rx_flags, connreq))
         } else {
-            d.engine.ep_open(tx_flags, rx_flags, directed)
+            d.engine.ep_open(tx_flags, rx_flags, directed, tclass)
         };
         let Some(id) = id else {
             log(
@@ -2784,11 +2810,17 @@ fn rma(
     dest: u64,
     addr: u64,
     key: u64,
+    data: Option<u64>,
     context: *mut c_void,
     flags: u64,
     inject: bool,
 ) -> isize {
-    guard_size(if read { "fi_read" } else { "fi_write" }, || {
+    let name = match (read, data.is_some()) {
+        (true, _) => "fi_read",
+        (false, false) => "fi_write",
+        (false, true) => "fi_writedata",
+    };
+    guard_size(name, || {
         // SAFETY: our EpObj.
         let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
             return -(err::EINVAL as isize);
@@ -2816,12 +2848,13 @@ fn rma(
             dest,
             addr,
             key,
+            data,
             context as u64,
             flags,
             inline,
         ) {
             Ok(()) => 0,
-            Err(x) => refused(if read { "fi_read" } else { "fi_write" }, x),
+            Err(x) => refused(name, x),
         }
     })
 }
@@ -2856,6 +2889,7 @@ unsafe extern "C" fn rma_read(
         src,
         addr,
         key,
+        None,
         context,
         0,
         false,
@@ -2875,7 +2909,7 @@ unsafe extern "C" fn rma_readv(
 ) -> isize {
     // SAFETY: the application's iovecs.
     match unsafe { one_iov(iov, desc, count) } {
-        Ok((b, l, k)) => rma(ep, true, b, l, k, src, addr, key, context, 0, false),
+        Ok((b, l, k)) => rma(ep, true, b, l, k, src, addr, key, None, context, 0, false),
         Err(e) => -(e as isize),
     }
 }
@@ -2893,7 +2927,7 @@ unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags:
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => rma(
-            ep, true, b, l, k, m.addr, addr, key, m.context, flags, false,
+            ep, true, b, l, k, m.addr, addr, key, None, m.context, flags, false,
         ),
         Err(e) => -(e as isize),
     }
@@ -2919,6 +2953,7 @@ unsafe extern "C" fn rma_write(
         dest,
         addr,
         key,
+        None,
         context,
         0,
         false,
@@ -2938,7 +2973,7 @@ unsafe extern "C" fn rma_writev(
 ) -> isize {
     // SAFETY: the application's iovecs.
     match unsafe { one_iov(iov, desc, count) } {
-        Ok((b, l, k)) => rma(ep, false, b, l, k, dest, addr, key, context, 0, false),
+        Ok((b, l, k)) => rma(ep, false, b, l, k, dest, addr, key, None, context, 0, false),
         Err(e) => -(e as isize),
     }
 }
@@ -2948,9 +2983,7 @@ unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return -(err::EINVAL as isize);
     };
-    if flags & flags::REMOTE_CQ_DATA != 0 {
-        return -(err::ENOSYS as isize);
-    }
+    let data = (flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     let (addr, key) = match unsafe { one_rma_iov(m.rma_iov, m.rma_iov_count) } {
         Ok(x) => x,
@@ -2967,6 +3000,7 @@ unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags
             m.addr,
             addr,
             key,
+            data,
             m.context,
             flags,
             flags & flags::INJECT != 0,
@@ -2992,6 +3026,60 @@ unsafe extern "C" fn rma_inject(
         dest,
         addr,
         key,
+        None,
+        null_mut(),
+        0,
+        true,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_writedata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    rma(
+        ep,
+        false,
+        buf as u64,
+        len,
+        desc_lkey(desc),
+        dest,
+        addr,
+        key,
+        Some(data),
+        context,
+        0,
+        false,
+    )
+}
+
+unsafe extern "C" fn rma_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    rma(
+        ep,
+        false,
+        buf as u64,
+        len,
+        None,
+        dest,
+        addr,
+        key,
+        Some(data),
         null_mut(),
         0,
         true,

@@ -16,11 +16,21 @@ pub const FABRIC: &str = "portico";
 /// Primary capabilities: what endpoints can do.
 pub const PRIMARY: u64 =
     MSG | TAGGED | RMA | READ | WRITE | RECV | SEND | REMOTE_READ | REMOTE_WRITE;
-/// Secondary capabilities the provider has without being asked.
-pub const SECONDARY: u64 = SOURCE | DIRECTED_RECV | LOCAL_COMM | REMOTE_COMM;
-/// Operation flags endpoints accept.
-pub const OP_FLAGS: u64 =
-    COMPLETION | INJECT | TRANSMIT_COMPLETE | DELIVERY_COMPLETE | REMOTE_CQ_DATA;
+/// Secondary capabilities the provider has (`FI_SOURCE`, `FI_DIRECTED_RECV` and
+/// `FI_RMA_PMEM` only when asked for).
+pub const SECONDARY: u64 = SOURCE | DIRECTED_RECV | LOCAL_COMM | REMOTE_COMM | RMA_PMEM;
+/// Secondary capabilities offered only to an application that asks for them.
+const ON_REQUEST: u64 = SOURCE | DIRECTED_RECV | RMA_PMEM;
+/// Operation flags endpoints accept. Every completion level up to `FI_COMMIT_COMPLETE`: a
+/// WRITE completes on its ACK, which the target sends once the data is in place (delivery),
+/// and with `FI_COMMIT_COMPLETE` it is a durable WRITE (seed 004), complete on the durable ACK.
+pub const OP_FLAGS: u64 = COMPLETION
+    | INJECT
+    | INJECT_COMPLETE
+    | TRANSMIT_COMPLETE
+    | DELIVERY_COMPLETE
+    | COMMIT_COMPLETE
+    | REMOTE_CQ_DATA;
 /// The orders one reliable connection per direction gives.
 pub const ORDERS: u64 =
     ORDER_RAR | ORDER_RAW | ORDER_WAR | ORDER_WAW | ORDER_SAR | ORDER_SAW | ORDER_SAS;
@@ -89,6 +99,8 @@ pub struct Hints {
     pub mr_mode: u64,
     pub resource_mgmt: u32,
     pub cq_data_size: usize,
+    /// `tx_attr.tclass`, else `domain_attr.tclass` (`crate::tclass`).
+    pub tclass: u32,
     pub domain_name: Option<String>,
     pub fabric_name: Option<String>,
     pub prov_name: Option<String>,
@@ -112,6 +124,8 @@ pub struct Offer {
     pub mr_mode: u64,
     pub domain_name: String,
     pub endpoints: u16,
+    /// The traffic class asked for (`FI_TC_UNSPEC`: the engine's default class).
+    pub tclass: u32,
 }
 
 /// Why the hints ask for what the provider does not have (logged at info level by the caller;
@@ -214,7 +228,7 @@ pub fn offer_type(
     }
     // A message endpoint is one connection: no tag matching, no source to tell apart.
     let (primary, secondary) = if ep_type == EP_MSG {
-        (PRIMARY & !TAGGED, LOCAL_COMM | REMOTE_COMM)
+        (PRIMARY & !TAGGED, LOCAL_COMM | REMOTE_COMM | RMA_PMEM)
     } else {
         (PRIMARY, SECONDARY)
     };
@@ -301,6 +315,12 @@ pub fn offer_type(
     if !matches!(h.av_type, AV_UNSPEC | AV_MAP | AV_TABLE) {
         return no(format!("av_type {}", h.av_type));
     }
+    if !crate::tclass::valid(h.tclass) {
+        return no(format!(
+            "tclass {:#x} (not a class libfabric defines)",
+            h.tclass
+        ));
+    }
     if h.cq_data_size > CQ_DATA_SIZE {
         return no(format!("cq_data_size {} > {CQ_DATA_SIZE}", h.cq_data_size));
     }
@@ -328,7 +348,7 @@ pub fn offer_type(
     let caps = if h.caps == 0 {
         primary | secondary
     } else {
-        with_implied(h.caps) | (secondary & !(SOURCE | DIRECTED_RECV)) | (h.caps & secondary)
+        with_implied(h.caps) | (secondary & !ON_REQUEST) | (h.caps & secondary)
     };
     Ok(Offer {
         caps,
@@ -366,6 +386,7 @@ pub fn offer_type(
         mr_mode,
         domain_name: domain,
         endpoints,
+        tclass: h.tclass,
     })
 }
 

@@ -5,6 +5,8 @@
 //! - [`params`]: the `FI_PORTICO_*` parameters, pure.
 //! - [`addr`]: the endpoint address (`FI_SOCKADDR_IN` with the endpoint's index), pure.
 //! - [`info`]: what `fi_getinfo` offers and the check of the application's hints, pure.
+//! - [`tclass`]: libfabric's traffic classes onto the shaper's classes and DSCPs, pure.
+//! - [`maps`]: which registrations are shared file mappings (durable WRITE targets), pure.
 //! - [`engine`]: the process's one engine and the provider's state, safe Rust.
 //! - [`msg`]: `FI_EP_MSG` endpoints, passive endpoints and their connection events.
 //! - `ffi`: the C boundary, every `fid` object and ops table (the crate's only `unsafe`).
@@ -18,7 +20,9 @@ pub mod engine;
 mod ffi;
 mod flags;
 pub mod info;
+pub mod maps;
 pub mod msg;
 pub mod params;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod tclass;

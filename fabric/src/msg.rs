@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 
 use portico::rdma::cm::ConnEvent;
+use portico::rdma::cm::QpTweak;
 use portico::transport::{RecvRequest, SgList};
 
 use crate::addr::EpAddr;
@@ -263,7 +264,7 @@ impl Engine {
         }
         let id = self
             .handle
-            .connect_with(dest.ip, dest.port, &data, Some(false))
+            .connect_with(dest.ip, dest.port, &data, QpTweak::tagged(false))
             .map_err(|e| {
                 crate::engine::log_warn(&format!("fi_connect to {}: {e}", dest.to_text()));
                 err::EINVAL
@@ -287,7 +288,7 @@ impl Engine {
         }
         let id = e.connreq.ok_or(err::EINVAL)?;
         st.msg_conns.insert(id, ep);
-        let qp = match self.handle.accept_with(id, &data, Some(false)) {
+        let qp = match self.handle.accept_with(id, &data, QpTweak::tagged(false)) {
             Ok(qp) => qp,
             Err(e) => {
                 st.msg_conns.remove(&id);

@@ -59,6 +59,10 @@ pub const PARAMS: &[Param] = &[
         help: "Endpoints one process may open (default 4, at most 64).",
     },
     Param {
+        name: "shaper",
+        help: "A TOML file with a [shaper] section (as portico target takes): the engine's traffic shaper (seed 000). An endpoint's tclass puts its requests in the class named for it (best_effort, low_latency, dedicated_access, bulk_data, scavenger, network_ctrl, or dscpN for FI_TC_DSCP), else in class 0.",
+    },
+    Param {
         name: "overflow_kib",
         help: "Bytes (KiB) of overflow buffers per endpoint for unexpected messages (default 4096).",
     },
@@ -88,6 +92,16 @@ pub enum Core {
     Fixed(usize),
 }
 
+/// `FI_PORTICO_SHAPER`: the shaper's file, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shaper {
+    pub path: String,
+    /// The file's text (a `[shaper]` section), for the engine's configuration.
+    pub text: String,
+    /// Its classes' names, in order (what traffic classes are matched against).
+    pub classes: Vec<String>,
+}
+
 /// The provider's settings, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -104,6 +118,7 @@ pub struct Settings {
     pub overflow_bytes: usize,
     /// Message endpoints offered to utility providers (ofi_rxm).
     pub layering: bool,
+    pub shaper: Option<Shaper>,
 }
 
 /// The most endpoints a process may open (each takes two list-processing endpoints).
@@ -182,6 +197,24 @@ impl Settings {
         }
         let overflow_kib = number(&get, "overflow_kib", 4096, 64, 1 << 20)?;
         let layering = number(&get, "layering", 0, 0, 1)? == 1;
+        let shaper = match get("shaper").filter(|p| !p.trim().is_empty()) {
+            None => None,
+            Some(path) => {
+                let path = path.trim().to_string();
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| bad("shaper", format!("reading {path}: {e}")))?;
+                let section = portico::config::ShaperSection::parse_file(&text)
+                    .map_err(|e| bad("shaper", format!("{path}: {e}")))?;
+                let classes = (0..section.classes.len())
+                    .map(|i| section.class_name(i))
+                    .collect();
+                Some(Shaper {
+                    path,
+                    text,
+                    classes,
+                })
+            }
+        };
         Ok(Some(Settings {
             dev,
             ip,
@@ -195,6 +228,7 @@ impl Settings {
             endpoints,
             overflow_bytes: overflow_kib as usize * 1024,
             layering,
+            shaper,
         }))
     }
 
@@ -355,6 +389,54 @@ mod tests {
             parse(&[("dev", "net_tap0")]).unwrap_err().to_string(),
             "FI_PORTICO_IP: not set (the engine's IPv4 address)"
         );
+    }
+
+    #[test]
+    fn a_shaper_file_is_read_and_checked_by_the_engine_s_rules() {
+        let dir = std::env::temp_dir().join(format!("portico-fi-shaper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(
+            &good,
+            "[shaper]\nlink_gbps = 10.0\n\n[[shaper.classes]]\nname = \"bulk_data\"\n\
+             assured_gbps = 2.0\nceiling_gbps = 10.0\n\n[[shaper.classes]]\n\
+             name = \"low_latency\"\nceiling_gbps = 1.0\nstrict = true\n",
+        )
+        .unwrap();
+        let g = good.to_str().unwrap();
+        let s = parse(&[("dev", "net_tap0"), ("ip", "10.0.0.1"), ("shaper", g)])
+            .unwrap()
+            .unwrap();
+        let sh = s.shaper.unwrap();
+        assert_eq!(sh.classes, ["bulk_data", "low_latency"]);
+        assert!(sh.text.contains("[[shaper.classes]]"));
+        let bad_file = dir.join("bad.toml");
+        std::fs::write(
+            &bad_file,
+            "[shaper]\n[[shaper.classes]]\nassured_gbps = 12.0\nceiling_gbps = 10.0\n",
+        )
+        .unwrap();
+        let b = bad_file.to_str().unwrap();
+        let e = parse(&[("dev", "net_tap0"), ("ip", "10.0.0.1"), ("shaper", b)]).unwrap_err();
+        assert_eq!(e.name, "shaper");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "FI_PORTICO_SHAPER: {b}: shaper.classes[0].assured_gbps"
+            )),
+            "{e}"
+        );
+        let e = parse(&[
+            ("dev", "net_tap0"),
+            ("ip", "10.0.0.1"),
+            ("shaper", "/nonexistent"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("FI_PORTICO_SHAPER: reading /nonexistent: "),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -204,12 +204,20 @@ fn fi_pingpong_rdm_tagged_over_memif_every_byte_checked() {
 }
 
 #[test]
-fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
+fn rma_write_read_inject_writedata_commit_over_memif_and_a_refused_read() {
     let _one = PAIR.lock().unwrap_or_else(|p| p.into_inner());
     let dir = provider_dir();
     let bin = build_c("rma_check", &dir);
     let sock = dir.join("memif.sock");
     let cores = portico::app::available_cores();
+    // The client's tclass is FI_TC_BULK_DATA: its connection goes in the class named for it.
+    let shaper = dir.join("shaper.toml");
+    std::fs::write(
+        &shaper,
+        "[shaper]\n[[shaper.classes]]\nname = \"best_effort\"\nceiling_gbps = 100.0\n\n\
+         [[shaper.classes]]\nname = \"bulk_data\"\nceiling_gbps = 100.0\n",
+    )
+    .unwrap();
     let spawn = |role: &str, ip: &str, core: usize| {
         fi(bin.to_str().unwrap(), &dir)
             .args([role, dir.to_str().unwrap()])
@@ -219,6 +227,9 @@ fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
             )
             .env("FI_PORTICO_IP", ip)
             .env("FI_PORTICO_CORES", core.to_string())
+            .env("FI_PORTICO_SHAPER", &shaper)
+            .env("FI_LOG_LEVEL", "debug")
+            .env("FI_LOG_PROV", "portico")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -239,7 +250,19 @@ fn rma_write_read_and_inject_over_memif_and_a_refused_read() {
     assert!(client.status.success(), "client:\n{c}\nserver:\n{s}");
     assert!(server.status.success(), "server:\n{s}\nclient:\n{c}");
     assert!(c.contains("out-of-bounds READ refused"), "{c}");
-    assert!(s.contains("262144 bytes as written"), "{s}");
+    assert!(
+        s.contains("262144 bytes as written, 2 remote CQ data received in order"),
+        "{s}"
+    );
+    // The target registered its file mapping as one that durable WRITEs msync, and the
+    // FI_COMMIT_COMPLETE write was a durable WRITE, completed by the durable ACK.
+    assert!(s.contains("durable WRITEs msync them"), "{s}");
+    assert!(c.contains("DurableWrite Success"), "{c}");
+    // FI_TC_BULK_DATA: shaper class 1, the engine's DSCP.
+    assert!(
+        c.contains("in tclass 0x203 (bulk_data): shaper class Some(1), dscp None"),
+        "{c}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -21,6 +21,9 @@ pub enum Kind {
     SimulatedFile,
     /// Memory the application mapped itself and registered in place ([`crate::Mapping::borrowed`]).
     Application,
+    /// A shared mapping of a file that the application made itself, registered in place
+    /// ([`crate::Mapping::borrowed_file`]): persisted with `msync`, as a file mapping is.
+    ApplicationFile,
 }
 
 impl Kind {
@@ -28,7 +31,7 @@ impl Kind {
     pub fn durability(self) -> Durability {
         match self {
             Kind::Anonymous | Kind::HugeTlb | Kind::Application => Durability::Volatile,
-            Kind::File { dax: false } => Durability::Msync,
+            Kind::File { dax: false } | Kind::ApplicationFile => Durability::Msync,
             Kind::File { dax: true } => match flush_instruction() {
                 Some(instr) => Durability::CacheFlush(instr),
                 None => Durability::Msync,
@@ -49,6 +52,9 @@ impl fmt::Display for Kind {
             Kind::Anonymous => f.write_str("anonymous memory (volatile; persist does nothing)"),
             Kind::Application => f.write_str(
                 "the application's own memory, registered in place (volatile; persist does nothing)",
+            ),
+            Kind::ApplicationFile => f.write_str(
+                "a shared file mapping the application made, registered in place (persist = msync)",
             ),
             Kind::HugeTlb => f.write_str("2 MiB hugetlb pages (volatile; persist does nothing)"),
             Kind::File { dax: true } => {

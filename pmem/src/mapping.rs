@@ -297,6 +297,24 @@ impl Mapping {
         ))
     }
 
+    /// `len` bytes at `ptr` of a shared file mapping the application made itself (`path`, for
+    /// messages), registered in place as [`Mapping::borrowed`] registers any memory, but
+    /// persisted as a file mapping is: `msync` of the pages that cover a range (the
+    /// application's mapping holds them whole even when the registered range starts inside
+    /// one).
+    ///
+    /// # Safety
+    ///
+    /// As [`Mapping::borrowed`]; moreover the range must be a `MAP_SHARED` mapping of `path`
+    /// for as long as this `Mapping` lives (else `persist` fails, as `msync` does on it).
+    pub unsafe fn borrowed_file(ptr: *mut u8, len: usize, path: PathBuf) -> Result<Mapping, Error> {
+        // SAFETY: the caller's promise, which includes `borrowed`'s.
+        let mut m = unsafe { Mapping::borrowed(ptr, len) }?;
+        m.kind = Kind::ApplicationFile;
+        m.path = Some(path);
+        Ok(m)
+    }
+
     fn new(
         region: Region,
         len: usize,

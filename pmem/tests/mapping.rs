@@ -239,3 +239,28 @@ fn borrowed_memory_is_read_and_written_in_place_and_left_mapped() {
     assert!(unsafe { Mapping::borrowed(std::ptr::null_mut(), 8) }.is_err());
     assert!(unsafe { Mapping::borrowed(buf.as_mut_ptr(), 0) }.is_err());
 }
+
+#[test]
+fn a_borrowed_file_mapping_persists_by_msync_from_inside_a_page() {
+    let path = std::env::temp_dir().join(format!("pmem-borrowed-file-{}", std::process::id()));
+    // The application's own shared mapping of the file (here made through pmem, used raw).
+    let owner = Mapping::create_file(&path, 3 * 4096).unwrap();
+    let base = owner.as_ptr() as *mut u8;
+    // SAFETY: `owner` keeps the range mapped (shared, of `path`) for the whole test.
+    let map =
+        unsafe { Mapping::borrowed_file(base.wrapping_add(100), 8192, path.clone()) }.unwrap();
+    assert_eq!(map.kind(), pmem::Kind::ApplicationFile);
+    assert_eq!(map.durability(), pmem::Durability::Msync);
+    assert_eq!(map.path(), Some(path.as_path()));
+    map.write(0, b"durable").unwrap();
+    // A range that starts 100 bytes into a page: msync takes the whole page.
+    map.persist(0, 8192).unwrap();
+    drop(map);
+    let mut back = [0u8; 7];
+    owner.read(100, &mut back).unwrap();
+    assert_eq!(&back, b"durable");
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(&file[100..107], b"durable");
+    drop(owner);
+    std::fs::remove_file(&path).unwrap();
+}

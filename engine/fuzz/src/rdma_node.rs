@@ -462,7 +462,7 @@ impl Harness {
                     id: r.id,
                     private_data: vec![1, 0, 0, 0],
                     cqs: None,
-                    tagged: None,
+                    tweak: Default::default(),
                 };
                 if let Some((_, ControlReply::Cm(Ok(CmReply::Accepted(qp))))) =
                     self.node.control(9, Control::Cm(call))

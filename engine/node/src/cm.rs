@@ -122,16 +122,14 @@ pub enum CmControl {
         private_data: Vec<u8>,
         /// Send and receive completion queues, else the CM's.
         cqs: Option<(u32, u32)>,
-        /// Whether the queue pair carries tagged messages ([`QpConfig::tagged`]), else the
-        /// template's choice (the libfabric provider's message endpoints want plain SENDs on
-        /// an engine whose other connections are tagged).
-        tagged: Option<bool>,
+        /// What the queue pair does otherwise than the CM's template.
+        tweak: QpTweak,
     },
     Accept {
         id: u32,
         private_data: Vec<u8>,
         cqs: Option<(u32, u32)>,
-        tagged: Option<bool>,
+        tweak: QpTweak,
     },
     Reject {
         id: u32,
@@ -250,12 +248,47 @@ enum OutFrame {
     ArpRequest(Ipv4Addr),
 }
 
+/// What one connection's queue pair does otherwise than the CM's template (`None`: as the
+/// template says). The libfabric provider's message endpoints want plain SENDs on an engine
+/// whose other connections are tagged; its endpoints' traffic classes put their connections in
+/// shaper classes and DSCPs of their own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpTweak {
+    /// [`QpConfig::tagged`].
+    pub tagged: Option<bool>,
+    /// [`QpConfig::traffic_class`]: the shaper class of the queue pair's requests.
+    pub traffic_class: Option<u8>,
+    /// [`QpConfig::dscp`] of the queue pair's packets (after the path's traffic class).
+    pub dscp: Option<u8>,
+}
+
+impl QpTweak {
+    /// The tweak of a queue pair tagged (or not) as `tagged` says, otherwise the template's.
+    pub fn tagged(tagged: bool) -> QpTweak {
+        QpTweak {
+            tagged: Some(tagged),
+            ..QpTweak::default()
+        }
+    }
+
+    fn apply(&self, cfg: &mut QpConfig) {
+        if let Some(t) = self.tagged {
+            cfg.tagged = t;
+        }
+        if let Some(c) = self.traffic_class {
+            cfg.traffic_class = c;
+        }
+        if let Some(d) = self.dscp {
+            cfg.dscp = d;
+        }
+    }
+}
+
 /// A connection with a queue pair (or one to come).
 struct ConnQp {
     qpn: Option<u32>,
     cqs: (u32, u32),
-    /// Overrides the template's [`QpConfig::tagged`].
-    tagged: Option<bool>,
+    tweak: QpTweak,
 }
 
 /// The CM's state on a node.
@@ -543,7 +576,7 @@ impl RdmaNode {
                 port,
                 private_data,
                 cqs,
-                tagged,
+                tweak,
             } => {
                 let mac = match cm.arp.resolve(now, ip) {
                     Resolve::Known(mac) => mac,
@@ -574,7 +607,7 @@ impl RdmaNode {
                     ConnQp {
                         qpn: None,
                         cqs: cqs.unwrap_or(cm.cqs),
-                        tagged,
+                        tweak,
                     },
                 );
                 cm.next_qpn = qpn + 1;
@@ -584,7 +617,7 @@ impl RdmaNode {
                 id,
                 private_data,
                 cqs,
-                tagged,
+                tweak,
             } => {
                 let qpn = self.free_qpn();
                 let cm = self.cm.as_mut().expect("checked");
@@ -601,7 +634,7 @@ impl RdmaNode {
                 let params = cm.cm.accept(now, id, &accept)?;
                 let cqs = cqs.unwrap_or(cm.cqs);
                 cm.next_qpn = qpn + 1;
-                match self.cm_create_qp(id, &params, cqs, tagged) {
+                match self.cm_create_qp(id, &params, cqs, tweak) {
                     Ok(qp) => {
                         let cm = self.cm.as_mut().expect("checked");
                         cm.awaiting_rtu.push((id, params.local_qpn));
@@ -648,13 +681,10 @@ impl RdmaNode {
         id: u32,
         p: &QpParams,
         cqs: (u32, u32),
-        tagged: Option<bool>,
+        tweak: QpTweak,
     ) -> Result<Qp, AddQpError> {
         let cm = self.cm.as_mut().expect("a CM");
         let mut cfg = cm.template.clone();
-        if let Some(t) = tagged {
-            cfg.tagged = t;
-        }
         cfg.local_qpn = p.local_qpn;
         cfg.remote_qpn = p.remote_qpn;
         cfg.remote_ip = p.peer.ip;
@@ -684,6 +714,7 @@ impl RdmaNode {
         if p.hop_limit != 0 {
             cfg.ttl = p.hop_limit;
         }
+        tweak.apply(&mut cfg);
         cfg.udp_src_port = 0xc000 | (p.local_qpn as u16 & 0x3fff);
         let qp = self.add_qp_by_id(cfg, cqs.0, cqs.1)?;
         let cm = self.cm.as_mut().expect("a CM");
@@ -693,7 +724,7 @@ impl RdmaNode {
             ConnQp {
                 qpn: Some(p.local_qpn),
                 cqs,
-                tagged,
+                tweak,
             },
         );
         Ok(qp)
@@ -716,11 +747,11 @@ impl RdmaNode {
                     ConnEvent::Request(r)
                 }
                 CmEvent::Connected { id, params } => {
-                    let (cqs, tagged) = cm
+                    let (cqs, tweak) = cm
                         .conns
                         .get(&id)
-                        .map_or((cm.cqs, None), |c| (c.cqs, c.tagged));
-                    match self.cm_create_qp(id, &params, cqs, tagged) {
+                        .map_or((cm.cqs, QpTweak::default()), |c| (c.cqs, c.tweak));
+                    match self.cm_create_qp(id, &params, cqs, tweak) {
                         Ok(qp) => {
                             // The Established event that follows carries it.
                             let cm = self.cm.as_mut().expect("a CM");

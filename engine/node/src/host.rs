@@ -350,24 +350,23 @@ impl RdmaHandle {
     /// Connects to `ip:port` with `private_data` after rdma_cm's header; returns the
     /// connection's ID. Its queue pair comes with [`crate::cm::ConnEvent::Established`].
     pub fn connect(&self, ip: Ipv4Addr, port: u16, private_data: &[u8]) -> Result<u32, HostError> {
-        self.connect_with(ip, port, private_data, None)
+        self.connect_with(ip, port, private_data, crate::cm::QpTweak::default())
     }
 
-    /// As [`RdmaHandle::connect`], the queue pair tagged or not as `tagged` says (else as the
-    /// CM's template).
+    /// As [`RdmaHandle::connect`], the queue pair as the CM's template with `tweak`.
     pub fn connect_with(
         &self,
         ip: Ipv4Addr,
         port: u16,
         private_data: &[u8],
-        tagged: Option<bool>,
+        tweak: crate::cm::QpTweak,
     ) -> Result<u32, HostError> {
         let call = crate::cm::CmControl::Connect {
             ip,
             port,
             private_data: private_data.to_vec(),
             cqs: None,
-            tagged,
+            tweak,
         };
         match self.cm(call)? {
             crate::cm::CmReply::Connecting(id) => Ok(id),
@@ -378,21 +377,21 @@ impl RdmaHandle {
     /// Accepts connection request `id` with `private_data` in the REP; returns its queue pair
     /// (on the CM's completion queue).
     pub fn accept(&self, id: u32, private_data: &[u8]) -> Result<crate::Qp, HostError> {
-        self.accept_with(id, private_data, None)
+        self.accept_with(id, private_data, crate::cm::QpTweak::default())
     }
 
-    /// As [`RdmaHandle::accept`], the queue pair tagged or not as `tagged` says.
+    /// As [`RdmaHandle::accept`], the queue pair as the CM's template with `tweak`.
     pub fn accept_with(
         &self,
         id: u32,
         private_data: &[u8],
-        tagged: Option<bool>,
+        tweak: crate::cm::QpTweak,
     ) -> Result<crate::Qp, HostError> {
         let call = crate::cm::CmControl::Accept {
             id,
             private_data: private_data.to_vec(),
             cqs: None,
-            tagged,
+            tweak,
         };
         match self.cm(call)? {
             crate::cm::CmReply::Accepted(qp) => Ok(qp),

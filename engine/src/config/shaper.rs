@@ -114,7 +114,22 @@ pub fn gbps_to_bps(field: &str, gbps: f64, zero_ok: bool) -> Result<u64, ConfigE
     Ok((gbps * 1e9).round() as u64)
 }
 
+/// A file that holds only a `[shaper]` section (and its classes).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShaperFile {
+    shaper: ShaperSection,
+}
+
 impl ShaperSection {
+    /// The `[shaper]` of a file that holds nothing else (the libfabric provider's
+    /// `FI_PORTICO_SHAPER`), checked as in a config file: the error names the field.
+    pub fn parse_file(text: &str) -> Result<ShaperSection, ConfigError> {
+        let f: ShaperFile = super::from_toml(text)?;
+        f.shaper.to_config("shaper")?;
+        Ok(f.shaper)
+    }
+
     /// A class's label.
     pub fn class_name(&self, i: usize) -> String {
         self.classes

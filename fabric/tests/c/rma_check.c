@@ -1,10 +1,16 @@
-/* fi_write, fi_read and fi_inject_write over the Portico provider between two processes,
- * every byte checked on both sides; and a READ outside the target's region, which must come
- * back as an error completion (the target's NAK), touching nothing.
+/* fi_write, fi_read, fi_inject_write, fi_writedata, fi_inject_writedata and a
+ * FI_COMMIT_COMPLETE fi_writemsg over the Portico provider between two processes, every byte
+ * checked on both sides; and a READ outside the target's region, which must come back as an
+ * error completion (the target's NAK), touching nothing.
  *
- *   rma_check server DIR     registers a 256 KiB region, writes DIR/server (its address, the
- *                            region's address and key), waits for DIR/done, checks the region
- *   rma_check client DIR     reads DIR/server, writes, reads back, injects, reads out of bounds
+ *   rma_check server DIR     maps DIR/region.bin (256 KiB, MAP_SHARED) and registers it,
+ *                            writes DIR/server (its address, the region's address and key),
+ *                            reads its CQ (the remote CQ data) until DIR/done, checks the
+ *                            region and the file
+ *   rma_check client DIR     reads DIR/server, writes, reads back, injects, writes with data,
+ *                            writes with FI_COMMIT_COMPLETE, reads out of bounds
+ *
+ * The client asks for tclass FI_TC_BULK_DATA (the test gives it a shaper with such a class).
  *
  * Built by fabric/tests/programs.rs with `cc rma_check.c -lfabric`; plain libfabric calls,
  * nothing of Portico's. Exits 0 when every check holds, 1 (with a line on stderr) otherwise.
@@ -15,8 +21,10 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,7 +56,8 @@ static void open_all(void)
 {
 	struct fi_info *hints = fi_allocinfo(), *info;
 	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_RMA | FI_MSG;
+	hints->caps = FI_RMA | FI_MSG | FI_RMA_PMEM;
+	hints->tx_attr->tclass = FI_TC_BULK_DATA;
 	hints->domain_attr->mr_mode = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
 	hints->fabric_attr->prov_name = strdup("portico");
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
@@ -100,8 +109,14 @@ int main(int argc, char **argv)
 	char path[4096];
 	open_all();
 	if (!strcmp(argv[1], "server")) {
-		uint8_t *region = aligned_alloc(4096, LEN);
-		memset(region, 0, LEN);
+		/* A file the target maps: the target of durable WRITEs (msync). */
+		snprintf(path, sizeof(path), "%s/region.bin", argv[2]);
+		int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0 || ftruncate(fd, LEN))
+			FAIL("server: cannot make %s", path);
+		uint8_t *region = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (region == MAP_FAILED)
+			FAIL("server: cannot map %s", path);
 		struct fid_mr *mr;
 		CHECK(fi_mr_reg(domain, region, LEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
 		uint8_t name[64];
@@ -119,18 +134,39 @@ int main(int argc, char **argv)
 		snprintf(done, sizeof(done), "%s/server", argv[2]);
 		rename(path, done);
 		snprintf(path, sizeof(path), "%s/done", argv[2]);
-		for (int i = 0; access(path, F_OK) != 0; i++) {
-			if (i > 6000)
-				FAIL("server: the client never finished");
-			usleep(10000);
+		/* The client's fi_writedata and fi_inject_writedata: their data in this CQ, in
+		 * order, with no receive posted by us. */
+		uint64_t want_data[2] = {0xc0ffee01, 0xc0ffee02};
+		size_t want_len[2] = {4096, 64};
+		int seen = 0;
+		for (int i = 0; access(path, F_OK) != 0 || seen < 2; i++) {
+			if (i > 60000)
+				FAIL("server: the client never finished (%d remote CQ data seen)", seen);
+			struct fi_cq_data_entry e;
+			ssize_t n = fi_cq_read(cq, &e, 1);
+			if (n == 1) {
+				uint64_t want = FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
+				if (seen >= 2 || e.flags != want || e.data != want_data[seen] ||
+				    e.len != want_len[seen])
+					FAIL("server: completion %d: flags %#lx data %#lx len %zu", seen,
+					     (unsigned long)e.flags, (unsigned long)e.data, e.len);
+				seen++;
+			} else if (n != -FI_EAGAIN) {
+				CHECK(n);
+			}
+			usleep(1000);
 		}
 		for (size_t i = 0; i < LEN; i++) {
 			uint8_t want = i < 1024 ? (uint8_t)(0xa0 + i % 16) : pattern(i);
 			if (region[i] != want)
 				FAIL("server: byte %zu is %#x, expected %#x", i, region[i], want);
 		}
+		/* What the file holds (read through the file, not the mapping). */
+		uint8_t *file = malloc(LEN);
+		if (pread(fd, file, LEN, 0) != LEN || memcmp(file, region, LEN))
+			FAIL("server: the file does not hold what the region does");
 		CHECK(fi_close(&mr->fid));
-		printf("server: %d bytes as written\n", LEN);
+		printf("server: %d bytes as written, 2 remote CQ data received in order\n", LEN);
 		return 0;
 	}
 	snprintf(path, sizeof(path), "%s/server", argv[2]);
@@ -192,6 +228,33 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 1024; i++)
 		if (check[i] != (uint8_t)(0xa0 + i % 16))
 			FAIL("client: injected byte %d is %#x", i, check[i]);
+	/* fi_writedata: the target's CQ gets the data (FI_REMOTE_CQ_DATA), here a completion. */
+	while ((rc = fi_writedata(ep, src + 8192, 4096, fi_mr_desc(smr), 0xc0ffee01, peer,
+				  raddr + 8192, rkey, &ctx[0])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[0]))
+		FAIL("client: fi_writedata failed");
+	while ((rc = fi_inject_writedata(ep, src + 16384, 64, 0xc0ffee02, peer, raddr + 16384,
+					 rkey)) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	/* A value the 4-byte CQ data cannot carry is refused. */
+	rc = fi_writedata(ep, src, 8, NULL, 1ull << 32, peer, raddr, rkey, &ctx[0]);
+	if (rc != -FI_EINVAL)
+		FAIL("client: fi_writedata of 33-bit data gave %zd, expected -FI_EINVAL", rc);
+	/* FI_COMMIT_COMPLETE (FI_RMA_PMEM): a durable WRITE, complete when the target says the
+	 * bytes are durable (it msyncs its file). */
+	struct iovec iov = {.iov_base = src + 65536, .iov_len = 65536};
+	void *desc = fi_mr_desc(smr);
+	struct fi_rma_iov riov = {.addr = raddr + 65536, .len = 65536, .key = rkey};
+	struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = peer,
+				 .rma_iov = &riov, .rma_iov_count = 1, .context = &ctx[1]};
+	while ((rc = fi_writemsg(ep, &msg, FI_COMMIT_COMPLETE | FI_COMPLETION)) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[1]))
+		FAIL("client: the FI_COMMIT_COMPLETE write failed");
 	/* Outside the region: refused by the target, an error completion here. */
 	while ((rc = fi_read(ep, check, 64, NULL, peer, raddr + LEN, rkey, &ctx[3])) == -FI_EAGAIN)
 		usleep(100);
@@ -203,6 +266,8 @@ int main(int argc, char **argv)
 	CHECK(fi_close(&bmr->fid));
 	snprintf(path, sizeof(path), "%s/done", argv[2]);
 	fclose(fopen(path, "w"));
-	printf("client: %d bytes written and read back, 1024 injected, out-of-bounds READ refused\n", LEN);
+	printf("client: %d bytes written and read back, 1024 injected, 2 written with data, 65536 "
+	       "committed, out-of-bounds READ refused\n",
+	       LEN);
 	return 0;
 }

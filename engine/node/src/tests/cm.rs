@@ -9,7 +9,7 @@ use proto::rng::SplitMix64;
 use proto::transport::{Access, MrKeys, QpConfig, SgList, WcStatus, WorkRequest};
 use wire::EthernetAddress;
 
-use crate::cm::{CmControl, CmEvents, CmReply, CmSetup, ConnEvent};
+use crate::cm::{CmControl, CmEvents, CmReply, CmSetup, ConnEvent, QpTweak};
 use crate::{Control, ControlReply, Cq, Qp, RdmaNode, RxOutcome};
 
 const PORT: u16 = 7471;
@@ -239,7 +239,7 @@ fn accept_all(s: &mut Side, is_a: bool, ev: &ConnEvent) {
                 id: r.id,
                 private_data: pd,
                 cqs: None,
-                tagged: None,
+                tweak: QpTweak::default(),
             }),
         ) {
             ACCEPTED.with(|a| a.borrow_mut().push(qp));
@@ -259,7 +259,7 @@ fn connect(w: &mut Wire, private: &[u8]) -> u32 {
             port: PORT,
             private_data: private.to_vec(),
             cqs: None,
-            tagged: None,
+            tweak: QpTweak::default(),
         },
     ) {
         CmReply::Connecting(id) => id,
@@ -382,6 +382,42 @@ fn a_connection_resolves_arp_connects_carries_a_write_and_a_read_and_ends_with_n
     let (cm_a, q1_a) = w.a.node.cm_counters().unwrap();
     assert_eq!((q1_a.cm_qps_created, q1_a.cm_qps_destroyed), (1, 1));
     assert_eq!(cm_a.cm_disconnected, 1);
+    ACCEPTED.with(|a| a.borrow_mut().clear());
+}
+
+#[test]
+fn a_connection_s_tweak_sets_its_queue_pair_s_class_and_dscp_and_only_its_own() {
+    let _ = take_log();
+    let mut w = Wire::new(Faults::default(), 3);
+    let tweak = QpTweak {
+        traffic_class: Some(0),
+        dscp: Some(46),
+        tagged: Some(false),
+    };
+    let call_reply = call(
+        &mut w.a,
+        CmControl::Connect {
+            ip: B_IP,
+            port: PORT,
+            private_data: Vec::new(),
+            cqs: None,
+            tweak,
+        },
+    );
+    assert!(
+        matches!(call_reply, CmReply::Connecting(_)),
+        "{call_reply:?}"
+    );
+    w.run(10_000, accept_all, |w| {
+        w.a.node.cm_connections() == Some((1, 1))
+            && w.b.node.cm_counters().unwrap().0.cm_established == 1
+    });
+    let _ = take_log();
+    let a: Vec<u8> = w.a.node.qps().map(|q| q.config().dscp).collect();
+    let b: Vec<u8> = w.b.node.qps().map(|q| q.config().dscp).collect();
+    // A's queue pair has the tweak's DSCP; B accepted with none and keeps its template's.
+    assert_eq!(a, [46]);
+    assert_eq!(b, [QpConfig::new(0, 0).dscp]);
     ACCEPTED.with(|a| a.borrow_mut().clear());
 }
 
@@ -533,7 +569,7 @@ fn an_address_nobody_answers_for_is_unreachable() {
             port: PORT,
             private_data: vec![],
             cqs: None,
-            tagged: None,
+            tweak: QpTweak::default(),
         },
     ) {
         CmReply::Connecting(id) => id,
