@@ -34,6 +34,7 @@ use pmem::Mapping;
 use portico::lpe::{EndpointConfig, EndpointIndex, ListKind, Options};
 use portico::peer::{self, Extras, Peer};
 use portico::rdma::cm::{ConnEvent, QpTweak};
+use portico::rdma::wake::{self, Wake};
 use portico::rdma::{
     Cq, MemoryRegion, Qp, RdmaHandle, TagConfig, TagEntry, TagEvent, TagEventKind, TagPort,
 };
@@ -57,6 +58,7 @@ pub mod err {
     pub const EIO: i32 = 5;
     pub const EACCES: i32 = 13;
     pub const ENOENT: i32 = 2;
+    pub const ENODATA: i32 = 61;
     pub const EBUSY: i32 = 16;
     pub const ECANCELED: i32 = 125;
     pub const ENOTCONN: i32 = 107;
@@ -227,6 +229,9 @@ pub struct Engine {
     stop: Arc<AtomicBool>,
     cm_events: portico::rdma::cm::CmEvents,
     cm_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The worker → host wake-ups of the engine's completion queue and tag port: what
+    /// `fi_cq_sread` sleeps on and an `FI_WAIT_FD` descriptor polls.
+    wakes: [Arc<Wake>; 2],
     /// Kept alive: the runtime, the port, queue pair 0 (the template).
     _peer: Mutex<Peer>,
 }
@@ -377,6 +382,7 @@ impl Engine {
             .take()
             .ok_or_else(|| StartError::Failed("the engine started without its tag port".into()))?;
         let handle = std::mem::replace(&mut peer.handle, RdmaHandle::new().0);
+        let wakes = [cq.events(), tag_port.events()];
         // The whole address space, for local access only: 4 KiB up to 2^47.
         let all = borrow(4096, (1usize << 47) - 8192, None)
             .map_err(|e| StartError::Failed(format!("the local region: {e}")))?;
@@ -428,6 +434,7 @@ impl Engine {
             stop: Arc::new(AtomicBool::new(false)),
             cm_events,
             cm_thread: Mutex::new(None),
+            wakes,
             _peer: Mutex::new(peer),
         })
     }
@@ -1315,6 +1322,7 @@ impl Engine {
     /// Completions of `cq` into `out` (as many as fit), after progress; how many. `Err(EAVAIL)`
     /// when an error entry is first, `Err(EAGAIN)` when there is none. Allocates nothing.
     pub fn cq_read(&self, cq: usize, out: &mut [Completion]) -> Result<usize, i32> {
+        self.end_wait();
         let mut st = self.lock();
         self.progress(&mut st);
         let q = st
@@ -1339,6 +1347,47 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// Whether anything waits to be read: the engine's completions or tag events not yet
+    /// taken, or entries in one of `cqs`.
+    fn pending(&self, cqs: &[usize]) -> bool {
+        let st = self.lock();
+        st.cq.has_completions()
+            || st.tags.has_events()
+            || cqs.iter().any(|&c| {
+                st.cqs
+                    .get(c)
+                    .and_then(|q| q.as_ref())
+                    .is_some_and(|q| !q.entries.is_empty())
+            })
+    }
+
+    /// Sleeps up to `timeout` or until the worker publishes a completion or a tag event
+    /// (`fi_cq_sread`); at once when `cq` has entries already.
+    pub fn wait(&self, cq: usize, timeout: Duration) {
+        let [a, b] = &self.wakes;
+        wake::sleep(&[a, b], timeout.as_nanos() as u64, || self.pending(&[cq]));
+    }
+
+    /// `fi_trywait`: true when nothing waits to be read in `cqs` or the engine, and the worker
+    /// will write the wait descriptor ([`Engine::wait_fd`]) when something comes; false when
+    /// the application must read first.
+    pub fn try_wait(&self, cqs: &[usize]) -> bool {
+        let [a, b] = &self.wakes;
+        wake::prepare_external_wait(&[a, b], || self.pending(cqs))
+    }
+
+    /// The end of a wait `try_wait` began (every CQ read ends it).
+    pub fn end_wait(&self) {
+        let [a, b] = &self.wakes;
+        wake::finish_external_wait(&[a, b]);
+    }
+
+    /// A descriptor readable when the worker has published to a waiting host: `FI_WAIT_FD`.
+    pub fn wait_fd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        let [a, b] = &self.wakes;
+        wake::epoll_of(&[a, b])
     }
 
     /// The error entry at the head of `cq`.

@@ -480,7 +480,6 @@ enosys! {
     no_ops_open(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int;
     no_ops_set(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int;
     no_wait_open(*mut fid_fabric, *mut fi_wait_attr, *mut *mut fid_wait) -> c_int;
-    no_trywait(*mut fid_fabric, *mut *mut fid, c_int) -> c_int;
     no_scalable_ep(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int;
     no_cntr_open(*mut fid_domain, *mut fi_cntr_attr, *mut *mut fid_cntr, *mut c_void) -> c_int;
     no_poll_open(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int;
@@ -546,6 +545,9 @@ struct CqObj {
     format: u32,
     /// The AV of the endpoint last bound to it (for `fi_cq_readfrom`).
     av: Option<usize>,
+    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives (readable when the engine
+    /// has published to a host that called `fi_trywait`).
+    wait_fd: Option<std::os::fd::OwnedFd>,
 }
 
 #[repr(C)]
@@ -640,7 +642,7 @@ static FABRIC_OPS: fi_ops_fabric = fi_ops_fabric {
     passive_ep: Some(passive_ep),
     eq_open: Some(eq_open),
     wait_open: Some(no_wait_open),
-    trywait: Some(no_trywait),
+    trywait: Some(trywait),
     domain2: Some(domain_open2),
 };
 
@@ -957,7 +959,7 @@ static CQ_FI_OPS: fi_ops = fi_ops {
     size: size_of::<fi_ops>(),
     close: Some(cq_close),
     bind: Some(no_bind),
-    control: Some(no_control),
+    control: Some(cq_control),
     ops_open: Some(no_ops_open),
     tostr: Some(no_tostr),
     ops_set: Some(no_ops_set),
@@ -998,13 +1000,26 @@ unsafe extern "C" fn cq_open(
             | FI_CQ_FORMAT_TAGGED) => f,
             _ => return neg(err::ENOSYS),
         };
-        if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC) {
-            log(
-                Level::Warn,
-                "fi_cq_open: only FI_WAIT_NONE and FI_WAIT_UNSPEC are supported",
-            );
-            return neg(err::ENOSYS);
-        }
+        let wait_fd = match a.wait_obj {
+            FI_WAIT_NONE | FI_WAIT_UNSPEC => None,
+            FI_WAIT_FD => match d.engine.wait_fd() {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    log(
+                        Level::Warn,
+                        &format!("fi_cq_open: the FI_WAIT_FD descriptor: {e}"),
+                    );
+                    return neg(err::ENOMEM);
+                }
+            },
+            _ => {
+                log(
+                    Level::Warn,
+                    "fi_cq_open: wait objects FI_WAIT_NONE, FI_WAIT_UNSPEC and FI_WAIT_FD only",
+                );
+                return neg(err::ENOSYS);
+            }
+        };
         let id = d.engine.cq_open();
         let obj = CqObj {
             fid: fid_cq {
@@ -1015,9 +1030,71 @@ unsafe extern "C" fn cq_open(
             id,
             format,
             av: None,
+            wait_fd,
         };
         // SAFETY: checked.
         unsafe { hand_out(obj, cq) }
+    })
+}
+
+unsafe extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard_int("fi_control(cq)", || {
+        // SAFETY: our CqObj.
+        let Some(c) = (unsafe { obj::<CqObj>(f) }) else {
+            return neg(err::EINVAL);
+        };
+        match command as u32 {
+            FI_GETWAIT => {
+                use std::os::fd::AsRawFd;
+                let Some(fd) = &c.wait_fd else {
+                    return neg(err::ENODATA);
+                };
+                // SAFETY: `arg` points at an int for the descriptor (fi_control(3), FI_WAIT_FD).
+                match unsafe { arg.cast::<c_int>().as_mut() } {
+                    Some(out) => {
+                        *out = fd.as_raw_fd();
+                        0
+                    }
+                    None => neg(err::EINVAL),
+                }
+            }
+            _ => neg(err::ENOSYS),
+        }
+    })
+}
+
+unsafe extern "C" fn trywait(fabric: *mut fid_fabric, fids: *mut *mut fid, count: c_int) -> c_int {
+    guard_int("fi_trywait", || {
+        if fabric.is_null() || (fids.is_null() && count > 0) || count < 0 {
+            return neg(err::EINVAL);
+        }
+        let mut engine = None;
+        let mut cqs = Vec::with_capacity(count as usize);
+        for i in 0..count as usize {
+            // SAFETY: the application's array of `count` fids (fi_trywait(3)).
+            let f = unsafe { *fids.add(i) };
+            // SAFETY: a fid the application opened: its header is readable.
+            let Some(h) = (unsafe { f.as_ref() }) else {
+                return neg(err::EINVAL);
+            };
+            if h.fclass != FI_CLASS_CQ as usize || !std::ptr::eq(h.ops, &CQ_FI_OPS) {
+                log(
+                    Level::Warn,
+                    "fi_trywait: completion queues of this provider only",
+                );
+                return neg(err::EINVAL);
+            }
+            // SAFETY: checked above: one of our CqObjs.
+            let Some(c) = (unsafe { obj::<CqObj>(f) }) else {
+                return neg(err::EINVAL);
+            };
+            cqs.push(c.id);
+            engine = Some(c.engine.clone());
+        }
+        match engine {
+            Some(e) if !e.try_wait(&cqs) => neg(err::EAGAIN),
+            _ => 0,
+        }
     })
 }
 
@@ -1144,22 +1221,24 @@ unsafe fn sread_inner(
 ) -> isize {
     let start = Instant::now();
     let limit = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
-    let mut spins = 0u32;
+    // SAFETY: our CqObj (checked again by the read).
+    let Some(c) = (unsafe { obj::<CqObj>(cq) }) else {
+        return -(err::EINVAL as isize);
+    };
+    let (engine, id) = (c.engine.clone(), c.id);
     loop {
         // SAFETY: forwarded.
         let n = unsafe { cq_read_inner(cq, buf, count, src) };
         if n != -(err::EAGAIN as isize) {
             return n;
         }
-        if limit.is_some_and(|l| start.elapsed() >= l) {
-            return -(err::EAGAIN as isize);
-        }
-        spins += 1;
-        if spins < 200 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::sleep(Duration::from_micros(20));
-        }
+        let left = match limit {
+            Some(l) if start.elapsed() >= l => return -(err::EAGAIN as isize),
+            Some(l) => l - start.elapsed(),
+            None => Duration::from_millis(100),
+        };
+        // Until the worker publishes a completion or a tag event (its eventfd), bounded.
+        engine.wait(id, left.min(Duration::from_millis(100)));
     }
 }
 

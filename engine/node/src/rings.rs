@@ -217,6 +217,8 @@ pub(crate) struct CqShared {
     full: AtomicU64,
     /// How long [`Cq::wait`] spins before it parks (the worker's policy sets it).
     spin_ns: HostSpin,
+    /// The eventfd path for a host that waits on descriptors ([`Cq::events`]).
+    events: Arc<Wake>,
 }
 
 /// The application's end of a completion queue.
@@ -246,6 +248,11 @@ pub(crate) fn cq_ring(id: u32, depth: usize, spin_ns: HostSpin) -> (Cq, CqWriter
         unparker: parker.unparker().clone(),
         full: AtomicU64::new(0),
         spin_ns,
+        events: {
+            let w = Wake::new();
+            w.arm();
+            Arc::new(w)
+        },
     });
     (
         Cq {
@@ -312,6 +319,11 @@ impl CqWriter {
         if self.shared.sleeping.load(Ordering::Relaxed) {
             self.shared.unparker.unpark();
         }
+        // A host waiting on the eventfd (crate::wake::prepare_external_wait, or wake::sleep):
+        // a relaxed load after the fence above when nobody waits.
+        if self.shared.events.is_sleeping() {
+            self.shared.events.notify();
+        }
     }
 }
 
@@ -319,6 +331,18 @@ impl Cq {
     /// The queue's id inside its engine (what [`super::RdmaNode::add_qp`] takes).
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// The eventfd path the worker writes when it publishes completions to a host waiting on
+    /// it (with [`crate::wake::sleep`] or [`crate::wake::prepare_external_wait`]), so that one
+    /// host thread can wait for this queue and other paths at once.
+    pub fn events(&self) -> Arc<Wake> {
+        self.shared.events.clone()
+    }
+
+    /// Whether completions wait to be polled.
+    pub fn has_completions(&self) -> bool {
+        !self.ring.is_empty()
     }
 
     /// Whether `writer` is the worker's end of this queue.

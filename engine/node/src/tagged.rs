@@ -382,7 +382,7 @@ pub struct TagShard {
 #[derive(Debug, Default)]
 struct TagWakes {
     commands: Arc<Wake>,
-    events: Wake,
+    events: Arc<Wake>,
     /// How long [`TagPort::wait`] spins before it sleeps (the worker's policy sets it).
     spin_ns: HostSpin,
 }
@@ -459,6 +459,17 @@ impl TagPort {
         out[a.len()..a.len() + b.len()].copy_from_slice(b);
         chunk.commit_all();
         n
+    }
+
+    /// The eventfd path the worker writes when it publishes events to a host waiting on it
+    /// (as [`super::Cq::events`]).
+    pub fn events(&self) -> Arc<Wake> {
+        self.paths.events.clone()
+    }
+
+    /// Whether events wait to be polled.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// Waits up to `timeout` for at least one event: spins for a short while (as

@@ -8,6 +8,12 @@
 //! either the worker sees the work before it sleeps or the host sees that it sleeps: a wake-up
 //! is never lost, and a busy worker costs the host one relaxed load per post.
 //!
+//! The same doorbell serves the other direction: a host that waits for completions or tag
+//! events (the libfabric provider's `fi_cq_sread`, `FI_WAIT_FD`) raises the flag of the
+//! worker → host path, and the worker writes the eventfd when it publishes to a host that
+//! waits ([`crate::Cq::events`], [`crate::TagPort::events`]); [`prepare_external_wait`] and
+//! [`epoll_of`] are for a host that waits on the descriptors itself.
+//!
 //! Packets cannot wake a worker this way: the virtual PMDs CI uses (memif, ring, null) have no
 //! RX interrupts, so a sleeping worker sees a packet when its sleep ends. That is why sleeps
 //! are short and bounded (see `runtime::polling`).
@@ -73,6 +79,12 @@ impl Wake {
         // A full counter (EAGAIN) already means "wake up", so the result is not needed.
         let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
         true
+    }
+
+    /// The eventfd, for a caller that polls it itself ([`epoll_of`]).
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.fd.as_ref().map(|f| f.as_fd())
     }
 
     /// Empties the eventfd's counter.
@@ -161,6 +173,50 @@ pub fn sleep(wakes: &[&Wake], ns: u64, pending: impl FnOnce() -> bool) -> Woke {
     woke
 }
 
+/// For a host that waits on the eventfds itself (libfabric's `fi_trywait`, then `poll` of an
+/// `FI_WAIT_FD`): raises the flags of `wakes` and empties their counters, then asks `pending`
+/// (work already published?). True: nothing was pending, so any publish from now on writes an
+/// eventfd, and the caller may block on them until [`finish_external_wait`]. False: the flags
+/// are lowered again and the caller must not block.
+pub fn prepare_external_wait(wakes: &[&Wake], pending: impl FnOnce() -> bool) -> bool {
+    for w in wakes {
+        w.sleeping.store(true, Ordering::Relaxed);
+        w.drain();
+    }
+    // Pairs with the fence in `Wake::notify` (and the worker's publish), as in `sleep`.
+    fence(Ordering::SeqCst);
+    if pending() {
+        finish_external_wait(wakes);
+        return false;
+    }
+    true
+}
+
+/// Ends a wait [`prepare_external_wait`] began: the worker stops writing the eventfds.
+pub fn finish_external_wait(wakes: &[&Wake]) {
+    for w in wakes {
+        w.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// An epoll descriptor that is readable when any of the `wakes`' eventfds is: one descriptor
+/// for a caller that waits on several paths (libfabric's `FI_WAIT_FD` is one file descriptor).
+pub fn epoll_of(wakes: &[&Wake]) -> std::io::Result<OwnedFd> {
+    use rustix::event::epoll;
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    for (i, w) in wakes.iter().enumerate() {
+        if let Some(fd) = w.fd() {
+            epoll::add(
+                &ep,
+                fd,
+                epoll::EventData::new_u64(i as u64),
+                epoll::EventFlags::IN,
+            )?;
+        }
+    }
+    Ok(ep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +233,36 @@ mod tests {
         assert!(!w.is_sleeping());
         // Not sleeping: a post writes nothing.
         assert!(!w.notify());
+    }
+
+    #[test]
+    fn an_external_waiter_sees_a_post_on_the_epoll_descriptor_and_no_post_when_done() {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let (a, b) = (Wake::new(), Wake::new());
+        a.arm();
+        b.arm();
+        let ep = epoll_of(&[&a, &b]).unwrap();
+        let poll = |ns: i64| {
+            let mut fds = [PollFd::new(&ep, PollFlags::IN)];
+            let ts = Timespec {
+                tv_sec: 0,
+                tv_nsec: ns,
+            };
+            rustix::event::poll(&mut fds, Some(&ts)).unwrap()
+        };
+        // Something already published: no wait, flags down again.
+        assert!(!prepare_external_wait(&[&a, &b], || true));
+        assert!(!a.is_sleeping() && !b.notify());
+        assert!(prepare_external_wait(&[&a, &b], || false));
+        assert_eq!(poll(1_000_000), 0, "nothing posted: not readable");
+        assert!(b.notify(), "a waiting host is written to");
+        assert_eq!(poll(1_000_000), 1, "readable through the epoll descriptor");
+        finish_external_wait(&[&a, &b]);
+        assert!(!a.notify(), "a host done waiting is not written to");
+        // The next wait starts with the counters emptied.
+        assert!(prepare_external_wait(&[&a, &b], || false));
+        assert_eq!(poll(1_000_000), 0);
+        finish_external_wait(&[&a, &b]);
     }
 
     #[test]

@@ -10,7 +10,9 @@
  *   rma_check client DIR     reads DIR/server, writes, reads back, injects, writes with data,
  *                            writes with FI_COMMIT_COMPLETE, reads out of bounds
  *
- * The client asks for tclass FI_TC_BULK_DATA (the test gives it a shaper with such a class).
+ * The client asks for tclass FI_TC_BULK_DATA (the test gives it a shaper with such a class)
+ * and waits for its completions in fi_cq_sread; the server's CQ has an FI_WAIT_FD descriptor
+ * that it polls after fi_trywait.
  *
  * Built by fabric/tests/programs.rs with `cc rma_check.c -lfabric`; plain libfabric calls,
  * nothing of Portico's. Exits 0 when every check holds, 1 (with a line on stderr) otherwise.
@@ -22,6 +24,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -51,8 +54,9 @@ static struct fid_domain *domain;
 static struct fid_ep *ep;
 static struct fid_cq *cq;
 static struct fid_av *av;
+static int wait_fd = -1;
 
-static void open_all(void)
+static void open_all(int with_fd)
 {
 	struct fi_info *hints = fi_allocinfo(), *info;
 	hints->ep_attr->type = FI_EP_RDM;
@@ -63,8 +67,11 @@ static void open_all(void)
 	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
 	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
 	CHECK(fi_domain(fabric, info, &domain, NULL));
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA,
+				     .wait_obj = with_fd ? FI_WAIT_FD : FI_WAIT_UNSPEC};
 	CHECK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	if (with_fd)
+		CHECK(fi_control(&cq->fid, FI_GETWAIT, &wait_fd));
 	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
 	CHECK(fi_av_open(domain, &av_attr, &av, NULL));
 	CHECK(fi_endpoint(domain, info, &ep, NULL));
@@ -79,8 +86,9 @@ static void open_all(void)
 static int wait_one(void *ctx)
 {
 	struct fi_cq_data_entry e;
-	for (int i = 0; i < 20000000; i++) {
-		ssize_t n = fi_cq_read(cq, &e, 1);
+	for (int i = 0; i < 6; i++) {
+		/* Asleep until the engine publishes a completion (10 s at most). */
+		ssize_t n = fi_cq_sread(cq, &e, 1, NULL, 10000);
 		if (n == 1) {
 			if (e.op_context != ctx)
 				FAIL("completion of %p, expected %p", e.op_context, ctx);
@@ -95,7 +103,6 @@ static int wait_one(void *ctx)
 		}
 		if (n != -FI_EAGAIN)
 			CHECK(n);
-		usleep(10);
 	}
 	FAIL("no completion for %p", ctx);
 }
@@ -107,7 +114,7 @@ int main(int argc, char **argv)
 	if (argc != 3)
 		FAIL("usage: rma_check server|client DIR");
 	char path[4096];
-	open_all();
+	open_all(!strcmp(argv[1], "server"));
 	if (!strcmp(argv[1], "server")) {
 		/* A file the target maps: the target of durable WRITEs (msync). */
 		snprintf(path, sizeof(path), "%s/region.bin", argv[2]);
@@ -138,9 +145,10 @@ int main(int argc, char **argv)
 		 * order, with no receive posted by us. */
 		uint64_t want_data[2] = {0xc0ffee01, 0xc0ffee02};
 		size_t want_len[2] = {4096, 64};
-		int seen = 0;
+		int seen = 0, woken = 0;
+		struct fid *fids[1] = {&cq->fid};
 		for (int i = 0; access(path, F_OK) != 0 || seen < 2; i++) {
-			if (i > 60000)
+			if (i > 6000)
 				FAIL("server: the client never finished (%d remote CQ data seen)", seen);
 			struct fi_cq_data_entry e;
 			ssize_t n = fi_cq_read(cq, &e, 1);
@@ -151,11 +159,20 @@ int main(int argc, char **argv)
 					FAIL("server: completion %d: flags %#lx data %#lx len %zu", seen,
 					     (unsigned long)e.flags, (unsigned long)e.data, e.len);
 				seen++;
+				continue;
 			} else if (n != -FI_EAGAIN) {
 				CHECK(n);
 			}
-			usleep(1000);
+			/* Block on the CQ's descriptor, as an event loop would (100 ms at most, to
+			 * look for DIR/done). */
+			if (fi_trywait(fabric, fids, 1) == 0) {
+				struct pollfd p = {.fd = wait_fd, .events = POLLIN};
+				if (poll(&p, 1, 100) > 0)
+					woken++;
+			}
 		}
+		if (woken == 0)
+			FAIL("server: the FI_WAIT_FD descriptor never became readable");
 		for (size_t i = 0; i < LEN; i++) {
 			uint8_t want = i < 1024 ? (uint8_t)(0xa0 + i % 16) : pattern(i);
 			if (region[i] != want)
@@ -166,7 +183,9 @@ int main(int argc, char **argv)
 		if (pread(fd, file, LEN, 0) != LEN || memcmp(file, region, LEN))
 			FAIL("server: the file does not hold what the region does");
 		CHECK(fi_close(&mr->fid));
-		printf("server: %d bytes as written, 2 remote CQ data received in order\n", LEN);
+		printf("server: %d bytes as written, 2 remote CQ data received in order, woken by the "
+		       "wait descriptor\n",
+		       LEN);
 		return 0;
 	}
 	snprintf(path, sizeof(path), "%s/server", argv[2]);
