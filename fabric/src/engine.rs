@@ -59,6 +59,7 @@ pub mod err {
     pub const EACCES: i32 = 13;
     pub const ENOENT: i32 = 2;
     pub const ENODATA: i32 = 61;
+    pub const ENOMSG: i32 = 42;
     pub const EBUSY: i32 = 16;
     pub const ECANCELED: i32 = 125;
     pub const ENOTCONN: i32 = 107;
@@ -122,6 +123,38 @@ pub(crate) struct Op {
     /// A registration made for this operation only (a rendezvous send from unregistered
     /// memory), taken back when it completes.
     pub(crate) temp: Option<MemoryRegion>,
+    /// What a tagged probe (`FI_PEEK`) is at.
+    pub(crate) peek: Peek,
+}
+
+/// The stages of `fi_trecvmsg` with `FI_PEEK` (and `FI_CLAIM`, `FI_DISCARD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peek {
+    /// Not a probe.
+    No,
+    /// The search of the endpoint's unexpected list is under way (`lpe`'s); with `claim`, a
+    /// found message is then taken (`discard`: and dropped).
+    Search {
+        lpe: u16,
+        claim: bool,
+        discard: bool,
+    },
+    /// The found message is being taken into the provider's buffer for the later `FI_CLAIM`
+    /// receive of the same context.
+    Claiming { discard: bool },
+}
+
+/// A message `FI_PEEK | FI_CLAIM` took, waiting for the `FI_CLAIM` receive of its context.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    /// Its bytes (the provider's buffer, where the engine placed them).
+    data: Vec<u8>,
+    /// Whether they are all there (the peek has completed).
+    ready: bool,
+    len: u64,
+    tag: u64,
+    hdr_data: u64,
+    source: u32,
 }
 
 /// An endpoint's bindings.
@@ -209,6 +242,11 @@ pub struct State {
     pub(crate) msg_qps: HashMap<usize, Qp>,
     pub(crate) msg_conns: HashMap<u32, usize>,
     pub(crate) pending_recvs: HashMap<usize, Vec<portico::transport::RecvRequest>>,
+    /// Messages claimed by `FI_PEEK | FI_CLAIM`, by the probe's context.
+    claims: HashMap<u64, Claimed>,
+    /// Per LPE endpoint: claiming searches under way, and the receives the application posted
+    /// meanwhile, held back until the claimed message is taken (so that none takes it first).
+    claiming: HashMap<u16, (u32, VecDeque<TagEntry>)>,
 }
 
 /// The process's engine.
@@ -421,6 +459,8 @@ impl Engine {
             msg_qps: HashMap::new(),
             msg_conns: HashMap::new(),
             pending_recvs: HashMap::new(),
+            claims: HashMap::new(),
+            claiming: HashMap::new(),
         };
         Ok(Engine {
             settings: s.clone(),
@@ -869,6 +909,7 @@ impl Engine {
             len: len as u64,
             inject: None,
             temp: None,
+            peek: Peek::No,
         };
         let wants = inline.is_none()
             && (!e.tx_selective
@@ -994,6 +1035,7 @@ impl Engine {
             len: len as u64,
             inject: None,
             temp: None,
+            peek: Peek::No,
         };
         let wants = inline.is_none()
             && (!e.tx_selective
@@ -1067,6 +1109,12 @@ impl Engine {
         if !e.enabled {
             return Err(err::EINVAL);
         }
+        if tagged && op_flags & flags::PEEK != 0 {
+            return self.peek(&mut st, &e, src, tag, ignore, context, op_flags);
+        }
+        if tagged && op_flags & flags::CLAIM != 0 {
+            return self.claimed_recv(&mut st, &e, buf, len, context, op_flags);
+        }
         let source = if src == flags::ADDR_UNSPEC || !e.directed {
             None
         } else {
@@ -1086,6 +1134,7 @@ impl Engine {
             len: len as u64,
             inject: None,
             temp: None,
+            peek: Peek::No,
         };
         let id = Self::new_op(&mut st, op);
         let sge = {
@@ -1106,11 +1155,235 @@ impl Engine {
                 "recv op {id}: {len} bytes lpe {lpe} tag {tag:#x} ignore {ignore:#x} from {source:?}"
             )
         });
+        if let Some((n, held)) = st.claiming.get_mut(&lpe)
+            && *n > 0
+        {
+            // A claiming probe is under way here: this receive waits until it has taken its
+            // message, in order with the others held.
+            held.push_back(entry);
+            return Ok(());
+        }
         if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
             Self::take_op(&mut st, id);
             return Err(err::EAGAIN);
         }
         Ok(())
+    }
+
+    /// `fi_trecvmsg` with `FI_PEEK`: a search of the endpoint's unexpected list for the first
+    /// message the receive would match (the list-processing engine's search command); it
+    /// completes with the message's length, tag and data, or in error with `FI_ENOMSG`. With
+    /// `FI_CLAIM` (or `FI_DISCARD`) the message found is then taken into the provider's
+    /// buffer, for the later `FI_CLAIM` receive of the same context (or dropped).
+    #[allow(clippy::too_many_arguments)]
+    fn peek(
+        &self,
+        st: &mut State,
+        e: &EpState,
+        src: u64,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+        op_flags: u64,
+    ) -> Result<(), i32> {
+        let source = if src == flags::ADDR_UNSPEC || !e.directed {
+            None
+        } else {
+            Some(addr::initiator(Self::dest(st, e, src)?.ip))
+        };
+        // The search, and for a claim the append that follows it.
+        if st.tags.command_space() < 2 {
+            return Err(err::EAGAIN);
+        }
+        let claim = op_flags & (flags::CLAIM | flags::DISCARD) != 0;
+        let lpe = e.index * 2;
+        let id = Self::new_op(
+            st,
+            Op {
+                context,
+                cq: e.rx_cq,
+                flags: flags::RECV | flags::TAGGED,
+                buf: 0,
+                len: 0,
+                inject: None,
+                temp: None,
+                peek: Peek::Search {
+                    lpe,
+                    claim,
+                    discard: op_flags & flags::DISCARD != 0,
+                },
+            },
+        );
+        let (k, a) = self.local(None, 0, 0);
+        let mut probe = TagEntry::recv(tag, portico::transport::Sge::new(k, a, 0), id as u64)
+            .with_ignore(ignore);
+        if let Some(s) = source {
+            probe = probe.from_rank(s);
+        }
+        trace(|| format!("peek op {id}: lpe {lpe} tag {tag:#x} ignore {ignore:#x} claim {claim}"));
+        if st
+            .tags
+            .search(lpe, probe, portico::lpe::SearchMode::SearchOnly)
+            .is_err()
+        {
+            Self::take_op(st, id);
+            return Err(err::EAGAIN);
+        }
+        if claim {
+            st.claiming.entry(lpe).or_default().0 += 1;
+        }
+        Ok(())
+    }
+
+    /// `fi_trecvmsg` with `FI_CLAIM`: the message an earlier `FI_PEEK | FI_CLAIM` of the same
+    /// context took, copied into `buf` (or dropped with `FI_DISCARD`).
+    fn claimed_recv(
+        &self,
+        st: &mut State,
+        e: &EpState,
+        buf: u64,
+        len: usize,
+        context: u64,
+        op_flags: u64,
+    ) -> Result<(), i32> {
+        let Some(c) = st.claims.remove(&context) else {
+            log_warn("fi_trecvmsg(FI_CLAIM): no message was claimed with this context");
+            return Err(err::EINVAL);
+        };
+        if !c.ready {
+            // The claiming probe has not completed yet: the application is early.
+            st.claims.insert(context, c);
+            return Err(err::EAGAIN);
+        }
+        let n = (c.len as usize).min(len);
+        if op_flags & flags::DISCARD == 0 && n > 0 {
+            let map = (self.borrow)(buf as usize, n, None).map_err(|_| err::EINVAL)?;
+            map.write(0, &c.data[..n]).map_err(|_| err::EINVAL)?;
+        }
+        let wants = !e.rx_selective
+            || op_flags & flags::COMPLETION != 0
+            || e.rx_op_flags & flags::COMPLETION != 0;
+        if let (true, Some(cq)) = (wants, e.rx_cq)
+            && let Some(Some(q)) = st.cqs.get_mut(cq)
+        {
+            let olen = c.len - n as u64;
+            q.entries.push_back(Completion {
+                context,
+                flags: flags::RECV
+                    | flags::TAGGED
+                    | if c.hdr_data != 0 {
+                        flags::REMOTE_CQ_DATA
+                    } else {
+                        0
+                    },
+                len: n as u64,
+                buf,
+                data: c.hdr_data,
+                tag: c.tag,
+                source: c.source,
+                error: (olen > 0).then_some((err::ETRUNC, olen, 0)),
+            });
+        }
+        Ok(())
+    }
+
+    /// A probe's search answered (`Search` event): complete the peek, or go on to take the
+    /// message for its claim.
+    fn on_search(&self, st: &mut State, op: Op, ev: &TagEvent) {
+        let Peek::Search {
+            lpe,
+            claim,
+            discard,
+        } = op.peek
+        else {
+            return;
+        };
+        let found = ev.fail == portico::lpe::NiFail::Ok;
+        if claim && let Some((n, _)) = st.claiming.get_mut(&lpe) {
+            *n = n.saturating_sub(1);
+        }
+        if found && claim {
+            // Take it: a use-once receive of exactly its tag from exactly its sender claims the
+            // first such unexpected message, which is this one (the receives the application
+            // posted since are held back until this append is on its way).
+            let mut data = vec![0u8; ev.rlength as usize];
+            let (k, a) = self.local(None, data.as_mut_ptr() as u64, data.len());
+            let id = Self::new_op(
+                st,
+                Op {
+                    peek: Peek::Claiming { discard },
+                    ..op.clone()
+                },
+            );
+            let entry = TagEntry::recv(
+                ev.match_bits,
+                portico::transport::Sge::new(k, a, data.len() as u32),
+                id as u64,
+            )
+            .from_rank(ev.initiator);
+            st.claims.insert(
+                op.context,
+                Claimed {
+                    data,
+                    ..Claimed::default()
+                },
+            );
+            if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
+                Self::take_op(st, id);
+                st.claims.remove(&op.context);
+                self.complete(
+                    st,
+                    &op,
+                    Completion {
+                        context: op.context,
+                        flags: op.flags,
+                        error: Some((err::EAGAIN, 0, 0)),
+                        ..Completion::default()
+                    },
+                );
+            }
+        } else {
+            let c = if found {
+                Completion {
+                    context: op.context,
+                    flags: op.flags
+                        | if ev.hdr_data != 0 {
+                            flags::REMOTE_CQ_DATA
+                        } else {
+                            0
+                        },
+                    len: ev.rlength,
+                    data: ev.hdr_data,
+                    tag: ev.match_bits,
+                    source: ev.initiator,
+                    ..Completion::default()
+                }
+            } else {
+                Completion {
+                    context: op.context,
+                    flags: op.flags,
+                    error: Some((err::ENOMSG, 0, 0)),
+                    ..Completion::default()
+                }
+            };
+            self.complete(st, &op, c);
+        }
+        // The receives held back while claiming go on, in order.
+        if let Some((0, held)) = st.claiming.get_mut(&lpe) {
+            let held = std::mem::take(held);
+            for entry in held {
+                if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
+                    log_warn("the tag port's command ring is full: a receive was lost");
+                }
+            }
+        }
+    }
+
+    /// Writes `c` to `op`'s completion queue, if it has one.
+    fn complete(&self, st: &mut State, op: &Op, c: Completion) {
+        if let Some(Some(q)) = op.cq.and_then(|cq| st.cqs.get_mut(cq)) {
+            q.entries.push_back(c);
+        }
     }
 
     /// The key and address a local buffer is named by: its descriptor's region, else the
@@ -1275,12 +1548,50 @@ impl Engine {
             return;
         }
         match ev.kind {
-            TagEventKind::Put | TagEventKind::UnexpectedConsumed | TagEventKind::CommandFailed => {}
+            TagEventKind::Put
+            | TagEventKind::UnexpectedConsumed
+            | TagEventKind::CommandFailed
+            | TagEventKind::Search => {}
             _ => return,
         }
         let Some(op) = Self::take_op(st, ev.cookie as usize) else {
             return;
         };
+        if ev.kind == TagEventKind::Search {
+            self.on_search(st, op, ev);
+            return;
+        }
+        if let Peek::Claiming { discard } = op.peek {
+            // The claimed message is in the provider's buffer: the peek completes.
+            let taken = ev.kind != TagEventKind::CommandFailed;
+            if let Some(c) = st.claims.get_mut(&op.context) {
+                c.ready = true;
+                c.len = ev.mlength;
+                c.tag = ev.match_bits;
+                c.hdr_data = ev.hdr_data;
+                c.source = ev.initiator;
+            }
+            if discard || !taken {
+                st.claims.remove(&op.context);
+            }
+            let c = Completion {
+                context: op.context,
+                flags: op.flags
+                    | if ev.hdr_data != 0 {
+                        flags::REMOTE_CQ_DATA
+                    } else {
+                        0
+                    },
+                len: ev.rlength,
+                data: ev.hdr_data,
+                tag: ev.match_bits,
+                source: ev.initiator,
+                error: (!taken).then_some((err::ENOMSG, 0, 0)),
+                ..Completion::default()
+            };
+            self.complete(st, &op, c);
+            return;
+        }
         let Some(cq) = op.cq else { return };
         let failed = ev.kind == TagEventKind::CommandFailed;
         let error = if failed {

@@ -2725,9 +2725,7 @@ unsafe extern "C" fn t_recvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return -(err::EINVAL as isize);
     };
-    if flags & (flags::PEEK | flags::CLAIM) != 0 {
-        return refused("fi_trecvmsg with FI_PEEK or FI_CLAIM", err::ENOSYS);
-    }
+    // FI_PEEK, FI_CLAIM and FI_DISCARD go with the flags (engine::Engine::recv).
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
     match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
         Ok((b, l, k)) => recv(

@@ -362,6 +362,7 @@ impl Engine {
                 len: len as u64,
                 inject: None,
                 temp: None,
+                peek: crate::engine::Peek::No,
             },
         );
         let (k, a) = self.local(lkey, buf, len);

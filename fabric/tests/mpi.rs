@@ -1,6 +1,6 @@
 //! Open MPI over the provider (`--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include
 //! portico`): the MPI program `tests/c/mpi_check.c` (tagged ping-pong to 1 MiB, any-source and
-//! unexpected receives, a barrier and an allreduce, every byte checked) on 2 ranks over
+//! unexpected receives, probes, a barrier and an allreduce, every byte checked) on 2 ranks over
 //! `net_memif` and on 4 ranks over `net_tap` devices joined by a Linux bridge in a network
 //! namespace the test makes and removes; and NetPIPE (`NPopenmpi`, Debian's
 //! `netpipe-openmpi`) in its integrity mode, bounded in sizes and repeats.
@@ -103,7 +103,7 @@ fn mpi_program_on_two_ranks_over_memif_every_byte_checked() {
     let ranks = memif_pair(&dir, &[bin.display().to_string()]);
     let out = run(mpirun(&dir, &ranks, None), "mpi_check on 2 ranks");
     assert!(
-        out.contains("mpi_check: 2 ranks, 33 ping-pong rounds to 1 MiB, any-source, unexpected, allreduce: every byte checked"),
+        out.contains("mpi_check: 2 ranks, 33 ping-pong rounds to 1 MiB, any-source, unexpected, probes, allreduce: every byte checked"),
         "{out}"
     );
     std::fs::remove_dir_all(&dir).ok();
@@ -244,7 +244,7 @@ fn mpi_program_on_four_ranks_over_taps_on_a_bridge() {
     let t = text(&out);
     assert!(out.status.success(), "mpi_check on 4 ranks failed:\n{t}");
     assert!(
-        t.contains("mpi_check: 4 ranks, 33 ping-pong rounds to 1 MiB, any-source, unexpected, allreduce: every byte checked"),
+        t.contains("mpi_check: 4 ranks, 33 ping-pong rounds to 1 MiB, any-source, unexpected, probes, allreduce: every byte checked"),
         "{t}"
     );
     drop(ns);

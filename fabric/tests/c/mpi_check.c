@@ -1,7 +1,8 @@
 /* An MPI program with every byte checked, run by Open MPI over the Portico provider
  * (fabric/tests/mpi.rs): tagged ping-pong between ranks 0 and 1 from 1 B to 1 MiB (eager and
  * rendezvous), receives from MPI_ANY_SOURCE and with MPI_ANY_TAG, messages that arrive before
- * their receive is posted (unexpected), a barrier and an allreduce. Plain MPI, nothing of
+ * their receive is posted (unexpected), probes (MPI_Iprobe, MPI_Probe, MPI_Mprobe and
+ * MPI_Improbe with MPI_Mrecv: libfabric's FI_PEEK and FI_CLAIM), a barrier and an allreduce. Plain MPI, nothing of
  * Portico's. Prints one line and exits 0 when every check holds; aborts with a line naming
  * the check otherwise.
  */
@@ -116,7 +117,58 @@ int main(int argc, char **argv)
 		}
 	}
 
-	/* 4. Allreduce of 10 000 integers: every element's sum is known. */
+	/* 4. Probes. Rank 1 sends tags 600 (100 B), 601 (40 000 B: rendezvous) and 602 (3000 B)
+	 * before rank 0 looks; rank 0 finds nothing under tag 603, then learns each message's
+	 * size from a probe before it receives it: MPI_Probe then MPI_Recv, MPI_Mprobe then
+	 * MPI_Mrecv (the message claimed, rendezvous and all), MPI_Improbe then MPI_Mrecv. */
+	MPI_Barrier(MPI_COMM_WORLD);
+	const int psize[3] = {100, 40000, 3000};
+	if (rank == 1) {
+		MPI_Request req[3];
+		for (int t = 0; t < 3; t++) {
+			fill(out + 50000 * t, (size_t)psize[t], 600 + t);
+			MPI_Isend(out + 50000 * t, psize[t], MPI_BYTE, 0, 600 + t, MPI_COMM_WORLD, &req[t]);
+		}
+		MPI_Waitall(3, req, MPI_STATUSES_IGNORE);
+	} else if (rank == 0) {
+		int flag = 1;
+		MPI_Iprobe(MPI_ANY_SOURCE, 603, MPI_COMM_WORLD, &flag, &st);
+		if (flag)
+			FAIL("probe: MPI_Iprobe found a message under tag 603, which nobody sent");
+		MPI_Probe(1, 602, MPI_COMM_WORLD, &st);
+		MPI_Get_count(&st, MPI_BYTE, &count);
+		if (count != psize[2] || st.MPI_SOURCE != 1 || st.MPI_TAG != 602)
+			FAIL("probe: MPI_Probe(602) says %d bytes from %d tag %d", count, st.MPI_SOURCE,
+			     st.MPI_TAG);
+		memset(buf, 0, (size_t)count);
+		MPI_Recv(buf, count, MPI_BYTE, 1, 602, MPI_COMM_WORLD, &st);
+		check(buf, (size_t)count, 602, "probe then receive");
+		MPI_Message m;
+		MPI_Mprobe(1, 601, MPI_COMM_WORLD, &m, &st);
+		MPI_Get_count(&st, MPI_BYTE, &count);
+		if (count != psize[1])
+			FAIL("probe: MPI_Mprobe(601) says %d bytes", count);
+		memset(buf, 0, (size_t)count);
+		MPI_Mrecv(buf, count, MPI_BYTE, &m, &st);
+		check(buf, (size_t)count, 601, "mprobe then mrecv (rendezvous)");
+		flag = 0;
+		for (int i = 0; !flag; i++) {
+			if (i > 10000000)
+				FAIL("probe: MPI_Improbe(600) never found the message");
+			MPI_Improbe(1, 600, MPI_COMM_WORLD, &flag, &m, &st);
+		}
+		MPI_Get_count(&st, MPI_BYTE, &count);
+		if (count != psize[0])
+			FAIL("probe: MPI_Improbe(600) says %d bytes", count);
+		memset(buf, 0, (size_t)count);
+		MPI_Mrecv(buf, count, MPI_BYTE, &m, &st);
+		check(buf, (size_t)count, 600, "improbe then mrecv");
+		MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+		if (flag)
+			FAIL("probe: a message is left after all three were received (tag %d)", st.MPI_TAG);
+	}
+
+	/* 5. Allreduce of 10 000 integers: every element's sum is known. */
 	int n = 10000;
 	int *v = malloc(n * sizeof(int)), *sum = malloc(n * sizeof(int));
 	for (int i = 0; i < n; i++)
@@ -130,7 +182,7 @@ int main(int argc, char **argv)
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == 0)
 		printf("mpi_check: %d ranks, %d ping-pong rounds to 1 MiB, any-source, unexpected, "
-		       "allreduce: every byte checked\n",
+		       "probes, allreduce: every byte checked\n",
 		       size, rounds);
 	free(v);
 	free(sum);
