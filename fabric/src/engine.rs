@@ -125,6 +125,8 @@ pub(crate) struct Op {
     pub(crate) temp: Option<MemoryRegion>,
     /// What a tagged probe (`FI_PEEK`) is at.
     pub(crate) peek: Peek,
+    /// A receive posted to this list-processing endpoint (`fi_cancel` unlinks it there).
+    pub(crate) lpe: Option<u16>,
 }
 
 /// The stages of `fi_trecvmsg` with `FI_PEEK` (and `FI_CLAIM`, `FI_DISCARD`).
@@ -685,6 +687,9 @@ impl Engine {
             return;
         };
         let gone = slot.take();
+        if let Some(e) = gone.as_ref().filter(|e| !e.msg) {
+            self.cancel_all(&mut st, e.index);
+        }
         let last_rdm =
             gone.as_ref().is_some_and(|e| !e.msg) && !st.eps.iter().flatten().any(|e| !e.msg);
         // The RDM endpoints' connections are the engine's, shared by them: the last one to
@@ -704,6 +709,51 @@ impl Engine {
         }
         if let Some(e) = gone.filter(|e| e.msg) {
             self.msg_ep_closed(ep, e.conn);
+        }
+    }
+
+    /// `fi_cancel`: the first receive of endpoint `ep` posted with `context` and still on its
+    /// list is unlinked by the worker and completes with `FI_ECANCELED` (one that has matched
+    /// meanwhile completes as usual). `ENOENT` when no receive has that context.
+    pub fn cancel(&self, ep: usize, context: u64) -> Result<(), i32> {
+        let mut st = self.lock();
+        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        if e.msg {
+            // A receive on a queue pair cannot be taken back (as in verbs).
+            return Err(err::ENOSYS);
+        }
+        let mine = [e.index * 2, e.index * 2 + 1];
+        let found = st.ops.iter().enumerate().find_map(|(i, o)| {
+            o.as_ref()
+                .filter(|o| o.context == context && o.lpe.is_some_and(|l| mine.contains(&l)))
+                .map(|o| (i, o.lpe.unwrap_or_default()))
+        });
+        let (id, lpe) = found.ok_or(err::ENOENT)?;
+        st.tags.cancel(lpe, id as u64).map_err(|_| err::EAGAIN)
+    }
+
+    /// The receives still posted for endpoint `index` are unlinked (its close): none may
+    /// place data into a buffer the application frees after closing the endpoint.
+    fn cancel_all(&self, st: &mut State, index: u16) {
+        let mine = [index * 2, index * 2 + 1];
+        let pending: Vec<(usize, u16)> = st
+            .ops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| {
+                o.as_ref()
+                    .and_then(|o| o.lpe)
+                    .filter(|l| mine.contains(l))
+                    .map(|l| (i, l))
+            })
+            .collect();
+        for (id, lpe) in pending {
+            if st.tags.cancel(lpe, id as u64).is_err() {
+                log_warn("closing an endpoint: the tag port's command ring is full");
+            }
+        }
+        for lpe in mine {
+            st.claiming.remove(&lpe);
         }
     }
 
@@ -910,6 +960,7 @@ impl Engine {
             inject: None,
             temp: None,
             peek: Peek::No,
+            lpe: None,
         };
         let wants = inline.is_none()
             && (!e.tx_selective
@@ -1036,6 +1087,7 @@ impl Engine {
             inject: None,
             temp: None,
             peek: Peek::No,
+            lpe: None,
         };
         let wants = inline.is_none()
             && (!e.tx_selective
@@ -1135,6 +1187,7 @@ impl Engine {
             inject: None,
             temp: None,
             peek: Peek::No,
+            lpe: Some(e.index * 2 + u16::from(!tagged)),
         };
         let id = Self::new_op(&mut st, op);
         let sge = {
@@ -1212,6 +1265,7 @@ impl Engine {
                     claim,
                     discard: op_flags & flags::DISCARD != 0,
                 },
+                lpe: None,
             },
         );
         let (k, a) = self.local(None, 0, 0);
@@ -1551,12 +1605,31 @@ impl Engine {
             TagEventKind::Put
             | TagEventKind::UnexpectedConsumed
             | TagEventKind::CommandFailed
-            | TagEventKind::Search => {}
+            | TagEventKind::Search
+            | TagEventKind::AutoUnlink => {}
             _ => return,
+        }
+        if ev.kind == TagEventKind::CommandFailed
+            && ev.error == Some(portico::rdma::TagCommandError::StaleHandle)
+        {
+            // A cancel that came too late: the receive matched and completes as usual.
+            return;
         }
         let Some(op) = Self::take_op(st, ev.cookie as usize) else {
             return;
         };
+        if ev.kind == TagEventKind::AutoUnlink {
+            // A receive fi_cancel (or its endpoint's close) unlinked: FI_ECANCELED.
+            let c = Completion {
+                context: op.context,
+                flags: op.flags,
+                buf: op.buf,
+                error: Some((err::ECANCELED, op.len, 0)),
+                ..Completion::default()
+            };
+            self.complete(st, &op, c);
+            return;
+        }
         if ev.kind == TagEventKind::Search {
             self.on_search(st, op, ev);
             return;

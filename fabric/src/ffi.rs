@@ -1993,7 +1993,7 @@ static EP_FI_OPS: fi_ops = fi_ops {
 
 static EP_OPS: fi_ops_ep = fi_ops_ep {
     size: size_of::<fi_ops_ep>(),
-    cancel: Some(no_cancel),
+    cancel: Some(ep_cancel),
     getopt: Some(ep_getopt),
     setopt: Some(no_setopt),
     tx_ctx: Some(no_tx_ctx),
@@ -2322,6 +2322,19 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
         match r {
             Ok(()) => 0,
             Err(x) => neg(x),
+        }
+    })
+}
+
+unsafe extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
+    guard_size("fi_cancel", || {
+        // SAFETY: our EpObj (fi_cancel is an endpoint's op).
+        let Some(e) = (unsafe { obj::<EpObj>(f) }) else {
+            return -(err::EINVAL as isize);
+        };
+        match e.engine.cancel(e.id, context as u64) {
+            Ok(()) => 0,
+            Err(x) => -(x as isize),
         }
     })
 }

@@ -363,6 +363,7 @@ impl Engine {
                 inject: None,
                 temp: None,
                 peek: crate::engine::Peek::No,
+                lpe: None,
             },
         );
         let (k, a) = self.local(lkey, buf, len);

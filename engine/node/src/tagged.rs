@@ -178,6 +178,11 @@ pub enum TagCommand {
     /// Unlink a linked entry (its `Link` event carried the handle). Like `PtlMEUnlink`, no
     /// event; a stale handle gives `CommandFailed`.
     Unlink { handle: TagHandle },
+    /// Unlink the first priority entry of `endpoint` whose cookie is `cookie` (a receive the
+    /// application cancels; no `Link` event or handle needed). Answered by an `AutoUnlink`
+    /// event with the cookie when the entry was there, by `CommandFailed` with
+    /// `StaleHandle` when it was not (matched already, or never appended).
+    Cancel { endpoint: u16, cookie: u64 },
 }
 
 /// The `Link` event of the append being served: the entry's handle, and whether the event is
@@ -438,6 +443,11 @@ impl TagPort {
     /// Unlinks the entry `handle` names (from its `Link` event).
     pub fn unlink(&mut self, handle: TagHandle) -> Result<(), CommandRingFull> {
         self.push(TagCommand::Unlink { handle })
+    }
+
+    /// Unlinks `endpoint`'s priority entry with `cookie` ([`TagCommand::Cancel`]).
+    pub fn cancel(&mut self, endpoint: u16, cookie: u64) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Cancel { endpoint, cookie })
     }
 
     /// Commands that fit in the ring now.
@@ -943,6 +953,27 @@ impl TagShard {
                     );
                 }
                 self.after_command(None, LinkEvent::default(), mem);
+            }
+            TagCommand::Cancel { endpoint, cookie } => {
+                let ep = EndpointIndex(endpoint);
+                let mut found = None;
+                if let Some(e) = self.engine.endpoint(ep) {
+                    e.for_each_entry(ListKind::Priority, &mut |h, me| {
+                        if found.is_none() && me.cookie == cookie {
+                            found = Some(h);
+                        }
+                    });
+                }
+                match found.map(|h| self.engine.unlink(h)) {
+                    Some(Ok(_)) => self.push_event(TagEvent {
+                        kind: TagEventKind::AutoUnlink,
+                        endpoint,
+                        list: ListKind::Priority,
+                        cookie,
+                        ..TagEvent::EMPTY
+                    }),
+                    _ => self.fail_command(endpoint, cookie, TagCommandError::StaleHandle),
+                }
             }
             TagCommand::Unlink { handle } => {
                 if self.engine.unlink(handle.0).is_err() {

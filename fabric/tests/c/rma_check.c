@@ -8,7 +8,8 @@
  *                            reads its CQ (the remote CQ data) until DIR/done, checks the
  *                            region and the file
  *   rma_check client DIR     reads DIR/server, writes, reads back, injects, writes with data,
- *                            writes with FI_COMMIT_COMPLETE, reads out of bounds
+ *                            writes with FI_COMMIT_COMPLETE, reads out of bounds, cancels
+ *                            a receive and closes its endpoint with one posted
  *
  * The client asks for tclass FI_TC_BULK_DATA (the test gives it a shaper with such a class)
  * and waits for its completions in fi_cq_sread; the server's CQ has an FI_WAIT_FD descriptor
@@ -283,10 +284,27 @@ int main(int argc, char **argv)
 		FAIL("client: a READ past the region gave err %d, expected FI_EACCES", e);
 	CHECK(fi_close(&smr->fid));
 	CHECK(fi_close(&bmr->fid));
+	/* fi_cancel: a receive nobody sends to completes with FI_ECANCELED, once. */
+	static char rbuf[2][64];
+	int cctx[2];
+	CHECK(fi_recv(ep, rbuf[0], 64, NULL, FI_ADDR_UNSPEC, &cctx[0]));
+	CHECK(fi_cancel(&ep->fid, &cctx[0]));
+	e = wait_one(&cctx[0]);
+	if (e != FI_ECANCELED)
+		FAIL("client: a cancelled receive gave err %d, expected FI_ECANCELED", e);
+	rc = fi_cancel(&ep->fid, &cctx[0]);
+	if (rc != -FI_ENOENT)
+		FAIL("client: cancelling it again gave %zd, expected -FI_ENOENT", rc);
+	/* Closing the endpoint unlinks the receives it still has: FI_ECANCELED too. */
+	CHECK(fi_recv(ep, rbuf[1], 64, NULL, FI_ADDR_UNSPEC, &cctx[1]));
+	CHECK(fi_close(&ep->fid));
+	e = wait_one(&cctx[1]);
+	if (e != FI_ECANCELED)
+		FAIL("client: a receive of a closed endpoint gave err %d, expected FI_ECANCELED", e);
 	snprintf(path, sizeof(path), "%s/done", argv[2]);
 	fclose(fopen(path, "w"));
 	printf("client: %d bytes written and read back, 1024 injected, 2 written with data, 65536 "
-	       "committed, out-of-bounds READ refused\n",
+	       "committed, out-of-bounds READ refused, 2 receives cancelled\n",
 	       LEN);
 	return 0;
 }

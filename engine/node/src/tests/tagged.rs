@@ -523,3 +523,54 @@ fn a_message_cut_off_by_the_error_state_is_reported_undeliverable() {
     );
     assert_eq!(b.end.node.tags().unwrap().counters.undeliverable, 1);
 }
+
+#[test]
+fn a_cancelled_receive_is_unlinked_by_its_cookie_and_takes_nothing_after() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    port.append(0, ListKind::Priority, TagEntry::recv(5, sge(&b, 0, 64), 41))
+        .unwrap();
+    port.append(
+        0,
+        ListKind::Priority,
+        TagEntry::recv(5, sge(&b, 4096, 64), 42),
+    )
+    .unwrap();
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    // The first receive is cancelled: an AutoUnlink with its cookie, and the message that
+    // would have matched it lands in the second.
+    port.cancel(0, 41).unwrap();
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    assert_eq!(
+        ev.iter().map(|e| (e.kind, e.cookie)).collect::<Vec<_>>(),
+        vec![(TagEventKind::AutoUnlink, 41)]
+    );
+    send(&mut a, 1, 0, &pattern(3, 64), 5);
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    assert_eq!(
+        (ev[0].kind, ev[0].cookie),
+        (TagEventKind::Put, 42),
+        "{ev:?}"
+    );
+    assert_eq!(
+        bytes(&b, 0, 64),
+        vec![0; 64],
+        "the cancelled buffer is untouched"
+    );
+    assert_eq!(bytes(&b, 4096, 64), pattern(3, 64));
+    // Cancelling what is gone (matched, or never there) fails with StaleHandle.
+    port.cancel(0, 42).unwrap();
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].kind, ev[0].cookie, ev[0].error),
+        (
+            TagEventKind::CommandFailed,
+            42,
+            Some(crate::TagCommandError::StaleHandle)
+        )
+    );
+}
