@@ -5,10 +5,10 @@
 # RUNS times, interleaved across providers (this VM has fast and slow phases); the medians
 # and Portico's ratio to each reference are printed, and every run's line is kept in
 # target/libfabric-bench/ (RDM endpoints; Portico's two processes over net_memif).
-# Then the same three sizes with NetPIPE (NPopenmpi, an MPI ping-pong) under Open MPI's
-# `mtl ofi` over Portico and tcp;ofi_rxm, and over Open MPI's own shared-memory transport
-# (`pml ob1`, `btl vader`: Open MPI 4.1's `mtl ofi` does not start over libfabric's shm
-# provider here) (MPI=0 skips it).
+# Then the same three sizes with an MPI ping-pong (fabric/tests/c/mpi_check.c pingpong) and
+# with NetPIPE (NPopenmpi) under Open MPI's `mtl ofi` over Portico and tcp;ofi_rxm, and over
+# Open MPI's own shared-memory transport (`pml ob1`, `btl vader`: Open MPI 4.1's `mtl ofi`
+# does not start over libfabric's shm provider here) (MPI=0 skips them).
 #
 #   bench/libfabric.sh            # RUNS=5, ITERS=2000 (1 MiB: ITERS/10)
 #   RUNS=3 ITERS=500 bench/libfabric.sh
@@ -120,33 +120,70 @@ for c in "${cases[@]}"; do
     printf '%-12s %-10s %12s %16s   %.2fx\n' "$size B" "$unit" "$a" "$b" "$(echo "$b / $a" | bc -l)"
 done
 
-# ---- Open MPI: NetPIPE over each provider -------------------------------------------------
+# ---- Open MPI: an MPI ping-pong and NetPIPE over each provider ------------------------------
 [[ ${MPI:-1} == 0 ]] && exit 0
-# npmpi PROVIDER SIZE REPS -> NetPIPE's line for SIZE
-npmpi() {
-    local prov=$1 size=$2 reps=$3 sock=/tmp/portico-fi-np-$$.sock
+# mpi PROVIDER PROGRAM [ARGS] -> the program's output, 2 ranks under Open MPI over PROVIDER
+# (portico: one rank per memif side; vader: Open MPI's own shared memory, pml ob1)
+mpi() {
+    local prov=$1 sock=/tmp/portico-fi-np-$$.sock
+    shift
     rm -f "$sock"
     local common=(--allow-run-as-root --oversubscribe --bind-to none --mca pml cm --mca mtl ofi
         --mca btl self --mca mtl_ofi_provider_include "$prov")
     if [[ $prov == vader ]]; then
         common=(--allow-run-as-root --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader)
     fi
-    local np=(NPopenmpi -l "$size" -u "$size" -n "$reps" -p 0 -o "$out/np.out")
     if [[ $prov == portico ]]; then
         timeout 120 mpirun "${common[@]}" \
             -np 1 -x FI_PROVIDER_PATH -x FI_PORTICO_DEV="net_memif0,role=server,id=0,socket=$sock" \
-                -x FI_PORTICO_IP=10.79.1.1 -x FI_PORTICO_CORES=$last "${np[@]}" : \
+                -x FI_PORTICO_IP=10.79.1.1 -x FI_PORTICO_CORES=$last "$@" : \
             -np 1 -x FI_PROVIDER_PATH -x FI_PORTICO_DEV="net_memif0,role=client,id=0,socket=$sock" \
-                -x FI_PORTICO_IP=10.79.1.2 -x FI_PORTICO_CORES=$first "${np[@]}" 2>&1 |
-            grep -E "^ *[0-9]+: +[0-9]+ bytes" | tail -1
+                -x FI_PORTICO_IP=10.79.1.2 -x FI_PORTICO_CORES=$first "$@" 2>&1 || true
     else
-        timeout 120 mpirun "${common[@]}" -np 2 "${np[@]}" 2>&1 |
-            grep -E "^ *[0-9]+: +[0-9]+ bytes" | tail -1
+        timeout 120 mpirun "${common[@]}" -np 2 "$@" 2>&1 || true
     fi
     rm -f "$sock"
 }
-: >"$out/netpipe.txt"
+# npmpi PROVIDER SIZE REPS -> NetPIPE's line for SIZE
+npmpi() {
+    mpi "$1" NPopenmpi -l "$2" -u "$2" -n "$3" -p 0 -o "$out/np.out" |
+        grep -E "^ *[0-9]+: +[0-9]+ bytes" | tail -1
+}
+mpicc -O2 -o "$out/mpi_check" fabric/tests/c/mpi_check.c
+# mpipp PROVIDER SIZE ITERS -> mpi_check's ping-pong line
+mpipp() {
+    mpi "$1" "$out/mpi_check" pingpong "$2" "$3" | grep -E "^pingpong " | tail -1
+}
 providers=(portico "tcp;ofi_rxm" vader)
+: >"$out/mpipp.txt"
+for r in $(seq "$RUNS"); do
+    for c in "${cases[@]}"; do
+        set -- $c
+        size=$1
+        iters=$ITERS
+        [[ $size == 1048576 ]] && iters=$((ITERS / 10))
+        for p in "${providers[@]}"; do
+            echo "$r $p $size $(mpipp "$p" "$size" "$iters")" >>"$out/mpipp.txt"
+        done
+    done
+done
+echo
+echo "MPI ping-pong (fabric/tests/c/mpi_check.c pingpong; Open MPI, mtl ofi), medians of $RUNS:"
+printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" "ob1+vader" "portico / tcp, / vader"
+for c in "${cases[@]}"; do
+    set -- $c
+    size=$1 kind=$2
+    declare -A med=()
+    for p in "${providers[@]}"; do
+        # pingpong SIZE bytes ITERS iters: USEC us one-way, MBPS MB/s
+        col=$([[ $kind == lat ]] && echo 9 || echo 12)
+        med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$out/mpipp.txt" | median)
+    done
+    unit=$([[ $kind == lat ]] && echo "us one-way" || echo "MB/s")
+    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[vader]}" \
+        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[vader]}" | bc -l)"
+done
+: >"$out/netpipe.txt"
 for r in $(seq "$RUNS"); do
     for c in "${cases[@]}"; do
         set -- $c

@@ -4,7 +4,8 @@
  * their receive is posted (unexpected), probes (MPI_Iprobe, MPI_Probe, MPI_Mprobe and
  * MPI_Improbe with MPI_Mrecv: libfabric's FI_PEEK and FI_CLAIM), a barrier and an allreduce. Plain MPI, nothing of
  * Portico's. Prints one line and exits 0 when every check holds; aborts with a line naming
- * the check otherwise.
+ * the check otherwise. `mpi_check pingpong SIZE ITERS` is the timed ping-pong of
+ * bench/libfabric.sh instead.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -37,6 +38,39 @@ static void check(const uint8_t *b, size_t n, int seed, const char *what)
 			FAIL("%s: byte %zu of %zu is %#x, expected %#x", what, i, n, b[i], byte(i, seed));
 }
 
+/* `mpi_check pingpong SIZE ITERS`: the timed MPI ping-pong of bench/libfabric.sh between ranks
+ * 0 and 1 (a tenth of ITERS first, untimed), the last message of each direction checked. */
+static int pingpong(size_t n, int iters)
+{
+	uint8_t *ping = malloc(n ? n : 1), *pong = malloc(n ? n : 1);
+	fill(ping, n, 1);
+	fill(pong, n, 2);
+	int warm = iters / 10;
+	double t0 = 0;
+	for (int it = -warm; it < iters; it++) {
+		if (it == 0) {
+			MPI_Barrier(MPI_COMM_WORLD);
+			t0 = MPI_Wtime();
+		}
+		if (rank == 0) {
+			MPI_Send(ping, (int)n, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+			MPI_Recv(pong, (int)n, MPI_BYTE, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		} else if (rank == 1) {
+			MPI_Recv(ping, (int)n, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			MPI_Send(pong, (int)n, MPI_BYTE, 0, 2, MPI_COMM_WORLD);
+		}
+	}
+	double one_way = (MPI_Wtime() - t0) / iters / 2;
+	check(rank == 0 ? pong : ping, n, rank == 0 ? 2 : 1, "pingpong");
+	if (rank == 0)
+		printf("pingpong %zu bytes %d iters: %.3f us one-way, %.1f MB/s\n", n, iters,
+		       one_way * 1e6, n / one_way / 1e6);
+	free(ping);
+	free(pong);
+	MPI_Finalize();
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -44,6 +78,8 @@ int main(int argc, char **argv)
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (size < 2)
 		FAIL("needs at least 2 ranks");
+	if (argc == 4 && !strcmp(argv[1], "pingpong"))
+		return pingpong((size_t)atol(argv[2]), atoi(argv[3]));
 	const size_t max = 1 << 20;
 	uint8_t *buf = malloc(max), *out = malloc(max);
 	MPI_Status st;
