@@ -88,6 +88,59 @@ const OVERFLOW_BUFFERS: usize = 4;
 /// target from the sender's buffer, which must then be in a region with REMOTE_READ.
 const RNDV_THRESHOLD: u32 = 16 * 1024;
 
+/// The most iovecs a send or an RMA operation gathers (`tx_attr.iov_limit`).
+pub const MAX_IOV: usize = 4;
+
+/// One piece of a local buffer: its address, length, and the lkey of its descriptor (none:
+/// the implicit local region).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Piece {
+    pub addr: u64,
+    pub len: usize,
+    pub lkey: Option<u32>,
+}
+
+/// An operation's local buffer: up to [`MAX_IOV`] pieces (an iovec list), on the stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Iov {
+    pieces: [Piece; MAX_IOV],
+    n: usize,
+}
+
+impl Iov {
+    /// One buffer.
+    pub fn one(addr: u64, len: usize, lkey: Option<u32>) -> Iov {
+        let mut v = Iov::default();
+        v.pieces[0] = Piece { addr, len, lkey };
+        v.n = 1;
+        v
+    }
+
+    /// Appends a piece; `false` when [`MAX_IOV`] are there already.
+    pub fn push(&mut self, p: Piece) -> bool {
+        if self.n == MAX_IOV {
+            return false;
+        }
+        self.pieces[self.n] = p;
+        self.n += 1;
+        true
+    }
+
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces[..self.n]
+    }
+
+    /// The bytes of every piece together.
+    pub fn total(&self) -> usize {
+        self.pieces().iter().map(|p| p.len).sum()
+    }
+
+    /// The first piece's address (what a completion's `buf` names).
+    pub fn addr(&self) -> u64 {
+        self.pieces().first().map_or(0, |p| p.addr)
+    }
+}
+
 /// One completion as libfabric's widest format has it, plus the error when there is one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Completion {
@@ -123,6 +176,8 @@ pub(crate) struct Op {
     /// A registration made for this operation only (a rendezvous send from unregistered
     /// memory), taken back when it completes.
     pub(crate) temp: Option<MemoryRegion>,
+    /// A rendezvous send of several iovecs, gathered here (the target pulls one piece).
+    pub(crate) bounce: Option<Vec<u8>>,
     /// What a tagged probe (`FI_PEEK`) is at.
     pub(crate) peek: Peek,
     /// A receive posted to this list-processing endpoint (`fi_cancel` unlinks it there).
@@ -929,9 +984,7 @@ impl Engine {
     pub fn send(
         &self,
         ep: usize,
-        buf: u64,
-        len: usize,
-        lkey: Option<u32>,
+        io: &Iov,
         dest: u64,
         tag: u64,
         data: Option<u64>,
@@ -940,6 +993,8 @@ impl Engine {
         inline: Option<&[u8]>,
     ) -> Result<(), i32> {
         let tagged = op_flags & flags::TAGGED != 0;
+        let len = io.total();
+        let buf = io.addr();
         if len as u64 > info::MAX_MSG_SIZE {
             return Err(err::EMSGSIZE);
         }
@@ -959,6 +1014,7 @@ impl Engine {
             len: len as u64,
             inject: None,
             temp: None,
+            bounce: None,
             peek: Peek::No,
             lpe: None,
         };
@@ -981,10 +1037,33 @@ impl Engine {
                     bytes.len() as u32,
                 )
             }
+            None if !e.msg && len as u64 > u64::from(RNDV_THRESHOLD) && io.pieces().len() > 1 => {
+                // A rendezvous is pulled from one piece: several are gathered into a buffer of
+                // the provider's first, registered until the target has taken it.
+                drop(st);
+                let mut bounce = vec![0u8; len];
+                let mut at = 0;
+                for p in io.pieces() {
+                    if p.len > 0 {
+                        let map =
+                            (self.borrow)(p.addr as usize, p.len, None).map_err(|_| err::EINVAL)?;
+                        map.read(0, &mut bounce[at..at + p.len])
+                            .map_err(|_| err::EINVAL)?;
+                    }
+                    at += p.len;
+                }
+                let mr = self
+                    .mr_reg(bounce.as_ptr() as usize, len, flags::SEND)
+                    .map_err(|_| err::ENOMEM)?;
+                st = self.lock();
+                let sgl = SgList::one(mr.lkey(), bounce.as_ptr() as u64, len as u32);
+                op.temp = Some(mr);
+                op.bounce = Some(bounce);
+                sgl
+            }
             None => {
-                let key = match lkey {
-                    Some(k) => k,
-                    None if !e.msg && len as u64 > u64::from(RNDV_THRESHOLD) => {
+                let key = match io.pieces() {
+                    [p] if p.lkey.is_none() && !e.msg && len as u64 > u64::from(RNDV_THRESHOLD) => {
                         // A rendezvous from memory the application did not register: the
                         // target pulls it, so it is registered (REMOTE_READ) until done.
                         drop(st);
@@ -994,12 +1073,11 @@ impl Engine {
                         st = self.lock();
                         let k = mr.lkey();
                         op.temp = Some(mr);
-                        k
+                        Some(k)
                     }
-                    None => self.implicit.lkey(),
+                    _ => None,
                 };
-                let (k, a) = self.local(Some(key), buf, len);
-                SgList::one(k, a, len as u32)
+                self.gather(io, key)?
             }
         };
         let hdr = data.unwrap_or(0);
@@ -1048,9 +1126,7 @@ impl Engine {
         &self,
         ep: usize,
         read: bool,
-        buf: u64,
-        len: usize,
-        lkey: Option<u32>,
+        io: &Iov,
         dest: u64,
         addr: u64,
         key: u64,
@@ -1059,6 +1135,8 @@ impl Engine {
         op_flags: u64,
         inline: Option<&[u8]>,
     ) -> Result<(), i32> {
+        let len = io.total();
+        let buf = io.addr();
         if len as u64 > info::MAX_MSG_SIZE {
             return Err(err::EMSGSIZE);
         }
@@ -1086,6 +1164,7 @@ impl Engine {
             len: len as u64,
             inject: None,
             temp: None,
+            bounce: None,
             peek: Peek::No,
             lpe: None,
         };
@@ -1108,10 +1187,7 @@ impl Engine {
                     bytes.len() as u32,
                 )
             }
-            None => {
-                let (k, a) = self.local(lkey, buf, len);
-                SgList::one(k, a, len as u32)
-            }
+            None => self.gather(io, None)?,
         };
         let inject = op.inject;
         let id = Self::new_op(&mut st, op);
@@ -1186,6 +1262,7 @@ impl Engine {
             len: len as u64,
             inject: None,
             temp: None,
+            bounce: None,
             peek: Peek::No,
             lpe: Some(e.index * 2 + u16::from(!tagged)),
         };
@@ -1260,6 +1337,7 @@ impl Engine {
                 len: 0,
                 inject: None,
                 temp: None,
+                bounce: None,
                 peek: Peek::Search {
                     lpe,
                     claim,
@@ -1438,6 +1516,25 @@ impl Engine {
         if let Some(Some(q)) = op.cq.and_then(|cq| st.cqs.get_mut(cq)) {
             q.entries.push_back(c);
         }
+    }
+
+    /// The scatter/gather list of `io` (`key`, when given, for a single piece: a registration
+    /// made for the operation).
+    fn gather(&self, io: &Iov, key: Option<u32>) -> Result<SgList, i32> {
+        if let ([p], Some(k)) = (io.pieces(), key) {
+            return Ok(SgList::one(k, p.addr, p.len as u32));
+        }
+        let mut sgl = SgList::new();
+        for p in io.pieces() {
+            let (k, a) = self.local(p.lkey, p.addr, p.len);
+            sgl.push(portico::transport::Sge::new(k, a, p.len as u32))
+                .map_err(|_| err::EINVAL)?;
+        }
+        if sgl.is_empty() {
+            let (k, a) = self.local(None, 0, 0);
+            sgl = SgList::one(k, a, 0);
+        }
+        Ok(sgl)
     }
 
     /// The key and address a local buffer is named by: its descriptor's region, else the

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use portico::rdma::MemoryRegion;
 
 use crate::addr::{self, EpAddr};
-use crate::engine::{self, Completion, Engine, err};
+use crate::engine::{self, Completion, Engine, Iov, Piece, err};
 use crate::flags;
 use crate::info::{self, Hints, Offer};
 use crate::params::{self, Settings};
@@ -310,7 +310,7 @@ fn build_info(o: &Offer) -> *mut fi_info {
             tx.msg_order = o.msg_order;
             tx.inject_size = info::INJECT_SIZE;
             tx.size = info::QUEUE_SIZE;
-            tx.iov_limit = 1;
+            tx.iov_limit = engine::MAX_IOV;
             tx.rma_iov_limit = 1;
             tx.tclass = o.tclass;
         }
@@ -2421,6 +2421,60 @@ unsafe fn one_iov(
     Ok((v.iov_base as u64, v.iov_len, desc_lkey(d)))
 }
 
+/// An operation's iovecs (at most [`engine::MAX_IOV`], the offer's `tx_attr.iov_limit`), with
+/// their descriptors' lkeys.
+unsafe fn iovs(iov: *const iovec, desc: *mut *mut c_void, count: usize) -> Result<Iov, i32> {
+    if count > engine::MAX_IOV {
+        return Err(err::EINVAL);
+    }
+    let mut io = Iov::default();
+    if count == 0 || iov.is_null() {
+        return Ok(Iov::one(0, 0, None));
+    }
+    for i in 0..count {
+        // SAFETY: `iov` holds `count` iovecs; `desc` is null or holds `count` descriptors.
+        let (v, d) = unsafe {
+            let v = *iov.add(i);
+            let d = if desc.is_null() {
+                null_mut()
+            } else {
+                *desc.add(i)
+            };
+            (v, d)
+        };
+        io.push(Piece {
+            addr: v.iov_base as u64,
+            len: v.iov_len,
+            lkey: desc_lkey(d),
+        });
+    }
+    Ok(io)
+}
+
+/// The bytes an inject copies: every piece of `io`, gathered into `out` (at most
+/// [`info::INJECT_SIZE`]); how many.
+fn gather_inline(io: &Iov, out: &mut [u8; info::INJECT_SIZE]) -> Result<usize, i32> {
+    let total = io.total();
+    if total > info::INJECT_SIZE {
+        return Err(err::EMSGSIZE);
+    }
+    let mut at = 0;
+    for p in io.pieces() {
+        if p.len == 0 {
+            continue;
+        }
+        if p.addr == 0 {
+            return Err(err::EINVAL);
+        }
+        // SAFETY: the application's `len` bytes at `addr` (fi_inject(3), fi_sendmsg with
+        // FI_INJECT: the buffer is the application's again when the call returns), copied now.
+        let src = unsafe { std::slice::from_raw_parts(p.addr as *const u8, p.len) };
+        out[at..at + p.len].copy_from_slice(src);
+        at += p.len;
+    }
+    Ok(total)
+}
+
 /// An operation's refusal: `-FI_EAGAIN` silently (the application retries), anything else
 /// with a log line.
 fn refused(what: &str, e: i32) -> isize {
@@ -2445,9 +2499,7 @@ fn fi_text(e: i32) -> String {
 #[allow(clippy::too_many_arguments)]
 fn send(
     ep: *mut fid_ep,
-    buf: u64,
-    len: usize,
-    lkey: Option<u32>,
+    io: Iov,
     dest: u64,
     tag: u64,
     data: Option<u64>,
@@ -2460,35 +2512,19 @@ fn send(
         let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
             return -(err::EINVAL as isize);
         };
+        let mut bytes = [0u8; info::INJECT_SIZE];
         let inline = if inject {
-            if len > info::INJECT_SIZE {
-                return -(err::EMSGSIZE as isize);
+            match gather_inline(&io, &mut bytes) {
+                Ok(n) => Some(&bytes[..n]),
+                Err(x) => return -(x as isize),
             }
-            if len > 0 && buf == 0 {
-                return -(err::EINVAL as isize);
-            }
-            // SAFETY: the application's `len` bytes at `buf` (fi_inject(3)), copied now.
-            Some(if len == 0 {
-                &[][..]
-            } else {
-                // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
-                unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
-            })
         } else {
             None
         };
-        match e.engine.send(
-            e.id,
-            buf,
-            len,
-            lkey,
-            dest,
-            tag,
-            data,
-            context as u64,
-            flags,
-            inline,
-        ) {
+        match e
+            .engine
+            .send(e.id, &io, dest, tag, data, context as u64, flags, inline)
+        {
             Ok(()) => 0,
             Err(x) => refused("send", x),
         }
@@ -2577,9 +2613,7 @@ unsafe extern "C" fn msg_send(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         dest,
         0,
         None,
@@ -2598,8 +2632,8 @@ unsafe extern "C" fn msg_sendv(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: the application's iovecs.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((b, l, k)) => send(ep, b, l, k, dest, 0, None, context, 0, false),
+    match unsafe { iovs(iov, desc, count) } {
+        Ok(io) => send(ep, io, dest, 0, None, context, 0, false),
         Err(e) => -(e as isize),
     }
 }
@@ -2611,12 +2645,10 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64
     };
     let data = (flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
-    match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-        Ok((b, l, k)) => send(
+    match unsafe { iovs(m.msg_iov, m.desc, m.iov_count) } {
+        Ok(io) => send(
             ep,
-            b,
-            l,
-            k,
+            io,
             m.addr,
             0,
             data,
@@ -2636,9 +2668,7 @@ unsafe extern "C" fn msg_inject(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        None,
+        Iov::one(buf as u64, len, None),
         dest,
         0,
         None,
@@ -2659,9 +2689,7 @@ unsafe extern "C" fn msg_senddata(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         dest,
         0,
         Some(data),
@@ -2680,9 +2708,7 @@ unsafe extern "C" fn msg_injectdata(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        None,
+        Iov::one(buf as u64, len, None),
         dest,
         0,
         Some(data),
@@ -2767,9 +2793,7 @@ unsafe extern "C" fn t_send(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         dest,
         tag,
         None,
@@ -2790,8 +2814,8 @@ unsafe extern "C" fn t_sendv(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: the application's iovecs.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((b, l, k)) => send(ep, b, l, k, dest, tag, None, context, flags::TAGGED, false),
+    match unsafe { iovs(iov, desc, count) } {
+        Ok(io) => send(ep, io, dest, tag, None, context, flags::TAGGED, false),
         Err(e) => -(e as isize),
     }
 }
@@ -2803,12 +2827,10 @@ unsafe extern "C" fn t_sendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags
     };
     let data = (flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
-    match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-        Ok((b, l, k)) => send(
+    match unsafe { iovs(m.msg_iov, m.desc, m.iov_count) } {
+        Ok(io) => send(
             ep,
-            b,
-            l,
-            k,
+            io,
             m.addr,
             m.tag,
             data,
@@ -2829,9 +2851,7 @@ unsafe extern "C" fn t_inject(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        None,
+        Iov::one(buf as u64, len, None),
         dest,
         tag,
         None,
@@ -2854,9 +2874,7 @@ unsafe extern "C" fn t_senddata(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         dest,
         tag,
         Some(data),
@@ -2876,9 +2894,7 @@ unsafe extern "C" fn t_injectdata(
 ) -> isize {
     send(
         ep,
-        buf as u64,
-        len,
-        None,
+        Iov::one(buf as u64, len, None),
         dest,
         tag,
         Some(data),
@@ -2894,9 +2910,7 @@ unsafe extern "C" fn t_injectdata(
 fn rma(
     ep: *mut fid_ep,
     read: bool,
-    buf: u64,
-    len: usize,
-    lkey: Option<u32>,
+    io: Iov,
     dest: u64,
     addr: u64,
     key: u64,
@@ -2915,26 +2929,19 @@ fn rma(
         let Some(e) = (unsafe { obj::<EpObj>(ep) }) else {
             return -(err::EINVAL as isize);
         };
+        let mut bytes = [0u8; info::INJECT_SIZE];
         let inline = if inject {
-            if len > info::INJECT_SIZE || (len > 0 && buf == 0) {
-                return -(err::EINVAL as isize);
+            match gather_inline(&io, &mut bytes) {
+                Ok(n) => Some(&bytes[..n]),
+                Err(x) => return -(x as isize),
             }
-            // SAFETY: the application's `len` bytes at `buf` (fi_inject_write(3)), copied now.
-            Some(if len == 0 {
-                &[][..]
-            } else {
-                // SAFETY: a pointer from the application or libfabric, valid as the call's man page says (checked for null where it may be).
-                unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
-            })
         } else {
             None
         };
         match e.engine.rma(
             e.id,
             read,
-            buf,
-            len,
-            lkey,
+            &io,
             dest,
             addr,
             key,
@@ -2973,9 +2980,7 @@ unsafe extern "C" fn rma_read(
     rma(
         ep,
         true,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         src,
         addr,
         key,
@@ -2998,8 +3003,8 @@ unsafe extern "C" fn rma_readv(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: the application's iovecs.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((b, l, k)) => rma(ep, true, b, l, k, src, addr, key, None, context, 0, false),
+    match unsafe { iovs(iov, desc, count) } {
+        Ok(io) => rma(ep, true, io, src, addr, key, None, context, 0, false),
         Err(e) => -(e as isize),
     }
 }
@@ -3015,9 +3020,9 @@ unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags:
         Err(e) => return -(e as isize),
     };
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
-    match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-        Ok((b, l, k)) => rma(
-            ep, true, b, l, k, m.addr, addr, key, None, m.context, flags, false,
+    match unsafe { iovs(m.msg_iov, m.desc, m.iov_count) } {
+        Ok(io) => rma(
+            ep, true, io, m.addr, addr, key, None, m.context, flags, false,
         ),
         Err(e) => -(e as isize),
     }
@@ -3037,9 +3042,7 @@ unsafe extern "C" fn rma_write(
     rma(
         ep,
         false,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         dest,
         addr,
         key,
@@ -3062,8 +3065,8 @@ unsafe extern "C" fn rma_writev(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: the application's iovecs.
-    match unsafe { one_iov(iov, desc, count) } {
-        Ok((b, l, k)) => rma(ep, false, b, l, k, dest, addr, key, None, context, 0, false),
+    match unsafe { iovs(iov, desc, count) } {
+        Ok(io) => rma(ep, false, io, dest, addr, key, None, context, 0, false),
         Err(e) => -(e as isize),
     }
 }
@@ -3080,13 +3083,11 @@ unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags
         Err(e) => return -(e as isize),
     };
     // SAFETY: the application's message: its iovecs and descriptors are as many as it says.
-    match unsafe { one_iov(m.msg_iov, m.desc, m.iov_count) } {
-        Ok((b, l, k)) => rma(
+    match unsafe { iovs(m.msg_iov, m.desc, m.iov_count) } {
+        Ok(io) => rma(
             ep,
             false,
-            b,
-            l,
-            k,
+            io,
             m.addr,
             addr,
             key,
@@ -3110,9 +3111,7 @@ unsafe extern "C" fn rma_inject(
     rma(
         ep,
         false,
-        buf as u64,
-        len,
-        None,
+        Iov::one(buf as u64, len, None),
         dest,
         addr,
         key,
@@ -3138,9 +3137,7 @@ unsafe extern "C" fn rma_writedata(
     rma(
         ep,
         false,
-        buf as u64,
-        len,
-        desc_lkey(desc),
+        Iov::one(buf as u64, len, desc_lkey(desc)),
         dest,
         addr,
         key,
@@ -3163,9 +3160,7 @@ unsafe extern "C" fn rma_injectdata(
     rma(
         ep,
         false,
-        buf as u64,
-        len,
-        None,
+        Iov::one(buf as u64, len, None),
         dest,
         addr,
         key,

@@ -276,10 +276,11 @@ pub fn offer_type(
     if h.tx_size > QUEUE_SIZE {
         return no(format!("tx size {} > {QUEUE_SIZE}", h.tx_size));
     }
-    if h.tx_iov_limit > 1 {
+    if h.tx_iov_limit > crate::engine::MAX_IOV {
         return no(format!(
-            "iov_limit {} (one entry per operation)",
-            h.tx_iov_limit
+            "tx iov_limit {} (at most {} entries per send or RMA)",
+            h.tx_iov_limit,
+            crate::engine::MAX_IOV
         ));
     }
     for (what, flags) in [

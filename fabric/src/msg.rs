@@ -362,6 +362,7 @@ impl Engine {
                 len: len as u64,
                 inject: None,
                 temp: None,
+                bounce: None,
                 peek: crate::engine::Peek::No,
                 lpe: None,
             },

@@ -250,11 +250,15 @@ fn rma_write_read_inject_writedata_commit_over_memif_and_a_refused_read() {
     assert!(client.status.success(), "client:\n{c}\nserver:\n{s}");
     assert!(server.status.success(), "server:\n{s}\nclient:\n{c}");
     assert!(
-        c.contains("out-of-bounds READ refused, 2 receives cancelled"),
+        c.contains(
+            "out-of-bounds READ refused, 2 receives cancelled, 3-iovec sends, writev and readv"
+        ),
         "{c}"
     );
     assert!(
-        s.contains("262144 bytes as written, 2 remote CQ data received in order"),
+        s.contains(
+            "262144 bytes as written, 2 remote CQ data received in order, 2 messages of 3 iovecs"
+        ),
         "{s}"
     );
     // The target registered its file mapping as one that durable WRITEs msync, and the

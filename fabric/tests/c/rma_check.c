@@ -110,6 +110,22 @@ static int wait_one(void *ctx)
 
 static uint8_t pattern(size_t i) { return (uint8_t)(i * 7 + (i >> 9) + 3); }
 
+/* The two messages the client sends from several iovecs (offsets into its pattern, lengths):
+ * 5 000 bytes go eagerly, 40 000 by rendezvous (gathered by the provider first). */
+static const size_t piece_at[2][3] = {{0, 3000, 9000}, {0, 20000, 60000}};
+static const size_t piece_len[2][3] = {{1000, 1500, 2500}, {10000, 20000, 10000}};
+
+/* Whether `b` holds message `m`'s pieces one after the other. */
+static int holds_message(const uint8_t *b, int m)
+{
+	size_t k = 0;
+	for (int p = 0; p < 3; p++)
+		for (size_t i = 0; i < piece_len[m][p]; i++)
+			if (b[k++] != pattern(piece_at[m][p] + i))
+				return 0;
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3)
@@ -127,6 +143,11 @@ int main(int argc, char **argv)
 			FAIL("server: cannot map %s", path);
 		struct fid_mr *mr;
 		CHECK(fi_mr_reg(domain, region, LEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+		/* Two receives for the client's messages of several iovecs, posted before it sends. */
+		static uint8_t rbuf[2][65536];
+		int rctx[2];
+		for (int m = 0; m < 2; m++)
+			CHECK(fi_recv(ep, rbuf[m], sizeof(rbuf[m]), NULL, FI_ADDR_UNSPEC, &rctx[m]));
 		uint8_t name[64];
 		size_t len = sizeof(name);
 		CHECK(fi_getname(&ep->fid, name, &len));
@@ -146,13 +167,23 @@ int main(int argc, char **argv)
 		 * order, with no receive posted by us. */
 		uint64_t want_data[2] = {0xc0ffee01, 0xc0ffee02};
 		size_t want_len[2] = {4096, 64};
-		int seen = 0, woken = 0;
+		int seen = 0, woken = 0, msgs = 0;
 		struct fid *fids[1] = {&cq->fid};
-		for (int i = 0; access(path, F_OK) != 0 || seen < 2; i++) {
+		for (int i = 0; access(path, F_OK) != 0 || seen < 2 || msgs < 2; i++) {
 			if (i > 6000)
-				FAIL("server: the client never finished (%d remote CQ data seen)", seen);
+				FAIL("server: the client never finished (%d remote CQ data, %d messages)",
+				     seen, msgs);
 			struct fi_cq_data_entry e;
 			ssize_t n = fi_cq_read(cq, &e, 1);
+			if (n == 1 && (e.flags & FI_RECV)) {
+				size_t want = piece_len[msgs][0] + piece_len[msgs][1] + piece_len[msgs][2];
+				if (msgs >= 2 || e.op_context != &rctx[msgs] || e.len != want ||
+				    !holds_message(rbuf[msgs], msgs))
+					FAIL("server: message %d: %zu bytes, expected %zu, or other bytes", msgs,
+					     e.len, want);
+				msgs++;
+				continue;
+			}
 			if (n == 1) {
 				uint64_t want = FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
 				if (seen >= 2 || e.flags != want || e.data != want_data[seen] ||
@@ -184,8 +215,8 @@ int main(int argc, char **argv)
 		if (pread(fd, file, LEN, 0) != LEN || memcmp(file, region, LEN))
 			FAIL("server: the file does not hold what the region does");
 		CHECK(fi_close(&mr->fid));
-		printf("server: %d bytes as written, 2 remote CQ data received in order, woken by the "
-		       "wait descriptor\n",
+		printf("server: %d bytes as written, 2 remote CQ data received in order, 2 messages "
+		       "of 3 iovecs, woken by the wait descriptor\n",
 		       LEN);
 		return 0;
 	}
@@ -259,6 +290,45 @@ int main(int argc, char **argv)
 					 rkey)) == -FI_EAGAIN)
 		usleep(100);
 	CHECK(rc);
+	/* Messages of three iovecs each: gathered by the engine (5 000 bytes, eager), and into a
+	 * bounce buffer for the rendezvous (40 000 bytes). */
+	for (int m = 0; m < 2; m++) {
+		struct iovec v[3];
+		for (int p = 0; p < 3; p++)
+			v[p] = (struct iovec){.iov_base = src + piece_at[m][p], .iov_len = piece_len[m][p]};
+		while ((rc = fi_sendv(ep, v, NULL, 3, peer, &ctx[2])) == -FI_EAGAIN)
+			usleep(100);
+		CHECK(rc);
+		if (wait_one(&ctx[2]))
+			FAIL("client: fi_sendv of message %d failed", m);
+	}
+	/* fi_writev gathers three pieces into one remote range (zeroed first), fi_readv scatters
+	 * it back into three: every byte where it belongs. */
+	static uint8_t zero[3000], tmp[12000], got[12000];
+	for (int i = 0; i < 3000; i++)
+		tmp[(i / 1000) * 5000 + i % 1000] = pattern(200000 + i);
+	while ((rc = fi_write(ep, zero, 3000, NULL, peer, raddr + 200000, rkey, &ctx[0])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[0]))
+		FAIL("client: zeroing failed");
+	struct iovec wv[3] = {{tmp, 1000}, {tmp + 5000, 1000}, {tmp + 10000, 1000}};
+	while ((rc = fi_writev(ep, wv, NULL, 3, peer, raddr + 200000, rkey, &ctx[0])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[0]))
+		FAIL("client: fi_writev failed");
+	struct iovec rv[3] = {{got + 7000, 1000}, {got, 1500}, {got + 3000, 500}};
+	while ((rc = fi_readv(ep, rv, NULL, 3, peer, raddr + 200000, rkey, &ctx[0])) == -FI_EAGAIN)
+		usleep(100);
+	CHECK(rc);
+	if (wait_one(&ctx[0]))
+		FAIL("client: fi_readv failed");
+	for (int i = 0; i < 3000; i++) {
+		uint8_t b = i < 1000 ? got[7000 + i] : i < 2500 ? got[i - 1000] : got[3000 + i - 2500];
+		if (b != pattern(200000 + i))
+			FAIL("client: byte %d of the gathered write, scattered back, is %#x", i, b);
+	}
 	/* A value the 4-byte CQ data cannot carry is refused. */
 	rc = fi_writedata(ep, src, 8, NULL, 1ull << 32, peer, raddr, rkey, &ctx[0]);
 	if (rc != -FI_EINVAL)
@@ -304,7 +374,8 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/done", argv[2]);
 	fclose(fopen(path, "w"));
 	printf("client: %d bytes written and read back, 1024 injected, 2 written with data, 65536 "
-	       "committed, out-of-bounds READ refused, 2 receives cancelled\n",
+	       "committed, out-of-bounds READ refused, 2 receives cancelled, 3-iovec sends, "
+	       "writev and readv\n",
 	       LEN);
 	return 0;
 }
