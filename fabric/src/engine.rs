@@ -327,6 +327,8 @@ pub struct Engine {
     /// The worker → host wake-ups of the engine's completion queue and tag port: what
     /// `fi_cq_sread` sleeps on and an `FI_WAIT_FD` descriptor polls.
     wakes: [Arc<Wake>; 2],
+    /// Threads asleep in [`Engine::wait`] now.
+    waiters: std::sync::atomic::AtomicUsize,
     /// Kept alive: the runtime, the port, queue pair 0 (the template).
     _peer: Mutex<Peer>,
 }
@@ -532,6 +534,7 @@ impl Engine {
             cm_events,
             cm_thread: Mutex::new(None),
             wakes,
+            waiters: std::sync::atomic::AtomicUsize::new(0),
             _peer: Mutex::new(peer),
         })
     }
@@ -1326,6 +1329,10 @@ impl Engine {
             return Err(err::EAGAIN);
         }
         let claim = op_flags & (flags::CLAIM | flags::DISCARD) != 0;
+        if claim && st.claims.get(&context).is_some_and(|c| !c.ready) {
+            // A claim of this context is under way: the engine may be writing its buffer.
+            return Err(err::EBUSY);
+        }
         let lpe = e.index * 2;
         let id = Self::new_op(
             st,
@@ -1363,6 +1370,8 @@ impl Engine {
         }
         if claim {
             st.claiming.entry(lpe).or_default().0 += 1;
+            // Held (not ready) until the claim completes: see the check above.
+            st.claims.insert(context, Claimed::default());
         }
         Ok(())
     }
@@ -1433,6 +1442,9 @@ impl Engine {
         let found = ev.fail == portico::lpe::NiFail::Ok;
         if claim && let Some((n, _)) = st.claiming.get_mut(&lpe) {
             *n = n.saturating_sub(1);
+        }
+        if claim && !found {
+            st.claims.remove(&op.context);
         }
         if found && claim {
             // Take it: a use-once receive of exactly its tag from exactly its sender claims the
@@ -1848,7 +1860,17 @@ impl Engine {
     /// (`fi_cq_sread`); at once when `cq` has entries already.
     pub fn wait(&self, cq: usize, timeout: Duration) {
         let [a, b] = &self.wakes;
-        wake::sleep(&[a, b], timeout.as_nanos() as u64, || self.pending(&[cq]));
+        // The wake-up is one per path, not per thread: the first sleeper to wake lowers the
+        // flags and empties the eventfds, so a thread that sleeps beside others sleeps in
+        // short spells (1 ms) instead of its whole timeout.
+        let others = self.waiters.fetch_add(1, Ordering::AcqRel);
+        let spell = if others > 0 {
+            timeout.min(Duration::from_millis(1))
+        } else {
+            timeout
+        };
+        wake::sleep(&[a, b], spell.as_nanos() as u64, || self.pending(&[cq]));
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// `fi_trywait`: true when nothing waits to be read in `cqs` or the engine, and the worker
@@ -1859,8 +1881,12 @@ impl Engine {
         wake::prepare_external_wait(&[a, b], || self.pending(cqs))
     }
 
-    /// The end of a wait `try_wait` began (every CQ read ends it).
+    /// The end of a wait `try_wait` began (every CQ read ends it, unless a thread sleeps in
+    /// [`Engine::wait`], whose flags these are too).
     pub fn end_wait(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            return;
+        }
         let [a, b] = &self.wakes;
         wake::finish_external_wait(&[a, b]);
     }
