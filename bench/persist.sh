@@ -12,12 +12,19 @@
 #   durable vs write-read, p50 latency at QD 1, 64 B:  ratio <= 0.6
 #   durable vs write-read, ops/s at QD 32, 64 B:       ratio >= 1.8
 #
+# and, from the same runs, the frames and bytes both engines put on the wire per operation
+# (the seed's network-load claim: a durable 64 B write against WRITE + READ). PMEM=emulated
+# treats the region file as persistent memory (`--pmem emulated`: persist = cache-line
+# write-back and a fence, as on DAX; not durable), the seed's setting on a machine without a
+# DAX device.
+#
 # each with the per-run ratios beside it. Exit status 1 when a target is not met or a run
 # failed; every figure is printed either way.
 #
 #   bench/persist.sh        RUNS=3 DURATION=3 SIZES="64 4096 65536" QDS="1 32"
 #                           MODES="durable write-read write-flush write-send"
-#                           EXTRA="--hugepages off --memory-mb 512" PORTICO_NO_BUILD=1
+#                           EXTRA="--hugepages off --memory-mb 512" PMEM=file|emulated
+#                           PORTICO_NO_BUILD=1
 #
 # The release build runs under `flock $LOCK` (one build at a time on a small machine). To keep
 # builds off the machine while measuring, build first, then run the script under the same lock
@@ -31,6 +38,7 @@ SIZES=${SIZES:-"64 4096 65536"}
 QDS=${QDS:-"1 32"}
 MODES=${MODES:-"durable write-read write-flush write-send"}
 EXTRA=${EXTRA:-"--hugepages off --memory-mb 512"}
+PMEM=${PMEM:-file}
 PORTICO=${PORTICO:-target/release/portico}
 OUT=${OUT:-bench/results/persist}
 LOCK=${LOCK:-/tmp/portico-build.lock}
@@ -53,7 +61,7 @@ for i in $(seq 1 "$RUNS"); do
                 base="$OUT/$mode-qd$qd-$size-$i"
                 # shellcheck disable=SC2086
                 if ! "$PORTICO" bench persist --mode "$mode" --qd "$qd" --size "$size" \
-                    --duration "$DURATION" --json $EXTRA >"$base.json" 2>"$base.err"; then
+                    --pmem "$PMEM" --duration "$DURATION" --json $EXTRA >"$base.json" 2>"$base.err"; then
                     echo "run failed: $mode qd $qd size $size run $i (see $base.err)" >&2
                     failed=1
                 fi
@@ -102,6 +110,8 @@ for mode in modes:
                     "errors": v["errors"],
                     "mapping": v["persist"]["mapping"],
                     "dax": v["persist"]["dax"],
+                    "pkts": v["persist"]["wire_packets_per_op"],
+                    "bytes": v["persist"]["wire_bytes_per_op"],
                 })
             cells[(mode, qd, size)] = per_run
 
@@ -109,11 +119,14 @@ first = next((r for c in cells.values() for r in c if r), None)
 if first:
     print(f"target region: {first['mapping']}, dax: {str(first['dax']).lower()}")
 print(f"{runs} runs of {duration} s each; medians over runs; retransmissions summed over runs")
-print(f"{'mode':<12} {'qd':>3} {'size':>6} {'ops/s':>10} {'p50 µs':>10} {'p99 µs':>10} {'retx':>6} {'errors':>6} {'runs ok':>8}")
+print(f"{'mode':<12} {'qd':>3} {'size':>6} {'ops/s':>10} {'p50 µs':>10} {'p99 µs':>10} {'retx':>6} {'errors':>6} {'runs ok':>8} {'frames/op':>10} {'bytes/op':>9}")
 
 def med(mode, qd, size, key):
-    vals = [r[key] for r in cells[(mode, qd, size)] if r]
+    vals = [r[key] for r in cells[(mode, qd, size)] if r and r[key] is not None]
     return statistics.median(vals) if vals else None
+
+def fmt_bytes(b):
+    return "-" if b is None else f"{b:.0f}"
 
 for size in sizes:
     for qd in qds:
@@ -125,7 +138,8 @@ for size in sizes:
             print(f"{mode:<12} {qd:>3} {size:>6} {med(mode, qd, size, 'ops'):>10.0f} "
                   f"{med(mode, qd, size, 'p50'):>10.1f} {med(mode, qd, size, 'p99'):>10.1f} "
                   f"{sum(r['retx'] for r in ok):>6} {sum(r['errors'] for r in ok):>6} "
-                  f"{len(ok):>4}/{runs}")
+                  f"{len(ok):>4}/{runs} {med(mode, qd, size, 'pkts'):>10.2f} "
+                  f"{fmt_bytes(med(mode, qd, size, 'bytes')):>9}")
 
 status = 1 if failed else 0
 
@@ -151,5 +165,12 @@ if "durable" in modes and "write-read" in modes and "64" in sizes:
         target("p50 latency ratio, QD 1, 64 B", "p50", "1", "64", "<=", 0.6)
     if "32" in qds:
         target("ops/s ratio, QD 32, 64 B", "ops", "32", "64", ">=", 1.8)
+    for qd in qds:
+        d, w = med("durable", qd, "64", "pkts"), med("write-read", qd, "64", "pkts")
+        if d is not None and w is not None:
+            db, wb = med("durable", qd, "64", "bytes"), med("write-read", qd, "64", "bytes")
+            print(f"on the wire per 64 B durable write, QD {qd}: durable {d:.2f} frames "
+                  f"({fmt_bytes(db)} B), write-read {w:.2f} frames ({fmt_bytes(wb)} B) "
+                  f"(the seed: 2 against 4)")
 sys.exit(status)
 EOF

@@ -233,6 +233,15 @@ pub struct LoopArgs {
     pub engine: EngineArgs,
 }
 
+/// `bench persist --pmem`: what the target's region is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PmemArg {
+    /// A file mapping as the file system gives it.
+    File,
+    /// The file treated as persistent memory (emulated, not durable).
+    Emulated,
+}
+
 /// `bench persist`.
 #[derive(Args)]
 #[command(
@@ -253,6 +262,11 @@ pub struct PersistArgs {
     /// fresh directory under /var/tmp, removed afterwards.
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
+    /// The target's region: `file` (a file mapping; persist = msync, or line write-back on
+    /// DAX) or `emulated` (the file treated as persistent memory, as PMDK's
+    /// PMEM_IS_PMEM_FORCE: persist = cache-line write-back and a fence; not durable).
+    #[arg(long, value_enum, default_value = "file")]
+    pub pmem: PmemArg,
     /// Record size in bytes (default 64).
     #[arg(long)]
     pub size: Option<u32>,
@@ -545,6 +559,7 @@ impl EngineArgs {
             eal: self.eal,
             mode: None,
             file: None,
+            emulate_pmem: false,
             part: Vec::new(),
             cores: 1,
             connections: None,
@@ -621,6 +636,7 @@ impl PersistArgs {
         let mut o = self.engine.opts(BenchOp::Persist)?;
         o.mode = Some(self.mode);
         o.file = self.file;
+        o.emulate_pmem = self.pmem == PmemArg::Emulated;
         o.set_size(self.size);
         o.qd = self.qd;
         o.rate = self.rate;

@@ -131,6 +131,9 @@ pub struct BenchOpts {
     /// `persist` only: the file to map as the target's region (default: one in a fresh
     /// directory under /var/tmp, removed afterwards).
     pub file: Option<PathBuf>,
+    /// `persist` only: the target's region file treated as persistent memory
+    /// (`pmem::MapOptions::emulate_pmem`: persist = cache-line write-back, not durable).
+    pub emulate_pmem: bool,
     /// `tagged` only: the parts to run (empty: all).
     pub part: Vec<tagged::TaggedPart>,
     /// Workers the two engines run on (`--cores`): 1 puts both engines on one worker; N > 1

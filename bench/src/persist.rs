@@ -105,6 +105,15 @@ pub struct PersistSummary {
     pub durable_timeout_ns: u64,
     /// `write-send` only: what the target's server thread did.
     pub server: Option<ServerSummary>,
+    /// The region was a file treated as persistent memory (`--pmem emulated`): persists are
+    /// cache-line write-backs, and nothing is durable.
+    pub emulated_pmem: bool,
+    /// Frames both engines put on the wire per completed operation, and their bytes (the
+    /// seed's network-load claim: requests, responses and every ACK, retransmissions
+    /// included).
+    pub wire_packets_per_op: f64,
+    /// `None` where the ports do not count bytes (net_ring).
+    pub wire_bytes_per_op: Option<f64>,
 }
 
 /// What the `write-send` server thread did.
@@ -387,10 +396,14 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         (None, Some(dir)) => dir.0.join("region"),
         (None, None) => unreachable!("a directory is made when no file is given"),
     };
-    let region_map =
-        Arc::new(Mapping::create_file(&path, region_len).map_err(|e| {
-            AppError::Failed(format!("mapping {} as the region: {e}", path.display()))
-        })?);
+    let region_map = Arc::new(
+        pmem::MapOptions::new()
+            .emulate_pmem(opts.emulate_pmem)
+            .create_file(&path, region_len)
+            .map_err(|e| {
+                AppError::Failed(format!("mapping {} as the region: {e}", path.display()))
+            })?,
+    );
     // Every block allocated and clean before the run, as in a pool made in advance: the run
     // measures writes into a file, not its growth.
     region_map
@@ -697,6 +710,19 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
     if let Some(p) = &opts.hgrm {
         write_hgrm(p, &hist)?;
     }
+    let per_op = |n: u64| {
+        if done > 0 {
+            n as f64 / done as f64
+        } else {
+            0.0
+        }
+    };
+    let tx_bytes: u64 = ports.iter().map(|p| p.stats.tx_bytes).sum();
+    let tx_packets: u64 = ports.iter().map(|p| p.stats.tx_packets).sum();
+    let wire = (
+        per_op(tx_packets),
+        (tx_bytes > 0 || tx_packets == 0).then(|| per_op(tx_bytes)),
+    );
     let results = if done > 0 {
         vec![OpResult {
             op: mode.name(),
@@ -747,6 +773,9 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
             timeout_ns: tuning.2,
             durable_timeout_ns: tuning.3,
             server,
+            emulated_pmem: opts.emulate_pmem,
+            wire_packets_per_op: wire.0,
+            wire_bytes_per_op: wire.1,
         }),
     })
 }
@@ -770,6 +799,15 @@ pub(super) fn print(p: &PersistSummary) {
         p.max_in_flight,
         p.timeout_ns as f64 / 1e6,
         p.durable_timeout_ns as f64 / 1e6
+    );
+    let bytes = p
+        .wire_bytes_per_op
+        .map_or("bytes not counted by the ports".to_string(), |b| {
+            format!("{b:.0} bytes")
+        });
+    println!(
+        "  on the wire: {:.2} frames per operation, {bytes} (both engines' transmits)",
+        p.wire_packets_per_op
     );
     if let Some(s) = &p.server {
         let us = |ns: u64| ns as f64 / 1000.0;

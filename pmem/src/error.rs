@@ -59,6 +59,9 @@ pub enum Error {
          this one is real memory, and its stores cannot be taken back"
     )]
     NotSimulated,
+    /// Two options of [`crate::MapOptions`] that cannot go together.
+    #[error("MapOptions: {0}")]
+    Options(&'static str),
 }
 
 impl Error {

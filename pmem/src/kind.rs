@@ -24,6 +24,11 @@ pub enum Kind {
     /// A shared mapping of a file that the application made itself, registered in place
     /// ([`crate::Mapping::borrowed_file`]): persisted with `msync`, as a file mapping is.
     ApplicationFile,
+    /// A file mapping treated as persistent memory though it is not
+    /// ([`crate::MapOptions::emulate_pmem`], as PMDK's `PMEM_IS_PMEM_FORCE`): persisted as
+    /// DAX is, by cache-line write-back and a fence, so that what a persist costs on real
+    /// persistent memory can be measured here. Not durable: the page cache is never synced.
+    EmulatedPmem,
 }
 
 impl Kind {
@@ -37,6 +42,12 @@ impl Kind {
                 None => Durability::Msync,
             },
             Kind::SimulatedAnonymous | Kind::SimulatedFile => Durability::Simulated,
+            Kind::EmulatedPmem => match flush_instruction() {
+                Some(instr) => Durability::CacheFlush(instr),
+                // Off x86_64 there is no line write-back to emulate with: nothing is done,
+                // which is what the emulation promises anyway (no durability).
+                None => Durability::Volatile,
+            },
         }
     }
 
@@ -52,6 +63,12 @@ impl fmt::Display for Kind {
             Kind::Anonymous => f.write_str("anonymous memory (volatile; persist does nothing)"),
             Kind::Application => f.write_str(
                 "the application's own memory, registered in place (volatile; persist does nothing)",
+            ),
+            Kind::EmulatedPmem => write!(
+                f,
+                "emulated persistent memory (a file treated as DAX: persist = {}; \
+                 emulated, not durable)",
+                self.durability()
             ),
             Kind::ApplicationFile => f.write_str(
                 "a shared file mapping the application made, registered in place (persist = msync)",

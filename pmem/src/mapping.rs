@@ -92,6 +92,7 @@ impl fmt::Debug for Mapping {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MapOptions {
     simulate: bool,
+    emulate_pmem: bool,
 }
 
 impl MapOptions {
@@ -103,6 +104,18 @@ impl MapOptions {
     /// [`Mapping::crash`] can throw away every store made since.
     pub fn simulate_power_loss(mut self, on: bool) -> MapOptions {
         self.simulate = on;
+        self
+    }
+
+    /// Treats the file mappings made with these options as persistent memory, as PMDK's
+    /// `PMEM_IS_PMEM_FORCE=1` does: `persist` writes the range's cache lines back and fences
+    /// (what it costs on DAX), and never calls `msync`, so nothing is durable. The mapping's
+    /// [`Kind::EmulatedPmem`] says so wherever it is reported. For measuring the persistence
+    /// protocols where a persist is a few line write-backs (the seeds' setting) on a machine
+    /// without a DAX device. A file on a real DAX mapping stays real; anonymous memory is
+    /// unaffected; not with [`MapOptions::simulate_power_loss`].
+    pub fn emulate_pmem(mut self, on: bool) -> MapOptions {
+        self.emulate_pmem = on;
         self
     }
 
@@ -184,6 +197,12 @@ impl MapOptions {
 
     fn map_file(&self, file: File, path: &Path, len: usize) -> Result<Mapping, Error> {
         let path_buf = Some(path.to_path_buf());
+        if self.simulate && self.emulate_pmem {
+            return Err(Error::Options(
+                "simulate_power_loss and emulate_pmem: the simulator decides what a persist \
+                 keeps, the emulation that a persist is a line write-back; choose one",
+            ));
+        }
         if self.simulate {
             return Mapping::private_view(file, path_buf, len, Kind::SimulatedFile)
                 .map_err(|e| Error::io("map", path, e));
@@ -202,13 +221,12 @@ impl MapOptions {
             .len(len)
             .map_raw(&file)
             .map_err(|e| Error::io("map", path, e))?;
-        Ok(Mapping::new(
-            Region::Memmap(map),
-            len,
-            Kind::File { dax: false },
-            path_buf,
-            None,
-        ))
+        let kind = if self.emulate_pmem {
+            Kind::EmulatedPmem
+        } else {
+            Kind::File { dax: false }
+        };
+        Ok(Mapping::new(Region::Memmap(map), len, kind, path_buf, None))
     }
 }
 

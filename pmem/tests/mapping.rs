@@ -264,3 +264,49 @@ fn a_borrowed_file_mapping_persists_by_msync_from_inside_a_page() {
     drop(owner);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn an_emulated_pmem_file_persists_by_line_write_back_and_says_it_is_not_durable() {
+    let dir = TempDir::new("emulated-pmem");
+    let path = dir.path().join("pool");
+    let m = MapOptions::new()
+        .emulate_pmem(true)
+        .create_file(&path, 8192)
+        .unwrap();
+    if m.is_dax() {
+        eprintln!(
+            "{} is on a real DAX file system: not asserting",
+            path.display()
+        );
+        return;
+    }
+    assert_eq!(m.kind(), Kind::EmulatedPmem);
+    if cfg!(target_arch = "x86_64") {
+        assert!(
+            matches!(m.durability(), Durability::CacheFlush(_)),
+            "{:?}",
+            m.durability()
+        );
+    }
+    let words = m.kind().to_string();
+    assert!(words.contains("emulated, not durable"), "{words}");
+    m.write(100, b"emulated").unwrap();
+    m.persist(96, 64).unwrap();
+    let mut back = [0u8; 8];
+    m.read(100, &mut back).unwrap();
+    assert_eq!(&back, b"emulated");
+    // With the power-loss simulator: refused, naming both options.
+    let e = MapOptions::new()
+        .emulate_pmem(true)
+        .simulate_power_loss(true)
+        .create_file(&dir.path().join("other"), 4096)
+        .unwrap_err();
+    assert!(matches!(e, Error::Options(_)), "{e}");
+    assert!(e.to_string().contains("emulate_pmem"), "{e}");
+    // Anonymous memory is not affected.
+    let a = MapOptions::new()
+        .emulate_pmem(true)
+        .anonymous(4096)
+        .unwrap();
+    assert_eq!(a.kind(), Kind::Anonymous);
+}

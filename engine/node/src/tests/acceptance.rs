@@ -674,7 +674,9 @@ mod zero_length {
     #[test]
     fn durable_write_only_of_zero_bytes_is_not_checked_like_a_write() {
         // Portico's durable WRITE is a WRITE (C9-88 applies); its durable ACK vouches for the
-        // durable WRITEs before it, which were checked, and for no range of its own.
+        // durable WRITEs before it, which were checked, and for no range of its own. Nothing
+        // to persist: the durable ACK is owed at once and goes alone, standing for the receipt
+        // ACK too (it names the last PSN received).
         let mut s = setup_with(|cfg| cfg.durable_writes = true);
         assert_eq!(
             ask(
@@ -683,7 +685,7 @@ mod zero_length {
                 reth(BOGUS_ADDR, BOGUS_RKEY, 0),
                 None
             ),
-            ack(Opcode::Acknowledge)
+            ack(Opcode::DurableAcknowledge)
         );
         // Without the negotiation the opcode is refused at any length.
         let mut s = setup();

@@ -194,6 +194,11 @@ impl Durability {
         self.pending.front().map(|o| o.psn)
     }
 
+    /// The durable ACK owed, if any, without taking it.
+    pub(crate) fn ack_owed(&self) -> Option<u32> {
+        if self.ack_due { self.durable_psn } else { None }
+    }
+
     /// The durable ACK owed, if any (taken: it is sent once per call).
     pub(crate) fn take_ack(&mut self) -> Option<u32> {
         if !self.ack_due {

@@ -79,6 +79,9 @@ pub struct QpStats {
     pub dropped_requests: u64,
     /// Durable ACKs (Portico's extension) sent.
     pub durable_acks_sent: u64,
+    /// Receipt ACKs not sent because the durable ACK that went instead named the same last
+    /// PSN (one frame instead of two).
+    pub receipt_acks_folded: u64,
     /// Tagged messages (eager or rendezvous) whose envelope was matched.
     pub tagged_received: u64,
     /// Tagged SENDs whose tag header did not parse (answered "invalid request").
@@ -120,6 +123,7 @@ impl QpStats {
         self.durable_timeouts += o.durable_timeouts;
         self.durable_probes += o.durable_probes;
         self.durable_acks_sent += o.durable_acks_sent;
+        self.receipt_acks_folded += o.receipt_acks_folded;
         self.tagged_received += o.tagged_received;
         self.bad_tag_headers += o.bad_tag_headers;
         self.acks_sent += o.acks_sent;
