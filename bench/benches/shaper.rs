@@ -21,6 +21,7 @@ fn class(assured_pct: u64) -> ClassConfig {
         ceiling_bps: LINK,
         burst_bytes: 64 * 1024,
         strict: false,
+        pfc_priority: None,
     }
 }
 

@@ -397,6 +397,7 @@ fn shaper_config(p: &ShaperParams, paced: bool) -> ShaperConfig {
             ceiling_bps: bps(c.ceiling_gbps),
             burst_bytes: 64 * 1024,
             strict: c.strict,
+            pfc_priority: None,
         })
         .collect();
     let mut cfg = ShaperConfig::new(classes);

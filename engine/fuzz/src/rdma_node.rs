@@ -727,6 +727,8 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         icrc_errors,
         malformed,
         not_for_us,
+        pfc_frames,
+        mac_control_ignored,
         wrong_mac,
         vlan_tagged,
         ip_options,
@@ -755,6 +757,8 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         dropped: icrc_errors
             + malformed
             + not_for_us
+            + pfc_frames
+            + mac_control_ignored
             + wrong_mac
             + vlan_tagged
             + ip_options

@@ -66,8 +66,14 @@ portico_counters::counter_set! {
         /// RoCEv2 frames that failed another check (length, checksum, opcode, ...).
         malformed: Sum,
         /// Frames that are not RoCEv2 or ARP for us (other protocols, other IP addresses,
-        /// multicast and broadcast other than ARP).
+        /// multicast and broadcast other than ARP and PFC).
         not_for_us: Sum,
+        /// 802.1Qbb PFC frames from the link partner, taken by the shaper (its classes count
+        /// their pauses); with no shaper, counted and otherwise ignored.
+        pfc_frames: Sum,
+        /// MAC control frames (0x8808) that are not a well-formed PFC frame (802.3x PAUSE
+        /// included: Portico does not honour link-level pause).
+        mac_control_ignored: Sum,
         /// Unicast frames to another host's MAC address (seen only when the port floods or is
         /// promiscuous), whatever they carry.
         wrong_mac: Sum,
@@ -704,6 +710,22 @@ impl RdmaNode {
         }
     }
 
+    /// A frame to the MAC control address: a PFC frame pauses (or resumes) the shaper's
+    /// classes mapped to its priorities (seed 000: flow control from the link partner is an
+    /// input to the arbitration); anything else is counted and dropped.
+    fn mac_control(&mut self, now: u64, frame: &[u8]) -> RxOutcome {
+        match wire::pfc::PfcRepr::parse(frame) {
+            Ok(pfc) => {
+                self.counters.pfc_frames += 1;
+                if let Some(sh) = self.parts.shaper.shaper.as_mut() {
+                    sh.pfc(now, &pfc);
+                }
+            }
+            Err(_) => self.counters.mac_control_ignored += 1,
+        }
+        RxOutcome::Dropped
+    }
+
     /// Handles one received frame.
     ///
     /// The checks come in the order a NIC makes them, each refusal counted under its own
@@ -729,6 +751,9 @@ impl RdmaNode {
                 self.counters.arp_replies += 1;
                 self.cm_learn(now, frame);
                 return RxOutcome::ArpReply(len);
+            }
+            if dst == wire::pfc::MAC_CONTROL_ADDRESS.0 {
+                return self.mac_control(now, frame);
             }
             self.counters.not_for_us += 1;
             return RxOutcome::Dropped;
@@ -1220,6 +1245,50 @@ mod tests {
     }
 
     #[test]
+    fn a_pfc_frame_pauses_the_shaper_class_of_its_priority_and_other_mac_control_is_counted() {
+        use proto::shaper::ClassConfig;
+        let class = |p: Option<u8>| ClassConfig {
+            assured_bps: 0,
+            ceiling_bps: 100_000_000_000,
+            burst_bytes: 65_536,
+            strict: false,
+            pfc_priority: p,
+        };
+        let cfg = ShaperConfig::new(vec![class(Some(3)), class(None)]);
+        let (mut a, _b) = pair_shaped(256, Some(cfg), |_| {});
+        let mut quanta = [0u16; 8];
+        quanta[3] = 0xffff;
+        let pfc = wire::pfc::PfcRepr {
+            src_mac: wire::EthernetAddress([2, 0, 0, 0, 0, 10]),
+            enabled: 1 << 3,
+            quanta,
+        };
+        let mut frame = [0u8; wire::pfc::FRAME_LEN];
+        pfc.emit(&mut frame).unwrap();
+        assert_eq!(a.node.receive(0, &frame), RxOutcome::Dropped);
+        assert_eq!(a.node.counters.pfc_frames, 1);
+        let sh = a.node.shaper().unwrap();
+        assert_eq!(
+            (
+                sh.class_counters(0).pfc_pauses,
+                sh.class_counters(1).pfc_pauses
+            ),
+            (1, 0)
+        );
+        // 802.3x PAUSE (opcode 0x0001) to the same address: not honoured, counted.
+        frame[14..16].copy_from_slice(&wire::pfc::OPCODE_PAUSE.to_be_bytes());
+        a.node.receive(0, &frame);
+        assert_eq!(
+            (
+                a.node.counters.pfc_frames,
+                a.node.counters.mac_control_ignored
+            ),
+            (1, 1)
+        );
+        assert_eq!(a.node.counters.not_for_us, 0);
+    }
+
+    #[test]
     fn a_shaper_paces_reads_to_the_absorb_rate_and_never_holds_back_responses() {
         use proto::shaper::ClassConfig;
         // 1 Gbit/s of absorb (8 ns per byte) and a burst of one 64 KiB READ's responses.
@@ -1237,6 +1306,7 @@ mod tests {
             ceiling_bps: 100_000_000_000,
             burst_bytes: 65_536,
             strict: false,
+            pfc_priority: None,
         }]);
         cfg.absorb_bps = Some(absorb_bps);
         cfg.absorb_burst_bytes = per_read;

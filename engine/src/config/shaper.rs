@@ -17,6 +17,7 @@
 //! ceiling_gbps = 10.0
 //! burst_bytes = 65536
 //! strict = false
+//! pfc_priority = 3           # PFC pausing priority 3 stops this class (absent: never)
 //! ```
 //!
 //! Rates are per worker (each worker has its own shaper); an error names its field, e.g.
@@ -73,6 +74,11 @@ pub struct ClassSection {
     /// Served before every non-strict class, up to its ceiling (a low-latency class).
     #[serde(default)]
     pub strict: bool,
+    /// The 802.1Qbb priority (0-7) the class's packets travel at: a PFC frame from the link
+    /// partner that pauses it stops the class for the pause (seed 000). Absent: PFC does not
+    /// stop it.
+    #[serde(default)]
+    pub pfc_priority: Option<u8>,
 }
 
 fn default_absorb_burst() -> u64 {
@@ -170,11 +176,17 @@ impl ShaperSection {
             if c.burst_bytes == 0 {
                 return Err(err(f("burst_bytes"), "must be more than 0"));
             }
+            if let Some(p) = c.pfc_priority
+                && p > 7
+            {
+                return Err(err(f("pfc_priority"), format!("{p}: a priority is 0 to 7")));
+            }
             classes.push(ClassConfig {
                 assured_bps: assured,
                 ceiling_bps: ceiling,
                 burst_bytes: c.burst_bytes,
                 strict: c.strict,
+                pfc_priority: c.pfc_priority,
             });
         }
         let mut cfg = ShaperConfig::new(classes);
@@ -252,13 +264,15 @@ mod tests {
                     assured_bps: 0,
                     ceiling_bps: 10_000_000_000,
                     burst_bytes: 65_536,
-                    strict: false
+                    strict: false,
+                    pfc_priority: None
                 },
                 ClassConfig {
                     assured_bps: 2_500_000_000,
                     ceiling_bps: 2_500_000_000,
                     burst_bytes: 16_384,
-                    strict: true
+                    strict: true,
+                    pfc_priority: None
                 }
             ]
         );
@@ -316,5 +330,32 @@ mod tests {
         }
         let e = parse("[shaper]\nmcu = 3\n[[shaper.classes]]\nceiling_gbps = 1\n").unwrap_err();
         assert!(e.to_string().contains("mcu"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod pfc_tests {
+    use super::*;
+
+    #[test]
+    fn a_class_names_its_pfc_priority_and_a_bad_one_is_refused_by_field() {
+        let s = ShaperSection::parse_file(
+            "[shaper]\n[[shaper.classes]]\nceiling_gbps = 10\npfc_priority = 3\n\
+             [[shaper.classes]]\nceiling_gbps = 10\n",
+        )
+        .unwrap();
+        let cfg = s.to_config("shaper").unwrap();
+        assert_eq!(
+            (cfg.classes[0].pfc_priority, cfg.classes[1].pfc_priority),
+            (Some(3), None)
+        );
+        let e = ShaperSection::parse_file(
+            "[shaper]\n[[shaper.classes]]\nceiling_gbps = 10\npfc_priority = 8\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "shaper.classes[0].pfc_priority: 8: a priority is 0 to 7"
+        );
     }
 }

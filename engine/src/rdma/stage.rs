@@ -43,6 +43,10 @@ crate::counter_set! {
         malformed: Sum,
         /// Frames that are not RoCEv2 or ARP for us.
         not_for_us: Sum,
+        /// 802.1Qbb PFC frames from the link partner (the shaper's classes paused by them).
+        pfc_frames: Sum,
+        /// MAC control frames other than PFC (802.3x PAUSE included), ignored.
+        mac_control_ignored: Sum,
         /// RoCEv2 packets to a QPN no queue pair of the engine has.
         unknown_qp: Sum,
         /// Unicast frames to another host's MAC address.

@@ -51,6 +51,10 @@ pub struct ClassConfig {
     /// assured rate is not used (it has priority anyway). Among strict classes the lowest
     /// index goes first.
     pub strict: bool,
+    /// The 802.1Qbb priority this class's packets travel at: a PFC frame from the link
+    /// partner that pauses it stops the class until the pause ends ([`Shaper::pfc`]); `None`:
+    /// PFC does not stop the class.
+    pub pfc_priority: Option<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,6 +235,10 @@ pub struct Counters {
     /// Arbitration steps a stream's owner had nothing it could send (its own window, pacer
     /// or timer held it).
     pub waited_flow: u64,
+    /// Classes: arbitration steps it had work but its priority was paused by PFC.
+    pub waited_pfc: u64,
+    /// Classes: PFC frames that paused it (a resume, quanta 0, is not counted).
+    pub pfc_pauses: u64,
 }
 
 /// A stream's next packet, as its owner tells [`Shaper::next_with`].
@@ -309,6 +317,8 @@ struct Class {
     busy: usize,
     /// The arbitration step this class was last tried in (so skips count once per step).
     tried: u64,
+    /// PFC paused its priority until this time (ns; 0: not paused).
+    paused_until: u64,
     counters: Counters,
 }
 
@@ -321,9 +331,16 @@ struct FlowQueue {
     stream: bool,
 }
 
+/// The link rate PFC quanta are timed at when the configuration names none
+/// ([`ShaperConfig::link_bps`]): 10 Gbit/s.
+pub const PFC_DEFAULT_LINK_BPS: u64 = 10_000_000_000;
+
 /// The shaper: flow queues, MCUs and the class and absorb buckets. See the module doc.
 #[derive(Debug)]
 pub struct Shaper {
+    /// The rate a PFC quantum (512 bit times) is timed at: the link's, else
+    /// [`PFC_DEFAULT_LINK_BPS`].
+    pfc_link_bps: u64,
     classes: Vec<Class>,
     mcus: Vec<Mcu>,
     flows: Vec<FlowQueue>,
@@ -391,6 +408,7 @@ impl Shaper {
                 fresh: true,
                 busy: 0,
                 tried: 0,
+                paused_until: 0,
                 counters: Counters::default(),
             })
             .collect();
@@ -413,6 +431,7 @@ impl Shaper {
             })
             .collect();
         Ok(Shaper {
+            pfc_link_bps: cfg.link_bps.unwrap_or(PFC_DEFAULT_LINK_BPS),
             classes,
             mcus,
             flows,
@@ -627,7 +646,7 @@ impl Shaper {
         // Strict classes in index order: the lowest index is the most urgent.
         for i in 0..self.strict.len() {
             let c = self.strict[i];
-            if self.classes[c].busy > 0 {
+            if self.classes[c].busy > 0 && !self.pfc_held(c, now) {
                 if self.classes[c].ceiling.conforms(now) {
                     if let Some(p) = self.serve_class(c, now, false, &mut peek) {
                         return Some(p);
@@ -648,6 +667,11 @@ impl Shaper {
                 if class.cfg.strict || class.busy == 0 || class.tried == self.step {
                     continue;
                 }
+                if class.paused_until > now {
+                    class.tried = self.step;
+                    class.counters.waited_pfc += 1;
+                    continue;
+                }
                 if !class.ceiling.conforms(now) {
                     // Out of ceiling tokens it cannot go in either pass: count it once.
                     class.tried = self.step;
@@ -664,6 +688,44 @@ impl Shaper {
             }
         }
         None
+    }
+
+    /// Whether class `c` is paused by PFC at `now` (counted as a wait when it is).
+    #[inline]
+    fn pfc_held(&mut self, c: usize, now: u64) -> bool {
+        let class = &mut self.classes[c];
+        if class.paused_until > now {
+            class.counters.waited_pfc += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A PFC frame from the link partner (802.1Qbb, [`wire::pfc::PfcRepr`]) at `now`: every class
+    /// whose [`ClassConfig::pfc_priority`] the frame names is paused for the quanta it gives
+    /// (512 bit times each at the link's rate, [`ShaperConfig::link_bps`], else
+    /// [`PFC_DEFAULT_LINK_BPS`]) from now, or resumed by quanta 0. ACKs, NAKs and READ
+    /// responses never pass the shaper, so a pause holds back requests only. Returns the
+    /// classes it paused.
+    pub fn pfc(&mut self, now: u64, frame: &wire::pfc::PfcRepr) -> u32 {
+        let link_bps = self.pfc_link_bps;
+        let mut paused = 0;
+        for class in &mut self.classes {
+            let Some(p) = class.cfg.pfc_priority else {
+                continue;
+            };
+            match frame.pause_ns(usize::from(p), link_bps) {
+                None => {}
+                Some(0) => class.paused_until = 0,
+                Some(ns) => {
+                    class.paused_until = now.saturating_add(ns);
+                    class.counters.pfc_pauses += 1;
+                    paused += 1;
+                }
+            }
+        }
+        paused
     }
 
     /// Counts a step that class `c` (and each of its MCUs with a packet) lost to outbound tokens.
@@ -858,9 +920,12 @@ impl Shaper {
             if mcu.outstanding >= self.outstanding_cap {
                 continue;
             }
-            let Some(mut t) = self.classes[k.class as usize].ceiling.ready_at(now, 0) else {
+            let class = &self.classes[k.class as usize];
+            let Some(mut t) = class.ceiling.ready_at(now, 0) else {
                 continue;
             };
+            // A paused class may go again when its pause ends.
+            t = t.max(class.paused_until);
             let back = if k.stream {
                 // Its packet is its owner's to say: what last did not fit, if anything.
                 mcu.blocked_back

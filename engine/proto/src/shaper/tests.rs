@@ -13,6 +13,7 @@ fn class(assured_bps: u64, ceiling_bps: u64, burst_bytes: u64, strict: bool) -> 
         ceiling_bps,
         burst_bytes,
         strict,
+        pfc_priority: None,
     }
 }
 
@@ -1044,4 +1045,100 @@ fn read_mcus_waiting_for_absorb_tokens_share_them_equally() {
         q.sort_unstable();
         assert_eq!(q, [0, 1, 2, 3], "{order:?}");
     }
+}
+
+/// A PFC frame from the link partner naming priority 3 with `quanta` (0: resume).
+fn pfc3(quanta: u16) -> wire::pfc::PfcRepr {
+    let mut q = [0u16; 8];
+    q[3] = quanta;
+    wire::pfc::PfcRepr {
+        src_mac: wire::EthernetAddress([2, 0, 0, 0, 0, 10]),
+        enabled: 1 << 3,
+        quanta: q,
+    }
+}
+
+#[test]
+fn a_pfc_pause_stops_only_the_class_of_its_priority_until_it_ends_or_is_resumed() {
+    let mut classes = vec![
+        class(LINK / 2, LINK, 8000, false),
+        class(LINK / 2, LINK, 8000, false),
+    ];
+    classes[0].pfc_priority = Some(3);
+    classes[1].pfc_priority = Some(5);
+    let mut s = Shaper::new(ShaperConfig {
+        mcus: 2,
+        ..ShaperConfig::new(classes)
+    })
+    .unwrap();
+    let flows = distinct_flows(&s, 2);
+    for (i, &f) in flows.iter().enumerate() {
+        s.enqueue(put(f, i as u8, HUGE, 1000)).unwrap();
+    }
+    // 1 000 quanta of 512 bit times at the default 10 Gbit/s: 51 200 ns.
+    assert_eq!(s.pfc(0, &pfc3(1000)), 1, "one class has priority 3");
+    let mut now = 0;
+    let mut picks: Vec<(u64, u8)> = Vec::new();
+    let step = |s: &mut Shaper, now: &mut u64, until: u64, picks: &mut Vec<(u64, u8)>| {
+        while *now < until {
+            match s.next(*now) {
+                Some(p) => {
+                    s.completed(p.mcu, 1);
+                    picks.push((*now, p.class));
+                    *now += u64::from(p.packet_bytes).max(1);
+                }
+                None => match s.next_ready_at(*now) {
+                    Some(t) if t > *now => *now = t.min(until),
+                    _ => break,
+                },
+            }
+        }
+    };
+    step(&mut s, &mut now, 51_200, &mut picks);
+    assert!(!picks.is_empty());
+    assert!(
+        picks.iter().all(|&(_, c)| c == 1),
+        "only the other class goes during the pause"
+    );
+    assert!(s.class_counters(0).waited_pfc > 0);
+    assert_eq!(s.class_counters(0).pfc_pauses, 1);
+    picks.clear();
+    step(&mut s, &mut now, 150_000, &mut picks);
+    let first0 = picks
+        .iter()
+        .find(|&&(_, c)| c == 0)
+        .expect("class 0 resumes");
+    assert!(first0.0 >= 51_200, "{first0:?}");
+    // Both share the link again: within a few packets of half each.
+    let n0 = picks.iter().filter(|&&(_, c)| c == 0).count() as i64;
+    let n1 = picks.len() as i64 - n0;
+    assert!((n0 - n1).abs() <= 2, "{n0} against {n1}");
+    // The longest pause (3.36 ms), ended early by a resume (quanta 0).
+    assert_eq!(s.pfc(now, &pfc3(0xffff)), 1);
+    picks.clear();
+    step(&mut s, &mut now, 200_000, &mut picks);
+    assert!(picks.iter().all(|&(_, c)| c == 1));
+    assert_eq!(s.pfc(now, &pfc3(0)), 0, "a resume pauses nothing");
+    picks.clear();
+    step(&mut s, &mut now, 210_000, &mut picks);
+    assert!(picks.iter().any(|&(_, c)| c == 0), "resumed at once");
+    assert_eq!(s.class_counters(0).pfc_pauses, 2);
+    assert_eq!(s.class_counters(1).pfc_pauses, 0);
+}
+
+#[test]
+fn a_paused_class_alone_waits_for_the_end_of_its_pause() {
+    let mut classes = vec![class(0, LINK, 8000, true)];
+    classes[0].pfc_priority = Some(3);
+    let mut s = Shaper::new(ShaperConfig {
+        mcus: 1,
+        ..ShaperConfig::new(classes)
+    })
+    .unwrap();
+    s.enqueue(put(1, 0, 4000, 1000)).unwrap();
+    s.pfc(1_000, &pfc3(100));
+    // Strict classes are held too; the timer is set for the end of the pause.
+    assert!(s.next(1_000).is_none());
+    assert_eq!(s.next_ready_at(1_000), Some(1_000 + 5_120));
+    assert!(s.next(1_000 + 5_120).is_some());
 }
