@@ -1446,7 +1446,11 @@ impl Engine {
         if claim && !found {
             st.claims.remove(&op.context);
         }
-        if found && claim {
+        if found && claim && ev.rlength > info::MAX_MSG_SIZE {
+            // A length no receive could take (the sender's word): not claimed, nor allocated.
+            st.claims.remove(&op.context);
+            self.complete_err(st, &op, err::EMSGSIZE, ev.rlength);
+        } else if found && claim {
             // Take it: a use-once receive of exactly its tag from exactly its sender claims the
             // first such unexpected message, which is this one (the receives the application
             // posted since are held back until this append is on its way).
@@ -1475,16 +1479,7 @@ impl Engine {
             if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
                 Self::take_op(st, id);
                 st.claims.remove(&op.context);
-                self.complete(
-                    st,
-                    &op,
-                    Completion {
-                        context: op.context,
-                        flags: op.flags,
-                        error: Some((err::EAGAIN, 0, 0)),
-                        ..Completion::default()
-                    },
-                );
+                self.complete_err(st, &op, err::EAGAIN, 0);
             }
         } else {
             let c = if found {
@@ -1521,6 +1516,18 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Completes `op` in error `e` (a positive `FI_E*`), `len` the length it reports.
+    fn complete_err(&self, st: &mut State, op: &Op, e: i32, len: u64) {
+        let c = Completion {
+            context: op.context,
+            flags: op.flags,
+            len,
+            error: Some((e, 0, 0)),
+            ..Completion::default()
+        };
+        self.complete(st, op, c);
     }
 
     /// Writes `c` to `op`'s completion queue, if it has one.

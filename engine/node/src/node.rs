@@ -68,12 +68,6 @@ portico_counters::counter_set! {
         /// Frames that are not RoCEv2 or ARP for us (other protocols, other IP addresses,
         /// multicast and broadcast other than ARP and PFC).
         not_for_us: Sum,
-        /// 802.1Qbb PFC frames from the link partner, taken by the shaper (its classes count
-        /// their pauses); with no shaper, counted and otherwise ignored.
-        pfc_frames: Sum,
-        /// MAC control frames (0x8808) that are not a well-formed PFC frame (802.3x PAUSE
-        /// included: Portico does not honour link-level pause).
-        mac_control_ignored: Sum,
         /// Unicast frames to another host's MAC address (seen only when the port floods or is
         /// promiscuous), whatever they carry.
         wrong_mac: Sum,
@@ -119,6 +113,12 @@ portico_counters::counter_set! {
         /// Picks whose queue pair then had nothing to send after all (0 unless a peek and the
         /// send disagree; the pick's tokens are spent).
         shaper_misses: Sum,
+        /// 802.1Qbb PFC frames from the link partner, taken by the shaper (its classes count
+        /// their pauses); with no shaper, counted and otherwise ignored.
+        pfc_frames: Sum,
+        /// MAC control frames (0x8808) that are not a well-formed PFC frame (802.3x PAUSE
+        /// included: Portico does not honour link-level pause).
+        mac_control_ignored: Sum,
     }
 }
 

@@ -43,10 +43,6 @@ crate::counter_set! {
         malformed: Sum,
         /// Frames that are not RoCEv2 or ARP for us.
         not_for_us: Sum,
-        /// 802.1Qbb PFC frames from the link partner (the shaper's classes paused by them).
-        pfc_frames: Sum,
-        /// MAC control frames other than PFC (802.3x PAUSE included), ignored.
-        mac_control_ignored: Sum,
         /// RoCEv2 packets to a QPN no queue pair of the engine has.
         unknown_qp: Sum,
         /// Unicast frames to another host's MAC address.
@@ -113,6 +109,10 @@ crate::counter_set! {
         shaper_picks: Sum,
         /// Picks whose queue pair then had nothing to send.
         shaper_misses: Sum,
+        /// 802.1Qbb PFC frames from the link partner (the shaper's classes paused by them).
+        pfc_frames: Sum,
+        /// MAC control frames other than PFC (802.3x PAUSE included), ignored.
+        mac_control_ignored: Sum,
         /// Arbitration steps MCUs waited for inbound (absorb) tokens, over the classes.
         shaper_waited_in: Sum,
         /// Arbitration steps MCUs waited for their outstanding cap, over the classes.

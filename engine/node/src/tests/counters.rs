@@ -69,10 +69,12 @@ fn node_counters_follow_their_declaration() {
             "persist_failures",
             "shaper_picks",
             "shaper_misses",
+            "pfc_frames",
+            "mac_control_ignored",
         ],
     );
     assert_eq!(c.rx_frames, 1);
-    assert_eq!(c.shaper_misses, NodeCounters::LEN as u64);
+    assert_eq!(c.mac_control_ignored, NodeCounters::LEN as u64);
 }
 
 #[test]
