@@ -155,60 +155,41 @@ mpipp() {
     mpi "$1" "$out/mpi_check" pingpong "$2" "$3" | grep -E "^pingpong " | tail -1
 }
 providers=(portico "tcp;ofi_rxm" vader)
-: >"$out/mpipp.txt"
-for r in $(seq "$RUNS"); do
-    for c in "${cases[@]}"; do
-        set -- $c
-        size=$1
-        iters=$ITERS
-        [[ $size == 1048576 ]] && iters=$((ITERS / 10))
-        for p in "${providers[@]}"; do
-            echo "$r $p $size $(mpipp "$p" "$size" "$iters")" >>"$out/mpipp.txt"
+# mpi_table RUNNER FILE LAT_COL BW_COL BW_UNIT TITLE: RUNS interleaved runs of RUNNER (PROVIDER
+# SIZE ITERS -> one line) over every case and provider into FILE, then the medians of column
+# LAT_COL (latency cases) or BW_COL (bandwidth) with Portico's ratios
+mpi_table() {
+    local runner=$1 file=$2 lat_col=$3 bw_col=$4 bw_unit=$5 title=$6
+    : >"$file"
+    for r in $(seq "$RUNS"); do
+        for c in "${cases[@]}"; do
+            set -- $c
+            local size=$1 iters=$ITERS
+            [[ $size == 1048576 ]] && iters=$((ITERS / 10))
+            for p in "${providers[@]}"; do
+                echo "$r $p $size $($runner "$p" "$size" "$iters")" >>"$file"
+            done
         done
     done
-done
-echo
-echo "MPI ping-pong (fabric/tests/c/mpi_check.c pingpong; Open MPI, mtl ofi), medians of $RUNS:"
-printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" "ob1+vader" "portico / tcp, / vader"
-for c in "${cases[@]}"; do
-    set -- $c
-    size=$1 kind=$2
-    declare -A med=()
-    for p in "${providers[@]}"; do
-        # pingpong SIZE bytes ITERS iters: USEC us one-way, MBPS MB/s
-        col=$([[ $kind == lat ]] && echo 9 || echo 12)
-        med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$out/mpipp.txt" | median)
-    done
-    unit=$([[ $kind == lat ]] && echo "us one-way" || echo "MB/s")
-    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[vader]}" \
-        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[vader]}" | bc -l)"
-done
-: >"$out/netpipe.txt"
-for r in $(seq "$RUNS"); do
+    echo
+    echo "$title, medians of $RUNS:"
+    printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" "ob1+vader" "portico / tcp, / vader"
     for c in "${cases[@]}"; do
         set -- $c
-        size=$1
-        reps=$ITERS
-        [[ $size == 1048576 ]] && reps=$((ITERS / 10))
+        local size=$1 kind=$2
+        local col=$([[ $kind == lat ]] && echo "$lat_col" || echo "$bw_col")
+        local unit=$([[ $kind == lat ]] && echo "us one-way" || echo "$bw_unit")
+        declare -A med=()
         for p in "${providers[@]}"; do
-            echo "$r $p $size $(npmpi "$p" "$size" "$reps")" >>"$out/netpipe.txt"
+            med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$file" | median)
         done
+        printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[vader]}" \
+            "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[vader]}" | bc -l)"
     done
-done
-echo
-echo "NetPIPE (Open MPI, mtl ofi), medians of $RUNS:"
-printf '%-12s %-10s %12s %12s %12s   %s\n' case unit portico "tcp;ofi_rxm" "ob1+vader" "portico / tcp, / vader"
-for c in "${cases[@]}"; do
-    set -- $c
-    size=$1 kind=$2
-    declare -A med=()
-    for p in "${providers[@]}"; do
-        # NetPIPE's line: N: SIZE bytes REPS times --> MBPS Mbps in USEC usec
-        col=$([[ $kind == lat ]] && echo 13 || echo 10)
-        med[$p]=$(awk -v p="$p" -v s="$size" -v c="$col" '$2 == p && $3 == s {print $c}' "$out/netpipe.txt" | median)
-    done
-    unit=$([[ $kind == lat ]] && echo "us one-way" || echo "Mbit/s")
-    printf '%-12s %-10s %12s %12s %12s   %.2fx, %.2fx\n' "$size B" "$unit" "${med[portico]}" "${med[tcp;ofi_rxm]}" "${med[vader]}" \
-        "$(echo "${med[portico]} / ${med[tcp;ofi_rxm]}" | bc -l)" "$(echo "${med[portico]} / ${med[vader]}" | bc -l)"
-done
-echo "every line in $out/netpipe.txt"
+    echo "every line in $file"
+}
+# mpi_check's line: pingpong SIZE bytes ITERS iters: USEC us one-way, MBPS MB/s
+mpi_table mpipp "$out/mpipp.txt" 9 12 "MB/s" \
+    "MPI ping-pong (fabric/tests/c/mpi_check.c pingpong; Open MPI, mtl ofi)"
+# NetPIPE's line: N: SIZE bytes REPS times --> MBPS Mbps in USEC usec
+mpi_table npmpi "$out/netpipe.txt" 13 10 "Mbit/s" "NetPIPE (Open MPI, mtl ofi)"
