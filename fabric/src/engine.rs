@@ -303,7 +303,7 @@ pub struct State {
     claims: HashMap<u64, Claimed>,
     /// Per LPE endpoint: claiming searches under way, and the receives the application posted
     /// meanwhile, held back until the claimed message is taken (so that none takes it first).
-    claiming: HashMap<u16, (u32, VecDeque<TagEntry>)>,
+    claiming: Vec<(u32, VecDeque<TagEntry>)>,
 }
 
 /// The process's engine.
@@ -519,7 +519,7 @@ impl Engine {
             msg_conns: HashMap::new(),
             pending_recvs: HashMap::new(),
             claims: HashMap::new(),
-            claiming: HashMap::new(),
+            claiming: (0..lpe_endpoints).map(|_| (0, VecDeque::new())).collect(),
         };
         Ok(Engine {
             settings: s.clone(),
@@ -653,14 +653,8 @@ impl Engine {
 
     pub fn ep_bind_cq(&self, ep: usize, cq: usize, flags: u64) -> Result<(), i32> {
         let mut st = self.lock();
-        if st.cqs.get(cq).is_none_or(|c| c.is_none()) {
-            return Err(err::EINVAL);
-        }
-        let e = st
-            .eps
-            .get_mut(ep)
-            .and_then(|e| e.as_mut())
-            .ok_or(err::EINVAL)?;
+        slot(&st.cqs, cq)?;
+        let e = slot_mut(&mut st.eps, ep)?;
         if flags & (flags::TRANSMIT | flags::RECV) == 0 {
             return Err(err::EINVAL);
         }
@@ -678,14 +672,8 @@ impl Engine {
 
     pub fn ep_bind_av(&self, ep: usize, av: usize) -> Result<(), i32> {
         let mut st = self.lock();
-        if st.avs.get(av).is_none_or(|a| a.is_none()) {
-            return Err(err::EINVAL);
-        }
-        let e = st
-            .eps
-            .get_mut(ep)
-            .and_then(|e| e.as_mut())
-            .ok_or(err::EINVAL)?;
+        slot(&st.avs, av)?;
+        let e = slot_mut(&mut st.eps, ep)?;
         e.av = Some(av);
         Ok(())
     }
@@ -775,7 +763,7 @@ impl Engine {
     /// meanwhile completes as usual). `ENOENT` when no receive has that context.
     pub fn cancel(&self, ep: usize, context: u64) -> Result<(), i32> {
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?.clone();
         if e.msg {
             // A receive on a queue pair cannot be taken back (as in verbs).
             return Err(err::ENOSYS);
@@ -811,7 +799,9 @@ impl Engine {
             }
         }
         for lpe in mine {
-            st.claiming.remove(&lpe);
+            if let Some(c) = st.claiming.get_mut(lpe as usize) {
+                *c = (0, VecDeque::new());
+            }
         }
     }
 
@@ -972,6 +962,16 @@ impl Engine {
         }
     }
 
+    /// The sender a receive from `src` accepts (its engine's rank, the initiator of its tag
+    /// headers): `None` for anyone (`FI_ADDR_UNSPEC`, or an endpoint without
+    /// `FI_DIRECTED_RECV`).
+    fn source(st: &State, e: &EpState, src: u64) -> Result<Option<u32>, i32> {
+        if src == flags::ADDR_UNSPEC || !e.directed {
+            return Ok(None);
+        }
+        Ok(Some(addr::initiator(Self::dest(st, e, src)?.ip)))
+    }
+
     fn dest(st: &State, ep: &EpState, fi_addr: u64) -> Result<EpAddr, i32> {
         let av = ep.av.ok_or(err::EINVAL)?;
         st.avs
@@ -1002,7 +1002,7 @@ impl Engine {
             return Err(err::EMSGSIZE);
         }
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?.clone();
         if !e.enabled {
             return Err(err::EINVAL);
         }
@@ -1148,7 +1148,7 @@ impl Engine {
             return Err(err::EINVAL);
         }
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?.clone();
         if !e.enabled {
             return Err(err::EINVAL);
         }
@@ -1232,7 +1232,7 @@ impl Engine {
     ) -> Result<(), i32> {
         let tagged = op_flags & flags::TAGGED != 0;
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?.clone();
         if e.msg {
             drop(st);
             return self.msg_recv(ep, buf, len, lkey, context, op_flags);
@@ -1246,11 +1246,7 @@ impl Engine {
         if tagged && op_flags & flags::CLAIM != 0 {
             return self.claimed_recv(&mut st, &e, buf, len, context, op_flags);
         }
-        let source = if src == flags::ADDR_UNSPEC || !e.directed {
-            None
-        } else {
-            Some(addr::initiator(Self::dest(&st, &e, src)?.ip))
-        };
+        let source = Self::source(&st, &e, src)?;
         if st.tags.command_space() == 0 {
             return Err(err::EAGAIN);
         }
@@ -1288,7 +1284,7 @@ impl Engine {
                 "recv op {id}: {len} bytes lpe {lpe} tag {tag:#x} ignore {ignore:#x} from {source:?}"
             )
         });
-        if let Some((n, held)) = st.claiming.get_mut(&lpe)
+        if let Some((n, held)) = st.claiming.get_mut(lpe as usize)
             && *n > 0
         {
             // A claiming probe is under way here: this receive waits until it has taken its
@@ -1319,11 +1315,7 @@ impl Engine {
         context: u64,
         op_flags: u64,
     ) -> Result<(), i32> {
-        let source = if src == flags::ADDR_UNSPEC || !e.directed {
-            None
-        } else {
-            Some(addr::initiator(Self::dest(st, e, src)?.ip))
-        };
+        let source = Self::source(st, e, src)?;
         // The search, and for a claim the append that follows it.
         if st.tags.command_space() < 2 {
             return Err(err::EAGAIN);
@@ -1369,7 +1361,9 @@ impl Engine {
             return Err(err::EAGAIN);
         }
         if claim {
-            st.claiming.entry(lpe).or_default().0 += 1;
+            if let Some((n, _)) = st.claiming.get_mut(lpe as usize) {
+                *n += 1;
+            }
             // Held (not ready) until the claim completes: see the check above.
             st.claims.insert(context, Claimed::default());
         }
@@ -1440,7 +1434,7 @@ impl Engine {
             return;
         };
         let found = ev.fail == portico::lpe::NiFail::Ok;
-        if claim && let Some((n, _)) = st.claiming.get_mut(&lpe) {
+        if claim && let Some((n, _)) = st.claiming.get_mut(lpe as usize) {
             *n = n.saturating_sub(1);
         }
         if claim && !found {
@@ -1481,34 +1475,13 @@ impl Engine {
                 st.claims.remove(&op.context);
                 self.complete_err(st, &op, err::EAGAIN, 0);
             }
+        } else if found {
+            self.complete(st, &op, probe_completion(&op, ev));
         } else {
-            let c = if found {
-                Completion {
-                    context: op.context,
-                    flags: op.flags
-                        | if ev.hdr_data != 0 {
-                            flags::REMOTE_CQ_DATA
-                        } else {
-                            0
-                        },
-                    len: ev.rlength,
-                    data: ev.hdr_data,
-                    tag: ev.match_bits,
-                    source: ev.initiator,
-                    ..Completion::default()
-                }
-            } else {
-                Completion {
-                    context: op.context,
-                    flags: op.flags,
-                    error: Some((err::ENOMSG, 0, 0)),
-                    ..Completion::default()
-                }
-            };
-            self.complete(st, &op, c);
+            self.complete_err(st, &op, err::ENOMSG, 0);
         }
         // The receives held back while claiming go on, in order.
-        if let Some((0, held)) = st.claiming.get_mut(&lpe) {
+        if let Some((0, held)) = st.claiming.get_mut(lpe as usize) {
             let held = std::mem::take(held);
             for entry in held {
                 if st.tags.append(lpe, ListKind::Priority, entry).is_err() {
@@ -1764,19 +1737,8 @@ impl Engine {
                 st.claims.remove(&op.context);
             }
             let c = Completion {
-                context: op.context,
-                flags: op.flags
-                    | if ev.hdr_data != 0 {
-                        flags::REMOTE_CQ_DATA
-                    } else {
-                        0
-                    },
-                len: ev.rlength,
-                data: ev.hdr_data,
-                tag: ev.match_bits,
-                source: ev.initiator,
                 error: (!taken).then_some((err::ENOMSG, 0, 0)),
-                ..Completion::default()
+                ..probe_completion(&op, ev)
             };
             self.complete(st, &op, c);
             return;
@@ -1825,11 +1787,7 @@ impl Engine {
         self.end_wait();
         let mut st = self.lock();
         self.progress(&mut st);
-        let q = st
-            .cqs
-            .get_mut(cq)
-            .and_then(|q| q.as_mut())
-            .ok_or(err::EINVAL)?;
+        let q = slot_mut(&mut st.cqs, cq)?;
         match q.entries.front() {
             None => return Err(err::EAGAIN),
             Some(c) if c.error.is_some() => return Err(err::EAVAIL),
@@ -1978,6 +1936,35 @@ impl Engine {
     }
 }
 
+/// What a probe (`FI_PEEK`) reports of the message `ev` names: its length, tag, data and
+/// sender.
+fn probe_completion(op: &Op, ev: &TagEvent) -> Completion {
+    Completion {
+        context: op.context,
+        flags: op.flags
+            | if ev.hdr_data != 0 {
+                flags::REMOTE_CQ_DATA
+            } else {
+                0
+            },
+        len: ev.rlength,
+        data: ev.hdr_data,
+        tag: ev.match_bits,
+        source: ev.initiator,
+        ..Completion::default()
+    }
+}
+
+/// Object `i` of a table of the provider's objects (`EINVAL` when there is none).
+pub(crate) fn slot<T>(v: &[Option<T>], i: usize) -> Result<&T, i32> {
+    v.get(i).and_then(Option::as_ref).ok_or(err::EINVAL)
+}
+
+/// [`slot`], to change it.
+pub(crate) fn slot_mut<T>(v: &mut [Option<T>], i: usize) -> Result<&mut T, i32> {
+    v.get_mut(i).and_then(Option::as_mut).ok_or(err::EINVAL)
+}
+
 pub(crate) fn put<T>(v: &mut Vec<Option<T>>, x: T) -> usize {
     match v.iter().position(Option::is_none) {
         Some(i) => {
@@ -2012,7 +1999,7 @@ pub fn log_warn(msg: &str) {
 /// connection event, at libfabric's debug level (`FI_LOG_LEVEL=debug`); built only when that
 /// level is on.
 fn trace(msg: impl FnOnce() -> String) {
-    if crate::ffi::log_enabled(crate::ffi::Level::Debug) {
+    if crate::ffi::trace_enabled() {
         crate::ffi::log(crate::ffi::Level::Debug, &msg());
     }
 }

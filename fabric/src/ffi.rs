@@ -57,6 +57,16 @@ pub fn log_enabled(l: Level) -> bool {
     !prov.is_null() && unsafe { fi_log_enabled(prov, level(l), FI_LOG_CORE) } != 0
 }
 
+/// Whether the debug level (the provider's per-operation trace) is on: libfabric reads its
+/// log settings once, at start, so the answer is asked of it once, not per operation.
+pub fn trace_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if PROVIDER.load(Ordering::Acquire).is_null() {
+        return false;
+    }
+    *ON.get_or_init(|| log_enabled(Level::Debug))
+}
+
 /// Writes `msg` to libfabric's log (`FI_LOG_LEVEL=warn` shows warnings) under the provider's
 /// name; before libfabric knows the provider, to standard error.
 pub fn log(level: Level, msg: &str) {
@@ -624,6 +634,26 @@ unsafe fn free<T>(p: *mut fid) {
     drop(unsafe { Box::from_raw(p.cast::<T>()) });
 }
 
+/// `fi_close` of an object that is an engine-side id: the engine forgets the id, then the
+/// object is freed.
+macro_rules! id_close {
+    ($name:ident, $ty:ty, $what:literal, $method:ident) => {
+        unsafe extern "C" fn $name(f: *mut fid) -> c_int {
+            guard_int($what, || {
+                // SAFETY: `f` is this provider's object of type `$ty` (libfabric calls an
+                // object's close only with that object).
+                let Some(o) = (unsafe { obj::<$ty>(f) }) else {
+                    return neg(err::EINVAL);
+                };
+                o.engine.$method(o.id);
+                // SAFETY: as above, and closed once.
+                unsafe { free::<$ty>(f) };
+                0
+            })
+        }
+    };
+}
+
 // ---- fabric ------------------------------------------------------------------------------
 
 static FABRIC_FI_OPS: fi_ops = fi_ops {
@@ -1098,18 +1128,7 @@ unsafe extern "C" fn trywait(fabric: *mut fid_fabric, fids: *mut *mut fid, count
     })
 }
 
-unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
-    guard_int("fi_close(cq)", || {
-        // SAFETY: our CqObj.
-        let Some(c) = (unsafe { obj::<CqObj>(f) }) else {
-            return neg(err::EINVAL);
-        };
-        c.engine.cq_close(c.id);
-        // SAFETY: `f` is this provider's object of that type, closed once.
-        unsafe { free::<CqObj>(f) };
-        0
-    })
-}
+id_close!(cq_close, CqObj, "fi_close(cq)", cq_close);
 
 /// Writes `c` as `format` at entry `i` of `buf`.
 unsafe fn write_entry(format: u32, buf: *mut c_void, i: usize, c: &Completion) {
@@ -1384,18 +1403,7 @@ unsafe extern "C" fn eq_open(
     })
 }
 
-unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
-    guard_int("fi_close(eq)", || {
-        // SAFETY: our EqObj.
-        let Some(e) = (unsafe { obj::<EqObj>(f) }) else {
-            return neg(err::EINVAL);
-        };
-        e.engine.eq_close(e.id);
-        // SAFETY: `f` is this provider's object of that type, closed once.
-        unsafe { free::<EqObj>(f) };
-        0
-    })
-}
+id_close!(eq_close, EqObj, "fi_close(eq)", eq_close);
 
 /// Writes `entry` into the application's buffer as an `fi_eq_cm_entry` and its data; returns
 /// the bytes written.
@@ -1666,18 +1674,7 @@ unsafe extern "C" fn passive_ep(
     })
 }
 
-unsafe extern "C" fn pep_close(f: *mut fid) -> c_int {
-    guard_int("fi_close(pep)", || {
-        // SAFETY: our PepObj.
-        let Some(p) = (unsafe { obj::<PepObj>(f) }) else {
-            return neg(err::EINVAL);
-        };
-        p.engine.pep_close(p.id);
-        // SAFETY: `f` is this provider's object of that type, closed once.
-        unsafe { free::<PepObj>(f) };
-        0
-    })
-}
+id_close!(pep_close, PepObj, "fi_close(pep)", pep_close);
 
 unsafe extern "C" fn pep_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
     guard_int("fi_pep_bind", || {
@@ -1842,18 +1839,7 @@ unsafe extern "C" fn av_open(
     })
 }
 
-unsafe extern "C" fn av_close(f: *mut fid) -> c_int {
-    guard_int("fi_close(av)", || {
-        // SAFETY: our AvObj.
-        let Some(a) = (unsafe { obj::<AvObj>(f) }) else {
-            return neg(err::EINVAL);
-        };
-        a.engine.av_close(a.id);
-        // SAFETY: `f` is this provider's object of that type, closed once.
-        unsafe { free::<AvObj>(f) };
-        0
-    })
-}
+id_close!(av_close, AvObj, "fi_close(av)", av_close);
 
 unsafe extern "C" fn av_insert(
     av: *mut fid_av,
@@ -2261,18 +2247,7 @@ unsafe extern "C" fn ep_open2(
     })
 }
 
-unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
-    guard_int("fi_close(ep)", || {
-        // SAFETY: our EpObj.
-        let Some(e) = (unsafe { obj::<EpObj>(f) }) else {
-            return neg(err::EINVAL);
-        };
-        e.engine.ep_close(e.id);
-        // SAFETY: `f` is this provider's object of that type, closed once.
-        unsafe { free::<EpObj>(f) };
-        0
-    })
-}
+id_close!(ep_close, EpObj, "fi_close(ep)", ep_close);
 
 unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
     guard_int("fi_ep_bind", || {

@@ -137,8 +137,18 @@ mod tests {
 
     #[test]
     fn this_process_s_own_mappings_are_read() {
-        // The test binary's heap is anonymous memory.
+        // A shared mapping of a file is found, from inside it; the heap is not.
+        let path = std::env::temp_dir().join(format!("portico-fi-maps-{}", std::process::id()));
+        let map = pmem::Mapping::create_file(&path, 3 * 4096).unwrap();
+        let at = map.as_ptr() as u64 + 100;
+        assert_eq!(
+            shared_file_now(at, 8000),
+            Some(std::fs::canonicalize(&path).unwrap())
+        );
+        assert_eq!(shared_file_now(at, 3 * 4096), None, "past its end");
         let v = vec![0u8; 1 << 20];
         assert_eq!(shared_file_now(v.as_ptr() as u64, v.len() as u64), None);
+        drop(map);
+        std::fs::remove_file(&path).unwrap();
     }
 }

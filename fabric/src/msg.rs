@@ -15,7 +15,7 @@ use portico::rdma::cm::QpTweak;
 use portico::transport::{RecvRequest, SgList};
 
 use crate::addr::EpAddr;
-use crate::engine::{Engine, EpState, Op, err, put};
+use crate::engine::{Engine, EpState, Op, err, put, slot, slot_mut};
 use crate::flags;
 
 /// The CM's private data has a fixed size on the wire (the REQ's 56 bytes after rdma_cm's
@@ -97,11 +97,7 @@ impl Engine {
     /// entry, `Err(EAGAIN)` when there is none.
     pub fn eq_read(&self, eq: usize, peek: bool) -> Result<EqEntry, i32> {
         let mut st = self.lock();
-        let q = st
-            .eqs
-            .get_mut(eq)
-            .and_then(|q| q.as_mut())
-            .ok_or(err::EINVAL)?;
+        let q = slot_mut(&mut st.eqs, eq)?;
         match q.entries.front() {
             None => Err(err::EAGAIN),
             Some(e) if e.error.is_some() => Err(err::EAVAIL),
@@ -159,14 +155,8 @@ impl Engine {
 
     pub fn pep_bind_eq(&self, pep: usize, eq: usize) -> Result<(), i32> {
         let mut st = self.lock();
-        if st.eqs.get(eq).is_none_or(|e| e.is_none()) {
-            return Err(err::EINVAL);
-        }
-        let p = st
-            .peps
-            .get_mut(pep)
-            .and_then(|p| p.as_mut())
-            .ok_or(err::EINVAL)?;
+        slot(&st.eqs, eq)?;
+        let p = slot_mut(&mut st.peps, pep)?;
         p.eq = Some(eq);
         Ok(())
     }
@@ -237,14 +227,8 @@ impl Engine {
 
     pub fn ep_bind_eq(&self, ep: usize, eq: usize) -> Result<(), i32> {
         let mut st = self.lock();
-        if st.eqs.get(eq).is_none_or(|e| e.is_none()) {
-            return Err(err::EINVAL);
-        }
-        let e = st
-            .eps
-            .get_mut(ep)
-            .and_then(|e| e.as_mut())
-            .ok_or(err::EINVAL)?;
+        slot(&st.eqs, eq)?;
+        let e = slot_mut(&mut st.eps, ep)?;
         e.eq = Some(eq);
         Ok(())
     }
@@ -255,7 +239,7 @@ impl Engine {
         // The state stays locked across the CM call: the CM thread's event for this
         // connection must find it in `msg_conns`.
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.as_ref()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?;
         if !e.msg {
             return Err(err::EINVAL);
         }
@@ -282,7 +266,7 @@ impl Engine {
         // Locked across the CM call, the connection known first: the RTU (and so the CM
         // thread's Established event) may come before the call returns.
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.as_ref()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?;
         if e.conn.is_some() {
             return Err(err::EISCONN);
         }
@@ -348,7 +332,7 @@ impl Engine {
         op_flags: u64,
     ) -> Result<(), i32> {
         let mut st = self.lock();
-        let e = st.eps.get(ep).and_then(|e| e.clone()).ok_or(err::EINVAL)?;
+        let e = slot(&st.eps, ep)?.clone();
         let wants = !e.rx_selective
             || op_flags & flags::COMPLETION != 0
             || e.rx_op_flags & flags::COMPLETION != 0;
