@@ -50,13 +50,16 @@ lint: deps
 # up every test binary's result.
 FUZZ_SECONDS ?= 30
 RELEASE_TESTS := --test bench_verify_every_op --test memif_soak --test programs --test mpi
+# scripts/valgrind.sh runs memcheck on the test binaries this line builds, so it is given the
+# same arguments (anything else builds the workspace a second time).
+RELEASE_TEST_ARGS := --workspace --lib $(RELEASE_TESTS)
 test: lint
 	@scripts/check-layers.sh
 	@mkdir -p target
 	@scripts/toolchain-check.sh | tee target/toolchain.log
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log
-	set -o pipefail; $(CARGO) test --release --workspace --lib $(RELEASE_TESTS) 2>&1 | tee target/test-release.log
-	set -o pipefail; CARGO="$(CARGO)" scripts/valgrind.sh 2>&1 | tee target/valgrind-summary.log
+	set -o pipefail; $(CARGO) test --release $(RELEASE_TEST_ARGS) 2>&1 | tee target/test-release.log
+	set -o pipefail; CARGO="$(CARGO)" RELEASE_TEST_ARGS="$(RELEASE_TEST_ARGS)" scripts/valgrind.sh 2>&1 | tee target/valgrind-summary.log
 	set -o pipefail; CARGO="$(CARGO)" scripts/fuzz.sh $(FUZZ_SECONDS) 2>&1 | tee target/fuzz.log
 	@grep -E '^fuzz: [a-z_]+: [0-9]+s,|^fuzz: [0-9]+ targets' target/fuzz.log
 	@grep -E '^valgrind: ' target/valgrind-summary.log
