@@ -16,8 +16,13 @@
 //!
 //! Phases, each with fresh engines, one after the other (`--phases`): `alone` (the WRITEs
 //! only: their baseline), `paced` (READs and WRITEs, the absorb bucket on) and `unpaced` (the
-//! same, the absorb bucket off: READ requests go as fast as the windows let them). Each phase
-//! runs `--duration` seconds (default 1) after which the outstanding operations finish.
+//! same, the absorb bucket off: READ requests go as fast as the windows let them). Two more
+//! on request turn the READs around: `served` (engine A asks for the READs and B answers
+//! them while it WRITEs; B's READ responses are charged to class `reads` with its WRITE
+//! classes, every class assured its part of the link: `reads` [`SERVED_READ_SHARE`], each
+//! WRITE class its share of the rest) and `served-free` (the same, B's READ responses sent
+//! outside the shaper, as before issue 32). Each phase runs `--duration` seconds (default 1)
+//! after which the outstanding operations finish.
 //!
 //! Figures per phase, over its steady part (from 10 % into the traffic to its end): inbound
 //! rate ÷ absorb rate, drops at the absorb buffer, retransmissions, READ (and WRITE) latency
@@ -66,6 +71,13 @@ pub enum PhaseKind {
     Paced,
     /// READs and WRITEs, the absorb bucket off.
     Unpaced,
+    /// Engine B serves READs (engine A asks for them on the READ queue pairs) while it
+    /// WRITEs: its READ responses are charged to class `reads` with its WRITE classes, one
+    /// outbound policy (seed 000). Every class is assured its part of the link.
+    Served,
+    /// [`PhaseKind::Served`] with B's READ responses sent in turn, outside the shaper (how
+    /// the engine served READs before issue 32): the comparison.
+    ServedFree,
 }
 
 impl PhaseKind {
@@ -74,6 +86,8 @@ impl PhaseKind {
             PhaseKind::Alone => "alone",
             PhaseKind::Paced => "paced",
             PhaseKind::Unpaced => "unpaced",
+            PhaseKind::Served => "served",
+            PhaseKind::ServedFree => "served-free",
         }
     }
 
@@ -82,11 +96,18 @@ impl PhaseKind {
             PhaseKind::Alone => "shaper-alone",
             PhaseKind::Paced => "shaper-paced",
             PhaseKind::Unpaced => "shaper-unpaced",
+            PhaseKind::Served => "shaper-served",
+            PhaseKind::ServedFree => "shaper-served-free",
         }
     }
 
     fn reads(self) -> bool {
         self != PhaseKind::Alone
+    }
+
+    /// B answers the READs instead of asking for them.
+    fn served(self) -> bool {
+        matches!(self, PhaseKind::Served | PhaseKind::ServedFree)
     }
 }
 
@@ -210,6 +231,9 @@ pub struct PhaseSummary {
     pub window_us: (f64, f64),
     pub inbound_gbps: Option<f64>,
     pub inbound_over_absorb: Option<f64>,
+    /// Served phases: B's WRITE and READ response payload rate over the link rate its
+    /// shaper models (at most 1 when READ responses are charged with the WRITEs).
+    pub outbound_over_link: Option<f64>,
     pub drops: u64,
     pub retransmissions: u64,
     pub reads: u64,
@@ -380,29 +404,51 @@ fn resolve(opts: &BenchOpts, args: &ShaperArgs) -> Result<ShaperParams, AppError
         quantum_bytes: args.quantum_bytes,
     };
     // The shaper names its own bad fields (MCUs, cap, quantum).
-    shaper_config(&params, true)
+    shaper_config(&params, PhaseKind::Paced)
         .validate()
         .map_err(|e| usage(format!("--{}: {}", e.field.replace('_', "-"), e.reason)))?;
     Ok(params)
 }
 
-/// The shaper of a phase: the classes, the link, and the absorb bucket when `paced`.
-fn shaper_config(p: &ShaperParams, paced: bool) -> ShaperConfig {
+/// The share of the link class `reads` is assured in the served phases, where its READ
+/// responses are bulk data: the WRITE classes are assured their shares of the rest.
+pub const SERVED_READ_SHARE: f64 = 0.2;
+
+/// Class `c`'s (assured, ceiling, strict) in a phase of `kind`: as configured, or in the
+/// served phases every class assured its part of the link (the READ responses
+/// [`SERVED_READ_SHARE`], each WRITE class its share of the rest), none strict.
+fn class_in(p: &ShaperParams, kind: PhaseKind, c: usize) -> (f64, f64, bool) {
+    let cp = &p.classes[c];
+    if !kind.served() {
+        return (cp.assured_gbps, cp.ceiling_gbps, cp.strict);
+    }
+    let assured = match c {
+        0 => SERVED_READ_SHARE * p.link_gbps,
+        _ => cp.assured_gbps * (1.0 - SERVED_READ_SHARE),
+    };
+    (assured, p.link_gbps, false)
+}
+
+/// The shaper of a phase: the classes, the link, the absorb bucket in the paced phase, and
+/// whether READ responses pass it.
+fn shaper_config(p: &ShaperParams, kind: PhaseKind) -> ShaperConfig {
     let bps = |g: f64| (g * 1e9).round() as u64;
-    let classes = p
-        .classes
-        .iter()
-        .map(|c| ClassConfig {
-            assured_bps: bps(c.assured_gbps),
-            ceiling_bps: bps(c.ceiling_gbps),
-            burst_bytes: 64 * 1024,
-            strict: c.strict,
-            pfc_priority: None,
+    let classes = (0..p.classes.len())
+        .map(|c| {
+            let (assured, ceiling, strict) = class_in(p, kind, c);
+            ClassConfig {
+                assured_bps: bps(assured),
+                ceiling_bps: bps(ceiling),
+                burst_bytes: 64 * 1024,
+                strict,
+                pfc_priority: None,
+            }
         })
         .collect();
     let mut cfg = ShaperConfig::new(classes);
     cfg.link_bps = Some(bps(p.link_gbps));
-    cfg.absorb_bps = paced.then(|| bps(p.absorb_gbps));
+    cfg.shape_read_responses = kind != PhaseKind::ServedFree;
+    cfg.absorb_bps = (kind == PhaseKind::Paced).then(|| bps(p.absorb_gbps));
     cfg.absorb_burst_bytes = p.absorb_burst_bytes;
     cfg.mcus = p.mcus;
     cfg.outstanding_cap = p.outstanding_cap;
@@ -602,7 +648,12 @@ fn run_phase(
     qp.pmtu = opts.mtu;
     qp.max_send_wr = depth + 8;
     qp.max_recv_wr = 8;
-    qp.max_rd_atomic = depth as u32;
+    // Every READ outstanding at once, each as the sub-requests the shaper splits it into.
+    let subs = opts
+        .mtu
+        .packets(p.read_size)
+        .div_ceil(portico::shaper::DEFAULT_READ_SPLIT_PACKETS);
+    qp.max_rd_atomic = depth as u32 * subs;
     // A READ's responses may wait behind the absorb bucket's worth of data at the absorb
     // rate (a few hundred µs at the defaults) before the first arrives: a timeout well above
     // that, as RoCE NICs' millisecond timeouts are, so that waiting is not taken for loss.
@@ -638,7 +689,7 @@ fn run_phase(
         trace: Some((BIN_NS, bins)),
         report: ingress_slot.clone(),
     };
-    let shaper = shaper_config(p, kind == PhaseKind::Paced);
+    let shaper = shaper_config(p, kind);
     // Engine B's shaper, sampled by bin.
     let probe = ShaperProbe::new(1, BIN_NS, bins, shaper.classes.len(), shaper_slot.clone());
     let wrap = bottleneck.wrap(lo.connections, Some(probe));
@@ -674,8 +725,18 @@ fn run_phase(
     *buffers = map_b.kind().to_string();
     let region_a = a.engine.register_all(&map_a, Access::ALL).map_err(host)?;
     let region_b = b.engine.register_all(&map_b, Access::ALL).map_err(host)?;
-    let mut lanes: Vec<Lane> = std::iter::once((b.qp, b.cq))
-        .chain(more.into_iter().map(|c| (c.b.qp, c.b.cq)))
+    // B's ends, but in the served phases the READ queue pairs' A ends (A asks, B answers).
+    let ends = std::iter::once((a.qp, a.cq, b.qp, b.cq))
+        .chain(more.into_iter().map(|c| (c.a.qp, c.a.cq, c.b.qp, c.b.cq)));
+    let mut lanes: Vec<Lane> = ends
+        .enumerate()
+        .map(|(i, (qa, ca, qb, cb))| {
+            if kind.served() && classes[i] == 0 {
+                (qa, ca)
+            } else {
+                (qb, cb)
+            }
+        })
         .enumerate()
         .map(|(i, (qp, cq))| Lane {
             qp,
@@ -717,7 +778,14 @@ fn run_phase(
                         continue;
                     }
                     let off = lane.base + k as u64 * u64::from(lane.size);
-                    let wr = if read {
+                    let wr = if read && kind.served() {
+                        WorkRequest::read(
+                            k as u64,
+                            SgList::one(region_a.lkey(), region_a.addr() + off, lane.size),
+                            region_b.addr() + off,
+                            region_b.rkey(),
+                        )
+                    } else if read {
                         WorkRequest::read(
                             k as u64,
                             SgList::one(region_b.lkey(), region_b.addr() + off, lane.size),
@@ -807,16 +875,28 @@ fn run_phase(
         }
         _ => (0, 0),
     };
-    let inbound = report::inbound_gbps(&phase, from, to).filter(|_| kind.reads());
+    let inbound = report::inbound_gbps(&phase, from, to).filter(|_| kind.reads() && !kind.served());
     let class_figures: Vec<ClassFigures> = p
         .classes
         .iter()
         .enumerate()
         .map(|(c, cp)| {
             let active = c > 0 || kind.reads();
-            let gbps = report::class_rate_gbps(&phase, c, from, to).filter(|_| active);
+            let gbps = if kind.served() {
+                // Payload completed in the steady part, host-measured: in the free phase
+                // B's READ responses do not pass its shaper, whose counters would miss them.
+                let bytes: u64 = lanes
+                    .iter()
+                    .filter(|l| l.class == c)
+                    .map(|l| l.steady_bytes)
+                    .sum();
+                (steady_s > 0.0).then(|| bytes as f64 * 8.0 / steady_s / 1e9)
+            } else {
+                report::class_rate_gbps(&phase, c, from, to).filter(|_| active)
+            };
             let target = match (c, kind) {
                 (0, PhaseKind::Paced) => Some(p.absorb_gbps),
+                (_, k) if k.served() => Some(class_in(p, kind, c).0),
                 (0, _) => None,
                 _ => Some(cp.assured_gbps),
             };
@@ -829,6 +909,11 @@ fn run_phase(
             }
         })
         .collect();
+    // B's outbound data in the served phases (WRITE and READ response payload) over the link
+    // its shaper models: at most 1 where the READ responses are charged.
+    let outbound_over_link = kind
+        .served()
+        .then(|| class_figures.iter().filter_map(|c| c.gbps).sum::<f64>() / p.link_gbps);
     let active = |l: &Lane| !l.read() || kind.reads();
     let class_steady = |c: usize| -> u64 {
         lanes
@@ -872,6 +957,7 @@ fn run_phase(
         ),
         inbound_gbps: inbound,
         inbound_over_absorb: inbound.map(|g| g / p.absorb_gbps),
+        outbound_over_link,
         drops: ingress.counters.dropped,
         retransmissions: counter("retransmissions"),
         reads,
@@ -942,7 +1028,7 @@ fn to_phase(
         if b >= sh.bins {
             return 0;
         }
-        if c == 0 {
+        if c == 0 && !kind.served() {
             sh.pulled[b * n]
         } else {
             sh.sent[b * n + c]
@@ -969,6 +1055,7 @@ fn to_phase(
             .iter()
             .enumerate()
             .map(|(c, cp)| match c {
+                _ if kind.served() => Some((class_in(p, kind, c).0 * 1e9).round() as u64),
                 0 => (kind == PhaseKind::Paced).then(|| (p.absorb_gbps * 1e9).round() as u64),
                 _ => Some((cp.assured_gbps * 1e9).round() as u64),
             })
@@ -1000,7 +1087,7 @@ pub fn print(s: &ShaperBenchSummary, json: bool) {
             .unwrap_or_else(|| "-".into())
     };
     print!(
-        "  {:<8} {:>9} {:>8} {:>6} {:>6} {:>10} {:>10}",
+        "  {:<11} {:>9} {:>8} {:>6} {:>6} {:>10} {:>10}",
         "phase", "in Gb/s", "in/abs", "drops", "retx", "READ p50", "READ p99"
     );
     for c in &p.class_names {
@@ -1009,7 +1096,7 @@ pub fn print(s: &ShaperBenchSummary, json: bool) {
     println!();
     for ph in &sh.phases {
         print!(
-            "  {:<8} {:>9} {:>8} {:>6} {:>6} {:>10} {:>10}",
+            "  {:<11} {:>9} {:>8} {:>6} {:>6} {:>10} {:>10}",
             ph.phase.name(),
             o(ph.inbound_gbps, 3),
             o(ph.inbound_over_absorb, 3),
@@ -1030,9 +1117,14 @@ pub fn print(s: &ShaperBenchSummary, json: bool) {
             print!(" {:>16}", format!("{} ({})", o(c.gbps, 3), o(c.ratio, 3)));
         }
         println!();
+        if let Some(r) = ph.outbound_over_link {
+            println!(
+                "              B's outbound (WRITEs and READ responses) over the link: {r:.3}"
+            );
+        }
         if !ph.writes_over_alone.is_empty() && ph.phase != PhaseKind::Alone {
             println!(
-                "           WRITE classes over alone: {}",
+                "              WRITE classes over alone: {}",
                 ph.writes_over_alone
                     .iter()
                     .map(|r| o(*r, 3))

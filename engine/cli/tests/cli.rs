@@ -1147,6 +1147,8 @@ fn bench_shaper_paces_reads_to_the_absorb_rate_and_writes_the_series_and_the_plo
     let out = portico(&[
         "bench",
         "shaper",
+        "--phases",
+        "alone,paced,unpaced,served,served-free",
         "--reads",
         "4",
         "--duration",
@@ -1179,7 +1181,16 @@ fn bench_shaper_paces_reads_to_the_absorb_rate_and_writes_the_series_and_the_plo
         .iter()
         .map(|r| r["op"].as_str().unwrap())
         .collect();
-    assert_eq!(ops, ["shaper-alone", "shaper-paced", "shaper-unpaced"]);
+    assert_eq!(
+        ops,
+        [
+            "shaper-alone",
+            "shaper-paced",
+            "shaper-unpaced",
+            "shaper-served",
+            "shaper-served-free"
+        ]
+    );
     let sh = &v["shaper"];
     assert_eq!(
         sh["params"]["class_names"],
@@ -1187,6 +1198,23 @@ fn bench_shaper_paces_reads_to_the_absorb_rate_and_writes_the_series_and_the_plo
     );
     let phases = sh["phases"].as_array().unwrap();
     let (alone, paced, unpaced) = (&phases[0], &phases[1], &phases[2]);
+    // Served: B answers A's READs; its READ responses pass its shaper in class `reads`, and
+    // its outbound data keeps to the link it models. Served free: they bypass it.
+    let (served, free) = (&phases[3], &phases[4]);
+    for ph in [served, free] {
+        assert_eq!(ph["errors"], 0, "{ph}");
+        assert!(ph["reads"].as_u64().unwrap() > 0, "{ph}");
+        assert!(ph["writes"].as_u64().unwrap() > 0, "{ph}");
+    }
+    assert!(
+        served["classes"][0]["counters"]["packets"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(free["classes"][0]["counters"]["packets"], 0, "{free}");
+    let over = served["outbound_over_link"].as_f64().unwrap();
+    assert!(over <= 1.05, "served: outbound {over} x the link");
     // The READs' responses are 4 x 4 x 64 KiB at once without pacing, four times the
     // 256 KB absorb buffer: it overflows. Paced, never more than the absorb bucket is asked
     // for beyond the absorb rate, and the buffer holds it.
@@ -1211,10 +1239,11 @@ fn bench_shaper_paces_reads_to_the_absorb_rate_and_writes_the_series_and_the_plo
         }
         assert_eq!(ph["classes"].as_array().unwrap().len(), 3);
     }
-    // The READ class is charged what its requests pull in (64 KiB READs: 16 response frames
-    // each); the WRITE classes only their ACKs, 62 bytes for a packet that asks for one.
+    // The READ class is charged what its requests pull in (64 KiB READs as four sub-requests
+    // of 4 response frames each); the WRITE classes only their ACKs, 62 bytes for a packet
+    // that asks for one.
     let reads = &paced["classes"][0]["counters"];
-    let per_read = 65_536 + 16 * 58 + 2 * 4;
+    let per_read = 16_384 + 4 * 58 + 2 * 4;
     let (pulled, requests) = (
         reads["response_bytes"].as_u64().unwrap(),
         reads["packets"].as_u64().unwrap(),

@@ -748,6 +748,7 @@ pub fn outcomes(c: &NodeCounters) -> Outcomes {
         persist_failures: _,
         shaper_picks: _,
         shaper_misses: _,
+        shaper_read_responses: _,
     } = *c;
     Outcomes {
         rx_frames,

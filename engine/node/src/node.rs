@@ -108,7 +108,8 @@ portico_counters::counter_set! {
         persist_jobs: Sum,
         /// Persists that failed; the queue pairs waiting for them went to the error state.
         persist_failures: Sum,
-        /// Requests the traffic shaper picked (one per request packet sent under a shaper).
+        /// Requests the traffic shaper picked (one per request packet sent under a shaper;
+        /// READ responses are `shaper_read_responses`).
         shaper_picks: Sum,
         /// Picks whose queue pair then had nothing to send after all (0 unless a peek and the
         /// send disagree; the pick's tokens are spent).
@@ -119,6 +120,9 @@ portico_counters::counter_set! {
         /// MAC control frames (0x8808) that are not a well-formed PFC frame (802.3x PAUSE
         /// included: Portico does not honour link-level pause).
         mac_control_ignored: Sum,
+        /// READ response packets the traffic shaper picked (charged to their queue pair's
+        /// class with its requests; without a shaper they go in turn, uncounted here).
+        shaper_read_responses: Sum,
     }
 }
 
@@ -370,11 +374,12 @@ impl RdmaNode {
     }
 
     /// Puts the engine's requests under a traffic shaper (`docs/shaper.md`); before any queue
-    /// pair is added. Its flow queues are the queue pairs' send queues, one per slot, so
-    /// `flow_queues` and `flow_queue_depth` are set here.
+    /// pair is added. Its flow queues are the queue pairs' send queues and READ responses, two
+    /// per slot, so `flow_queues` and `flow_queue_depth` are set here.
     pub fn set_shaper(&mut self, mut cfg: ShaperConfig) -> Result<(), ShaperError> {
         assert!(self.qps.entries.is_empty(), "set_shaper before add_qp");
-        cfg.flow_queues = MAX_QPS;
+        // Two streams per queue pair: its requests and its READ responses.
+        cfg.flow_queues = 2 * MAX_QPS;
         cfg.flow_queue_depth = 1;
         self.parts.shaper.shaper = Some(Shaper::new(cfg)?);
         Ok(())
@@ -524,7 +529,7 @@ impl RdmaNode {
         if self.qps.entries.len() - self.free_slots.len() >= MAX_QPS {
             return Err(AddQpError::TooMany);
         }
-        self.parts.admit_qp(&cfg)?;
+        self.parts.admit_qp(&mut cfg)?;
         let qp = QueuePair::new(cfg.clone())?;
         let slot = self
             .free_slots
@@ -963,9 +968,15 @@ impl RdmaNode {
     /// The next packet to send: ready queue pairs in turn, each one's responses first, then
     /// its requests within its turn's budget.
     pub fn poll_transmit(&mut self, now: u64) -> Option<Tx> {
+        let reads_held = self.parts.holds_read_responses();
         while let Some(&slot) = self.ready.front() {
             let e = &mut self.qps.entries[slot as usize];
-            let packet = match e.qp.poll_response() {
+            let response = if reads_held {
+                e.qp.poll_response_but_reads()
+            } else {
+                e.qp.poll_response()
+            };
+            let packet = match response {
                 Some(p) => Some(p),
                 // A part (the shaper) may send its requests instead, later.
                 None if self.parts.holds_requests(slot, &e.qp) => None,
@@ -1289,18 +1300,18 @@ mod tests {
     }
 
     #[test]
-    fn a_shaper_paces_reads_to_the_absorb_rate_and_never_holds_back_responses() {
+    fn a_shaper_paces_reads_in_sub_requests_to_the_absorb_rate() {
         use proto::shaper::ClassConfig;
-        // 1 Gbit/s of absorb (8 ns per byte) and a burst of one 64 KiB READ's responses.
+        // 1 Gbit/s of absorb (8 ns per byte) and a burst of one sub-request's responses (4
+        // packets, 16 KiB): a 64 KiB READ asked for whole could never fit it.
         let absorb_bps = 1_000_000_000;
         let read = 64 * 1024u32;
-        let per_read = proto::transport::requester::read_response_frames(
-            &QpConfig {
-                pmtu: proto::transport::Mtu::M4096,
-                ..QpConfig::new(1, 2)
-            },
-            read,
-        ) as u64;
+        let sub = 16 * 1024u32;
+        let mtu4k = QpConfig {
+            pmtu: proto::transport::Mtu::M4096,
+            ..QpConfig::new(1, 2)
+        };
+        let per_sub = proto::transport::requester::read_response_frames(&mtu4k, sub) as u64;
         let mut cfg = ShaperConfig::new(vec![ClassConfig {
             assured_bps: 0,
             ceiling_bps: 100_000_000_000,
@@ -1309,7 +1320,8 @@ mod tests {
             pfc_priority: None,
         }]);
         cfg.absorb_bps = Some(absorb_bps);
-        cfg.absorb_burst_bytes = per_read;
+        cfg.absorb_burst_bytes = per_sub;
+        assert_eq!(cfg.read_split_packets, 4);
         let (mut a, mut b) = pair_shaped(256, Some(cfg), |c| {
             c.pmtu = proto::transport::Mtu::M4096;
             c.max_in_flight = 1024;
@@ -1362,22 +1374,156 @@ mod tests {
         assert!(got == data, "every READ landed");
         // Inbound never ahead of the absorb rate plus the bucket: over every prefix of the run.
         let total: u64 = arrivals.iter().map(|&(_, l)| l).sum();
-        assert_eq!(total, 16 * per_read);
+        assert_eq!(total, 64 * per_sub);
         let mut sum = 0;
         for &(t, l) in &arrivals {
             sum += l;
-            assert!(sum <= per_read + t / 8 + per_read, "{sum} B by {t} ns");
+            assert!(sum <= per_sub + t / 8 + per_sub, "{sum} B by {t} ns");
         }
         // Sixteen READs at 1 Gbit/s take ~8.5 ms: the last arrives no sooner than the rate lets.
         let last = arrivals.last().unwrap().0;
-        assert!(last >= 15 * per_read * 8, "{last}");
+        assert!(last >= 63 * per_sub * 8, "{last}");
+        // Four sub-requests per READ, each its own request and its own charge.
         let sh = a.node.shaper().unwrap();
-        assert_eq!(a.node.counters.shaper_picks, 16);
+        assert_eq!(a.node.counters.shaper_picks, 64);
         assert_eq!(a.node.counters.shaper_misses, 0);
-        assert_eq!(sh.class_counters(0).packets, 16);
-        assert_eq!(sh.class_counters(0).response_bytes, 16 * per_read);
+        assert_eq!(sh.class_counters(0).packets, 64);
+        assert_eq!(sh.class_counters(0).response_bytes, 64 * per_sub);
+        let ra = a.node.qp(0x11).unwrap().stats();
+        assert_eq!(ra.tx_requests, 64, "four READ requests per READ");
+        assert_eq!(b.node.qp(0x22).unwrap().stats().read_responses_sent, 256);
         assert!(sh.class_counters(0).waited_in > 0);
         assert_eq!(a.node.retransmissions(), 0);
+    }
+
+    #[test]
+    fn a_responder_s_read_responses_wait_for_its_class_and_its_acks_never_do() {
+        use proto::shaper::ClassConfig;
+        // A serves READs under a shaper whose one class is capped at 1 Gbit/s (8 ns per
+        // byte) with a 16 KiB burst; B reads 16 x 64 KiB from it and writes to it meanwhile.
+        let mut cfg = ShaperConfig::new(vec![ClassConfig {
+            assured_bps: 0,
+            ceiling_bps: 1_000_000_000,
+            burst_bytes: 16 * 1024,
+            strict: false,
+            pfc_priority: None,
+        }]);
+        cfg.quantum_bytes = 4096 + 128;
+        let (mut a, mut b) = pair_shaped(256, Some(cfg), |c| {
+            c.pmtu = proto::transport::Mtu::M4096;
+            c.max_in_flight = 1024;
+        });
+        let read = 64 * 1024u32;
+        let src_map = Arc::new(Mapping::anonymous(1 << 20).unwrap());
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 % 253) as u8).collect();
+        src_map.write(0, &data).unwrap();
+        let src = a.node.register(src_map, 0, 1 << 20, Access::ALL).unwrap();
+        let dst = register_anonymous(&mut b.node, 1 << 20);
+        let sink = register_anonymous(&mut a.node, 4096);
+        let small = register_anonymous(&mut b.node, 4096);
+        // A second connection, in the same class, for the WRITE (on the first its ACK would
+        // follow the READs' responses by PSN order, as RC requires).
+        let mut c2 = QpConfig::new(0x12, 0x23);
+        (c2.remote_mac, c2.remote_ip) = (b.node.mac, b.node.ip);
+        let mut p2 = c2.mirrored();
+        (p2.remote_mac, p2.remote_ip) = (a.node.mac, a.node.ip);
+        let cq_a2 = a.node.create_cq(16);
+        let mut cq_b2 = b.node.create_cq(16);
+        let _qp_a2 = a.node.add_qp(c2, &cq_a2, &cq_a2).unwrap();
+        let mut qp_b2 = b.node.add_qp(p2, &cq_b2, &cq_b2).unwrap();
+        let reads: Vec<WorkRequest> = (0..16u64)
+            .map(|i| {
+                let off = i * u64::from(read);
+                WorkRequest::read(
+                    i,
+                    proto::transport::SgList::one(dst.lkey, dst.addr + off, read),
+                    src.addr + off,
+                    src.rkey,
+                )
+            })
+            .collect();
+        b.qp.post_send(&reads).unwrap();
+        let mut frame = vec![0u8; 9000];
+        let (mut response_bytes, mut arrivals) = (0u64, Vec::new());
+        let mut write_posted_at = None;
+        let mut write_acked_after = None;
+        for round in 0..40_000u64 {
+            let now = round * 1000;
+            let mut moved = 0;
+            carry(&mut b.node, &mut a.node, now, 0, &mut moved);
+            a.node.service(now);
+            while let Some(tx) = a.node.poll_transmit(now) {
+                let len = a.node.emit(&tx, &mut frame).unwrap();
+                use wire::Opcode::*;
+                if matches!(
+                    tx.packet.repr.bth.opcode,
+                    RdmaReadResponseFirst
+                        | RdmaReadResponseMiddle
+                        | RdmaReadResponseLast
+                        | RdmaReadResponseOnly
+                ) {
+                    response_bytes += len as u64;
+                    arrivals.push((now, response_bytes));
+                }
+                b.node.receive(now, &frame[..len]);
+            }
+            b.node.flush_completions();
+            // Halfway through the READs, one WRITE: its ACK must not queue behind them.
+            if round == 2000 {
+                let w = WorkRequest::write(
+                    100,
+                    proto::transport::SgList::one(small.lkey, small.addr, 64),
+                    sink.addr,
+                    sink.rkey,
+                    None,
+                );
+                qp_b2.post_send(&[w]).unwrap();
+                write_posted_at = Some(now);
+            }
+            for wc in drain(&mut b.cq) {
+                assert_eq!(wc.status, WcStatus::Success);
+            }
+            for wc in drain(&mut cq_b2) {
+                assert_eq!((wc.wr_id, wc.status), (100, WcStatus::Success));
+                write_acked_after = Some(now - write_posted_at.unwrap());
+            }
+            if b.node.qp(0x22).unwrap().requester().outstanding() == 0
+                && write_acked_after.is_some()
+                && response_bytes > 0
+                && !b.node.qp(0x22).unwrap().has_requests()
+            {
+                break;
+            }
+        }
+        let mut got = vec![0u8; 1 << 20];
+        assert!(b.node.mem.read(dst.lkey, 0, &mut got));
+        assert!(got == data, "every READ landed");
+        // The READ responses never went faster than the class's ceiling plus its burst.
+        for &(t, sum) in &arrivals {
+            assert!(
+                sum <= 16 * 1024 + 4200 + t / 8,
+                "{sum} B of responses by {t} ns"
+            );
+        }
+        let (last, total) = *arrivals.last().unwrap();
+        assert!(
+            last >= (total - 16 * 1024 - 4200) * 8,
+            "{total} B by {last} ns: too fast"
+        );
+        // The WRITE's ACK came back within a few rounds, the READs still being answered.
+        let acked = write_acked_after.expect("the WRITE completed");
+        assert!(acked <= 10_000, "the WRITE waited {acked} ns for its ACK");
+        assert!(
+            write_posted_at.unwrap() + acked < last,
+            "it was acknowledged mid-READs"
+        );
+        assert_eq!(a.node.counters.shaper_read_responses, 256);
+        assert_eq!(a.node.counters.shaper_picks, 0, "A sent no requests");
+        assert_eq!(a.node.shaper().unwrap().class_counters(0).packets, 256);
+        // Each response charged its frame bytes exactly (the peek is what goes out).
+        assert_eq!(a.node.shaper().unwrap().class_counters(0).bytes, total);
+        assert!(a.node.shaper().unwrap().class_counters(0).waited_out > 0);
+        assert_eq!(b.node.retransmissions(), 0);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::flusher::Flusher;
 use super::node::{AddQpError, NodeCounters, QpTable, wake_up};
+use super::rings::MAX_QPS;
 use super::tagged::TagShard;
 use crate::wake::Wake;
 use proto::shaper::{Packet, Shaper};
@@ -60,9 +61,10 @@ impl Ctx<'_> {
 /// An offload's hooks into its node. Every one has a no-op default; a part overrides the
 /// ones it needs. Hooks run in the node's order (see each one), parts in `parts!` order.
 pub(crate) trait Offload {
-    /// `add_qp`, before the queue pair is made: refuse a configuration this part cannot serve.
+    /// `add_qp`, before the queue pair is made: refuse a configuration this part cannot serve,
+    /// or fill in what this part decides for it.
     #[inline]
-    fn admit_qp(&self, _cfg: &QpConfig) -> Result<(), AddQpError> {
+    fn admit_qp(&self, _cfg: &mut QpConfig) -> Result<(), AddQpError> {
         Ok(())
     }
 
@@ -149,6 +151,13 @@ pub(crate) trait Offload {
         false
     }
 
+    /// `poll_transmit`: this part sends the queue pairs' READ responses (they are not sent in
+    /// turn; their ACKs, NAKs and CNPs still are).
+    #[inline]
+    fn holds_read_responses(&self) -> bool {
+        false
+    }
+
     /// `poll_transmit`: the queue pair in `slot`, at the head of the ready list, has no
     /// response to send. True when this part sends its requests (they are not sent in turn).
     #[inline]
@@ -175,7 +184,7 @@ macro_rules! parts {
 
         impl Parts {
             #[inline]
-            pub fn admit_qp(&self, cfg: &QpConfig) -> Result<(), AddQpError> {
+            pub fn admit_qp(&self, cfg: &mut QpConfig) -> Result<(), AddQpError> {
                 $(self.$name.admit_qp(cfg)?;)*
                 Ok(())
             }
@@ -272,6 +281,14 @@ macro_rules! parts {
                     due = Some(due.map_or(t, |d| d.min(t)));
                 })*
                 due
+            }
+
+            #[inline(always)]
+            pub fn holds_read_responses(&self) -> bool {
+                $(if self.$name.holds_read_responses() {
+                    return true;
+                })*
+                false
             }
 
             #[inline(always)]
@@ -602,20 +619,25 @@ impl Persistence {
     }
 }
 
-/// The traffic shaper (seed 000), when the engine has one: each queue pair's send queue is
-/// its own flow queue (index: the queue pair's slot), a stream the shaper's MCUs take and
-/// whose request packets it picks; responses never wait for it.
+/// The traffic shaper (seed 000), when the engine has one. Each queue pair has two streams
+/// the shaper's MCUs take and pick packets from: its send queue (flow queue = its slot) and
+/// its READ responses (flow queue = [`MAX_QPS`] + its slot), both in the queue pair's class,
+/// so PUT data and GET responses share one outbound policy as in the seed. ACKs, NAKs and
+/// CNPs never wait for it.
 #[derive(Default)]
 pub(crate) struct ShaperPart {
     pub shaper: Option<Shaper>,
 }
 
 impl Offload for ShaperPart {
-    fn admit_qp(&self, cfg: &QpConfig) -> Result<(), AddQpError> {
-        if let Some(sh) = &self.shaper
-            && cfg.traffic_class as usize >= sh.classes()
-        {
-            return Err(AddQpError::NoSuchClass(cfg.traffic_class, sh.classes()));
+    fn admit_qp(&self, cfg: &mut QpConfig) -> Result<(), AddQpError> {
+        if let Some(sh) = &self.shaper {
+            if cfg.traffic_class as usize >= sh.classes() {
+                return Err(AddQpError::NoSuchClass(cfg.traffic_class, sh.classes()));
+            }
+            if cfg.read_split_packets == 0 {
+                cfg.read_split_packets = sh.read_split_packets();
+            }
         }
         Ok(())
     }
@@ -624,19 +646,27 @@ impl Offload for ShaperPart {
         self.shaper.as_ref().and_then(|sh| sh.next_ready_at(now))
     }
 
-    /// Its requests go when the shaper picks them: keep its stream in step.
+    #[inline(always)]
+    fn holds_read_responses(&self) -> bool {
+        self.shaper
+            .as_ref()
+            .is_some_and(|sh| sh.shapes_read_responses())
+    }
+
+    /// Its requests and READ responses go when the shaper picks them: keep its streams in
+    /// step.
     #[inline(always)]
     fn holds_requests(&mut self, slot: u32, qp: &QueuePair) -> bool {
         match &mut self.shaper {
             Some(sh) => {
-                sync_stream(sh, slot as usize, qp);
+                sync_streams(sh, slot as usize, qp);
                 true
             }
             None => false,
         }
     }
 
-    /// The request the shaper picks next, if any may go now.
+    /// The request or READ response the shaper picks next, if any may go now.
     #[inline]
     fn transmit(&mut self, now: u64, cx: &mut Ctx) -> Option<(u32, OutPacket)> {
         let sh = self.shaper.as_mut()?;
@@ -644,17 +674,35 @@ impl Offload for ShaperPart {
         // A miss spends the pick's tokens, so misses cannot go on for ever; a few per call at
         // most all the same, should a peek and a send ever keep disagreeing.
         for _ in 0..4 {
-            let pick = sh.next_with(now, |q| {
-                let (out, back) = entries[q].qp.peek_request(now)?;
-                Some(Packet { out, back })
+            let pick = sh.next_with(now, |q| match q.checked_sub(MAX_QPS) {
+                None => {
+                    let (out, back) = entries[q].qp.peek_request(now)?;
+                    Some(Packet { out, back })
+                }
+                Some(slot) => {
+                    let out = entries[slot].qp.peek_read_response()?;
+                    Some(Packet { out, back: 0 })
+                }
             })?;
-            let e = &mut entries[pick.queue];
-            let packet = e.qp.poll_request(now, &mut Budget::packets(1));
-            sync_stream(sh, pick.queue, &e.qp);
+            let (slot, response) = match pick.queue.checked_sub(MAX_QPS) {
+                None => (pick.queue, false),
+                Some(slot) => (slot, true),
+            };
+            let e = &mut entries[slot];
+            let packet = if response {
+                e.qp.poll_read_response()
+            } else {
+                e.qp.poll_request(now, &mut Budget::packets(1))
+            };
+            sync_streams(sh, slot, &e.qp);
             match packet {
+                Some(packet) if response => {
+                    cx.counters.shaper_read_responses += 1;
+                    return Some((slot as u32, packet));
+                }
                 Some(packet) => {
                     cx.counters.shaper_picks += 1;
-                    return Some((pick.queue as u32, packet));
+                    return Some((slot as u32, packet));
                 }
                 None => cx.counters.shaper_misses += 1,
             }
@@ -665,10 +713,10 @@ impl Offload for ShaperPart {
 
 /// Tells the shaper whether queue pair `slot` has requests to send, and how many of its PSNs
 /// are out unacknowledged (the MCU's outstanding count, the seed's OrdPktActive: for a READ,
-/// the response packets it awaits).
-fn sync_stream(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
+/// the response packets it awaits); and whether it has READ responses that may go.
+fn sync_streams(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
+    let class = qp.config().traffic_class;
     if qp.has_requests() {
-        let class = qp.config().traffic_class;
         sh.activate(slot, class)
             .expect("the class was checked when the queue pair was added");
     } else {
@@ -678,5 +726,16 @@ fn sync_stream(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
         // Not `in_flight`: after a go-back-N rewind the packets to resend are not out,
         // and an MCU held at its cap by them could never resend them.
         sh.set_outstanding(m, qp.requester().outstanding());
+    }
+    let responses = MAX_QPS + slot;
+    if sh.shapes_read_responses() && qp.peek_read_response().is_some() {
+        sh.activate(responses, class)
+            .expect("the class was checked when the queue pair was added");
+        if let Some(m) = sh.mcu_of(responses) {
+            // Responses answer requests: nothing of theirs is outstanding.
+            sh.set_outstanding(m, 0);
+        }
+    } else {
+        sh.deactivate(responses);
     }
 }

@@ -10,6 +10,7 @@
 //! mcus = 16                  # message-chopping units per worker
 //! outstanding_cap = 64       # packets an MCU may have in flight
 //! quantum_bytes = 4096       # deficit round robin among a class's MCUs
+//! read_split_packets = 4     # READs go as sub-requests of this many response packets (0: whole)
 //!
 //! [[shaper.classes]]         # class 0, then 1, ... (a queue pair's rdma.traffic_class)
 //! name = "reads"
@@ -54,6 +55,11 @@ pub struct ShaperSection {
     pub outstanding_cap: u32,
     #[serde(default = "default_quantum")]
     pub quantum_bytes: u32,
+    /// A READ goes as sub-requests of at most this many packets of response, each charged
+    /// to the absorb bucket and paced on its own (seed 000's GET split); 0: one request for
+    /// the whole READ.
+    #[serde(default = "default_read_split")]
+    pub read_split_packets: u32,
     pub classes: Vec<ClassSection>,
 }
 
@@ -99,6 +105,10 @@ fn default_cap() -> u32 {
 
 fn default_quantum() -> u32 {
     4096
+}
+
+fn default_read_split() -> u32 {
+    crate::shaper::DEFAULT_READ_SPLIT_PACKETS
 }
 
 fn default_class_burst() -> u64 {
@@ -203,6 +213,7 @@ impl ShaperSection {
         cfg.mcus = self.mcus;
         cfg.outstanding_cap = self.outstanding_cap;
         cfg.quantum_bytes = self.quantum_bytes;
+        cfg.read_split_packets = self.read_split_packets;
         // The core names the rest (mcus, caps, quantum, the absorb burst).
         cfg.validate()
             .map_err(|e| err(format!("{prefix}.{}", e.field), e.reason))?;
@@ -236,6 +247,7 @@ mod tests {
             mcus = 8
             outstanding_cap = 32
             quantum_bytes = 9000
+            read_split_packets = 8
             [[shaper.classes]]
             name = "reads"
             ceiling_gbps = 10
@@ -257,6 +269,7 @@ mod tests {
             (cfg.mcus, cfg.outstanding_cap, cfg.quantum_bytes),
             (8, 32, 9000)
         );
+        assert_eq!(cfg.read_split_packets, 8);
         assert_eq!(
             cfg.classes,
             [

@@ -113,6 +113,8 @@ crate::counter_set! {
         pfc_frames: Sum,
         /// MAC control frames other than PFC (802.3x PAUSE included), ignored.
         mac_control_ignored: Sum,
+        /// READ response packets the traffic shaper picked (0 on engines without one).
+        shaper_read_responses: Sum,
         /// Arbitration steps MCUs waited for inbound (absorb) tokens, over the classes.
         shaper_waited_in: Sum,
         /// Arbitration steps MCUs waited for their outstanding cap, over the classes.
@@ -375,7 +377,9 @@ impl RdmaStage {
                 }
             }
             // Over the engines that have a shaper.
-            None => (c.shaper_picks, c.shaper_misses) = (0, 0),
+            None => {
+                (c.shaper_picks, c.shaper_misses, c.shaper_read_responses) = (0, 0, 0);
+            }
         }
         c
     }

@@ -71,10 +71,11 @@ fn node_counters_follow_their_declaration() {
             "shaper_misses",
             "pfc_frames",
             "mac_control_ignored",
+            "shaper_read_responses",
         ],
     );
     assert_eq!(c.rx_frames, 1);
-    assert_eq!(c.mac_control_ignored, NodeCounters::LEN as u64);
+    assert_eq!(c.shaper_read_responses, NodeCounters::LEN as u64);
 }
 
 #[test]

@@ -19,7 +19,10 @@
 //!   back up to one MTU of response; the expected response bytes are charged to an inbound
 //!   ("absorb") bucket at issue. An MCU whose next request would pull back more than the bucket
 //!   holds is skipped and the others are served; it goes again once its response fits. PUT data
-//!   is charged to the outbound (class) buckets only.
+//!   is charged to the outbound (class) buckets only. In the engine a queue pair's READs are
+//!   sub-requests of [`ShaperConfig::read_split_packets`] packets of response, each charged on
+//!   its own, and the READ responses a node serves are a stream of their own in the queue
+//!   pair's class: PUT requests and GET responses share one outbound policy.
 //!
 //! The shape follows HPE's Cassini NIC: per-class buckets with an assured and a ceiling rate,
 //! inbound buckets charged with the expected response size, per-MCU outstanding caps (64 by
@@ -83,9 +86,24 @@ pub struct ShaperConfig {
     pub quantum_bytes: u32,
     /// The number of flow queues flows hash into.
     pub flow_queues: usize,
+    /// The size of a GET's sub-requests in response packets (seed 000: a GET is split into
+    /// sub-requests, each managed and paced on its own): a node with a shaper has its queue
+    /// pairs split their READs into requests of at most this many packets of response
+    /// (`QpConfig::read_split_packets`), each charged to the absorb bucket as it goes.
+    /// 0: READs are not split.
+    pub read_split_packets: u32,
     /// Commands each flow queue holds.
     pub flow_queue_depth: usize,
+    /// READ responses a node serves are charged to their queue pair's class and wait for
+    /// its tokens as its requests do (seed 000: PUTs and GET responses in one outbound
+    /// policy). Off: they go in turn, outside the shaper (as before issue 32; a benchmark's
+    /// comparison).
+    pub shape_read_responses: bool,
 }
+
+/// [`ShaperConfig::read_split_packets`] by default: a GET's sub-requests pull back 4 packets
+/// of response each (4 KiB at RoCE's default 1 KiB MTU, 16 KiB at 4 KiB).
+pub const DEFAULT_READ_SPLIT_PACKETS: u32 = 4;
 
 /// A configuration field that cannot work, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -104,7 +122,8 @@ fn bad(field: impl Into<String>, reason: &'static str) -> Result<(), ShaperError
 
 impl ShaperConfig {
     /// `classes` with Cassini-like defaults: 16 MCUs, 64 outstanding packets each, a 4 KiB
-    /// quantum (one maximum RoCE MTU), 256 flow queues of 16 commands, no absorb limit.
+    /// quantum (one maximum RoCE MTU), 256 flow queues of 16 commands, no absorb limit, GETs
+    /// split into sub-requests of 4 packets of response.
     pub fn new(classes: Vec<ClassConfig>) -> ShaperConfig {
         ShaperConfig {
             classes,
@@ -117,6 +136,8 @@ impl ShaperConfig {
             quantum_bytes: 4096,
             flow_queues: 256,
             flow_queue_depth: 16,
+            read_split_packets: DEFAULT_READ_SPLIT_PACKETS,
+            shape_read_responses: true,
         }
     }
 
@@ -363,6 +384,8 @@ pub struct Shaper {
     /// MCUs only, instead of scanning every MCU for its class.
     members: Vec<u64>,
     words: usize,
+    read_split_packets: u32,
+    shape_read_responses: bool,
 }
 
 /// The first set bit of `bits` in `[lo, hi)`.
@@ -451,6 +474,8 @@ impl Shaper {
             strict,
             members: vec![0; cfg.classes.len() * words],
             words,
+            read_split_packets: cfg.read_split_packets,
+            shape_read_responses: cfg.shape_read_responses,
         })
     }
 
@@ -705,8 +730,8 @@ impl Shaper {
     /// A PFC frame from the link partner (802.1Qbb, [`wire::pfc::PfcRepr`]) at `now`: every class
     /// whose [`ClassConfig::pfc_priority`] the frame names is paused for the quanta it gives
     /// (512 bit times each at the link's rate, [`ShaperConfig::link_bps`], else
-    /// [`PFC_DEFAULT_LINK_BPS`]) from now, or resumed by quanta 0. ACKs, NAKs and READ
-    /// responses never pass the shaper, so a pause holds back requests only. Returns the
+    /// [`PFC_DEFAULT_LINK_BPS`]) from now, or resumed by quanta 0. ACKs, NAKs and CNPs never
+    /// pass the shaper, so a pause holds back the class's requests and READ responses. Returns the
     /// classes it paused.
     pub fn pfc(&mut self, now: u64, frame: &wire::pfc::PfcRepr) -> u32 {
         let link_bps = self.pfc_link_bps;
@@ -947,6 +972,15 @@ impl Shaper {
     }
 
     /// The number of traffic classes.
+    pub fn read_split_packets(&self) -> u32 {
+        self.read_split_packets
+    }
+
+    /// [`ShaperConfig::shape_read_responses`].
+    pub fn shapes_read_responses(&self) -> bool {
+        self.shape_read_responses
+    }
+
     pub fn classes(&self) -> usize {
         self.classes.len()
     }

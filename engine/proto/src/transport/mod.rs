@@ -188,6 +188,13 @@ pub struct QpConfig {
     /// The traffic-shaper class this queue pair's requests are arbitrated in, when its engine
     /// has a shaper (`docs/shaper.md`); local only (the DSCP is what the wire carries).
     pub traffic_class: u8,
+    /// A READ longer than this many packets of response goes as several READ requests
+    /// (sub-requests) of at most this many, each one its own request to the responder and
+    /// its own charge to a traffic shaper's absorb bucket (seed 000's GET split); the work
+    /// request completes when the last has been answered. 0: one request for the whole
+    /// READ (what a standard requester sends). A node with a shaper sets it from
+    /// `ShaperConfig::read_split_packets` where it is 0.
+    pub read_split_packets: u32,
 }
 
 impl QpConfig {
@@ -229,6 +236,7 @@ impl QpConfig {
             rndv_threshold: 16 * 1024,
             cc: CcConfig::default(),
             traffic_class: 0,
+            read_split_packets: 0,
         }
     }
 

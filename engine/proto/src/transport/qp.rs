@@ -336,6 +336,35 @@ impl QueuePair {
     /// never wait behind requests, whatever paces the requests. With `cc = ack` every ACK
     /// carries the congestion state: BECN and a CETH while congested, neither once clear.
     pub fn poll_response(&mut self) -> Option<OutPacket> {
+        self.poll_responses(false)
+    }
+
+    /// [`QueuePair::poll_response`] without READ responses, which a traffic shaper paces
+    /// ([`QueuePair::poll_read_response`]): CNPs, ACKs, NAKs and durable ACKs, which never
+    /// wait for it. A NAK or durable ACK that would acknowledge a READ still being answered
+    /// waits for its last response.
+    pub fn poll_response_but_reads(&mut self) -> Option<OutPacket> {
+        self.poll_responses(true)
+    }
+
+    /// The frame bytes of the READ response [`QueuePair::poll_read_response`] would hand out,
+    /// if one may go now (a shaper's peek; sends nothing).
+    pub fn peek_read_response(&self) -> Option<u32> {
+        if self.state == QpState::Error {
+            return None;
+        }
+        self.resp.peek_read_response(&self.cfg)
+    }
+
+    /// The next READ response packet, if one may go (after [`QueuePair::peek_read_response`]).
+    pub fn poll_read_response(&mut self) -> Option<OutPacket> {
+        if self.state == QpState::Error {
+            return None;
+        }
+        self.resp.poll_read_response(&self.cfg)
+    }
+
+    fn poll_responses(&mut self, reads_held: bool) -> Option<OutPacket> {
         if self.cnp_due {
             self.cnp_due = false;
             self.stats.cnps_sent += 1;
@@ -344,7 +373,11 @@ impl QueuePair {
                 payload: None,
             });
         }
-        let mut p = self.resp.poll_transmit(&self.cfg)?;
+        let mut p = if reads_held {
+            self.resp.poll_control(&self.cfg, true)?
+        } else {
+            self.resp.poll_transmit(&self.cfg)?
+        };
         if p.repr.bth.opcode == Opcode::Acknowledge && self.notifier.carries_state() {
             let (becn, ceth) = self.notifier.ack_state();
             p.repr.bth.becn = becn;

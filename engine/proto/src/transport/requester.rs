@@ -114,6 +114,16 @@ pub fn read_response_frames(cfg: &QpConfig, len: u32) -> u32 {
     len + n * PER_PACKET + aeths * AETH
 }
 
+/// Where the READ request that starts at response packet `k` of a READ of `npsn` packets
+/// ends (exclusive): at the next multiple of `cfg.read_split_packets` (sub-requests keep their
+/// boundaries when a retry asks for the rest of one), or at `npsn`.
+fn read_request_end(cfg: &QpConfig, npsn: u32, k: u32) -> u32 {
+    match cfg.read_split_packets {
+        0 => npsn,
+        split => (k / split + 1).saturating_mul(split).min(npsn),
+    }
+}
+
 /// The frame bytes of the ACK a request asks for: headers, AETH and ICRC, and with `cc = ack`
 /// room for a CETH (present only while congested; counted always, the larger case).
 pub(crate) fn ack_frame(cfg: &QpConfig) -> u32 {
@@ -270,6 +280,33 @@ impl Requester {
     /// durable probe.
     pub(crate) fn has_unsent(&self) -> bool {
         self.probe || self.tx_idx < self.sq.len()
+    }
+
+    /// READ requests out and not fully answered, as the responder counts them against
+    /// `max_rd_atomic`: one per work request that expects a response, or with READs split
+    /// into sub-requests, one per sub-request sent whose responses have not all come; the
+    /// work request at the transmit cursor has sent its responses up to packet `k`.
+    fn reads_outstanding(&self, cfg: &QpConfig, k: u32) -> u32 {
+        let split = cfg.read_split_packets;
+        let mut n = 0;
+        for (i, w) in self.sq.range(self.head..=self.tx_idx).enumerate() {
+            if !w.expects_response() {
+                continue;
+            }
+            let sent = if self.head + i == self.tx_idx {
+                k
+            } else {
+                w.npsn
+            };
+            if sent <= w.read_done {
+                continue;
+            }
+            n += match split {
+                0 => 1,
+                _ => sent.div_ceil(split) - w.read_done / split,
+            };
+        }
+        n
     }
 
     /// Whether another work request fits.
@@ -596,13 +633,15 @@ impl Requester {
             | WrKind::AtomicWrite { .. } => {
                 let k = k.max(wqe.read_done);
                 let psn = psn::add(wqe.first_psn, k);
-                let psns = wqe.npsn - k;
+                // This request's responses end at the next sub-request boundary (seed 000's
+                // GET split) or with the READ.
+                let end = read_request_end(cfg, wqe.npsn, k);
+                let psns = end - k;
                 // A READ larger than the whole window may go alone.
                 if outstanding > 0 && outstanding + psns > max_in_flight {
                     return None;
                 }
-                let reads = self.sq.range(self.head..self.tx_idx);
-                if reads.filter(|w| w.expects_response()).count() as u32 >= cfg.max_rd_atomic {
+                if self.reads_outstanding(cfg, k) >= cfg.max_rd_atomic {
                     return None;
                 }
                 let mut payload = None;
@@ -611,13 +650,14 @@ impl Requester {
                     | WrKind::TagPull {
                         remote_addr, rkey, ..
                     } => {
-                        // A retry after partial responses asks only for the rest.
+                        // A retry after partial responses asks only for the rest (of its
+                        // sub-request).
                         let skip = k * mtu;
                         let mut repr = cfg.header(Opcode::RdmaReadRequest, psn, true);
                         repr.reth = Some(RethRepr {
                             virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
                             rkey,
-                            dma_len: wqe.len - skip.min(wqe.len),
+                            dma_len: wqe.len.min(end * mtu) - skip.min(wqe.len),
                         });
                         repr
                     }
@@ -660,7 +700,7 @@ impl Requester {
                 let frame_len = out.frame_len();
                 let back = match wqe.kind {
                     WrKind::Read { .. } | WrKind::TagPull { .. } => {
-                        read_response_frames(cfg, wqe.len - (k * mtu).min(wqe.len))
+                        read_response_frames(cfg, wqe.len.min(end * mtu) - (k * mtu).min(wqe.len))
                     }
                     // FLUSH and ATOMIC WRITE are answered with an acknowledgement.
                     _ => ack_frame(cfg),
@@ -671,8 +711,10 @@ impl Requester {
                 budget.charge(frame_len);
                 self.since_ack_req = 0;
                 self.unrequested_since = None;
-                self.tx_psn = psn::add(wqe.first_psn, wqe.npsn);
-                self.tx_idx += 1;
+                self.tx_psn = psn::add(wqe.first_psn, end);
+                if end == wqe.npsn {
+                    self.tx_idx += 1;
+                }
                 // Timed when its first response comes back.
                 self.note_sent(now, cfg, psn, psns, true);
                 out

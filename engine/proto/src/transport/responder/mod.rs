@@ -272,6 +272,26 @@ impl Responder {
     /// before it, and an ACK never names a PSN whose response or durability it would vouch
     /// for early.
     pub(crate) fn poll_transmit(&mut self, cfg: &QpConfig) -> Option<OutPacket> {
+        self.poll_read_response(cfg)
+            .or_else(|| self.poll_control(cfg, false))
+    }
+
+    /// The frame bytes of the READ response [`Responder::poll_read_response`] would hand out
+    /// now, if one may go.
+    pub(crate) fn peek_read_response(&self, cfg: &QpConfig) -> Option<u32> {
+        let job = self.reads.front()?;
+        if !self.dur.passed(job.gate) {
+            return None;
+        }
+        let mtu = cfg.pmtu.bytes();
+        let len = (job.len - job.sent * mtu).min(mtu);
+        let aeth = job.npkts == 1 || job.sent == 0 || job.sent + 1 == job.npkts;
+        // Ethernet, IPv4, UDP, BTH, ICRC; the AETH of the first and last; the pad.
+        Some(14 + 20 + 8 + 12 + 4 + if aeth { 4 } else { 0 } + len.next_multiple_of(4))
+    }
+
+    /// The next READ response packet, if one may go (its persists done).
+    pub(crate) fn poll_read_response(&mut self, cfg: &QpConfig) -> Option<OutPacket> {
         if let Some(job) = self.reads.front_mut()
             && self.dur.passed(job.gate)
         {
@@ -303,6 +323,24 @@ impl Responder {
             self.stats.read_responses_sent += 1;
             return Some(OutPacket { repr, payload });
         }
+        None
+    }
+
+    /// The next ACK, NAK or durable ACK. With `reads_held` (READ responses wait for a traffic
+    /// shaper and are polled apart) a NAK or durable ACK waits while a READ is still being
+    /// answered: either would acknowledge the READ's PSNs before its data went. A plain ACK
+    /// is capped below the READ as always.
+    pub(crate) fn poll_control(&mut self, cfg: &QpConfig, reads_held: bool) -> Option<OutPacket> {
+        if reads_held && !self.reads.is_empty() && self.ack_due {
+            // Only the capped ACK may go now.
+            return self.ack_to_send().map(|psn| {
+                self.stats.acks_sent += 1;
+                self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, psn)
+            });
+        }
+        if reads_held && !self.reads.is_empty() {
+            return None;
+        }
         let (syndrome, psn) = if let Some(nak) = self.nak.take() {
             match nak.0 {
                 Syndrome::Nak(NakCode::PsnSequenceError) => self.stats.seq_naks_sent += 1,
@@ -330,15 +368,19 @@ impl Responder {
         } else {
             return None;
         };
+        Some(self.ack_packet(cfg, syndrome, psn))
+    }
+
+    fn ack_packet(&self, cfg: &QpConfig, syndrome: Syndrome, psn: u32) -> OutPacket {
         let mut repr = cfg.header(Opcode::Acknowledge, psn, false);
         repr.aeth = Some(AethRepr {
             syndrome,
             msn: self.msn,
         });
-        Some(OutPacket {
+        OutPacket {
             repr,
             payload: None,
-        })
+        }
     }
 
     /// The PSN of the ACK to send now, if one is owed and it says something new. It names

@@ -1102,3 +1102,73 @@ fn bidirectional_traffic_under_faults() {
     }
     assert!(sim.wire.dropped > 0 && sim.wire.icrc_errors > 0);
 }
+
+/// Seed 000's GET split: a READ longer than `read_split_packets` goes as sub-requests at the
+/// sub-request boundaries, each its own READ request (counted against `max_rd_atomic` as the
+/// responder counts it) pulling back its own First..Last responses; a response lost in the
+/// second sub-request is asked for again to the end of that sub-request only; the data and
+/// the one completion are as for one request.
+#[test]
+fn a_split_read_goes_as_sub_requests_and_a_retry_asks_for_the_rest_of_one() {
+    let mut c = cfg();
+    c.pmtu = Mtu::M256;
+    c.read_split_packets = 4;
+    c.max_rd_atomic = 2;
+    let (mut sim, a, b) = pair(c, Faults::NONE, 1, 1 << 16);
+    // 10 packets of response (2 500 bytes): sub-requests of 4, 4 and 2 packets.
+    let data = pattern(41, 2500);
+    fill_b(&mut sim, b, 0, &data);
+    let mut dropped = false;
+    sim.filter = Some(Box::new(move |side, r| {
+        if side == Side::B && r.bth.psn == 5 && !dropped {
+            dropped = true;
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    }));
+    sim.a
+        .post_send(read(1, a.lkey, A_BASE, 2500, B_BASE, b.rkey));
+    sim.run_idle(10 * MS);
+    let wc = one(&sim.a.done, 1);
+    assert_eq!(
+        (wc.opcode, wc.status, wc.byte_len),
+        (WcOpcode::RdmaRead, WcStatus::Success, 2500)
+    );
+    assert_eq!(a_bytes(&sim, a, 0, 2500), data);
+    let reqs: Vec<(u32, u64, u32)> = sim
+        .trace
+        .iter()
+        .filter(|t| t.1.bth.opcode == Opcode::RdmaReadRequest)
+        .map(|t| {
+            let reth = t.1.reth.unwrap();
+            (t.1.bth.psn, reth.virtual_addr - B_BASE, reth.dma_len)
+        })
+        .collect();
+    // Two sub-requests at once (max_rd_atomic 2); the retry of the rest of the second (PSN 5
+    // to its end at 7); the third only once the first was answered.
+    assert_eq!(
+        reqs,
+        [
+            (0, 0, 1024),
+            (4, 1024, 1024),
+            (5, 1280, 768),
+            (8, 2048, 452)
+        ]
+    );
+    let at = |side: Side, psn: u32, op: Opcode| {
+        sim.trace
+            .iter()
+            .position(|t| t.0 == side && t.1.bth.psn == psn && t.1.bth.opcode == op)
+            .unwrap()
+    };
+    assert!(at(Side::A, 8, Opcode::RdmaReadRequest) > at(Side::B, 3, Opcode::RdmaReadResponseLast));
+    // Every sub-request is answered First..Last (the retry's too).
+    let firsts = sim
+        .trace
+        .iter()
+        .filter(|t| t.0 == Side::B && t.1.bth.opcode == Opcode::RdmaReadResponseFirst)
+        .count();
+    assert_eq!(firsts, 4);
+    assert_eq!(sim.a.qp.stats().timeouts, 0);
+}
