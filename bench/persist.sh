@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# portico bench persist: the four ways of making a remote write durable, in the same run, on
+# portico bench persist: the five ways of making a remote write durable, in the same run, on
 # the same machine, interleaved (run i of every mode, queue depth and size before run i+1 of
 # any), so that a slow spell of this shared VM falls on all of them alike.
 #
@@ -22,7 +22,7 @@
 # failed; every figure is printed either way.
 #
 #   bench/persist.sh        RUNS=3 DURATION=3 SIZES="64 4096 65536" QDS="1 32"
-#                           MODES="durable write-read write-flush write-send"
+#                           MODES="durable durable-region write-read write-flush write-send"
 #                           EXTRA="--hugepages off --memory-mb 512" PMEM=file|emulated
 #                           PORTICO_NO_BUILD=1
 #
@@ -36,7 +36,7 @@ RUNS=${RUNS:-3}
 DURATION=${DURATION:-3}
 SIZES=${SIZES:-"64 4096 65536"}
 QDS=${QDS:-"1 32"}
-MODES=${MODES:-"durable write-read write-flush write-send"}
+MODES=${MODES:-"durable durable-region write-read write-flush write-send"}
 EXTRA=${EXTRA:-"--hugepages off --memory-mb 512"}
 PMEM=${PMEM:-file}
 PORTICO=${PORTICO:-target/release/portico}
@@ -119,7 +119,7 @@ first = next((r for c in cells.values() for r in c if r), None)
 if first:
     print(f"target region: {first['mapping']}, dax: {str(first['dax']).lower()}")
 print(f"{runs} runs of {duration} s each; medians over runs; retransmissions summed over runs")
-print(f"{'mode':<12} {'qd':>3} {'size':>6} {'ops/s':>10} {'p50 µs':>10} {'p99 µs':>10} {'retx':>6} {'errors':>6} {'runs ok':>8} {'frames/op':>10} {'bytes/op':>9}")
+print(f"{'mode':<14} {'qd':>3} {'size':>6} {'ops/s':>10} {'p50 µs':>10} {'p99 µs':>10} {'retx':>6} {'errors':>6} {'runs ok':>8} {'frames/op':>10} {'bytes/op':>9}")
 
 def med(mode, qd, size, key):
     vals = [r[key] for r in cells[(mode, qd, size)] if r and r[key] is not None]
@@ -133,9 +133,9 @@ for size in sizes:
         for mode in modes:
             ok = [r for r in cells[(mode, qd, size)] if r]
             if not ok:
-                print(f"{mode:<12} {qd:>3} {size:>6} {'(no result)':>10}")
+                print(f"{mode:<14} {qd:>3} {size:>6} {'(no result)':>10}")
                 continue
-            print(f"{mode:<12} {qd:>3} {size:>6} {med(mode, qd, size, 'ops'):>10.0f} "
+            print(f"{mode:<14} {qd:>3} {size:>6} {med(mode, qd, size, 'ops'):>10.0f} "
                   f"{med(mode, qd, size, 'p50'):>10.1f} {med(mode, qd, size, 'p99'):>10.1f} "
                   f"{sum(r['retx'] for r in ok):>6} {sum(r['errors'] for r in ok):>6} "
                   f"{len(ok):>4}/{runs} {med(mode, qd, size, 'pkts'):>10.2f} "

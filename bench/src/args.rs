@@ -253,7 +253,8 @@ pub enum PmemArg {
     mut_arg("plot", |a| a.requires("side").help_heading(REMOTE_ONLY)),
 )]
 pub struct PersistArgs {
-    /// durable (one durable WRITE), write-read (WRITE + 8-byte READ), write-flush (WRITE +
+    /// durable (one durable WRITE), durable-region (one WRITE into a region registered
+    /// durable: receipt ACK, then durable ACK), write-read (WRITE + 8-byte READ), write-flush (WRITE +
     /// IBTA FLUSH), write-send (WRITE + SEND to a server thread on the target that persists
     /// the range and answers). Across two processes: durable.
     #[arg(long, value_enum)]
@@ -419,6 +420,18 @@ pub struct CongestionCli {
     /// The moving-average window of the rates, µs (default RTT / 2).
     #[arg(long, allow_negative_numbers = true)]
     pub rate_window_us: Option<f64>,
+    /// The flows READ from the far side (the data crossing the bottleneck is READ responses,
+    /// paced by the responder on what the requester tells it) instead of WRITE to it.
+    #[arg(long)]
+    pub reads: bool,
+    /// `ack`: the CETH carries the bottleneck's queuing delay, and a sender told a delay
+    /// without a queue depth sizes its window from it.
+    #[arg(long)]
+    pub ack_delay: bool,
+    /// `ack`: keep the congested rate this many µs after the path clears before the line
+    /// rate (default 0: at once).
+    #[arg(long, allow_negative_numbers = true)]
+    pub keep_rate_us: Option<f64>,
     #[command(flatten)]
     pub bottleneck: BottleneckArgs,
     #[command(flatten)]
@@ -707,6 +720,9 @@ impl CongestionCli {
             out: b.out,
             rate_window_us: self.rate_window_us,
             seed: d.seed,
+            reads: self.reads,
+            ack_delay: self.ack_delay,
+            keep_rate_us: self.keep_rate_us.unwrap_or(d.keep_rate_us),
         };
         Ok((o, args))
     }

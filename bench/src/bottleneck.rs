@@ -393,6 +393,12 @@ impl<T> Bottleneck<T> {
         self.queue_bytes
     }
 
+    /// How long a frame arriving now waits before its service ends, in ns: the bytes queued
+    /// (frame overhead included) at the service rate.
+    pub fn queue_delay_ns(&self) -> u64 {
+        (u128::from(self.queue_bytes) * 8_000_000_000 / u128::from(self.cfg.rate_bps)) as u64
+    }
+
     /// Bytes that finished service and wait in the delay line.
     pub fn delay_bytes(&self) -> u64 {
         self.delay_bytes

@@ -260,6 +260,9 @@ impl Instrumented {
             node.set_ingress_queue(Some(
                 ing.bottleneck.queue_bytes().min(u64::from(u32::MAX - 1)) as u32,
             ));
+            node.set_ingress_delay(Some(
+                ing.bottleneck.queue_delay_ns().min(u64::from(u32::MAX - 1)) as u32,
+            ));
         }
         // The senders' controller rates, for the bench's figures.
         if let (Some(t), Some(sender)) = (ing.bottleneck.trace(), inner.node(0)) {

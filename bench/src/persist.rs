@@ -1,9 +1,13 @@
 //! `portico bench persist`: remote durable writes between the two loopback engines, into a
-//! region the target maps from a file, made durable in one of four ways (`--mode`):
+//! region the target maps from a file, made durable in one of five ways (`--mode`):
 //!
 //! - `durable`: one durable WRITE (Portico's extension, both queue pairs negotiate it); the
 //!   operation is done on its `DurableWrite` completion, which the target's durable ACK
 //!   releases once the engine's flusher has persisted the range.
+//! - `durable-region`: one plain WRITE into a region registered `DURABLE` (both queue pairs
+//!   negotiate the extension): the target's receipt ACK (0xE3) moves the window at once and
+//!   its durable ACK completes the WRITE once the flusher has persisted it (seed 004's
+//!   pipelining without a new kind of work request).
 //! - `write-read`: a WRITE and an 8-byte READ of the written range, posted as one list
 //!   (librpma's "appliance persistency method"); done when the READ completes. The target
 //!   persists every WRITE into a region registered `FLUSH_PERSISTENT` as soon as it is placed,
@@ -51,6 +55,9 @@ use portico::wire::{Placement, Selectivity};
 pub enum PersistMode {
     /// One durable WRITE; done on its durable completion.
     Durable,
+    /// One plain WRITE into a region registered durable; done on its completion, which the
+    /// durable ACK releases.
+    DurableRegion,
     /// A WRITE and an 8-byte READ of the same range; done when the READ completes.
     WriteRead,
     /// A WRITE and an IBTA FLUSH of the written range; done when the FLUSH completes.
@@ -64,6 +71,7 @@ impl PersistMode {
     pub fn name(self) -> &'static str {
         match self {
             PersistMode::Durable => "durable",
+            PersistMode::DurableRegion => "durable-region",
             PersistMode::WriteRead => "write-read",
             PersistMode::WriteFlush => "write-flush",
             PersistMode::WriteSend => "write-send",
@@ -74,6 +82,7 @@ impl PersistMode {
     fn final_opcode(self) -> WcOpcode {
         match self {
             PersistMode::Durable => WcOpcode::DurableWrite,
+            PersistMode::DurableRegion => WcOpcode::RdmaWrite,
             PersistMode::WriteRead => WcOpcode::RdmaRead,
             PersistMode::WriteFlush => WcOpcode::Flush,
             PersistMode::WriteSend => WcOpcode::Recv,
@@ -378,7 +387,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
     qp.max_in_flight = (opts.qd as u32 * packets).clamp(qp.max_in_flight, 1024);
     qp.timeout_ns = TIMEOUT_NS;
     qp.durable_timeout_ns = DURABLE_TIMEOUT_NS;
-    qp.durable_writes = mode == PersistMode::Durable;
+    qp.durable_writes = matches!(mode, PersistMode::Durable | PersistMode::DurableRegion);
     let tuning = (
         qp.max_rd_atomic,
         qp.max_in_flight,
@@ -431,6 +440,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
     // of the target's NIC). Every other mode needs the engine to persist what lands.
     let (access, access_name) = match mode {
         PersistMode::WriteSend => (Access::ALL, "ALL"),
+        PersistMode::DurableRegion => (Access::ALL | Access::DURABLE, "ALL | DURABLE"),
         _ => (
             Access::ALL | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT,
             "ALL | FLUSH_GLOBAL | FLUSH_PERSISTENT",
@@ -565,6 +575,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
                     region.rkey(),
                     false,
                 )),
+                PersistMode::DurableRegion => batch.push(write()),
                 PersistMode::WriteRead => {
                     batch.push(write());
                     batch.push(WorkRequest::read(

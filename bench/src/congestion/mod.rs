@@ -16,6 +16,13 @@
 //! worker time, each flow's bytes in, the bytes out, the queue, the marks and the drops; the
 //! figures ([`report`]) come from that trace, so they are in the time the engines saw.
 //!
+//! With `--reads` the flows READ instead: engine B's ends post READs of the same sizes from
+//! A's memory, so the data (A's READ responses) crosses the bottleneck in front of B, and the
+//! requester, not the responder, sees the marks (seed 002's service "RC READ response"):
+//! under `ack` it tells A in enhanced CNPs, under `dcqcn` in CNPs, and A's pacer paces its READ
+//! responses; `none` is the READ-unaware run (before issue 32, `ack` did not count marks on
+//! READ responses at all, which on READ-only traffic is `none`).
+//!
 //! Output: the bench JSON schema (`results[]` per scheme, with the FCT percentiles as
 //! `latency_ns`, and the workers' counters), plus a `congestion` object with each scheme's
 //! figures; a CSV of the time series and an SVG plot of the three schemes side by side
@@ -91,6 +98,13 @@ pub struct CongestionArgs {
     /// worker sends in bursts as long as its loop, tens of µs with 4 KiB frames).
     pub rate_window_us: Option<f64>,
     pub seed: u64,
+    /// The flows READ from the far side instead of WRITE to it (`--reads`).
+    pub reads: bool,
+    /// `ack`: the CETH carries the bottleneck's queuing delay (`AckParams::delay`).
+    pub ack_delay: bool,
+    /// `ack`: keep the congested rate this long after the path clears (µs;
+    /// `AckParams::keep_rate_ns`; 0 restores at once).
+    pub keep_rate_us: f64,
 }
 
 impl Default for CongestionArgs {
@@ -110,6 +124,9 @@ impl Default for CongestionArgs {
             out: None,
             rate_window_us: None,
             seed: 1,
+            reads: false,
+            ack_delay: false,
+            keep_rate_us: 0.0,
         }
     }
 }
@@ -118,6 +135,8 @@ impl Default for CongestionArgs {
 #[derive(Debug, Clone, Serialize)]
 pub struct CongestionParams {
     pub flows: usize,
+    /// The flows READ (the data is READ responses) instead of WRITE.
+    pub reads: bool,
     pub bottleneck_gbps: f64,
     pub line_gbps: f64,
     pub rtt_us: f64,
@@ -273,6 +292,9 @@ fn resolve(opts: &BenchOpts, args: &CongestionArgs) -> Result<CongestionParams, 
     if !(args.rtt_us >= 0.0 && args.rtt_us <= 10_000.0) {
         return Err(usage("--rtt-us: must be 0..=10000".into()));
     }
+    if !(args.keep_rate_us.is_finite() && (0.0..=1e6).contains(&args.keep_rate_us)) {
+        return Err(usage("--keep-rate-us: must be 0..=1000000".into()));
+    }
     if !(0.0..=1.0).contains(&args.pmax) {
         return Err(usage("--pmax: must be 0..=1".into()));
     }
@@ -306,6 +328,7 @@ fn resolve(opts: &BenchOpts, args: &CongestionArgs) -> Result<CongestionParams, 
     };
     Ok(CongestionParams {
         flows: args.flows,
+        reads: args.reads,
         bottleneck_gbps: args.bottleneck_gbps,
         line_gbps: line,
         rtt_us: args.rtt_us,
@@ -323,7 +346,11 @@ fn resolve(opts: &BenchOpts, args: &CongestionArgs) -> Result<CongestionParams, 
             DcqcnPreset::Vendor => DcqcnParams::vendor(),
             DcqcnPreset::Paper => DcqcnParams::paper(),
         },
-        ack_params: portico::cc::AckParams::default(),
+        ack_params: portico::cc::AckParams {
+            delay: args.ack_delay,
+            keep_rate_ns: (args.keep_rate_us * 1000.0) as u64,
+            ..portico::cc::AckParams::default()
+        },
         size_mix: SIZE_MIX.to_vec(),
     })
 }
@@ -530,8 +557,12 @@ fn run_scheme(
     *buffers = src_map.kind().to_string();
     let src = a.engine.register_all(&src_map, Access::ALL).map_err(host)?;
     let dst = b.engine.register_all(&dst_map, Access::ALL).map_err(host)?;
-    let mut flows: Vec<Flow> = std::iter::once((a.qp, a.cq))
-        .chain(more.into_iter().map(|c| (c.a.qp, c.a.cq)))
+    // The flows post on A's ends (WRITEs through the bottleneck in front of B), or with
+    // `--reads` on B's (READs whose responses come through it).
+    let ends = std::iter::once((a.qp, a.cq, b.qp, b.cq))
+        .chain(more.into_iter().map(|c| (c.a.qp, c.a.cq, c.b.qp, c.b.cq)));
+    let mut flows: Vec<Flow> = ends
+        .map(|(qa, ca, qb, cb)| if p.reads { (qb, cb) } else { (qa, ca) })
         .enumerate()
         .map(|(i, (qp, cq))| {
             let (s, e) = p.schedule_us[i];
@@ -565,13 +596,22 @@ fn run_scheme(
                     }
                     let size = draw_size(&mut f.rng);
                     let off = (i * per_flow + k * MAX_MESSAGE) as u64;
-                    let wr = WorkRequest::write(
-                        k as u64,
-                        SgList::one(src.lkey(), src.addr() + off, size),
-                        dst.addr() + off,
-                        dst.rkey(),
-                        None,
-                    );
+                    let wr = if p.reads {
+                        WorkRequest::read(
+                            k as u64,
+                            SgList::one(dst.lkey(), dst.addr() + off, size),
+                            src.addr() + off,
+                            src.rkey(),
+                        )
+                    } else {
+                        WorkRequest::write(
+                            k as u64,
+                            SgList::one(src.lkey(), src.addr() + off, size),
+                            dst.addr() + off,
+                            dst.rkey(),
+                            None,
+                        )
+                    };
                     if f.qp.post_send(&[wr]).is_err() {
                         break;
                     }

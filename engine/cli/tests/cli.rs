@@ -853,11 +853,17 @@ fn bench_with_duration_0_runs_until_sigterm() {
     assert!(v["results"][0]["ops"].as_u64().unwrap() > 0, "{v}");
 }
 
-/// `bench persist` in each of its four modes: durable writes complete, into a region on a
+/// `bench persist` in each of its five modes: durable writes complete, into a region on a
 /// file (not anonymous memory) that the run made for itself and removed afterwards.
 #[test]
 fn bench_persist_runs_every_mode_on_a_file_region() {
-    for mode in ["durable", "write-read", "write-flush", "write-send"] {
+    for mode in [
+        "durable",
+        "durable-region",
+        "write-read",
+        "write-flush",
+        "write-send",
+    ] {
         let out = portico(&[
             "bench",
             "persist",
@@ -1109,6 +1115,46 @@ fn bench_congestion_reports_each_scheme_and_writes_the_series_and_the_plot() {
             "{label} captions a column"
         );
     }
+    // READ-heavy flows (`--reads`): B's ends READ, A's READ responses cross the bottleneck;
+    // the data lands and the run says so.
+    let out = portico(&[
+        "bench",
+        "congestion",
+        "--reads",
+        "--cc",
+        "ack",
+        "--flows",
+        "2",
+        "--bottleneck-gbps",
+        "2",
+        "--schedule",
+        "0-2000,500-1500",
+        "--mtu",
+        "4096",
+        "--qd",
+        "4",
+        "--json",
+        "--hugepages",
+        "off",
+        "--memory-mb",
+        "1024",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert_eq!(v["congestion"]["params"]["reads"], true);
+    let s = &v["congestion"]["schemes"][0];
+    assert!(s["messages"].as_u64().unwrap() > 0, "{s}");
+    assert!(
+        s["bottleneck"]["arrived_bytes"].as_u64().unwrap() > 100_000,
+        "{s}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

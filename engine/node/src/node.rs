@@ -340,6 +340,10 @@ portico_counters::counter_set! {
         cnps_sent: Sum,
         /// Congestion notification packets received.
         cnps_received: Sum,
+        /// Enhanced CNPs sent (`cc = ack`): the congestion of the READ responses received.
+        read_cnps_sent: Sum,
+        /// Enhanced CNPs received: they pace the READ responses sent.
+        read_cnps_received: Sum,
     }
 }
 
@@ -660,6 +664,12 @@ impl RdmaNode {
         self.parts.ingress.bytes = bytes;
     }
 
+    /// The queuing delay in ns of that bottleneck, now, where it knows its rate (the CETH's
+    /// delay word, `AckParams::delay`).
+    pub fn set_ingress_delay(&mut self, ns: Option<u32>) {
+        self.parts.ingress.delay_ns = ns;
+    }
+
     /// Retransmitted packets found not to have been needed, over all queue pairs, destroyed
     /// ones included.
     pub fn spurious_retransmissions(&self) -> u64 {
@@ -972,9 +982,9 @@ impl RdmaNode {
         while let Some(&slot) = self.ready.front() {
             let e = &mut self.qps.entries[slot as usize];
             let response = if reads_held {
-                e.qp.poll_response_but_reads()
+                e.qp.poll_response_but_reads(now)
             } else {
-                e.qp.poll_response()
+                e.qp.poll_response(now)
             };
             let packet = match response {
                 Some(p) => Some(p),
@@ -1123,6 +1133,8 @@ fn cc_of(qp: &QueuePair) -> CcCounters {
         becn_acks_sent: s.becn_acks_sent,
         cnps_sent: s.cnps_sent,
         cnps_received: s.cnps_received,
+        read_cnps_sent: s.read_cnps_sent,
+        read_cnps_received: s.read_cnps_received,
     }
 }
 

@@ -327,6 +327,8 @@ parts! {
 #[derive(Default)]
 pub(crate) struct IngressQueue {
     pub bytes: Option<u32>,
+    /// Its queuing delay (ns), when the bottleneck knows its rate.
+    pub delay_ns: Option<u32>,
 }
 
 impl Offload for IngressQueue {
@@ -334,6 +336,7 @@ impl Offload for IngressQueue {
     fn before_packet(&mut self, _now: u64, qp: &mut QueuePair, _repr: &wire::RoceRepr) {
         if self.bytes.is_some() {
             qp.note_ingress_queue(self.bytes);
+            qp.note_ingress_delay(self.delay_ns);
         }
     }
 }
@@ -464,7 +467,9 @@ impl Offload for PortEcn {
 
     #[inline(always)]
     fn before_packet(&mut self, now: u64, qp: &mut QueuePair, repr: &wire::RoceRepr) {
-        if repr.bth.opcode.is_request() && qp.port_scoped_ecn() {
+        // Requests and READ responses: both arrive through this node's ingress.
+        let op = repr.bth.opcode;
+        if (op.is_request() || op.is_read_response()) && qp.port_scoped_ecn() {
             let cfg = &qp.config().cc.ack;
             let m = self
                 .monitor
@@ -680,7 +685,7 @@ impl Offload for ShaperPart {
                     Some(Packet { out, back })
                 }
                 Some(slot) => {
-                    let out = entries[slot].qp.peek_read_response()?;
+                    let out = entries[slot].qp.peek_read_response(now)?;
                     Some(Packet { out, back: 0 })
                 }
             })?;
@@ -690,7 +695,7 @@ impl Offload for ShaperPart {
             };
             let e = &mut entries[slot];
             let packet = if response {
-                e.qp.poll_read_response()
+                e.qp.poll_read_response(now)
             } else {
                 e.qp.poll_request(now, &mut Budget::packets(1))
             };
@@ -728,7 +733,7 @@ fn sync_streams(sh: &mut Shaper, slot: usize, qp: &QueuePair) {
         sh.set_outstanding(m, qp.requester().outstanding());
     }
     let responses = MAX_QPS + slot;
-    if sh.shapes_read_responses() && qp.peek_read_response().is_some() {
+    if sh.shapes_read_responses() && qp.has_read_response() {
         sh.activate(responses, class)
             .expect("the class was checked when the queue pair was added");
         if let Some(m) = sh.mcu_of(responses) {

@@ -105,6 +105,10 @@ crate::counter_set! {
         cnps_sent: Sum,
         /// Congestion notification packets received.
         cnps_received: Sum,
+        /// Enhanced CNPs sent (`cc = ack`): the congestion of the READ responses received.
+        read_cnps_sent: Sum,
+        /// Enhanced CNPs received: they pace the READ responses sent.
+        read_cnps_received: Sum,
         /// Requests the traffic shaper picked (0 on engines without one).
         shaper_picks: Sum,
         /// Picks whose queue pair then had nothing to send.

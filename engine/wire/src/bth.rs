@@ -9,7 +9,8 @@
 //! Portico implements the Reliable Connection opcodes it needs plus the CNP.
 //! The manufacturer-specific range 0xE0-0xFF is reserved for Portico's own
 //! extensions: 0xE0-0xE2 are the durable WRITE and its durable ACK (issue 9,
-//! `docs/wire.md`); the rest parse to [`Error::VendorOpcode`].
+//! `docs/wire.md`), 0xE3 the receipt ACK of WRITEs into a durable region whose durable ACK
+//! follows (issue 32); the rest parse to [`Error::VendorOpcode`].
 
 use super::{Error, Layer, Result, be, ensure_len};
 
@@ -77,6 +78,11 @@ pub enum Opcode {
     /// as ACKNOWLEDGE (AETH). Its PSN is the durable WRITE's last PSN, the same PSN the receipt
     /// ACK named, and it is cumulative: every durable WRITE up to that PSN is durable.
     DurableAcknowledge = 0xe2,
+    /// Portico extension: an ACKNOWLEDGE (AETH) that also says a durable ACK through at least
+    /// its PSN will follow, sent where it covers a plain WRITE into a region registered
+    /// durable whose data is not durable yet (only on queue pairs that negotiated durable
+    /// writes). The requester holds the WRITEs it covers until that durable ACK comes.
+    ReceiptAcknowledge = 0xe3,
 }
 
 /// Which payload an opcode may carry.
@@ -190,7 +196,8 @@ impl Opcode {
             0xe0 => Opcode::DurableWriteFirst,
             0xe1 => Opcode::DurableWriteOnly,
             0xe2 => Opcode::DurableAcknowledge,
-            0xe3..=0xff => return Err(Error::VendorOpcode(raw)),
+            0xe3 => Opcode::ReceiptAcknowledge,
+            0xe4..=0xff => return Err(Error::VendorOpcode(raw)),
             // UC, RD, UD and XRC (transport bits 001b, 010b, 011b, 101b): well-formed
             // packets of a service this engine's reliable-connection queue pairs never take.
             0x20..=0x7f | 0xa0..=0xbf => return Err(Error::OtherTransport(raw)),
@@ -203,7 +210,7 @@ impl Opcode {
     }
 
     /// Every opcode this module implements, in numeric order.
-    pub const ALL: [Opcode; 27] = [
+    pub const ALL: [Opcode; 28] = [
         Opcode::SendFirst,
         Opcode::SendMiddle,
         Opcode::SendLast,
@@ -231,6 +238,7 @@ impl Opcode {
         Opcode::DurableWriteFirst,
         Opcode::DurableWriteOnly,
         Opcode::DurableAcknowledge,
+        Opcode::ReceiptAcknowledge,
     ];
 
     /// The extension headers and payload rule of this opcode.
@@ -267,11 +275,13 @@ impl Opcode {
             Opcode::RdmaReadResponseFirst
             | Opcode::RdmaReadResponseLast
             | Opcode::RdmaReadResponseOnly => ExtHeaders { aeth: true, ..none },
-            Opcode::Acknowledge | Opcode::DurableAcknowledge => ExtHeaders {
-                aeth: true,
-                payload: Payload::None,
-                ..none
-            },
+            Opcode::Acknowledge | Opcode::DurableAcknowledge | Opcode::ReceiptAcknowledge => {
+                ExtHeaders {
+                    aeth: true,
+                    payload: Payload::None,
+                    ..none
+                }
+            }
             Opcode::AtomicAcknowledge => ExtHeaders {
                 aeth: true,
                 payload: Payload::Exact(ATOMIC_ACK_ETH_LEN),
@@ -326,6 +336,17 @@ impl Opcode {
         )
     }
 
+    /// True for the four READ RESPONSE opcodes.
+    pub const fn is_read_response(self) -> bool {
+        matches!(
+            self,
+            Opcode::RdmaReadResponseFirst
+                | Opcode::RdmaReadResponseMiddle
+                | Opcode::RdmaReadResponseLast
+                | Opcode::RdmaReadResponseOnly
+        )
+    }
+
     /// True for packets a responder sends back (READ responses and ACKs).
     pub const fn is_response(self) -> bool {
         matches!(
@@ -337,6 +358,7 @@ impl Opcode {
                 | Opcode::Acknowledge
                 | Opcode::AtomicAcknowledge
                 | Opcode::DurableAcknowledge
+                | Opcode::ReceiptAcknowledge
         )
     }
 }

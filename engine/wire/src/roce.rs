@@ -295,8 +295,16 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         let immdt = take(headers.immdt, Layer::ImmDt, immdt::HEADER_LEN)?;
         let cnp = take(headers.cnp, Layer::Cnp, bth::CNP_RESERVED_LEN)?;
         // An ACK with BECN set carries the congestion state in a CETH when bytes follow its
-        // AETH (before the ICRC); with none, it is a plain congestion-flagged ACK.
-        let ceth = if opcode == Opcode::Acknowledge && bth.becn() && udp_end - at > ICRC_LEN {
+        // AETH (before the ICRC); with none, it is a plain congestion-flagged ACK. A CNP whose
+        // reserved bytes open with CETH version 1 is an enhanced CNP (`cc = ack`, READ
+        // responses): the CETH lies inside the 16 reserved bytes; a standard CNP has zeros
+        // there (version 0).
+        let ceth = if let Some(c) = cnp
+            && frame[c] >> 4 == ceth::VERSION
+        {
+            ceth::Packet::new_checked(&frame[c..c + bth::CNP_RESERVED_LEN])?;
+            Some(c)
+        } else if opcode == Opcode::Acknowledge && bth.becn() && udp_end - at > ICRC_LEN {
             let c = ceth::Packet::new_checked(&frame[at..udp_end - ICRC_LEN])?;
             let start = at;
             at += c.header_len();
@@ -635,9 +643,11 @@ impl RoceRepr {
         BASE_HEADER_LEN + self.bth.opcode.headers().len() + self.ceth_len()
     }
 
-    /// Length of the CETH, 0 without one.
+    /// Length of the CETH after the other headers, 0 without one (an enhanced CNP's lies
+    /// inside its reserved bytes).
     pub const fn ceth_len(&self) -> usize {
         match &self.ceth {
+            Some(_) if self.bth.opcode.headers().cnp => 0,
             Some(c) => c.buffer_len(),
             None => 0,
         }
@@ -669,7 +679,7 @@ impl RoceRepr {
             }
         }
         if let Some(c) = &self.ceth {
-            if opcode != Opcode::Acknowledge || !self.bth.becn {
+            if !(opcode == Opcode::Acknowledge || opcode == Opcode::Cnp) || !self.bth.becn {
                 return Err(Error::HeaderMismatch {
                     opcode: opcode.as_u8(),
                     layer: Layer::Ceth,
@@ -780,9 +790,11 @@ impl RoceRepr {
         }
         if self.bth.opcode.headers().cnp {
             buf[at..at + bth::CNP_RESERVED_LEN].fill(0);
-            at += bth::CNP_RESERVED_LEN;
-        }
-        if let Some(c) = &self.ceth {
+            if let Some(c) = &self.ceth {
+                // An enhanced CNP: the CETH in the reserved bytes.
+                c.emit(&mut buf[at..at + c.buffer_len()]);
+            }
+        } else if let Some(c) = &self.ceth {
             c.emit(&mut buf[at..at + c.buffer_len()]);
         }
     }
@@ -1213,6 +1225,49 @@ mod tests {
         assert_eq!(&out[..n], &frame[..]);
     }
 
+    /// An enhanced CNP (docs/wire.md §17): a CETH, version 1, inside the CNP's 16 reserved
+    /// bytes (service: READ responses), the rest of them zero; the frame is as long as a
+    /// standard CNP's, and a standard CNP (zeros: version 0) parses with none.
+    #[test]
+    fn test_enhanced_cnp_carries_a_ceth_in_its_reserved_bytes() {
+        let mut b = bth(Opcode::Cnp, 0x000111, false, 0);
+        b.becn = true;
+        let ceth = CethRepr {
+            level: crate::Level::Heavy,
+            location: ceth::Location::Receiver,
+            service: ceth::service::RC_READ_RESPONSE,
+            marked: 9,
+            window: 16,
+            queue_bytes: Some(200_000),
+            delay_ns: None,
+        };
+        let r = RoceRepr {
+            ceth: Some(ceth),
+            ..repr(b)
+        };
+        let mut buf = [0u8; 128];
+        let n = r.emit(&mut buf, &[]).unwrap();
+        let standard = RoceRepr { ceth: None, ..r };
+        let mut plain = [0u8; 128];
+        assert_eq!(standard.emit(&mut plain, &[]).unwrap(), n, "a CNP's length");
+        let p = RocePacket::new_checked(&buf[..n]).unwrap();
+        let reserved = p.cnp_reserved().unwrap();
+        // ver 1, 2 words | heavy, receiver, READ responses | 9 of 16 | 200 000 bytes.
+        assert_eq!(
+            reserved,
+            &[
+                0x12, 0xd1, 9, 16, 0x00, 0x03, 0x0d, 0x40, 0, 0, 0, 0, 0, 0, 0, 0
+            ][..]
+        );
+        assert_eq!(parse_frame(&buf[..n]).unwrap().0, r);
+        assert_eq!(parse_frame(&plain[..n]).unwrap().0.ceth, None);
+        // The per-QP template writes the same bytes.
+        let t = crate::template::HeaderTemplate::new(&r).unwrap();
+        let mut out = [0u8; 128];
+        assert_eq!(t.emit(&r, 0, &mut out, |_| {}).unwrap(), n);
+        assert_eq!(&out[..n], &buf[..n]);
+    }
+
     #[test]
     fn test_ceth_only_where_the_indicator_says() {
         // BECN set and nothing after the AETH: an InfiniBand-style congestion-flagged ACK.
@@ -1385,8 +1440,8 @@ mod tests {
         assert_eq!(err(&f), Error::OtherTransport(0x24));
         f[BTH_OFFSET] = 0x17; // SEND ONLY WITH INVALIDATE: defined, not implemented
         assert_eq!(err(&f), Error::UnknownOpcode(0x17));
-        f[BTH_OFFSET] = 0xe3;
-        assert_eq!(err(&f), Error::VendorOpcode(0xe3));
+        f[BTH_OFFSET] = 0xe4;
+        assert_eq!(err(&f), Error::VendorOpcode(0xe4));
 
         // A READ REQUEST needs a RETH; the 4 payload bytes + ICRC are too short.
         let mut f = send.clone();

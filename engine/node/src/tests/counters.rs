@@ -90,11 +90,17 @@ fn cc_counters_follow_their_declaration() {
             "becn_acks_sent",
             "cnps_sent",
             "cnps_received",
+            "read_cnps_sent",
+            "read_cnps_received",
         ],
     );
     let mut all = c;
     all.combine(&c);
-    assert_eq!(all.values(), [2, 4, 6, 8], "summed over queue pairs");
+    assert_eq!(
+        all.values(),
+        [2, 4, 6, 8, 10, 12],
+        "summed over queue pairs"
+    );
 }
 
 #[test]

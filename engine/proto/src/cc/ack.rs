@@ -37,6 +37,16 @@ pub struct AckParams {
     /// ACKs then carry the port's level: flows through the same congested ingress are told
     /// at once, not each when a mark happens to hit one of its own packets).
     pub scope: EcnScope,
+    /// Both ends: the CETH carries the queuing delay where the receiver knows it (a
+    /// bottleneck in front of its ingress that knows its rate), and the sender, told a delay
+    /// and no queue depth, sizes its window from it (seed 002: the rate or the packets of the
+    /// next window from the network delay). Off: the delay word is never sent.
+    pub delay: bool,
+    /// Sender: on a clear ACK, keep the rate the last level set until the path has been clear
+    /// this long (ns), then go back to the line rate (the seed's "maintain" beside "restore";
+    /// flows that all restore at once overfill the queue again). 0: restore at once, the
+    /// preset rate of the seed.
+    pub keep_rate_ns: u64,
 }
 
 /// What the receiver's ECN window covers.
@@ -61,6 +71,8 @@ impl Default for AckParams {
             rate_permille: [1000, 250, 125, 62],
             queue_window: true,
             scope: EcnScope::Port,
+            delay: false,
+            keep_rate_ns: 0,
         }
     }
 }
@@ -234,6 +246,8 @@ pub struct AckSender {
     level: Level,
     rate_bps: u64,
     window_bytes: Option<u64>,
+    /// With `keep_rate_ns`: when the first clear ACK after congestion came.
+    clear_since: Option<u64>,
 }
 
 impl AckSender {
@@ -244,31 +258,54 @@ impl AckSender {
             level: Level::None,
             rate_bps: line_bps,
             window_bytes: None,
+            clear_since: None,
         }
     }
 
     /// An ACK arrived: `ceth` is its CETH (`None`: the ACK came without the indicator, or with
     /// BECN and nothing more, which counts as light). `becn` is the indicator bit; `rtt_ns` the
-    /// shortest round trip measured so far (for the window). True when the rate changed.
-    pub fn on_ack(&mut self, becn: bool, ceth: Option<&CethRepr>, rtt_ns: Option<u64>) -> bool {
+    /// shortest round trip measured so far (for the window), `now` the time (for
+    /// `keep_rate_ns`). True when the rate changed.
+    pub fn on_ack(
+        &mut self,
+        now: u64,
+        becn: bool,
+        ceth: Option<&CethRepr>,
+        rtt_ns: Option<u64>,
+    ) -> bool {
         let level = match (becn, ceth) {
             (false, _) => Level::None,
             (true, Some(c)) => c.level.max(Level::Light),
             (true, None) => Level::Light,
         };
-        self.window_bytes = match (
-            self.p.queue_window,
-            ceth.and_then(|c| c.queue_bytes),
-            rtt_ns,
-        ) {
+        // The bytes queued on the path: the depth reported, else (with `delay`) the delay
+        // reported at the line rate, which is at least the bottleneck's, so the estimate errs
+        // toward a smaller window.
+        let queued = ceth.and_then(|c| match (c.queue_bytes, c.delay_ns) {
+            (Some(q), _) => Some(u64::from(q)),
+            (None, Some(d)) if self.p.delay => {
+                Some((u128::from(d) * u128::from(self.line_bps) / 8_000_000_000) as u64)
+            }
+            _ => None,
+        });
+        self.window_bytes = match (self.p.queue_window, queued, rtt_ns) {
             (true, Some(q), Some(rtt)) if level != Level::None => {
                 let bdp = (u128::from(self.line_bps) * u128::from(rtt) / 8_000_000_000) as u64;
-                Some(bdp.saturating_sub(u64::from(q)))
+                Some(bdp.saturating_sub(q))
             }
             _ => None,
         };
         let rate = (u128::from(self.line_bps) * u128::from(self.p.rate_permille[level as usize])
             / 1000) as u64;
+        if level == Level::None && self.p.keep_rate_ns > 0 && self.level != Level::None {
+            // Clear again: keep the congested rate for a while before the line rate.
+            let since = *self.clear_since.get_or_insert(now);
+            if now.saturating_sub(since) < self.p.keep_rate_ns {
+                self.window_bytes = None;
+                return false;
+            }
+        }
+        self.clear_since = None;
         self.level = level;
         let changed = rate != self.rate_bps;
         self.rate_bps = rate;
@@ -378,16 +415,16 @@ mod tests {
             level,
             ..CethRepr::default()
         };
-        assert!(s.on_ack(true, Some(&ceth(Level::Moderate)), None));
+        assert!(s.on_ack(0, true, Some(&ceth(Level::Moderate)), None));
         assert_eq!(s.rate_bps(), 2_500_000_000);
-        assert!(s.on_ack(true, Some(&ceth(Level::Heavy)), None));
+        assert!(s.on_ack(0, true, Some(&ceth(Level::Heavy)), None));
         assert_eq!(s.rate_bps(), 1_250_000_000);
-        assert!(!s.on_ack(true, Some(&ceth(Level::Heavy)), None));
+        assert!(!s.on_ack(0, true, Some(&ceth(Level::Heavy)), None));
         // BECN without a CETH (an InfiniBand-style responder): light.
-        assert!(s.on_ack(true, None, None));
+        assert!(s.on_ack(0, true, None, None));
         assert_eq!(s.rate_bps(), 5_000_000_000);
         // The first ACK without the indicator: straight back to the line rate.
-        assert!(s.on_ack(false, None, None));
+        assert!(s.on_ack(0, false, None, None));
         assert_eq!((s.rate_bps(), s.level()), (10_000_000_000, Level::None));
     }
 
@@ -400,16 +437,71 @@ mod tests {
             ..CethRepr::default()
         };
         // 10 Gbit/s x 20 µs = 25 000 bytes of path, 10 000 of them already queued.
-        s.on_ack(true, Some(&c), Some(20_000));
+        s.on_ack(0, true, Some(&c), Some(20_000));
         assert_eq!(s.window_bytes(), Some(15_000));
         let deep = CethRepr {
             queue_bytes: Some(90_000),
             ..c
         };
-        s.on_ack(true, Some(&deep), Some(20_000));
+        s.on_ack(0, true, Some(&deep), Some(20_000));
         assert_eq!(s.window_bytes(), Some(0));
-        s.on_ack(false, None, Some(20_000));
+        s.on_ack(0, false, None, Some(20_000));
         assert_eq!(s.window_bytes(), None);
+    }
+
+    #[test]
+    fn a_reported_delay_sizes_the_window_only_where_both_ends_use_it() {
+        let c = CethRepr {
+            level: Level::Light,
+            delay_ns: Some(8_000),
+            ..CethRepr::default()
+        };
+        // Off (the default): a delay word changes nothing.
+        let mut off = AckSender::new(&AckParams::default(), 10_000_000_000);
+        off.on_ack(0, true, Some(&c), Some(20_000));
+        assert_eq!(off.window_bytes(), None);
+        // On: 8 µs of queue at the 10 Gbit/s line rate is 10 000 bytes of the 25 000 the
+        // 20 µs path holds; a depth, when given too, is what counts.
+        let p = AckParams {
+            delay: true,
+            ..AckParams::default()
+        };
+        let mut s = AckSender::new(&p, 10_000_000_000);
+        s.on_ack(0, true, Some(&c), Some(20_000));
+        assert_eq!(s.window_bytes(), Some(15_000));
+        let both = CethRepr {
+            queue_bytes: Some(20_000),
+            ..c
+        };
+        s.on_ack(0, true, Some(&both), Some(20_000));
+        assert_eq!(s.window_bytes(), Some(5_000));
+    }
+
+    #[test]
+    fn keep_rate_holds_the_congested_rate_for_a_while_after_the_path_clears() {
+        let p = AckParams {
+            rate_permille: [1000, 500, 250, 125],
+            keep_rate_ns: 100_000,
+            ..AckParams::default()
+        };
+        let mut s = AckSender::new(&p, 10_000_000_000);
+        let heavy = CethRepr {
+            level: Level::Heavy,
+            ..CethRepr::default()
+        };
+        assert!(s.on_ack(0, true, Some(&heavy), None));
+        // Clear ACKs from 1 µs: the rate stays until 100 µs of clear path.
+        assert!(!s.on_ack(1_000, false, None, None));
+        assert!(!s.on_ack(60_000, false, None, None));
+        assert_eq!(s.rate_bps(), 1_250_000_000);
+        // A congested ACK in between starts the wait over.
+        assert!(!s.on_ack(80_000, true, Some(&heavy), None));
+        assert!(!s.on_ack(150_000, false, None, None));
+        assert_eq!(s.rate_bps(), 1_250_000_000);
+        assert!(s.on_ack(250_000, false, None, None));
+        assert_eq!((s.rate_bps(), s.level()), (10_000_000_000, Level::None));
+        // Uncongested all along: nothing to keep.
+        assert!(!s.on_ack(260_000, false, None, None));
     }
 
     #[test]

@@ -236,10 +236,10 @@ impl RateControl {
             return;
         };
         let was = a.level();
-        a.on_ack(becn, ceth, rtt_ns);
+        a.on_ack(now, becn, ceth, rtt_ns);
         if becn {
             self.stats.congestion_signals += 1;
-        } else if was != Level::None {
+        } else if was != Level::None && a.level() == Level::None {
             self.stats.restores += 1;
         }
         let rate = a.rate_bps();
@@ -325,6 +325,10 @@ pub struct Notifier {
     watch: Watch,
     /// The receiver's own ingress queue, when something told it (the bottleneck stage).
     ingress_queue: Option<u32>,
+    /// ... and its queuing delay in ns, when that is known too.
+    ingress_delay: Option<u32>,
+    /// The CETH carries the delay (`AckParams::delay`).
+    delay: bool,
     /// The port-wide window's verdict on the last packet, when the engine keeps one
     /// ([`EcnScope::Port`]): it stands in for this queue pair's own window.
     shared: Option<SharedLevel>,
@@ -343,6 +347,8 @@ impl Notifier {
         Notifier {
             watch,
             ingress_queue: None,
+            ingress_delay: None,
+            delay: cfg.ack.delay,
             shared: None,
             said: None,
             stats: NotifierStats::default(),
@@ -352,6 +358,16 @@ impl Notifier {
     /// The receiver's ingress queue depth now (bytes), for the CETH.
     pub fn set_ingress_queue(&mut self, bytes: Option<u32>) {
         self.ingress_queue = bytes;
+    }
+
+    /// The receiver's ingress queuing delay now (ns), for the CETH where `delay` is on.
+    pub fn set_ingress_delay(&mut self, ns: Option<u32>) {
+        self.ingress_delay = ns;
+    }
+
+    /// The delay word of a CETH sent now.
+    fn delay_word(&self) -> Option<u32> {
+        if self.delay { self.ingress_delay } else { None }
     }
 
     /// Whether this queue pair's ACKs follow a port-wide window (`ack` with
@@ -408,6 +424,30 @@ impl Notifier {
         }
     }
 
+    /// The window's state now, as the CETH of an enhanced CNP about READ responses (`ack`;
+    /// `None` otherwise): service READ responses, and level none too (the path is clear
+    /// again), which an ACK says by leaving the CETH out.
+    pub fn read_response_ceth(&self) -> Option<CethRepr> {
+        let s = match (&self.watch, &self.shared) {
+            (Watch::Ack(_), Some(s)) => *s,
+            (Watch::Ack(m), None) => m.shared(false),
+            _ => return None,
+        };
+        Some(CethRepr {
+            level: s.level,
+            location: if self.ingress_queue.is_some() {
+                wire::ceth::Location::Receiver
+            } else {
+                wire::ceth::Location::Unknown
+            },
+            service: wire::ceth::service::RC_READ_RESPONSE,
+            marked: s.marked.min(255) as u8,
+            window: s.window.min(255) as u8,
+            queue_bytes: self.ingress_queue,
+            delay_ns: self.delay_word(),
+        })
+    }
+
     /// Whether ACKs carry the indicator (`ack`).
     pub fn carries_state(&self) -> bool {
         matches!(self.watch, Watch::Ack(_))
@@ -423,6 +463,11 @@ impl Notifier {
             (Watch::Ack(m), None) => m.ceth(self.ingress_queue),
             _ => return (false, None),
         };
+        let delay = self.delay_word();
+        let c = c.map(|c| CethRepr {
+            delay_ns: delay,
+            ..c
+        });
         (c.is_some(), c)
     }
 }
@@ -445,6 +490,31 @@ mod tests {
         assert_eq!(n.on_packet(0, true), Notice::default());
         assert_eq!(n.ack_state(), (false, None));
         assert_eq!(n.stats, NotifierStats::default(), "nothing counted either");
+    }
+
+    #[test]
+    fn the_ceth_carries_the_ingress_delay_only_where_the_delay_field_is_on() {
+        let mut cfg = CcConfig {
+            mode: CcMode::Ack,
+            ack: AckParams {
+                scope: EcnScope::QueuePair,
+                ..AckParams::default()
+            },
+            ..CcConfig::default()
+        };
+        for delay in [false, true] {
+            cfg.ack.delay = delay;
+            let mut n = Notifier::new(&cfg);
+            n.set_ingress_queue(Some(30_000));
+            n.set_ingress_delay(Some(24_000));
+            n.on_packet(0, true);
+            let (becn, ceth) = n.ack_state();
+            let c = ceth.unwrap();
+            assert!(becn);
+            assert_eq!(c.queue_bytes, Some(30_000));
+            assert_eq!(c.delay_ns, delay.then_some(24_000));
+            assert_eq!(n.read_response_ceth().unwrap().delay_ns, c.delay_ns);
+        }
     }
 
     #[test]

@@ -12,9 +12,14 @@
 //! * a **durable ACK** for a durable WRITE (Portico's extension): the receipt ACK goes out at
 //!   once as for any WRITE, and the durable ACK, opcode 0xE2 with the same PSN, when the
 //!   data is durable. Durable ACKs are cumulative, so one covers several writes;
-//! * an **ACK hold** for a plain WRITE into a region registered [`Access::DURABLE`]: no ACK
-//!   may name its PSN before it is durable, so a standard requester completing the WRITE
-//!   knows it is durable, with nothing changed on its side;
+//! * an **ACK hold** for a plain WRITE into a region registered [`Access::DURABLE`] from a
+//!   requester that does not speak the extension: no ACK may name its PSN before it is
+//!   durable, so a standard requester completing the WRITE knows it is durable, with nothing
+//!   changed on its side;
+//! * a **receipt, then a durable ACK** for the same WRITE from a requester that does
+//!   (durable writes negotiated): the ACK that covers it goes at once as a receipt ACK
+//!   (opcode 0xE3: a durable ACK through its PSN follows), and the durable ACK when the data
+//!   is durable, pipelined as for the explicit durable WRITE;
 //! * a **gate** on responses that acknowledge implicitly (READ responses, the empty response
 //!   to FLUSH and ATOMIC WRITE): they wait until every persist this queue pair asked for
 //!   before them is done. That is what PCIe ordering gives a hardware NIC for a READ after
@@ -85,6 +90,9 @@ pub(crate) struct Durability {
     ack_due: bool,
     /// ACK holds among `pending`, so that the common case (none) costs no scan per ACK.
     holds: usize,
+    /// The highest PSN a receipt ACK (0xE3) promised a durable ACK through: the last PSN of a
+    /// plain WRITE into a durable region (pipelined), or the PSN a receipt ACK named.
+    receipt_psn: Option<u32>,
 }
 
 impl Durability {
@@ -97,6 +105,7 @@ impl Durability {
             durable_psn: None,
             ack_due: false,
             holds: 0,
+            receipt_psn: None,
         }
     }
 
@@ -135,6 +144,31 @@ impl Durability {
     /// A durable WRITE whose last PSN is `psn` has been placed and its persist asked for.
     pub(crate) fn durable_write(&mut self, psn: u32) {
         self.promise(psn, Owed::DurableAck);
+    }
+
+    /// A plain WRITE into a durable region, from a requester that speaks the extension, has
+    /// been placed and its persist asked for: the ACK that covers it is a receipt ACK, and a
+    /// durable ACK through `psn` follows once durable ([`Durability::receipt_owed`]).
+    pub(crate) fn region_write(&mut self, psn: u32) {
+        self.promise(psn, Owed::DurableAck);
+        self.receipt_psn = Some(psn);
+    }
+
+    /// Whether an ACK naming `psn` must be a receipt ACK: it covers a WRITE promised a durable
+    /// ACK that is not durable yet. If so, the durable ACK to come is promised through `psn`
+    /// itself (the requester holds every WRITE the receipt ACK covers until then).
+    pub(crate) fn receipt_owed(&mut self, psn: u32) -> bool {
+        let Some(r) = self.receipt_psn else {
+            return false;
+        };
+        if !psn::before_eq(r, psn) || self.durable_psn.is_some_and(|d| psn::before_eq(r, d)) {
+            return false;
+        }
+        if psn::before(r, psn) {
+            self.promise(psn, Owed::DurableAck);
+            self.receipt_psn = Some(psn);
+        }
+        true
     }
 
     /// A plain WRITE into a durable region has been placed: hold ACKs at `psn` until durable.

@@ -10,6 +10,7 @@
 
 use crate::cc::{CcMode, Notifier};
 use wire::bth::Opcode;
+use wire::ceth::Level;
 use wire::template::HeaderTemplate;
 use wire::{Ecn, RoceRepr};
 
@@ -60,6 +61,8 @@ pub struct QpStats {
     pub last_msn: u32,
     /// Durable ACKs received (repeats included).
     pub durable_acks_received: u64,
+    /// Receipt ACKs (0xE3) received: the WRITEs they covered wait for the durable ACK.
+    pub receipt_acks_received: u64,
     /// Durable-ACK timer expiries, and the probes they sent.
     pub durable_timeouts: u64,
     pub durable_probes: u64,
@@ -82,6 +85,9 @@ pub struct QpStats {
     /// Receipt ACKs not sent because the durable ACK that went instead named the same last
     /// PSN (one frame instead of two).
     pub receipt_acks_folded: u64,
+    /// Receipt ACKs (0xE3) sent: ACKs that covered a plain WRITE into a durable region not
+    /// durable yet, from a requester that speaks the durable-write extension.
+    pub receipt_acks_sent: u64,
     /// Tagged messages (eager or rendezvous) whose envelope was matched.
     pub tagged_received: u64,
     /// Tagged SENDs whose tag header did not parse (answered "invalid request").
@@ -97,6 +103,11 @@ pub struct QpStats {
     pub cnps_sent: u64,
     /// CNPs received (acted on with `cc = dcqcn`, ignored otherwise).
     pub cnps_received: u64,
+    /// Enhanced CNPs sent (`cc = ack`): the congestion of the READ responses received, in a
+    /// CETH (service READ responses).
+    pub read_cnps_sent: u64,
+    /// Enhanced CNPs received: this queue pair's READ responses were paced by them.
+    pub read_cnps_received: u64,
     // Both.
     pub rx_packets: u64,
     /// Packets for another QP number, or received in the error state.
@@ -124,6 +135,8 @@ impl QpStats {
         self.durable_probes += o.durable_probes;
         self.durable_acks_sent += o.durable_acks_sent;
         self.receipt_acks_folded += o.receipt_acks_folded;
+        self.receipt_acks_sent += o.receipt_acks_sent;
+        self.receipt_acks_received += o.receipt_acks_received;
         self.tagged_received += o.tagged_received;
         self.bad_tag_headers += o.bad_tag_headers;
         self.acks_sent += o.acks_sent;
@@ -140,6 +153,8 @@ impl QpStats {
         self.becn_acks_received += o.becn_acks_received;
         self.cnps_sent += o.cnps_sent;
         self.cnps_received += o.cnps_received;
+        self.read_cnps_sent += o.read_cnps_sent;
+        self.read_cnps_received += o.read_cnps_received;
         self.rx_packets += o.rx_packets;
         self.rx_dropped += o.rx_dropped;
     }
@@ -163,6 +178,11 @@ pub struct QueuePair {
     /// are the ConnectX capture's, not the queue pair's).
     cnp_due: bool,
     cnp_template: Option<HeaderTemplate>,
+    /// `cc = ack`: an enhanced CNP to send (the congestion state of the READ responses this
+    /// queue pair receives, for its peer's READ-response pacer), and the level the last one
+    /// said, when, and how often the same level has been said since it changed.
+    ecnp_due: bool,
+    ecnp_said: Option<(Level, u64, u32)>,
 }
 
 /// The DSCP of CNPs, as ConnectX NICs send them (and NVIDIA's firmware default).
@@ -176,7 +196,7 @@ impl QueuePair {
         let template = HeaderTemplate::new(&cfg.header(Opcode::SendOnly, 0, false))
             .map_err(|_| ConfigError { field: "addresses" })?;
         let cnp_template = match cfg.cc.mode {
-            CcMode::Dcqcn => Some(
+            CcMode::Dcqcn | CcMode::Ack => Some(
                 HeaderTemplate::new(&cnp_header(&cfg))
                     .map_err(|_| ConfigError { field: "addresses" })?,
             ),
@@ -188,6 +208,8 @@ impl QueuePair {
             notifier: Notifier::new(&cfg.cc),
             cnp_due: false,
             cnp_template,
+            ecnp_due: false,
+            ecnp_said: None,
             cfg,
             state: QpState::Ready,
             stats: QpStats::default(),
@@ -332,52 +354,75 @@ impl QueuePair {
         self.notifier.set_ingress_queue(bytes);
     }
 
+    /// The queuing delay of that ingress queue (ns), which the CETH reports where both ends
+    /// use the delay field (`AckParams::delay`).
+    pub fn note_ingress_delay(&mut self, ns: Option<u32>) {
+        self.notifier.set_ingress_delay(ns);
+    }
+
     /// The next response to transmit: a CNP, an ACK, a NAK or a READ response. Responses
     /// never wait behind requests, whatever paces the requests. With `cc = ack` every ACK
     /// carries the congestion state: BECN and a CETH while congested, neither once clear.
-    pub fn poll_response(&mut self) -> Option<OutPacket> {
-        self.poll_responses(false)
+    pub fn poll_response(&mut self, now: u64) -> Option<OutPacket> {
+        self.poll_responses(now, false)
     }
 
     /// [`QueuePair::poll_response`] without READ responses, which a traffic shaper paces
     /// ([`QueuePair::poll_read_response`]): CNPs, ACKs, NAKs and durable ACKs, which never
     /// wait for it. A NAK or durable ACK that would acknowledge a READ still being answered
     /// waits for its last response.
-    pub fn poll_response_but_reads(&mut self) -> Option<OutPacket> {
-        self.poll_responses(true)
+    pub fn poll_response_but_reads(&mut self, now: u64) -> Option<OutPacket> {
+        self.poll_responses(now, true)
+    }
+
+    /// Whether a READ response is ready to go but for the pacer (its persists done).
+    pub fn has_read_response(&self) -> bool {
+        self.state != QpState::Error && self.resp.peek_read_response(&self.cfg).is_some()
     }
 
     /// The frame bytes of the READ response [`QueuePair::poll_read_response`] would hand out,
-    /// if one may go now (a shaper's peek; sends nothing).
-    pub fn peek_read_response(&self) -> Option<u32> {
+    /// if one may go now: its persists done, and the queue pair's congestion-control pacer
+    /// (READ responses travel the same path as its requests, and are paced with them) lets it
+    /// (a shaper's peek; sends nothing).
+    pub fn peek_read_response(&mut self, now: u64) -> Option<u32> {
         if self.state == QpState::Error {
             return None;
         }
-        self.resp.peek_read_response(&self.cfg)
+        let frame = self.resp.peek_read_response(&self.cfg)?;
+        self.req.cc.may_send(now).then_some(frame)
     }
 
     /// The next READ response packet, if one may go (after [`QueuePair::peek_read_response`]).
-    pub fn poll_read_response(&mut self) -> Option<OutPacket> {
-        if self.state == QpState::Error {
-            return None;
-        }
-        self.resp.poll_read_response(&self.cfg)
+    pub fn poll_read_response(&mut self, now: u64) -> Option<OutPacket> {
+        self.peek_read_response(now)?;
+        let p = self.resp.poll_read_response(&self.cfg)?;
+        self.req.cc.on_sent(now, p.frame_len());
+        Some(p)
     }
 
-    fn poll_responses(&mut self, reads_held: bool) -> Option<OutPacket> {
-        if self.cnp_due {
-            self.cnp_due = false;
-            self.stats.cnps_sent += 1;
+    fn poll_responses(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
+        if self.cnp_due || self.ecnp_due {
+            let mut repr = cnp_header(&self.cfg);
+            if self.cnp_due {
+                self.cnp_due = false;
+                self.stats.cnps_sent += 1;
+            } else {
+                // An enhanced CNP: the congestion of the READ responses, in a CETH.
+                self.ecnp_due = false;
+                self.stats.read_cnps_sent += 1;
+                repr.ceth = self.notifier.read_response_ceth();
+            }
             return Some(OutPacket {
-                repr: cnp_header(&self.cfg),
+                repr,
                 payload: None,
             });
         }
-        let mut p = if reads_held {
-            self.resp.poll_control(&self.cfg, true)?
-        } else {
-            self.resp.poll_transmit(&self.cfg)?
-        };
+        if !reads_held && let Some(p) = self.poll_read_response(now) {
+            return Some(p);
+        }
+        // A READ response the pacer holds: nothing that would acknowledge it may pass it.
+        let held = reads_held || self.resp.peek_read_response(&self.cfg).is_some();
+        let mut p = self.resp.poll_control(&self.cfg, held)?;
         if p.repr.bth.opcode == Opcode::Acknowledge && self.notifier.carries_state() {
             let (becn, ceth) = self.notifier.ack_state();
             p.repr.bth.becn = becn;
@@ -418,7 +463,7 @@ impl QueuePair {
     /// The next packet of either kind, responses first, requests unbudgeted (tests and
     /// simple drivers).
     pub fn poll_transmit(&mut self, now: u64) -> Option<OutPacket> {
-        self.poll_response()
+        self.poll_response(now)
             .or_else(|| self.poll_request(now, &mut Budget::packets(u32::MAX)))
     }
 
@@ -534,16 +579,60 @@ impl QueuePair {
             let next = std::mem::replace(&mut self.resp.tag_next, Next::Nothing);
             self.tag_next(next);
         } else if opcode.is_response() {
+            if opcode.is_read_response() {
+                self.read_response_marks(now, repr.ip.ecn == Ecn::Ce);
+            }
             let outcome = self.req.on_response(now, &self.cfg, repr, payload, mem, cq);
             if let Outcome::Fatal(status, psn) = outcome {
                 self.enter_error(Some((status, psn)), cq);
             }
         } else if opcode == Opcode::Cnp {
-            // Acted on by DCQCN; a queue pair without it counts it and goes on.
-            self.stats.cnps_received += 1;
-            self.req.cc.on_cnp(now);
+            match &repr.ceth {
+                // An enhanced CNP (`cc = ack`): how congested the READ responses this queue
+                // pair sends are, for its pacer, which paces requests and READ responses alike.
+                Some(c) if self.cfg.cc.mode == CcMode::Ack => {
+                    self.stats.read_cnps_received += 1;
+                    self.req.on_read_congestion(now, c);
+                }
+                // Acted on by DCQCN; a queue pair without it counts it and goes on.
+                _ => {
+                    self.stats.cnps_received += 1;
+                    self.req.cc.on_cnp(now);
+                }
+            }
         } else {
             self.stats.rx_dropped += 1;
+        }
+    }
+
+    /// A READ response arrived, CE-marked or not (seed 002's service "RC READ response"): it
+    /// goes into the same ECN window as arriving requests (they share this node's ingress).
+    /// Under `dcqcn` a mark may owe a CNP, as for requests. Under `ack`, where no ACK goes back
+    /// to the responder for READ responses, an enhanced CNP says the window's level: at once
+    /// when it changed, again every `window_ns` while READ responses come and it is not none,
+    /// and a change to none is said twice (its loss would leave the responder slow).
+    fn read_response_marks(&mut self, now: u64, ce: bool) {
+        if ce {
+            self.stats.ce_received += 1;
+        }
+        let notice = self.notifier.on_packet(now, ce);
+        self.cnp_due |= notice.cnp;
+        let Some(c) = self.notifier.read_response_ceth() else {
+            return;
+        };
+        let every = self.cfg.cc.ack.window_ns;
+        self.ecnp_due |= match self.ecnp_said {
+            None => c.level != Level::None,
+            Some((level, _, _)) if level != c.level => true,
+            Some((Level::None, at, n)) => n < 2 && now.saturating_sub(at) >= every,
+            Some((_, at, _)) => now.saturating_sub(at) >= every,
+        };
+        if self.ecnp_due {
+            let n = match self.ecnp_said {
+                Some((level, _, n)) if level == c.level => n + 1,
+                _ => 1,
+            };
+            self.ecnp_said = Some((c.level, now, n));
         }
     }
 

@@ -55,6 +55,9 @@ struct SendWqe {
     /// A held WQE's reason to wait is over: its durable ACK came (durable WRITE), or the
     /// target's done message (rendezvous send).
     done: bool,
+    /// A plain WRITE a receipt ACK (0xE3) covered: held like a durable WRITE until the
+    /// durable ACK through its PSN.
+    owed_durable: bool,
 }
 
 impl SendWqe {
@@ -77,8 +80,9 @@ impl SendWqe {
         )
     }
 
+    /// Completed by a durable ACK: a durable WRITE, or a WRITE a receipt ACK covered.
     fn is_durable(&self) -> bool {
-        matches!(self.kind, WrKind::DurableWrite { .. })
+        matches!(self.kind, WrKind::DurableWrite { .. }) || self.owed_durable
     }
 
     /// A rendezvous send: done on the wire when acknowledged, complete when the target says so.
@@ -412,6 +416,7 @@ impl Requester {
             read_done: 0,
             tag,
             done: false,
+            owed_durable: false,
         });
         self.next_psn = psn::add(self.next_psn, npsn);
     }
@@ -500,6 +505,19 @@ impl Requester {
         }
     }
 
+    /// An enhanced CNP's CETH (`cc = ack`): the congestion of the READ responses this side
+    /// sends, taken as the state an ACK would carry (the pacer paces requests and READ
+    /// responses alike); level none restores the rate.
+    pub(crate) fn on_read_congestion(&mut self, now: u64, ceth: &wire::ceth::CethRepr) {
+        let congested = ceth.level != wire::ceth::Level::None;
+        self.cc.on_ack(
+            now,
+            congested,
+            congested.then_some(ceth),
+            self.rtt.min_rtt(),
+        );
+    }
+
     /// The congestion controller and pacer.
     pub fn cc(&self) -> &RateControl {
         &self.cc
@@ -548,16 +566,32 @@ impl Requester {
             });
             return Some(OutPacket { repr, payload });
         }
-        let WrKind::DurableWrite {
-            remote_addr, rkey, ..
-        } = w.kind
-        else {
-            return None;
+        let (remote_addr, rkey, only, last) = match w.kind {
+            WrKind::DurableWrite {
+                remote_addr, rkey, ..
+            } => (
+                remote_addr,
+                rkey,
+                Opcode::DurableWriteOnly,
+                Opcode::RdmaWriteLast,
+            ),
+            // A WRITE a receipt ACK covered: its last packet as it went.
+            WrKind::Write {
+                remote_addr,
+                rkey,
+                imm,
+            } => (
+                remote_addr,
+                rkey,
+                data_opcode(true, true, true, imm.is_some()),
+                data_opcode(true, false, true, imm.is_some()),
+            ),
+            _ => return None,
         };
         let offset = (w.npsn - 1) * cfg.pmtu.bytes();
         let len = w.len - offset.min(w.len);
         let mut repr = if w.npsn == 1 {
-            let mut r = cfg.header(Opcode::DurableWriteOnly, w.last_psn(), true);
+            let mut r = cfg.header(only, w.last_psn(), true);
             r.reth = Some(RethRepr {
                 virtual_addr: remote_addr,
                 rkey,
@@ -565,8 +599,13 @@ impl Requester {
             });
             r
         } else {
-            cfg.header(Opcode::RdmaWriteLast, w.last_psn(), true)
+            cfg.header(last, w.last_psn(), true)
         };
+        if let WrKind::Write { imm: Some(imm), .. } = w.kind {
+            repr.immdt = Some(ImmDtRepr {
+                data: imm.to_be_bytes(),
+            });
+        }
         repr.bth.ack_req = true;
         let payload = (len > 0).then_some(PayloadRef::SendQueue {
             wqe: i as u32,
@@ -887,6 +926,27 @@ impl Requester {
                 self.on_read_response(now, cfg, psn, payload, mem, cq);
                 Outcome::Ok
             }
+            Opcode::ReceiptAcknowledge => {
+                let Some(AethRepr {
+                    syndrome: Syndrome::Ack { .. },
+                    msn,
+                }) = repr.aeth
+                else {
+                    self.stats.ignored_responses += 1;
+                    return Outcome::Ok;
+                };
+                if !cfg.durable_writes {
+                    // Only a peer that negotiated the extension may promise a durable ACK.
+                    self.stats.ignored_responses += 1;
+                    return Outcome::Ok;
+                }
+                self.stats.last_msn = msn;
+                self.stats.receipt_acks_received += 1;
+                self.owe_durable(psn);
+                self.cc
+                    .on_ack(now, repr.bth.becn, repr.ceth.as_ref(), self.rtt.min_rtt());
+                self.on_aeth(now, cfg, Syndrome::ACK_UNLIMITED, psn, cq)
+            }
             Opcode::DurableAcknowledge => {
                 let Some(AethRepr {
                     syndrome: Syndrome::Ack { .. },
@@ -943,6 +1003,22 @@ impl Requester {
         }
         self.complete_front(cfg, WcStatus::Success, cq);
         true
+    }
+
+    /// A receipt ACK for `psn`: the WRITEs it acknowledges (not yet finished) complete on the
+    /// durable ACK through it, which follows.
+    fn owe_durable(&mut self, psn: u32) {
+        if !(psn::diff(psn, self.snd_una) >= -1 && psn::before(psn, self.high_psn)) {
+            return;
+        }
+        for w in self.sq.range_mut(self.head..) {
+            if !psn::before_eq(w.last_psn(), psn) {
+                break;
+            }
+            if matches!(w.kind, WrKind::Write { .. }) {
+                w.owed_durable = true;
+            }
+        }
     }
 
     /// A durable ACK for `psn`: every held durable WRITE up to it is durable; complete them

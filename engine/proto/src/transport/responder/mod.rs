@@ -147,6 +147,8 @@ pub struct Responder {
     /// The PSN the last ACK named, so that an ACK held below a write that is not yet durable
     /// is not sent twice.
     last_ack: Option<u32>,
+    /// The PSN the last receipt ACK (0xE3) named, so that one owed before a NAK goes once.
+    receipt_sent: Option<u32>,
     /// What waits for persistence: durable ACKs owed, ACKs held, responses gated.
     dur: Durability,
     /// What the queue pair's requester must do for the last tagged message: a pull, or a
@@ -175,6 +177,7 @@ impl Responder {
             // As if the ACK of nothing (the PSN before the first) had been sent: a capped ACK
             // that would name it says nothing and is not sent.
             last_ack: Some(psn::sub(cfg.recv_psn, 1)),
+            receipt_sent: None,
             tag_next: Next::Nothing,
             tag_done: None,
             tag_orphan: None,
@@ -267,15 +270,6 @@ impl Responder {
         self.fatal(NakCode::RemoteOperationalError, psn);
     }
 
-    /// Next ACK, NAK, READ response or durable ACK. READ responses first: they carry lower
-    /// PSNs than anything an ACK could name. A response waits for the persists asked for
-    /// before it, and an ACK never names a PSN whose response or durability it would vouch
-    /// for early.
-    pub(crate) fn poll_transmit(&mut self, cfg: &QpConfig) -> Option<OutPacket> {
-        self.poll_read_response(cfg)
-            .or_else(|| self.poll_control(cfg, false))
-    }
-
     /// The frame bytes of the READ response [`Responder::poll_read_response`] would hand out
     /// now, if one may go.
     pub(crate) fn peek_read_response(&self, cfg: &QpConfig) -> Option<u32> {
@@ -326,10 +320,13 @@ impl Responder {
         None
     }
 
-    /// The next ACK, NAK or durable ACK. With `reads_held` (READ responses wait for a traffic
-    /// shaper and are polled apart) a NAK or durable ACK waits while a READ is still being
-    /// answered: either would acknowledge the READ's PSNs before its data went. A plain ACK
-    /// is capped below the READ as always.
+    /// The next ACK, NAK or durable ACK; the queue pair sends READ responses first
+    /// ([`Responder::poll_read_response`]): they carry lower PSNs than anything an ACK could
+    /// name. A response waits for the persists asked for before it, and an ACK never names a
+    /// PSN whose response or durability it would vouch for early. With `reads_held` (READ
+    /// responses wait for a traffic shaper or the pacer) a NAK or durable ACK waits while a
+    /// READ is still being answered: either would acknowledge the READ's PSNs before its data
+    /// went. A plain ACK is capped below the READ as always.
     pub(crate) fn poll_control(&mut self, cfg: &QpConfig, reads_held: bool) -> Option<OutPacket> {
         if reads_held && !self.reads.is_empty() && self.ack_due {
             // Only the capped ACK may go now.
@@ -340,6 +337,15 @@ impl Responder {
         }
         if reads_held && !self.reads.is_empty() {
             return None;
+        }
+        if let Some((_, nak_psn)) = self.nak {
+            // A NAK acknowledges everything before its PSN: a WRITE there that awaits its
+            // durable ACK is first covered by a receipt ACK, so the requester holds it.
+            let before = psn::sub(nak_psn, 1);
+            if self.receipt_sent != Some(before) && self.dur.receipt_owed(before) {
+                self.stats.acks_sent += 1;
+                return Some(self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, before));
+            }
         }
         let (syndrome, psn) = if let Some(nak) = self.nak.take() {
             match nak.0 {
@@ -371,8 +377,16 @@ impl Responder {
         Some(self.ack_packet(cfg, syndrome, psn))
     }
 
-    fn ack_packet(&self, cfg: &QpConfig, syndrome: Syndrome, psn: u32) -> OutPacket {
-        let mut repr = cfg.header(Opcode::Acknowledge, psn, false);
+    /// An ACK or NAK naming `psn`; an ACK that covers a WRITE still owed its durable ACK is a
+    /// receipt ACK (0xE3), which promises that durable ACK through `psn`.
+    fn ack_packet(&mut self, cfg: &QpConfig, syndrome: Syndrome, psn: u32) -> OutPacket {
+        let mut opcode = Opcode::Acknowledge;
+        if matches!(syndrome, Syndrome::Ack { .. }) && self.dur.receipt_owed(psn) {
+            opcode = Opcode::ReceiptAcknowledge;
+            self.receipt_sent = Some(psn);
+            self.stats.receipt_acks_sent += 1;
+        }
+        let mut repr = cfg.header(opcode, psn, false);
         repr.aeth = Some(AethRepr {
             syndrome,
             msn: self.msn,
@@ -423,7 +437,17 @@ impl Responder {
 
     /// A WRITE message of `len` bytes at `at`, whose last packet is `psn`, has been placed:
     /// persist it if its region or its opcode asks, and note what is owed once it is durable.
-    fn written(&mut self, mem: &mut MemoryTable, at: Location, len: u32, psn: u32, durable: bool) {
+    /// `pipelined`: the requester speaks the durable-write extension, so a plain WRITE into a
+    /// durable region gets a receipt ACK at once and its durable ACK later; to any other
+    /// requester no ACK names it before it is durable.
+    fn written(
+        &mut self,
+        mem: &mut MemoryTable,
+        at: Location,
+        (len, psn): (u32, u32),
+        durable: bool,
+        pipelined: bool,
+    ) {
         if durable || mem.persists_writes(at) {
             let p = mem.persist(at, u64::from(len));
             self.dur.note(p);
@@ -431,7 +455,11 @@ impl Responder {
         if durable {
             self.dur.durable_write(psn);
         } else if mem.access_at(at).contains(Access::DURABLE) {
-            self.dur.hold_ack(psn);
+            if pipelined {
+                self.dur.region_write(psn);
+            } else {
+                self.dur.hold_ack(psn);
+            }
         }
     }
 

@@ -207,7 +207,7 @@ fn portico_cnps_have_the_format_of_the_connectx_capture() {
     p.ipv4_mut().fill_checksum();
     let (repr, payload) = wire::parse_frame(&frame[..len]).unwrap();
     ep.qp.on_packet(0, &repr, payload, &mut ep.mem, &mut ep.cq);
-    let cnp = ep.qp.poll_response().expect("a CNP");
+    let cnp = ep.qp.poll_response(0).expect("a CNP");
     assert_eq!(cnp.repr.bth.opcode, Opcode::Cnp);
     let mut ours = vec![0u8; 128];
     let n = ep.qp.emit(&cnp, &ep.mem, &mut ours).unwrap();
@@ -295,4 +295,126 @@ fn a_cnp_from_a_standard_peer_throttles_portico() {
     assert!(rate < LINE / 2 + LINE / 1000, "cut to about half: {rate}");
     sim.run_idle(100_000_000);
     check_landed(&sim, bk, n);
+}
+
+/// Seed 002 for READ responses (the CETH's service "RC READ response"): B answers A's READs;
+/// a switch marks B's responses 40..=79 (by PSN) on their way to A. A counts the marks in its
+/// window as it would a request's and, with no ACK going back for READ responses, tells B in
+/// enhanced CNPs (a CETH, service READ responses, in the CNP's reserved bytes): at once on a
+/// change of level, so B's pacer, which paces its READ responses, follows as a WRITE sender
+/// follows its ACKs, and back to the line rate once the marks stop.
+#[test]
+fn ack_mode_read_responses_are_paced_by_enhanced_cnps_from_the_requester() {
+    let mut sim = Sim::new(config(CcMode::Ack), Faults::NONE, 7);
+    let a = sim.a.register(A_BASE, 1 << 20, Access::ALL);
+    let b = sim.b.register(B_BASE, 1 << 20, Access::ALL);
+    sim.serialize_ns = 800;
+    let data = pattern(5, 200 * 1024);
+    assert!(sim.b.mem.write(b.lkey, 0, &data));
+    for i in 0..20u64 {
+        let off = i * 10 * 1024;
+        sim.a.post_send(super::read(
+            i,
+            a.lkey,
+            A_BASE + off,
+            10 * 1024,
+            B_BASE + off,
+            b.rkey,
+        ));
+    }
+    sim.marker = Some(Box::new(|side, r| {
+        side == Side::B && r.bth.opcode.is_read_response() && (40..80).contains(&r.bth.psn)
+    }));
+    let mut rates = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    sim.run_until(50_000_000, |s| {
+        let r = s.b.qp.requester().cc().rate_bps().unwrap();
+        if seen.insert(r) {
+            rates.push(r);
+        }
+        s.a.done.len() == 20
+    });
+    assert!(sim.a.done.iter().all(|w| w.status == WcStatus::Success));
+    let mut got = vec![0u8; data.len()];
+    assert!(sim.a.mem.read(a.lkey, 0, &mut got));
+    assert!(got == data, "every READ landed");
+    assert_eq!(sim.marked, 40);
+    let (sa, sb) = (sim.a.qp.stats(), sim.b.qp.stats());
+    assert_eq!(
+        sa.ce_received, 40,
+        "the requester counts marked READ responses"
+    );
+    let cnps: Vec<_> = sim
+        .trace
+        .iter()
+        .filter(|(s, r, _)| *s == Side::A && r.bth.opcode == Opcode::Cnp)
+        .map(|(_, r, _)| *r)
+        .collect();
+    // Every one enhanced, about READ responses; the first says the first mark at once.
+    assert!(cnps.len() >= 2, "{cnps:?}");
+    assert!(cnps.iter().all(|r| {
+        r.ceth
+            .is_some_and(|c| c.service == wire::ceth::service::RC_READ_RESPONSE)
+    }));
+    let c = cnps[0].ceth.unwrap();
+    assert_eq!((c.level, c.marked), (Level::Light, 1));
+    // The last says the path is clear again, and B is back at the line rate, having been
+    // paced at rates from the table on the way.
+    assert_eq!(cnps.last().unwrap().ceth.unwrap().level, Level::None);
+    assert_eq!(sa.read_cnps_sent, cnps.len() as u64);
+    assert_eq!(sb.read_cnps_received, sa.read_cnps_sent);
+    assert_eq!(sb.cnps_received, 0);
+    let cc = sim.b.qp.requester().cc();
+    assert_eq!(cc.rate_bps(), Some(LINE));
+    assert!(cc.stats.restores >= 1);
+    assert!(
+        rates.iter().any(|&r| r < LINE),
+        "B's READ responses were slowed: {rates:?}"
+    );
+    assert!(cc.stats.paced > 0, "B's pacer held READ responses back");
+    assert_eq!(sim.wire.dropped, 0);
+    assert_eq!(sa.retransmissions, 0);
+}
+
+/// Under `dcqcn` a marked READ response makes the requester (the notification point) send a
+/// standard CNP to the responder, whose DCQCN rate, which paces its READ responses, is cut:
+/// what a ConnectX requester does for READ responses.
+#[test]
+fn dcqcn_read_responses_marked_bring_cnps_that_cut_the_responder() {
+    let mut sim = Sim::new(config(CcMode::Dcqcn), Faults::NONE, 7);
+    let a = sim.a.register(A_BASE, 1 << 20, Access::ALL);
+    let b = sim.b.register(B_BASE, 1 << 20, Access::ALL);
+    sim.serialize_ns = 800;
+    for i in 0..20u64 {
+        let off = i * 10 * 1024;
+        sim.a.post_send(super::read(
+            i,
+            a.lkey,
+            A_BASE + off,
+            10 * 1024,
+            B_BASE + off,
+            b.rkey,
+        ));
+    }
+    sim.marker = Some(Box::new(|side, r| {
+        side == Side::B && r.bth.opcode.is_read_response() && (40..80).contains(&r.bth.psn)
+    }));
+    let mut lowest = LINE;
+    sim.run_until(50_000_000, |s| {
+        lowest = lowest.min(s.b.qp.requester().cc().rate_bps().unwrap());
+        s.a.done.len() == 20
+    });
+    assert!(sim.a.done.iter().all(|w| w.status == WcStatus::Success));
+    let (sa, sb) = (sim.a.qp.stats(), sim.b.qp.stats());
+    assert_eq!(sa.ce_received, 40);
+    assert!(sa.cnps_sent >= 1);
+    assert_eq!(sb.cnps_received, sa.cnps_sent);
+    assert_eq!(sa.read_cnps_sent, 0, "standard CNPs under dcqcn");
+    assert!(
+        sim.trace
+            .iter()
+            .filter(|(s, r, _)| *s == Side::A && r.bth.opcode == Opcode::Cnp)
+            .all(|(_, r, _)| r.ceth.is_none())
+    );
+    assert!(lowest < LINE, "the responder's rate was cut");
 }

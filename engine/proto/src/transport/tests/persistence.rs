@@ -17,8 +17,18 @@ const MS: u64 = 1_000_000;
 /// registered with `access`; persisting takes `persist_ns`. The retransmission timer (10 ms)
 /// is longer than any persist here, as it must be where a READ waits for one.
 fn durable_pair(access: Access, persist_ns: u64, len: usize) -> (Sim, MrKeys, MrKeys) {
+    pair_negotiating(access, persist_ns, len, true)
+}
+
+/// [`durable_pair`], the extension negotiated or not.
+fn pair_negotiating(
+    access: Access,
+    persist_ns: u64,
+    len: usize,
+    durable_writes: bool,
+) -> (Sim, MrKeys, MrKeys) {
     let mut cfg = QpConfig::new(0x11, 0x22);
-    cfg.durable_writes = true;
+    cfg.durable_writes = durable_writes;
     cfg.durable_timeout_ns = MS;
     cfg.timeout_ns = 10 * MS;
     let mut sim = Sim::new(cfg, Faults::NONE, 9);
@@ -293,8 +303,9 @@ fn a_standard_responder_refuses_the_durable_opcode() {
 }
 
 #[test]
-fn a_durable_region_holds_the_ack_of_a_plain_write_until_it_is_durable() {
-    let (mut sim, a, b) = durable_pair(Access::ALL | Access::DURABLE, MS, 1 << 16);
+fn a_durable_region_holds_the_ack_of_a_standard_requester_s_write_until_it_is_durable() {
+    // A requester that does not speak the extension.
+    let (mut sim, a, b) = pair_negotiating(Access::ALL | Access::DURABLE, MS, 1 << 16, false);
     sim.a
         .post_send(write(1, a.lkey, A_BASE, 64, B_BASE, b.rkey, None));
     sim.run_until(500 * US, |_| false);
@@ -311,6 +322,94 @@ fn a_durable_region_holds_the_ack_of_a_plain_write_until_it_is_durable() {
         sim.count(Side::B, |r| r.bth.opcode == Opcode::Acknowledge),
         1
     );
+    assert_eq!(
+        sim.count(Side::B, |r| r.bth.opcode == Opcode::ReceiptAcknowledge),
+        0
+    );
+}
+
+/// Seed 004's pipelining for plain WRITEs into a region registered durable, when the
+/// requester speaks the extension: the receipt ACK (0xE3) goes at once and moves the window,
+/// the WRITEs complete on the durable ACK (0xE2) that follows once the data is durable.
+#[test]
+fn a_durable_region_sends_a_receipt_ack_at_once_and_completes_writes_on_the_durable_ack() {
+    let (mut sim, a, b) = durable_pair(Access::ALL | Access::DURABLE, MS, 1 << 16);
+    for i in 0..3u64 {
+        sim.a.post_send(write(
+            i + 1,
+            a.lkey,
+            A_BASE + i * 64,
+            64,
+            B_BASE + i * 64,
+            b.rkey,
+            None,
+        ));
+    }
+    sim.run_until(500 * US, |_| false);
+    // Received and acknowledged (the window moved), not complete: not durable yet.
+    assert!(sim.count(Side::B, |r| r.bth.opcode == Opcode::ReceiptAcknowledge) >= 1);
+    assert_eq!(
+        sim.count(Side::B, |r| r.bth.opcode == Opcode::Acknowledge),
+        0
+    );
+    assert_eq!(
+        sim.a.qp.requester().outstanding(),
+        0,
+        "the receipt ACK moved the window"
+    );
+    assert!(sim.a.done.is_empty(), "completed before durable");
+    assert_eq!(
+        sim.count(Side::B, |r| r.bth.opcode == Opcode::DurableAcknowledge),
+        0
+    );
+    sim.run_idle(100 * MS);
+    let ids: Vec<u64> = sim.a.done.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3], "each once, in order");
+    assert!(sim.a.done.iter().all(|w| w.status == WcStatus::Success));
+    assert!(b_map(&sim, b).is_persisted(0, 192));
+    let durable = sim.count(Side::B, |r| r.bth.opcode == Opcode::DurableAcknowledge);
+    assert!(durable >= 1);
+    let s = sim.a.qp.stats();
+    assert_eq!(s.receipt_acks_received, sim.b.qp.stats().receipt_acks_sent);
+    assert_eq!((s.retransmissions, s.durable_probes), (0, 0));
+}
+
+/// A lost durable ACK of a WRITE a receipt ACK covered is recovered as a durable WRITE's is:
+/// the probe is the WRITE's last packet again (WRITE ONLY with its RETH), and the answer is
+/// the durable ACK again.
+#[test]
+fn a_lost_durable_ack_of_a_region_write_is_recovered_by_a_probe() {
+    let (mut sim, a, b) = durable_pair(Access::ALL | Access::DURABLE, 10 * US, 1 << 16);
+    let mut dropped = false;
+    sim.filter = Some(Box::new(move |side, r| {
+        if side == Side::B && r.bth.opcode == Opcode::DurableAcknowledge && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Pass
+    }));
+    sim.a
+        .post_send(write(1, a.lkey, A_BASE, 64, B_BASE, b.rkey, Some(7)));
+    sim.b.post_recv(9, b.lkey, B_BASE + 4096, 0);
+    sim.run_idle(100 * MS);
+    let wc = done(&sim, 1);
+    assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success));
+    let s = sim.a.qp.stats();
+    assert_eq!((s.durable_timeouts, s.durable_probes), (1, 1));
+    let probes = sim
+        .trace
+        .iter()
+        .filter(|(s, r, _)| {
+            *s == Side::A && r.bth.opcode == Opcode::RdmaWriteOnlyWithImmediate && r.reth.is_some()
+        })
+        .count();
+    assert_eq!(probes, 2, "the WRITE and its probe");
+    assert_eq!(
+        sim.count(Side::B, |r| r.bth.opcode == Opcode::DurableAcknowledge),
+        2
+    );
+    // The probe, a duplicate, consumed no second receive.
+    assert_eq!(sim.b.done.len(), 1);
 }
 
 #[test]
@@ -494,14 +593,21 @@ struct Trials {
 /// `n` trials: A streams durable writes of random sizes into disjoint slots of B's region
 /// (under the power-loss simulator) over a wire with faults and random persist times; after a
 /// random number of steps the power fails (`crash`), and every write A saw complete as durable
-/// must be in the persisted image, byte for byte.
-fn power_loss_trials(n: u64, seed: u64, lie: bool) -> Trials {
+/// must be in the persisted image, byte for byte. With `region`, B's region is registered
+/// `DURABLE` and every other write is a plain WRITE, pipelined by receipt ACKs (0xE3), which
+/// counts as durable on its plain completion.
+fn power_loss_trials(n: u64, seed: u64, lie: bool, region: bool) -> Trials {
     const SLOT: usize = 2048;
     const WRITES: u64 = 12;
     let mut t = Trials::default();
     let mut rng = super::harness::Rng::new(seed);
     for trial in 0..n {
-        let (mut sim, a, b) = durable_pair(persistent(), 0, SLOT * WRITES as usize);
+        let access = if region {
+            Access::ALL | Access::DURABLE
+        } else {
+            persistent()
+        };
+        let (mut sim, a, b) = durable_pair(access, 0, SLOT * WRITES as usize);
         sim.rng = super::harness::Rng::new(seed ^ trial.wrapping_mul(0x9e37));
         sim.faults = Faults::each(10_000);
         sim.persist_ns = rng.below(200) * US;
@@ -513,8 +619,12 @@ fn power_loss_trials(n: u64, seed: u64, lie: bool) -> Trials {
             let data = pattern(trial * 100 + k, len as usize);
             assert!(sim.a.mem.write(a.lkey, k * SLOT as u64, &data));
             sizes.push((len, data));
-            sim.a
-                .post_send(durable(k, a, k * SLOT as u64, len, b, false));
+            let off = k * SLOT as u64;
+            sim.a.post_send(if region && k % 2 == 0 {
+                write(k, a.lkey, A_BASE + off, len, B_BASE + off, b.rkey, None)
+            } else {
+                durable(k, a, off, len, b, false)
+            });
         }
         let steps = rng.below(120);
         for _ in 0..steps {
@@ -527,7 +637,10 @@ fn power_loss_trials(n: u64, seed: u64, lie: bool) -> Trials {
             .a
             .done
             .iter()
-            .filter(|w| w.opcode == WcOpcode::DurableWrite && w.status == WcStatus::Success)
+            .filter(|w| {
+                matches!(w.opcode, WcOpcode::DurableWrite | WcOpcode::RdmaWrite)
+                    && w.status == WcStatus::Success
+            })
             .map(|w| w.wr_id)
             .collect();
         let placed: Vec<bool> = (0..WRITES)
@@ -565,7 +678,7 @@ fn trial_count() -> u64 {
 
 #[test]
 fn power_loss_never_loses_a_write_acknowledged_durable() {
-    let t = power_loss_trials(trial_count(), 0x0dd5_eed5, false);
+    let t = power_loss_trials(trial_count(), 0x0dd5_eed5, false, false);
     eprintln!("power-loss trials: {t:?}");
     assert_eq!(t.lost, 0, "{t:?}");
     // The trials are not vacuous: many writes were acknowledged durable before the crash,
@@ -576,10 +689,21 @@ fn power_loss_never_loses_a_write_acknowledged_durable() {
 
 #[test]
 fn power_loss_trials_catch_an_engine_that_acknowledges_before_persisting() {
-    let t = power_loss_trials(200, 0x0bad_5eed, true);
+    let t = power_loss_trials(200, 0x0bad_5eed, true, false);
     eprintln!("negative control: {t:?}");
     assert!(
         t.lost > 0,
         "acknowledging before persisting went unnoticed: {t:?}"
     );
+}
+
+/// The same trials with half the writes plain WRITEs into a `DURABLE` region, completed on
+/// the durable ACK that follows their receipt ACK: none acknowledged is lost either.
+#[test]
+fn power_loss_never_loses_a_region_write_completed_after_its_receipt_ack() {
+    let t = power_loss_trials(trial_count() / 2, 0x5ec0_da7a, false, true);
+    eprintln!("power-loss trials, durable region: {t:?}");
+    assert_eq!(t.lost, 0, "{t:?}");
+    assert!(t.checked > t.trials, "{t:?}");
+    assert!(t.torn > 0, "{t:?}");
 }
