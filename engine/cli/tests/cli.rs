@@ -1174,6 +1174,7 @@ fn bench_congestion_bounds_name_their_argument_with_exit_2() {
         (&["--kmin-kb", "200", "--kmax-kb", "100"], "--kmin-kb"),
         (&["--schedule", "0-100"], "--schedule"),
         (&["--flows", "2", "--schedule", "0-100,50-10"], "--schedule"),
+        (&["--keep-rate-us", "-1"], "--keep-rate-us"),
     ] {
         let args = bench(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -1182,7 +1183,7 @@ fn bench_congestion_bounds_name_their_argument_with_exit_2() {
     // The congestion options belong to bench congestion alone.
     assert_bad(
         &["bench", "write", "--hugepages", "off", "--flows", "2"],
-        "--rate-window-us",
+        "--keep-rate-us",
         true,
     );
 }

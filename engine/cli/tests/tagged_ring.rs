@@ -1229,3 +1229,117 @@ fn a_failed_done_message_fails_the_waiting_rendezvous_and_tells_the_target() {
         },
     );
 }
+
+/// Seed 001's sharded processing engines on the wire: each engine runs as two workers, and
+/// each worker's list-processing shard holds the endpoints homed on it (endpoint 0 on worker
+/// 0, endpoint 1 on worker 1). A sender reaches an endpoint over a connection homed on that
+/// endpoint's worker, as RDMA steers by queue pair: messages to both endpoints land in the
+/// receives posted on their own worker's tag port, each counted by that worker alone. A
+/// message for endpoint 1 sent over worker 0's connection is refused there
+/// (`tag_wrong_engine`, the sender's completion `RemoteInvalidRequest`) and touches no buffer.
+#[test]
+fn tagged_messages_reach_endpoints_homed_on_two_workers_over_their_own_connections() {
+    let _one_at_a_time = common::serial();
+    let cores = common::shared_eal();
+    common::host_on_first_core();
+    let workers = [cores[0], *cores.last().unwrap()];
+    let mut qp = QpConfig::new(0, 0);
+    qp.tagged = true;
+    let mut opts = LoopbackOpts::multicore(qp, &workers, 2);
+    opts.name = "tg_two".into();
+    let ep_config = TagConfig::default().endpoints[0].1;
+    opts.tags = Some(TagConfig {
+        endpoints: vec![
+            (portico::lpe::EndpointIndex(0), ep_config),
+            (portico::lpe::EndpointIndex(1), ep_config),
+        ],
+        ..TagConfig::default()
+    });
+    let mut pair = loopback::start(&opts).expect("two tagged engines on two workers");
+    assert_eq!(pair.homes, [[0, 0], [1, 1]]);
+    let a_map = Arc::new(Mapping::anonymous(MIB).unwrap());
+    let b_map = Arc::new(Mapping::anonymous(MIB).unwrap());
+    let a = pair.a.engine.register_all(&a_map, Access::ALL).unwrap();
+    let b = pair.b.engine.register_all(&b_map, Access::ALL).unwrap();
+    let mut b0 = Events::new(pair.b.tags.take().expect("worker 0's tag port"));
+    let mut b1 = Events::new(pair.b.more_tags.remove(0));
+    // A receive on each endpoint, each on its own worker's port; endpoint 1 is not on worker
+    // 0's shard.
+    for (ev, ep, off, cookie) in [(&mut b0, 0u16, 0, 10u64), (&mut b1, 1, 64 * KIB, 11)] {
+        let r = TagEntry::recv(0x77, b.sge(off, 16 * KIB as u32), cookie);
+        ev.port.append(ep, ListKind::Priority, r).unwrap();
+        ev.event(TagEventKind::Link, cookie);
+    }
+    b0.port
+        .append(
+            1,
+            ListKind::Priority,
+            TagEntry::recv(0x77, b.sge(0, 64), 99),
+        )
+        .unwrap();
+    let refused = b0.take("endpoint 1 refused on worker 0", |e| {
+        e.kind == TagEventKind::CommandFailed
+    });
+    assert_eq!(refused.cookie, 99);
+    let more = &mut pair.more[0];
+    let mut sends = Vec::new();
+    for (qp, ep, off, len) in [
+        (&mut pair.a.qp, 0u16, 0usize, 5000usize),
+        (&mut more.a.qp, 1, 16 * KIB, 3000),
+    ] {
+        let data = pattern(len, u64::from(ep) + 5);
+        a.write(off, &data).unwrap();
+        let wr = WorkRequest::tagged_send(u64::from(ep), a.sgl(off, len as u32), ep, 0x77, 0);
+        qp.post_send(&[wr]).unwrap();
+        sends.push(data);
+    }
+    let p0 = b0.event(TagEventKind::Put, 10);
+    let p1 = b1.event(TagEventKind::Put, 11);
+    assert_eq!((p0.endpoint, p0.mlength), (0, 5000));
+    assert_eq!((p1.endpoint, p1.mlength), (1, 3000));
+    same(
+        &b.to_vec(0, 5000).unwrap(),
+        &sends[0],
+        "endpoint 0's message",
+    );
+    same(
+        &b.to_vec(64 * KIB, 3000).unwrap(),
+        &sends[1],
+        "endpoint 1's message",
+    );
+    sent(&mut pair.a.cq, 0, 5000);
+    sent(&mut more.a.cq, 1, 3000);
+    // Endpoint 1 over worker 0's connection: refused there, nothing placed.
+    let r = TagEntry::recv(0x78, b.sge(128 * KIB, 64), 12);
+    b1.port.append(1, ListKind::Priority, r).unwrap();
+    b1.event(TagEventKind::Link, 12);
+    let wr = WorkRequest::tagged_send(7, a.sgl(0, 64), 1, 0x78, 0);
+    pair.a.qp.post_send(&[wr]).unwrap();
+    let wc = pair
+        .a
+        .cq
+        .wait_one(WAIT)
+        .expect("the misrouted send completes");
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (7, WcStatus::RemoteInvalidRequest),
+        "{wc:?}"
+    );
+    assert_eq!(b.to_vec(128 * KIB, 64).unwrap(), vec![0u8; 64]);
+    b1.settle();
+    assert_eq!(b1.kinds(12), [TagEventKind::Link], "the entry kept waiting");
+    let reports = pair.runtime.join().expect("workers ran");
+    let c = |w: usize, n: &str| reports[w].counter(n).unwrap();
+    assert_eq!((c(0, "tag_wrong_engine"), c(1, "tag_wrong_engine")), (1, 0));
+    assert_eq!(
+        c(0, "tag_matched_priority"),
+        1,
+        "worker 0 matched endpoint 0's"
+    );
+    assert_eq!(
+        c(1, "tag_matched_priority"),
+        1,
+        "worker 1 matched endpoint 1's"
+    );
+    assert_eq!(c(0, "wrong_core") + c(1, "wrong_core"), 0);
+}

@@ -183,6 +183,22 @@ pub enum TagCommand {
     /// event with the cookie when the entry was there, by `CommandFailed` with
     /// `StaleHandle` when it was not (matched already, or never appended).
     Cancel { endpoint: u16, cookie: u64 },
+    /// `PtlPTEnable`: `endpoint` matches messages again (after it was created disabled, was
+    /// disabled, or flow control disabled it). No event; `CommandFailed` for an endpoint not
+    /// homed here.
+    Enable { endpoint: u16 },
+    /// `PtlPTDisable`: `endpoint`'s messages are dropped and counted until it is enabled.
+    Disable { endpoint: u16 },
+    /// Seed 001's software request list: `endpoint` stops matching and keeps the headers of
+    /// the messages that arrive (their data is not kept), for the host to match; a
+    /// `SoftwareMode` event says so.
+    SoftwareMode { endpoint: u16 },
+    /// Takes up to `max` headers off `endpoint`'s software request list, oldest first, each
+    /// as a `SoftwareRequest` event (`match_bits`, `rlength`, `initiator`, `hdr_data`).
+    TakeSoftwareRequests { endpoint: u16, max: u16 },
+    /// `endpoint` matches again; refused (`CommandFailed`, `Other`) while headers are still
+    /// on its software request list.
+    ResumeMatching { endpoint: u16 },
 }
 
 /// The `Link` event of the append being served: the entry's handle, and whether the event is
@@ -214,6 +230,9 @@ pub enum TagEventKind {
     Search,
     PtDisabled,
     SoftwareMode,
+    /// A header taken off the software request list
+    /// ([`TagCommand::TakeSoftwareRequests`]).
+    SoftwareRequest,
     /// A command was refused (`error` says why); `cookie` is the entry's.
     CommandFailed,
 }
@@ -448,6 +467,36 @@ impl TagPort {
     /// Unlinks `endpoint`'s priority entry with `cookie` ([`TagCommand::Cancel`]).
     pub fn cancel(&mut self, endpoint: u16, cookie: u64) -> Result<(), CommandRingFull> {
         self.push(TagCommand::Cancel { endpoint, cookie })
+    }
+
+    /// Enables `endpoint` ([`TagCommand::Enable`]).
+    pub fn enable(&mut self, endpoint: u16) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Enable { endpoint })
+    }
+
+    /// Disables `endpoint` ([`TagCommand::Disable`]).
+    pub fn disable(&mut self, endpoint: u16) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::Disable { endpoint })
+    }
+
+    /// Puts `endpoint` in software mode ([`TagCommand::SoftwareMode`]).
+    pub fn software_mode(&mut self, endpoint: u16) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::SoftwareMode { endpoint })
+    }
+
+    /// Takes up to `max` headers off `endpoint`'s software request list
+    /// ([`TagCommand::TakeSoftwareRequests`]).
+    pub fn take_software_requests(
+        &mut self,
+        endpoint: u16,
+        max: u16,
+    ) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::TakeSoftwareRequests { endpoint, max })
+    }
+
+    /// `endpoint` matches again ([`TagCommand::ResumeMatching`]).
+    pub fn resume_matching(&mut self, endpoint: u16) -> Result<(), CommandRingFull> {
+        self.push(TagCommand::ResumeMatching { endpoint })
     }
 
     /// Commands that fit in the ring now.
@@ -979,6 +1028,59 @@ impl TagShard {
                 if self.engine.unlink(handle.0).is_err() {
                     let cookie = 0;
                     self.fail_command(handle.0.ep.0, cookie, TagCommandError::StaleHandle);
+                }
+            }
+            TagCommand::Enable { endpoint } => {
+                if self.engine.enable(EndpointIndex(endpoint)).is_err() {
+                    self.fail_command(endpoint, 0, TagCommandError::NoSuchEndpoint);
+                }
+            }
+            TagCommand::Disable { endpoint } => {
+                if self.engine.disable(EndpointIndex(endpoint)).is_err() {
+                    self.fail_command(endpoint, 0, TagCommandError::NoSuchEndpoint);
+                }
+            }
+            TagCommand::SoftwareMode { endpoint } => {
+                self.staging.clear();
+                let ep = EndpointIndex(endpoint);
+                if self
+                    .engine
+                    .enter_software_mode(ep, &mut self.staging)
+                    .is_err()
+                {
+                    return self.fail_command(endpoint, 0, TagCommandError::NoSuchEndpoint);
+                }
+                self.after_command(None, LinkEvent::default(), mem);
+            }
+            TagCommand::TakeSoftwareRequests { endpoint, max } => {
+                let ep = EndpointIndex(endpoint);
+                if self.engine.endpoint(ep).is_none() {
+                    return self.fail_command(endpoint, 0, TagCommandError::NoSuchEndpoint);
+                }
+                // Within the event room this command was served with: the rest stays listed.
+                let room = self.events.slots().saturating_sub(self.owed);
+                for _ in 0..usize::from(max).min(room) {
+                    let Ok(Some(h)) = self.engine.pop_software_request(ep) else {
+                        break;
+                    };
+                    self.push_event(TagEvent {
+                        kind: TagEventKind::SoftwareRequest,
+                        endpoint,
+                        match_bits: h.match_bits,
+                        rlength: h.rlength,
+                        initiator: h.initiator.nid,
+                        hdr_data: h.hdr_data,
+                        ..TagEvent::EMPTY
+                    });
+                }
+            }
+            TagCommand::ResumeMatching { endpoint } => {
+                match self.engine.resume_matching(EndpointIndex(endpoint)) {
+                    Ok(()) => {}
+                    Err(LpeError::NoSuchEndpoint(_)) => {
+                        self.fail_command(endpoint, 0, TagCommandError::NoSuchEndpoint)
+                    }
+                    Err(_) => self.fail_command(endpoint, 0, TagCommandError::Other),
                 }
             }
         }

@@ -62,8 +62,15 @@ pub struct LoopbackOpts {
     /// both directions at PSNs drawn at random, as verbs applications do.
     pub pin_psn: bool,
     /// Tagged messaging on both engines (each gets a list-processing shard with these
-    /// endpoints); set `qp.tagged` too for tagged queue pairs. A's rank is 0, B's 1.
+    /// endpoints); set `qp.tagged` too for tagged queue pairs. A's rank is 0, B's 1. With
+    /// `workers`, each worker's shard holds the endpoints `tag_table` homes on it (seed 001:
+    /// endpoints sharded over processing engines), and a message reaches an endpoint over a
+    /// connection whose ends are homed on that endpoint's worker: the sender steers by its
+    /// choice of queue pair, as for RDMA; over another it is refused (`tag_wrong_engine`).
     pub tags: Option<TagConfig>,
+    /// With `tags` and `workers`: which worker each endpoint is homed on (index into
+    /// `workers`); `None`: endpoint *i* on worker *i* mod N.
+    pub tag_table: Option<crate::lpe::EndpointTable>,
     /// Run both engines on these cores, one worker each, each port with as many queues
     /// (at most `dataplane::RING_MAX_QUEUES`); worker *i* holds shard *i* of both engines.
     /// Empty: `cores` decides, one queue per port.
@@ -130,6 +137,7 @@ impl LoopbackOpts {
             connections: 1,
             pin_psn: false,
             tags: None,
+            tag_table: None,
             workers: Vec::new(),
             homes: Vec::new(),
             wrap: None,
@@ -174,8 +182,12 @@ pub struct LoopbackEnd {
     pub engine: RdmaHandle,
     pub qp: Qp,
     pub cq: Cq,
-    /// The tag port, when [`LoopbackOpts::tags`] asked for tagged messaging.
+    /// The tag port, when [`LoopbackOpts::tags`] asked for tagged messaging: of worker 0's
+    /// shard when [`LoopbackOpts::workers`] shards the engine.
     pub tags: Option<TagPort>,
+    /// With `workers` and `tags`: the tag ports of workers 1.. (`more_tags[i - 1]` is worker
+    /// *i*'s), each for the endpoints homed there.
+    pub more_tags: Vec<TagPort>,
 }
 
 /// One end of a further connection: its queue pair and its own completion queue.
@@ -218,10 +230,13 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     let name = &opts.name;
     let sharded = !opts.workers.is_empty();
     let shards = opts.workers.len().max(1);
-    if sharded && opts.tags.is_some() && shards > 1 {
-        return Err(LoopbackError::Layout(
-            "tagged messaging runs on one worker per engine (its list-processing shard is not split across cores)".into(),
-        ));
+    if let Some(t) = &opts.tag_table
+        && t.engines() != shards
+    {
+        return Err(LoopbackError::Layout(format!(
+            "tag_table: {} engines for {shards} workers",
+            t.engines()
+        )));
     }
     let queues = u16::try_from(shards)
         .ok()
@@ -285,13 +300,36 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
                 .map_err(|e| LoopbackError::Layout(e.to_string()))?;
         }
     }
-    let (tags_a, tags_b) = match &opts.tags {
-        Some(t) => (
-            Some(nodes_a[0].enable_tags(t)?),
-            Some(nodes_b[0].enable_tags(t)?),
-        ),
-        None => (None, None),
-    };
+    // Each worker's shard holds the endpoints homed on it (all of them with one worker).
+    let (mut tags_a, mut tags_b) = (Vec::new(), Vec::new());
+    if let Some(t) = &opts.tags {
+        let max = t.engine.max_endpoints.max(
+            t.endpoints
+                .iter()
+                .map(|(e, _)| usize::from(e.0) + 1)
+                .max()
+                .unwrap_or(0),
+        );
+        let table = match &opts.tag_table {
+            Some(table) => table.clone(),
+            None => crate::lpe::EndpointTable::round_robin(max, shards),
+        };
+        for i in 0..shards {
+            let homed = TagConfig {
+                endpoints: t
+                    .endpoints
+                    .iter()
+                    .copied()
+                    .filter(|(ep, _)| table.engine_of(*ep) == Some(crate::lpe::EngineId(i as u16)))
+                    .collect(),
+                ..t.clone()
+            };
+            tags_a.push(nodes_a[i].enable_tags(&homed)?);
+            tags_b.push(nodes_b[i].enable_tags(&homed)?);
+        }
+    }
+    let (mut tags_a, mut tags_b) = (tags_a.into_iter(), tags_b.into_iter());
+    let (first_a, first_b) = (tags_a.next(), tags_b.next());
     let cm = opts.cm.then(|| {
         [
             (&mut nodes_a[0], MAC_A, IP_A),
@@ -476,13 +514,15 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             engine: ha,
             qp: first.a.qp,
             cq: first.a.cq,
-            tags: tags_a,
+            tags: first_a,
+            more_tags: tags_a.collect(),
         },
         b: LoopbackEnd {
             engine: hb,
             qp: first.b.qp,
             cq: first.b.cq,
-            tags: tags_b,
+            tags: first_b,
+            more_tags: tags_b.collect(),
         },
         more,
         capture,

@@ -574,3 +574,125 @@ fn a_cancelled_receive_is_unlinked_by_its_cookie_and_takes_nothing_after() {
         )
     );
 }
+
+/// Seed 001's endpoint states through the tag port: an endpoint created disabled drops (and
+/// counts) what arrives until `enable`; in software mode the headers of arriving messages wait
+/// on the software request list (their data is not kept) for the host to take them; matching
+/// resumes only once that list is empty.
+#[test]
+fn a_disabled_endpoint_drops_until_enabled_and_software_mode_hands_headers_to_the_host() {
+    let (mut a, mut b) = pair_with(256, |c| c.tagged = true);
+    let _ = a.node.enable_tags(&TagConfig::default()).unwrap();
+    let mut cfg = TagConfig::default();
+    cfg.endpoints[0].1.start_disabled = true;
+    let mut port = b.node.enable_tags(&cfg).unwrap();
+    let side = |e: End| {
+        let mut e = e;
+        let map = Arc::new(Mapping::anonymous(4 * MIB).unwrap());
+        let keys = e
+            .node
+            .register(map.clone(), 0, 4 * MIB, Access::ALL)
+            .unwrap();
+        Side { end: e, map, keys }
+    };
+    let (mut a, mut b) = (side(a), side(b));
+    let dropped = |b: &Side| b.end.node.tags().unwrap().counters.dropped;
+    // Created disabled: the receive links, the message is dropped and counted, the buffer
+    // untouched; the sender completes (the target took the message).
+    port.append(
+        0,
+        ListKind::Priority,
+        TagEntry::recv(5, sge(&b, 0, 4096), 1),
+    )
+    .unwrap();
+    run(&mut a, &mut b);
+    send(&mut a, 1, 0, &pattern(1, 1000), 5);
+    run(&mut a, &mut b);
+    assert_eq!(dropped(&b), 1);
+    assert_eq!(bytes(&b, 0, 1000), vec![0; 1000]);
+    assert!(
+        events(&mut port)
+            .iter()
+            .all(|e| e.kind != TagEventKind::Put)
+    );
+    // Enabled: the next one lands in the receive that waited.
+    port.enable(0).unwrap();
+    let data = pattern(2, 1000);
+    send(&mut a, 2, 0, &data, 5);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 0, 1000), data);
+    assert!(
+        events(&mut port)
+            .iter()
+            .any(|e| e.kind == TagEventKind::Put && e.cookie == 1)
+    );
+    // Software mode: two messages' headers wait for the host; resuming is refused until it
+    // has taken them.
+    port.software_mode(0).unwrap();
+    run(&mut a, &mut b);
+    assert!(
+        events(&mut port)
+            .iter()
+            .any(|e| e.kind == TagEventKind::SoftwareMode)
+    );
+    port.append(
+        0,
+        ListKind::Priority,
+        TagEntry::recv(9, sge(&b, 8192, 4096), 2),
+    )
+    .unwrap();
+    send(&mut a, 3, 0, &pattern(3, 700), 9);
+    send(&mut a, 4, 4096, &pattern(4, 300), 10);
+    run(&mut a, &mut b);
+    assert_eq!(
+        bytes(&b, 8192, 700),
+        vec![0; 700],
+        "software mode matches nothing"
+    );
+    port.resume_matching(0).unwrap();
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    let failed: Vec<_> = ev
+        .iter()
+        .filter(|e| e.kind == TagEventKind::CommandFailed)
+        .collect();
+    assert_eq!(failed.len(), 1, "{ev:?}");
+    port.take_software_requests(0, 8).unwrap();
+    run(&mut a, &mut b);
+    let reqs: Vec<_> = events(&mut port)
+        .into_iter()
+        .filter(|e| e.kind == TagEventKind::SoftwareRequest)
+        .map(|e| (e.endpoint, e.match_bits, e.rlength, e.initiator, e.hdr_data))
+        .collect();
+    assert_eq!(reqs, [(0, 9, 700, 0, 30), (0, 10, 300, 0, 40)]);
+    // Listed empty: matching resumes, and the receive that waited takes the next message.
+    port.resume_matching(0).unwrap();
+    let data = pattern(5, 700);
+    send(&mut a, 5, 0, &data, 9);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 8192, 700), data);
+    let ev = events(&mut port);
+    assert!(
+        ev.iter()
+            .any(|e| e.kind == TagEventKind::Put && e.cookie == 2),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().all(|e| e.kind != TagEventKind::CommandFailed),
+        "{ev:?}"
+    );
+    // An endpoint not homed here is named in the failure.
+    port.enable(7).unwrap();
+    run(&mut a, &mut b);
+    let ev = events(&mut port);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        (ev[0].kind, ev[0].endpoint, ev[0].error),
+        (
+            TagEventKind::CommandFailed,
+            7,
+            Some(crate::TagCommandError::NoSuchEndpoint)
+        )
+    );
+    assert!(completions(&mut a).iter().all(|c| c.2 == WcStatus::Success));
+}

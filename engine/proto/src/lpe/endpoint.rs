@@ -167,7 +167,7 @@ impl<L: MatchList> Endpoint<L> {
         Self {
             index,
             config,
-            enabled: true,
+            enabled: !config.start_disabled,
             software: false,
             priority: L::with_capacity(config.max_priority),
             overflow: L::with_capacity(config.max_overflow),

@@ -343,6 +343,10 @@ pub struct EndpointConfig {
     pub max_overflow: usize,
     pub max_unexpected: usize,
     pub max_software_requests: usize,
+    /// Created disabled (the seed's endpoints stay disabled until software enables them,
+    /// `PtlPTEnable`): messages are dropped and counted until then. Off by default: an
+    /// endpoint made by a libfabric or MPI endpoint is enabled with it.
+    pub start_disabled: bool,
 }
 
 impl Default for EndpointConfig {
@@ -355,6 +359,7 @@ impl Default for EndpointConfig {
             max_overflow: 1024,
             max_unexpected: 1024,
             max_software_requests: 1024,
+            start_disabled: false,
         }
     }
 }

@@ -411,6 +411,13 @@ impl QueuePair {
                 self.ecnp_due = false;
                 self.stats.read_cnps_sent += 1;
                 repr.ceth = self.notifier.read_response_ceth();
+                if let Some(c) = &repr.ceth {
+                    let n = match self.ecnp_said {
+                        Some((level, _, n)) if level == c.level => n + 1,
+                        _ => 1,
+                    };
+                    self.ecnp_said = Some((c.level, now, n));
+                }
             }
             return Some(OutPacket {
                 repr,
@@ -620,6 +627,8 @@ impl QueuePair {
         let Some(c) = self.notifier.read_response_ceth() else {
             return;
         };
+        // What the last one sent said (recorded when it goes: several responses may arrive
+        // before it does, and it says the level of its own time).
         let every = self.cfg.cc.ack.window_ns;
         self.ecnp_due |= match self.ecnp_said {
             None => c.level != Level::None,
@@ -627,13 +636,6 @@ impl QueuePair {
             Some((Level::None, at, n)) => n < 2 && now.saturating_sub(at) >= every,
             Some((_, at, _)) => now.saturating_sub(at) >= every,
         };
-        if self.ecnp_due {
-            let n = match self.ecnp_said {
-                Some((level, _, n)) if level == c.level => n + 1,
-                _ => 1,
-            };
-            self.ecnp_said = Some((c.level, now, n));
-        }
     }
 
     /// Carries out what the engine's tag matching asked of this queue pair: READ the rest of a

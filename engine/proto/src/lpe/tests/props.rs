@@ -150,6 +150,7 @@ fn endpoints() -> Vec<(EndpointIndex, EndpointConfig)> {
         max_overflow: 3,
         max_unexpected: 4,
         max_software_requests: 3,
+        start_disabled: false,
     };
     vec![
         (EndpointIndex(0), small),
