@@ -156,7 +156,8 @@ pub struct EngineConfig {
     pub inbound_depth: usize,
     /// Weighted round-robin weights, one per traffic class.
     pub class_weights: Vec<u32>,
-    /// Endpoint indices are below this.
+    /// Endpoint indices are below this (2 048 by default, the seed's physical endpoints; the
+    /// table of them costs a slot each, an endpoint's lists only once it is added).
     pub max_endpoints: usize,
 }
 
@@ -167,7 +168,7 @@ impl Default for EngineConfig {
             queue_depth: 256,
             inbound_depth: 1024,
             class_weights: vec![4, 2, 1, 1],
-            max_endpoints: 64,
+            max_endpoints: 2048,
         }
     }
 }
