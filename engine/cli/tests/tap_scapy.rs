@@ -77,3 +77,41 @@ fn scapy_writes_and_sends_into_portico_over_a_tap() {
         [(Opcode::Acknowledge, 0), (Opcode::Acknowledge, 1)]
     );
 }
+
+/// PFC from the link partner, end to end (seed 000): the target's one shaper class travels at
+/// priority 3 on a 10 Mbit/s link, and its READ responses pass the shaper in that class. The
+/// scapy peer (`tests/scapy_pfc_peer.py`) READs; a PFC frame pausing priority 5 leaves the
+/// class going; one pausing priority 3 holds the next response back for as long as the peer
+/// waits (1 s of the 3.36 s pause); a resume (quanta 0) lets it go at once. The target counts
+/// the three frames as `pfc_frames` and the three responses as the shaper's.
+#[test]
+fn a_pfc_frame_from_the_link_partner_pauses_only_the_class_of_its_priority() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy_pfc_peer.py");
+    let shaper = "traffic_class = 0\n[shaper]\nlink_gbps = 0.01\n\
+                  [[shaper.classes]]\nceiling_gbps = 0.01\npfc_priority = 3\n";
+    let run = tap::run_with(
+        "ppf",
+        Some(script),
+        None,
+        None,
+        &tap::Extra {
+            rdma: shaper,
+            ..tap::Extra::default()
+        },
+    );
+    assert!(run.peer_ok, "scapy peer: {} {}", run.peer, run.peer_stderr);
+    let steps: Vec<&str> = run.peer["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        ["unpaused", "other_priority_paused", "paused", "resumed"]
+    );
+    let c = &run.summary["counters"];
+    assert_eq!(c["pfc_frames"], 3, "{c}");
+    assert_eq!(c["mac_control_ignored"], 0, "{c}");
+    assert_eq!(c["shaper_read_responses"], 3, "{c}");
+}
