@@ -353,9 +353,14 @@ pub fn start_engine(
     if let Some(section) = &cfg.shaper {
         // Checked when the file was read; each worker gets its own shaper.
         let shaper = section.to_config("shaper").map_err(config_error)?;
-        for node in &mut nodes {
+        // The rates are the port's: with several workers, held across them.
+        let shares = (n > 1).then(|| crate::shaper::PortShares::new(n, shaper.classes.len()));
+        for (i, node) in nodes.iter_mut().enumerate() {
             node.set_shaper(shaper.clone())
                 .map_err(|e| bad(cfg_path, "shaper", e.to_string()))?;
+            if let Some(s) = &shares {
+                node.share_shaper_port(s.clone(), i);
+            }
         }
     }
     let tags = match &extras.tags {

@@ -126,6 +126,9 @@ portico_counters::counter_set! {
     }
 }
 
+/// How often the shapers of a port's workers rebalance the port's rates among themselves.
+pub const PORT_REBALANCE_NS: u64 = 50_000;
+
 /// A queue pair with the worker's end of its rings and its scheduling state.
 pub(crate) struct QpEntry {
     pub(crate) qp: QueuePair,
@@ -387,6 +390,20 @@ impl RdmaNode {
         cfg.flow_queue_depth = 1;
         self.parts.shaper.shaper = Some(Shaper::new(cfg)?);
         Ok(())
+    }
+
+    /// Makes this engine's shaper worker `me` of a port whose configured rates are held across
+    /// its workers (`proto::shaper::PortShares`: each worker's rates are the port's divided
+    /// among the workers with work, rebalanced every [`PORT_REBALANCE_NS`]). False without a
+    /// shaper.
+    pub fn share_shaper_port(&mut self, shares: Arc<proto::shaper::PortShares>, me: usize) -> bool {
+        match self.parts.shaper.shaper.as_mut() {
+            Some(sh) => {
+                sh.share_port(shares, me, PORT_REBALANCE_NS);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The traffic shaper, if the engine has one (its counters per class and per MCU).
@@ -1536,6 +1553,70 @@ mod tests {
         assert_eq!(a.node.shaper().unwrap().class_counters(0).bytes, total);
         assert!(a.node.shaper().unwrap().class_counters(0).waited_out > 0);
         assert_eq!(b.node.retransmissions(), 0);
+    }
+
+    #[test]
+    fn two_workers_of_a_port_hold_its_rate_between_them() {
+        use proto::shaper::{ClassConfig, PortShares};
+        // Two engines (a port's two workers), each with the port's shaper: one class capped
+        // at 1 Gbit/s (8 ns per byte) for the port. Each WRITEs to its own peer for 4 ms.
+        let shares = PortShares::new(2, 1);
+        let mut ends: Vec<(End, End)> = (0..2)
+            .map(|i| {
+                let cfg = ShaperConfig::new(vec![ClassConfig {
+                    assured_bps: 0,
+                    ceiling_bps: 1_000_000_000,
+                    burst_bytes: 16_384,
+                    strict: false,
+                    pfc_priority: None,
+                }]);
+                let (mut a, b) = pair_shaped(256, Some(cfg), |c| c.max_in_flight = 1024);
+                assert!(a.node.share_shaper_port(shares.clone(), i));
+                (a, b)
+            })
+            .collect();
+        let mut regions = Vec::new();
+        for (a, b) in &mut ends {
+            let src = register_anonymous(&mut a.node, 1 << 20);
+            let dst = register_anonymous(&mut b.node, 1 << 20);
+            let wrs: Vec<WorkRequest> = (0..64u64)
+                .map(|i| {
+                    WorkRequest::write(
+                        i,
+                        SgList::one(src.lkey, src.addr + i * 16_384, 16_384),
+                        dst.addr + i * 16_384,
+                        dst.rkey,
+                        None,
+                    )
+                })
+                .collect();
+            a.qp.post_send(&wrs).unwrap();
+            regions.push((src, dst));
+        }
+        let mut frame = vec![0u8; 9000];
+        let mut sent = [0u64; 2];
+        for round in 0..4_000u64 {
+            let now = round * 1000;
+            for (k, (a, b)) in ends.iter_mut().enumerate() {
+                a.node.service(now);
+                while let Some(tx) = a.node.poll_transmit(now) {
+                    let len = a.node.emit(&tx, &mut frame).unwrap();
+                    sent[k] += len as u64;
+                    b.node.receive(now, &frame[..len]);
+                }
+                let mut moved = 0;
+                carry(&mut b.node, &mut a.node, now, 0, &mut moved);
+                a.node.flush_completions();
+                drain(&mut a.cq);
+            }
+        }
+        // 1 Gbit/s for 4 ms is 500 000 bytes for the port (plus a burst each), not per worker.
+        let port = 500_000f64;
+        let total = (sent[0] + sent[1]) as f64;
+        assert!((total - port).abs() <= port * 0.1, "{sent:?}");
+        for s in sent {
+            assert!((s as f64 - port / 2.0).abs() <= port * 0.1, "{sent:?}");
+        }
     }
 
     #[test]

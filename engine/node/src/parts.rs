@@ -651,6 +651,14 @@ impl Offload for ShaperPart {
         self.shaper.as_ref().and_then(|sh| sh.next_ready_at(now))
     }
 
+    /// A port's rates held across its workers: this worker's share, once per interval.
+    #[inline]
+    fn service(&mut self, now: u64, _cx: &mut Ctx) {
+        if let Some(sh) = &mut self.shaper {
+            sh.rebalance(now);
+        }
+    }
+
     #[inline(always)]
     fn holds_read_responses(&self) -> bool {
         self.shaper

@@ -21,7 +21,9 @@
 //! pfc_priority = 3           # PFC pausing priority 3 stops this class (absent: never)
 //! ```
 //!
-//! Rates are per worker (each worker has its own shaper); an error names its field, e.g.
+//! Rates are the port's: with several workers (`--cores`) each has a shaper, and they divide
+//! each class's rates (and the link's) among the workers with work in it, rebalancing every
+//! 50 µs (`proto::shaper::PortShares`). An error names its field, e.g.
 //! `shaper.classes[1].assured_gbps: 12 is above ceiling_gbps (10)`.
 
 use serde::Deserialize;

@@ -36,6 +36,12 @@ impl TokenBucket {
         self.rate_bps
     }
 
+    /// From `now` on, refills at `rate_bps` (what accrued until `now` at the old rate stays).
+    pub fn set_rate(&mut self, now: u64, rate_bps: u64) {
+        self.refill(now);
+        self.rate_bps = rate_bps;
+    }
+
     pub fn burst_bytes(&self) -> u64 {
         (self.depth / UNITS_PER_BYTE) as u64
     }

@@ -36,10 +36,13 @@
 //! [`Shaper::new`]; the per-packet calls do not allocate.
 
 pub mod bucket;
+pub mod port;
 
 pub use bucket::TokenBucket;
+pub use port::PortShares;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// One traffic class: a bandwidth share in bit/s and how it may be exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,6 +389,8 @@ pub struct Shaper {
     words: usize,
     read_split_packets: u32,
     shape_read_responses: bool,
+    /// The port's shares, when the port's rates are divided among workers.
+    port: Option<port::PortLink>,
 }
 
 /// The first set bit of `bits` in `[lo, hi)`.
@@ -476,6 +481,7 @@ impl Shaper {
             words,
             read_split_packets: cfg.read_split_packets,
             shape_read_responses: cfg.shape_read_responses,
+            port: None,
         })
     }
 
@@ -971,7 +977,60 @@ impl Shaper {
         }
     }
 
-    /// The number of traffic classes.
+    /// Makes this shaper worker `me` of a port whose configured rates (this shaper's, as
+    /// configured) are held across its workers ([`port::PortShares`]): from now on the classes'
+    /// and the link's rates are the port's divided among the workers with work in them,
+    /// rebalanced every `interval_ns` by [`Shaper::rebalance`].
+    pub fn share_port(&mut self, shares: Arc<PortShares>, me: usize, interval_ns: u64) {
+        let rates = self
+            .classes
+            .iter()
+            .map(|c| (c.cfg.assured_bps, c.cfg.ceiling_bps))
+            .collect();
+        self.port = Some(port::PortLink {
+            me: me.min(shares.workers() - 1),
+            bits: vec![0; self.classes.len().div_ceil(64).max(1)],
+            packets_then: vec![0; self.classes.len()],
+            shares,
+            interval_ns: interval_ns.max(1),
+            next_at: 0,
+            rates,
+            link_bps: self.link.as_ref().map(|l| l.rate_bps()),
+        });
+    }
+
+    /// With [`Shaper::share_port`]: once every interval, says which classes had work here
+    /// (queued now, or sent since the last time) and sets this worker's rates to its share of
+    /// the port's. Nothing else happens (and nothing is read across cores) between intervals.
+    pub fn rebalance(&mut self, now: u64) {
+        let Some(p) = &mut self.port else {
+            return;
+        };
+        if now < p.next_at {
+            return;
+        }
+        p.next_at = now + p.interval_ns;
+        p.bits.fill(0);
+        for (c, class) in self.classes.iter().enumerate() {
+            if class.busy > 0 || class.counters.packets != p.packets_then[c] {
+                p.bits[c / 64] |= 1 << (c % 64);
+            }
+            p.packets_then[c] = class.counters.packets;
+        }
+        p.shares.publish(p.me, &p.bits);
+        for (c, class) in self.classes.iter_mut().enumerate() {
+            let n = 1 + p.shares.others_in(p.me, c) as u64;
+            let (assured, ceiling) = p.rates[c];
+            class.assured.set_rate(now, assured / n);
+            class.ceiling.set_rate(now, (ceiling / n).max(1));
+        }
+        if let (Some(l), Some(rate)) = (&mut self.link, p.link_bps) {
+            let n = 1 + p.shares.others_busy(p.me) as u64;
+            l.set_rate(now, (rate / n).max(1));
+        }
+    }
+
+    /// [`ShaperConfig::read_split_packets`].
     pub fn read_split_packets(&self) -> u32 {
         self.read_split_packets
     }
@@ -981,6 +1040,7 @@ impl Shaper {
         self.shape_read_responses
     }
 
+    /// The number of traffic classes.
     pub fn classes(&self) -> usize {
         self.classes.len()
     }

@@ -1142,3 +1142,50 @@ fn a_paused_class_alone_waits_for_the_end_of_its_pause() {
     assert_eq!(s.next_ready_at(1_000), Some(1_000 + 5_120));
     assert!(s.next(1_000 + 5_120).is_some());
 }
+
+/// Rates configured for a port are held across its workers ([`PortShares`]): two workers'
+/// shapers, one class capped at 1 Gbit/s for the port, rebalancing every 10 µs. For 5 ms only
+/// worker 0 has work and gets the whole 1 Gbit/s; then both have, and each gets half, the port
+/// still 1 Gbit/s. Without the shares the two would send 2 Gbit/s between them.
+#[test]
+fn a_port_s_rates_are_held_across_its_workers() {
+    let shares = PortShares::new(2, 1);
+    let worker = |me| {
+        let cfg = ShaperConfig::new(vec![class(0, 1_000_000_000, 16_384, false)]);
+        let mut sh = Shaper::new(cfg).unwrap();
+        sh.share_port(shares.clone(), me, 10_000);
+        sh
+    };
+    let mut w = [worker(0), worker(1)];
+    w[0].enqueue(put(1, 0, HUGE, 1000)).unwrap();
+    const HALF: u64 = 5_000_000;
+    // Bytes sent in each half of the run, per worker.
+    let mut sent = [[0u64; 2]; 2];
+    for t in (0..2 * HALF).step_by(1000) {
+        if t == HALF {
+            w[1].enqueue(put(2, 0, HUGE, 1000)).unwrap();
+        }
+        let half = usize::from(t >= HALF);
+        for (k, sh) in w.iter_mut().enumerate() {
+            sh.rebalance(t);
+            while let Some(p) = sh.next(t) {
+                sent[half][k] += u64::from(p.packet_bytes);
+                sh.completed(p.mcu, 1);
+            }
+        }
+    }
+    // 1 Gbit/s for 5 ms: 625 000 bytes (plus the 16 KiB burst at the start).
+    let port = 625_000f64;
+    let within = |got: u64, want: f64, tol: f64| (got as f64 - want).abs() <= want * tol;
+    assert!(within(sent[0][0], port, 0.05), "alone: {:?}", sent[0]);
+    assert_eq!(sent[0][1], 0);
+    let both = sent[1][0] + sent[1][1];
+    assert!(within(both, port, 0.05), "together: {:?}", sent[1]);
+    for k in 0..2 {
+        assert!(
+            within(sent[1][k], port / 2.0, 0.1),
+            "worker {k}: {:?}",
+            sent[1]
+        );
+    }
+}
