@@ -346,6 +346,14 @@ impl Responder {
                 self.stats.acks_sent += 1;
                 return Some(self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, before));
             }
+            // A standard requester's WRITE into a durable region there, not durable yet: the
+            // NAK would vouch for it as an ACK would, so it waits for the hold to lift (the
+            // persist's completion makes this queue pair ready again).
+            if let Some(limit) = self.dur.ack_limit()
+                && psn::before(limit, before)
+            {
+                return None;
+            }
         }
         let (syndrome, psn) = if let Some(nak) = self.nak.take() {
             match nak.0 {

@@ -707,3 +707,48 @@ fn power_loss_never_loses_a_region_write_completed_after_its_receipt_ack() {
     assert!(t.checked > t.trials, "{t:?}");
     assert!(t.torn > 0, "{t:?}");
 }
+
+/// A NAK acknowledges everything before its PSN, as an ACK does: after a standard requester's
+/// WRITE into a durable region, a sequence-error NAK for a later packet waits until that WRITE
+/// is durable, or the requester would complete it early. The requester here loses the first
+/// packet of its second WRITE, so the responder owes that NAK while the first WRITE's persist
+/// (1 ms) runs.
+#[test]
+fn a_nak_does_not_acknowledge_a_durable_region_s_write_before_it_is_durable() {
+    let (mut sim, a, b) = pair_negotiating(Access::ALL | Access::DURABLE, MS, 1 << 16, false);
+    let mut dropped = false;
+    sim.filter = Some(Box::new(move |side, r| {
+        if side == Side::A && r.bth.psn == 1 && !dropped {
+            dropped = true;
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    }));
+    sim.a
+        .post_send(write(1, a.lkey, A_BASE, 64, B_BASE, b.rkey, None));
+    // Three packets at 1 KiB: PSNs 1..=3; PSN 1 lost.
+    sim.a.post_send(write(
+        2,
+        a.lkey,
+        A_BASE + 4096,
+        3000,
+        B_BASE + 4096,
+        b.rkey,
+        None,
+    ));
+    sim.run_until(500 * US, |_| false);
+    assert!(
+        sim.count(Side::B, |r| r.aeth.is_some_and(|a| matches!(
+            a.syndrome,
+            Syndrome::Nak(NakCode::PsnSequenceError)
+        ))) == 0,
+        "a NAK went before the first WRITE was durable"
+    );
+    assert!(sim.a.done.is_empty(), "completed before durable");
+    sim.run_idle(100 * MS);
+    let ids: Vec<u64> = sim.a.done.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2]);
+    assert!(sim.a.done.iter().all(|w| w.status == WcStatus::Success));
+    assert!(b_map(&sim, b).is_persisted(0, 64));
+}
