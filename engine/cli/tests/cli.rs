@@ -1036,35 +1036,39 @@ fn bench_tagged_runs_every_part_as_json() {
 #[test]
 fn bench_congestion_reports_each_scheme_and_writes_the_series_and_the_plot() {
     let dir = std::env::temp_dir().join(format!("portico-congestion-{}", std::process::id()));
-    let out = portico(&[
-        "bench",
-        "congestion",
-        "--cc",
-        "none,ack",
-        "--flows",
-        "2",
-        "--bottleneck-gbps",
-        "2",
-        "--schedule",
-        "0-3000,500-1500",
-        "--mtu",
-        "4096",
-        "--qd",
-        "4",
-        "--json",
-        "--hugepages",
-        "off",
-        "--memory-mb",
-        "1024",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    // Two flows through a 2 Gbit/s bottleneck, `schedule`, and `extra`: the JSON it prints.
+    let congestion = |schedule: &str, extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "bench",
+            "congestion",
+            "--flows",
+            "2",
+            "--bottleneck-gbps",
+            "2",
+            "--schedule",
+            schedule,
+            "--mtu",
+            "4096",
+            "--qd",
+            "4",
+            "--json",
+            "--hugepages",
+            "off",
+            "--memory-mb",
+            "1024",
+            "--out",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = portico(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    let v = congestion("0-3000,500-1500", &["--cc", "none,ack"]);
     assert_eq!(
         (v["type"].as_str(), v["op"].as_str()),
         (Some("bench"), Some("congestion"))
@@ -1117,36 +1121,7 @@ fn bench_congestion_reports_each_scheme_and_writes_the_series_and_the_plot() {
     }
     // READ-heavy flows (`--reads`): B's ends READ, A's READ responses cross the bottleneck;
     // the data lands and the run says so.
-    let out = portico(&[
-        "bench",
-        "congestion",
-        "--reads",
-        "--cc",
-        "ack",
-        "--flows",
-        "2",
-        "--bottleneck-gbps",
-        "2",
-        "--schedule",
-        "0-2000,500-1500",
-        "--mtu",
-        "4096",
-        "--qd",
-        "4",
-        "--json",
-        "--hugepages",
-        "off",
-        "--memory-mb",
-        "1024",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = congestion("0-2000,500-1500", &["--reads", "--cc", "ack"]);
     assert_eq!(v["errors"], 0, "{v}");
     assert_eq!(v["congestion"]["params"]["reads"], true);
     let s = &v["congestion"]["schemes"][0];

@@ -1178,6 +1178,21 @@ mod tests {
         node.register(map, 0, len, Access::ALL).unwrap()
     }
 
+    /// Sixteen READs of `read` bytes each, side by side, from `src` into `dst`.
+    fn sixteen_reads(read: u32, dst: &MrKeys, src: &MrKeys) -> Vec<WorkRequest> {
+        (0..16u64)
+            .map(|i| {
+                let off = i * u64::from(read);
+                WorkRequest::read(
+                    i,
+                    SgList::one(dst.lkey, dst.addr + off, read),
+                    src.addr + off,
+                    src.rkey,
+                )
+            })
+            .collect()
+    }
+
     fn drain(cq: &mut Cq) -> Vec<WorkCompletion> {
         std::iter::from_fn(|| cq.poll_one()).collect()
     }
@@ -1368,18 +1383,7 @@ mod tests {
         let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 % 251) as u8).collect();
         src_map.write(0, &data).unwrap();
         let src = b.node.register(src_map, 0, 1 << 20, Access::ALL).unwrap();
-        let wrs: Vec<WorkRequest> = (0..16u64)
-            .map(|i| {
-                let off = i * u64::from(read);
-                WorkRequest::read(
-                    i,
-                    proto::transport::SgList::one(dst.lkey, dst.addr + off, read),
-                    src.addr + off,
-                    src.rkey,
-                )
-            })
-            .collect();
-        a.qp.post_send(&wrs).unwrap();
+        a.qp.post_send(&sixteen_reads(read, &dst, &src)).unwrap();
         // 1 µs per round; count the response bytes A receives per round.
         let mut frame = vec![0u8; 9000];
         let mut arrivals = Vec::new();
@@ -1460,18 +1464,7 @@ mod tests {
         let mut cq_b2 = b.node.create_cq(16);
         let _qp_a2 = a.node.add_qp(c2, &cq_a2, &cq_a2).unwrap();
         let mut qp_b2 = b.node.add_qp(p2, &cq_b2, &cq_b2).unwrap();
-        let reads: Vec<WorkRequest> = (0..16u64)
-            .map(|i| {
-                let off = i * u64::from(read);
-                WorkRequest::read(
-                    i,
-                    proto::transport::SgList::one(dst.lkey, dst.addr + off, read),
-                    src.addr + off,
-                    src.rkey,
-                )
-            })
-            .collect();
-        b.qp.post_send(&reads).unwrap();
+        b.qp.post_send(&sixteen_reads(read, &dst, &src)).unwrap();
         let mut frame = vec![0u8; 9000];
         let (mut response_bytes, mut arrivals) = (0u64, Vec::new());
         let mut write_posted_at = None;

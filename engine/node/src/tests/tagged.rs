@@ -26,16 +26,17 @@ fn tagged_pair() -> (Side, Side, TagPort) {
     });
     let _ = a.node.enable_tags(&TagConfig::default()).unwrap();
     let port = b.node.enable_tags(&TagConfig::default()).unwrap();
-    let side = |e: End| {
-        let mut e = e;
-        let map = Arc::new(Mapping::anonymous(4 * MIB).unwrap());
-        let keys = e
-            .node
-            .register(map.clone(), 0, 4 * MIB, Access::ALL)
-            .unwrap();
-        Side { end: e, map, keys }
-    };
     (side(a), side(b), port)
+}
+
+/// `e` with 4 MiB of memory registered for every access.
+fn side(mut e: End) -> Side {
+    let map = Arc::new(Mapping::anonymous(4 * MIB).unwrap());
+    let keys = e
+        .node
+        .register(map.clone(), 0, 4 * MIB, Access::ALL)
+        .unwrap();
+    Side { end: e, map, keys }
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -586,15 +587,6 @@ fn a_disabled_endpoint_drops_until_enabled_and_software_mode_hands_headers_to_th
     let mut cfg = TagConfig::default();
     cfg.endpoints[0].1.start_disabled = true;
     let mut port = b.node.enable_tags(&cfg).unwrap();
-    let side = |e: End| {
-        let mut e = e;
-        let map = Arc::new(Mapping::anonymous(4 * MIB).unwrap());
-        let keys = e
-            .node
-            .register(map.clone(), 0, 4 * MIB, Access::ALL)
-            .unwrap();
-        Side { end: e, map, keys }
-    };
     let (mut a, mut b) = (side(a), side(b));
     let dropped = |b: &Side| b.end.node.tags().unwrap().counters.dropped;
     // Created disabled: the receive links, the message is dropped and counted, the buffer

@@ -297,15 +297,10 @@ fn a_cnp_from_a_standard_peer_throttles_portico() {
     check_landed(&sim, bk, n);
 }
 
-/// Seed 002 for READ responses (the CETH's service "RC READ response"): B answers A's READs;
-/// a switch marks B's responses 40..=79 (by PSN) on their way to A. A counts the marks in its
-/// window as it would a request's and, with no ACK going back for READ responses, tells B in
-/// enhanced CNPs (a CETH, service READ responses, in the CNP's reserved bytes): at once on a
-/// change of level, so B's pacer, which paces its READ responses, follows as a WRITE sender
-/// follows its ACKs, and back to the line rate once the marks stop.
-#[test]
-fn ack_mode_read_responses_are_paced_by_enhanced_cnps_from_the_requester() {
-    let mut sim = Sim::new(config(CcMode::Ack), Faults::NONE, 7);
+/// A reads 20 × 10 KiB of test data from B under `mode`; a switch marks B's READ responses
+/// with PSNs 40..=79 on their way to A. Returns the bench, A's region and the data.
+fn marked_reads(mode: CcMode) -> (Sim, MrKeys, Vec<u8>) {
+    let mut sim = Sim::new(config(mode), Faults::NONE, 7);
     let a = sim.a.register(A_BASE, 1 << 20, Access::ALL);
     let b = sim.b.register(B_BASE, 1 << 20, Access::ALL);
     sim.serialize_ns = 800;
@@ -325,6 +320,18 @@ fn ack_mode_read_responses_are_paced_by_enhanced_cnps_from_the_requester() {
     sim.marker = Some(Box::new(|side, r| {
         side == Side::B && r.bth.opcode.is_read_response() && (40..80).contains(&r.bth.psn)
     }));
+    (sim, a, data)
+}
+
+/// Seed 002 for READ responses (the CETH's service "RC READ response"): B answers A's READs;
+/// a switch marks B's responses 40..=79 (by PSN) on their way to A. A counts the marks in its
+/// window as it would a request's and, with no ACK going back for READ responses, tells B in
+/// enhanced CNPs (a CETH, service READ responses, in the CNP's reserved bytes): at once on a
+/// change of level, so B's pacer, which paces its READ responses, follows as a WRITE sender
+/// follows its ACKs, and back to the line rate once the marks stop.
+#[test]
+fn ack_mode_read_responses_are_paced_by_enhanced_cnps_from_the_requester() {
+    let (mut sim, a, data) = marked_reads(CcMode::Ack);
     let mut rates = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     sim.run_until(50_000_000, |s| {
@@ -381,24 +388,7 @@ fn ack_mode_read_responses_are_paced_by_enhanced_cnps_from_the_requester() {
 /// what a ConnectX requester does for READ responses.
 #[test]
 fn dcqcn_read_responses_marked_bring_cnps_that_cut_the_responder() {
-    let mut sim = Sim::new(config(CcMode::Dcqcn), Faults::NONE, 7);
-    let a = sim.a.register(A_BASE, 1 << 20, Access::ALL);
-    let b = sim.b.register(B_BASE, 1 << 20, Access::ALL);
-    sim.serialize_ns = 800;
-    for i in 0..20u64 {
-        let off = i * 10 * 1024;
-        sim.a.post_send(super::read(
-            i,
-            a.lkey,
-            A_BASE + off,
-            10 * 1024,
-            B_BASE + off,
-            b.rkey,
-        ));
-    }
-    sim.marker = Some(Box::new(|side, r| {
-        side == Side::B && r.bth.opcode.is_read_response() && (40..80).contains(&r.bth.psn)
-    }));
+    let (mut sim, _, _) = marked_reads(CcMode::Dcqcn);
     let mut lowest = LINE;
     sim.run_until(50_000_000, |s| {
         lowest = lowest.min(s.b.qp.requester().cc().rate_bps().unwrap());
