@@ -349,17 +349,14 @@ impl Opcode {
 
     /// True for packets a responder sends back (READ responses and ACKs).
     pub const fn is_response(self) -> bool {
-        matches!(
-            self,
-            Opcode::RdmaReadResponseFirst
-                | Opcode::RdmaReadResponseMiddle
-                | Opcode::RdmaReadResponseLast
-                | Opcode::RdmaReadResponseOnly
-                | Opcode::Acknowledge
-                | Opcode::AtomicAcknowledge
-                | Opcode::DurableAcknowledge
-                | Opcode::ReceiptAcknowledge
-        )
+        self.is_read_response()
+            || matches!(
+                self,
+                Opcode::Acknowledge
+                    | Opcode::AtomicAcknowledge
+                    | Opcode::DurableAcknowledge
+                    | Opcode::ReceiptAcknowledge
+            )
     }
 }
 
