@@ -998,12 +998,7 @@ impl RdmaNode {
         let reads_held = self.parts.holds_read_responses();
         while let Some(&slot) = self.ready.front() {
             let e = &mut self.qps.entries[slot as usize];
-            let response = if reads_held {
-                e.qp.poll_response_but_reads(now)
-            } else {
-                e.qp.poll_response(now)
-            };
-            let packet = match response {
+            let packet = match e.qp.poll_responses(now, reads_held) {
                 Some(p) => Some(p),
                 // A part (the shaper) may send its requests instead, later.
                 None if self.parts.holds_requests(slot, &e.qp) => None,

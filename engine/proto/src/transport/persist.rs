@@ -157,10 +157,15 @@ impl Durability {
     /// Whether an ACK naming `psn` must be a receipt ACK: it covers a WRITE promised a durable
     /// ACK that is not durable yet. If so, the durable ACK to come is promised through `psn`
     /// itself (the requester holds every WRITE the receipt ACK covers until then).
+    #[inline]
     pub(crate) fn receipt_owed(&mut self, psn: u32) -> bool {
         let Some(r) = self.receipt_psn else {
             return false;
         };
+        self.receipt_owed_after(r, psn)
+    }
+
+    fn receipt_owed_after(&mut self, r: u32, psn: u32) -> bool {
         if !psn::before_eq(r, psn) || self.durable_psn.is_some_and(|d| psn::before_eq(r, d)) {
             return false;
         }

@@ -400,7 +400,9 @@ impl QueuePair {
         Some(p)
     }
 
-    fn poll_responses(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
+    /// [`QueuePair::poll_response`] (`reads_held` false) or
+    /// [`QueuePair::poll_response_but_reads`] (true), for a caller that decides at run time.
+    pub fn poll_responses(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
         if self.cnp_due || self.ecnp_due {
             let mut repr = cnp_header(&self.cfg);
             if self.cnp_due {
@@ -424,11 +426,17 @@ impl QueuePair {
                 payload: None,
             });
         }
-        if !reads_held && let Some(p) = self.poll_read_response(now) {
+        // With no READ being answered (the common case: SEND and WRITE traffic) there is
+        // nothing to send or hold back here.
+        let answering = self.resp.answering_reads();
+        if answering
+            && !reads_held
+            && let Some(p) = self.poll_read_response(now)
+        {
             return Some(p);
         }
         // A READ response the pacer holds: nothing that would acknowledge it may pass it.
-        let held = reads_held || self.resp.peek_read_response(&self.cfg).is_some();
+        let held = answering && (reads_held || self.resp.peek_read_response(&self.cfg).is_some());
         let mut p = self.resp.poll_control(&self.cfg, held)?;
         if p.repr.bth.opcode == Opcode::Acknowledge && self.notifier.carries_state() {
             let (becn, ceth) = self.notifier.ack_state();

@@ -904,10 +904,20 @@ impl Requester {
     ) -> Outcome {
         let psn = repr.bth.psn;
         match repr.bth.opcode {
-            Opcode::Acknowledge => {
+            Opcode::Acknowledge | Opcode::ReceiptAcknowledge => {
                 let Some(AethRepr { syndrome, msn }) = repr.aeth else {
                     return Outcome::Ok;
                 };
+                if repr.bth.opcode == Opcode::ReceiptAcknowledge {
+                    // Only a peer that negotiated the extension may promise a durable ACK,
+                    // and only in an ACK.
+                    if !cfg.durable_writes || !matches!(syndrome, Syndrome::Ack { .. }) {
+                        self.stats.ignored_responses += 1;
+                        return Outcome::Ok;
+                    }
+                    self.stats.receipt_acks_received += 1;
+                    self.owe_durable(psn);
+                }
                 self.stats.last_msn = msn;
                 if repr.bth.becn {
                     self.stats.becn_acks_received += 1;
@@ -925,27 +935,6 @@ impl Requester {
                 }
                 self.on_read_response(now, cfg, psn, payload, mem, cq);
                 Outcome::Ok
-            }
-            Opcode::ReceiptAcknowledge => {
-                let Some(AethRepr {
-                    syndrome: Syndrome::Ack { .. },
-                    msn,
-                }) = repr.aeth
-                else {
-                    self.stats.ignored_responses += 1;
-                    return Outcome::Ok;
-                };
-                if !cfg.durable_writes {
-                    // Only a peer that negotiated the extension may promise a durable ACK.
-                    self.stats.ignored_responses += 1;
-                    return Outcome::Ok;
-                }
-                self.stats.last_msn = msn;
-                self.stats.receipt_acks_received += 1;
-                self.owe_durable(psn);
-                self.cc
-                    .on_ack(now, repr.bth.becn, repr.ceth.as_ref(), self.rtt.min_rtt());
-                self.on_aeth(now, cfg, Syndrome::ACK_UNLIMITED, psn, cq)
             }
             Opcode::DurableAcknowledge => {
                 let Some(AethRepr {

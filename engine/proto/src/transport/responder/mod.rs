@@ -270,6 +270,12 @@ impl Responder {
         self.fatal(NakCode::RemoteOperationalError, psn);
     }
 
+    /// Whether a READ (or FLUSH, ATOMIC WRITE) is still being answered.
+    #[inline]
+    pub(crate) fn answering_reads(&self) -> bool {
+        !self.reads.is_empty()
+    }
+
     /// The frame bytes of the READ response [`Responder::poll_read_response`] would hand out
     /// now, if one may go.
     pub(crate) fn peek_read_response(&self, cfg: &QpConfig) -> Option<u32> {
@@ -327,18 +333,11 @@ impl Responder {
     /// responses wait for a traffic shaper or the pacer) a NAK or durable ACK waits while a
     /// READ is still being answered: either would acknowledge the READ's PSNs before its data
     /// went. A plain ACK is capped below the READ as always.
+    #[inline]
     pub(crate) fn poll_control(&mut self, cfg: &QpConfig, reads_held: bool) -> Option<OutPacket> {
-        if reads_held && !self.reads.is_empty() && self.ack_due {
-            // Only the capped ACK may go now.
-            return self.ack_to_send().map(|psn| {
-                self.stats.acks_sent += 1;
-                self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, psn)
-            });
-        }
-        if reads_held && !self.reads.is_empty() {
-            return None;
-        }
-        if let Some((_, nak_psn)) = self.nak {
+        // READ responses held back: only the ACK capped below them may go.
+        let reads_block = reads_held && !self.reads.is_empty();
+        if !reads_block && let Some((code, nak_psn)) = self.nak {
             // A NAK acknowledges everything before its PSN: a WRITE there that awaits its
             // durable ACK is first covered by a receipt ACK, so the requester holds it.
             let before = psn::sub(nak_psn, 1);
@@ -354,9 +353,8 @@ impl Responder {
             {
                 return None;
             }
-        }
-        let (syndrome, psn) = if let Some(nak) = self.nak.take() {
-            match nak.0 {
+            self.nak = None;
+            match code {
                 Syndrome::Nak(NakCode::PsnSequenceError) => self.stats.seq_naks_sent += 1,
                 Syndrome::RnrNak { .. } => self.stats.rnr_naks_sent += 1,
                 _ => self.stats.fatal_naks_sent += 1,
@@ -364,29 +362,31 @@ impl Responder {
             // Any NAK also acknowledges everything before its PSN.
             self.ack_due = false;
             self.unacked = 0;
-            nak
-        } else if let Some(psn) = self.ack_to_send() {
+            return Some(self.ack_packet(cfg, code, nak_psn));
+        }
+        if let Some(psn) = self.ack_to_send() {
             self.stats.acks_sent += 1;
-            (Syndrome::ACK_UNLIMITED, psn)
-        } else if let Some(psn) = self.dur.take_ack() {
-            self.stats.durable_acks_sent += 1;
-            let mut repr = cfg.header(Opcode::DurableAcknowledge, psn, false);
-            repr.aeth = Some(AethRepr {
-                syndrome: Syndrome::ACK_UNLIMITED,
-                msn: self.msn,
-            });
-            return Some(OutPacket {
-                repr,
-                payload: None,
-            });
-        } else {
+            return Some(self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, psn));
+        }
+        if reads_block {
             return None;
-        };
-        Some(self.ack_packet(cfg, syndrome, psn))
+        }
+        let psn = self.dur.take_ack()?;
+        self.stats.durable_acks_sent += 1;
+        let mut repr = cfg.header(Opcode::DurableAcknowledge, psn, false);
+        repr.aeth = Some(AethRepr {
+            syndrome: Syndrome::ACK_UNLIMITED,
+            msn: self.msn,
+        });
+        Some(OutPacket {
+            repr,
+            payload: None,
+        })
     }
 
     /// An ACK or NAK naming `psn`; an ACK that covers a WRITE still owed its durable ACK is a
     /// receipt ACK (0xE3), which promises that durable ACK through `psn`.
+    #[inline]
     fn ack_packet(&mut self, cfg: &QpConfig, syndrome: Syndrome, psn: u32) -> OutPacket {
         let mut opcode = Opcode::Acknowledge;
         if matches!(syndrome, Syndrome::Ack { .. }) && self.dur.receipt_owed(psn) {
@@ -414,6 +414,7 @@ impl Responder {
     /// waiting): the requester takes a durable ACK as an ACK through its PSN, so the durable
     /// ACK, sent next, stands for this one: one frame instead of two where the persist was
     /// done on the spot (seed 004's lighter network load; `receipt_acks_folded`).
+    #[inline]
     fn ack_to_send(&mut self) -> Option<u32> {
         if !self.ack_due {
             return None;
