@@ -80,22 +80,19 @@ impl Default for TagConfig {
 }
 
 impl TagConfig {
-    /// The configuration of engine `engine` under `table`: the endpoints of `endpoints` the
-    /// table homes there. Queue pairs that carry those endpoints' messages must be added to
-    /// the same engine; a tagged message for an endpoint homed elsewhere is refused (counted
-    /// as `wrong_engine`), so a header never crosses cores.
-    pub fn homed(
-        table: &EndpointTable,
-        engine: EngineId,
-        endpoints: &[(EndpointIndex, EndpointConfig)],
-    ) -> TagConfig {
+    /// This configuration for engine `engine` under `table`: the same, with only the
+    /// endpoints the table homes there. Queue pairs that carry those endpoints' messages must
+    /// be added to the same engine; a tagged message for an endpoint homed elsewhere is
+    /// refused (counted as `wrong_engine`), so a header never crosses cores.
+    pub fn homed(&self, table: &EndpointTable, engine: EngineId) -> TagConfig {
         TagConfig {
-            endpoints: endpoints
+            endpoints: self
+                .endpoints
                 .iter()
                 .copied()
                 .filter(|(ep, _)| table.engine_of(*ep) == Some(engine))
                 .collect(),
-            ..TagConfig::default()
+            ..self.clone()
         }
     }
 }

@@ -315,15 +315,7 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
             None => crate::lpe::EndpointTable::round_robin(max, shards),
         };
         for i in 0..shards {
-            let homed = TagConfig {
-                endpoints: t
-                    .endpoints
-                    .iter()
-                    .copied()
-                    .filter(|(ep, _)| table.engine_of(*ep) == Some(crate::lpe::EngineId(i as u16)))
-                    .collect(),
-                ..t.clone()
-            };
+            let homed = t.homed(&table, crate::lpe::EngineId(i as u16));
             tags_a.push(nodes_a[i].enable_tags(&homed)?);
             tags_b.push(nodes_b[i].enable_tags(&homed)?);
         }

@@ -309,15 +309,14 @@ fn endpoints_are_homed_by_the_table_and_foreign_ones_refused() {
         .map(|i| (EndpointIndex(i), EndpointConfig::default()))
         .collect();
     let table = EndpointTable::round_robin(4, 2);
+    let all = TagConfig {
+        endpoints: eps,
+        ..TagConfig::default()
+    };
     let (mut a, mut b) = pair_with(256, |c| c.tagged = true);
-    let _ = a
-        .node
-        .enable_tags(&TagConfig::homed(&table, EngineId(0), &eps));
+    let _ = a.node.enable_tags(&all.homed(&table, EngineId(0)));
     // B is engine 1: endpoints 1 and 3 live there, 0 and 2 on engine 0.
-    let mut port = b
-        .node
-        .enable_tags(&TagConfig::homed(&table, EngineId(1), &eps))
-        .unwrap();
+    let mut port = b.node.enable_tags(&all.homed(&table, EngineId(1))).unwrap();
     let map = Arc::new(Mapping::anonymous(MIB).unwrap());
     let kb = b.node.register(map.clone(), 0, MIB, Access::ALL).unwrap();
     let ka = a.node.register(map, 0, MIB, Access::ALL).unwrap();
