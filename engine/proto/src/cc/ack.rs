@@ -222,7 +222,14 @@ pub struct SharedLevel {
 impl SharedLevel {
     /// The CETH an ACK sent now carries (see [`EcnMonitor::ceth`]).
     pub fn ceth(&self, queue_bytes: Option<u32>) -> Option<CethRepr> {
-        (self.level != Level::None).then(|| CethRepr {
+        (self.level != Level::None).then(|| self.report(queue_bytes))
+    }
+
+    /// The window's state as a CETH about requests (service RC WRITE/SEND), whatever the
+    /// level: an ACK leaves it out at level none ([`SharedLevel::ceth`]), an enhanced CNP does
+    /// not.
+    pub fn report(&self, queue_bytes: Option<u32>) -> CethRepr {
+        CethRepr {
             level: self.level,
             location: if queue_bytes.is_some() {
                 Location::Receiver
@@ -234,7 +241,7 @@ impl SharedLevel {
             window: self.window.min(255) as u8,
             queue_bytes,
             delay_ns: None,
-        })
+        }
     }
 }
 

@@ -424,27 +424,40 @@ impl Notifier {
         }
     }
 
+    /// A READ response arrived at `now`, `ce` if marked (seed 002's service "RC READ
+    /// response"): into the window, as a request is, except where the port's window took it
+    /// already (before it reached this queue pair), and without the ACK's bookkeeping (no ACK
+    /// answers a READ response). True when a CNP is owed (`dcqcn`).
+    pub fn on_read_response(&mut self, now: u64, ce: bool) -> bool {
+        if matches!(self.watch, Watch::Ack(_)) && self.shared.is_some() {
+            return false;
+        }
+        self.on_packet(now, ce).cnp
+    }
+
+    /// The window's state (`ack`; `None` otherwise).
+    fn window(&self) -> Option<SharedLevel> {
+        match (&self.watch, &self.shared) {
+            (Watch::Ack(_), Some(s)) => Some(*s),
+            (Watch::Ack(m), None) => Some(m.shared(false)),
+            _ => None,
+        }
+    }
+
+    /// The window's level now (`ack`; `None` otherwise).
+    pub fn level(&self) -> Option<Level> {
+        self.window().map(|s| s.level)
+    }
+
     /// The window's state now, as the CETH of an enhanced CNP about READ responses (`ack`;
     /// `None` otherwise): service READ responses, and level none too (the path is clear
     /// again), which an ACK says by leaving the CETH out.
     pub fn read_response_ceth(&self) -> Option<CethRepr> {
-        let s = match (&self.watch, &self.shared) {
-            (Watch::Ack(_), Some(s)) => *s,
-            (Watch::Ack(m), None) => m.shared(false),
-            _ => return None,
-        };
+        let s = self.window()?;
         Some(CethRepr {
-            level: s.level,
-            location: if self.ingress_queue.is_some() {
-                wire::ceth::Location::Receiver
-            } else {
-                wire::ceth::Location::Unknown
-            },
             service: wire::ceth::service::RC_READ_RESPONSE,
-            marked: s.marked.min(255) as u8,
-            window: s.window.min(255) as u8,
-            queue_bytes: self.ingress_queue,
             delay_ns: self.delay_word(),
+            ..s.report(self.ingress_queue)
         })
     }
 
@@ -515,6 +528,36 @@ mod tests {
             assert_eq!(c.delay_ns, delay.then_some(24_000));
             assert_eq!(n.read_response_ceth().unwrap().delay_ns, c.delay_ns);
         }
+    }
+
+    /// With the port's window the node counts a READ response in it before the queue pair
+    /// sees it; the queue pair then only reads the verdict. No ACK answers a READ response,
+    /// so it is not an ACK owed, and it counts no level change of this queue pair's ACKs
+    /// (`on_packet` would count one per response while its ACKs said nothing yet).
+    #[test]
+    fn a_read_response_under_the_port_s_window_is_not_counted_again() {
+        let cfg = CcConfig {
+            mode: CcMode::Ack,
+            ..CcConfig::default()
+        };
+        let mut n = Notifier::new(&cfg);
+        assert!(n.port_scoped());
+        n.set_shared(SharedLevel {
+            level: Level::Light,
+            marked: 1,
+            window: 8,
+            changed: false,
+        });
+        for t in 0..3 {
+            assert!(!n.on_read_response(t, true));
+        }
+        assert_eq!(n.stats, NotifierStats::default());
+        assert_eq!(n.level(), Some(Level::Light));
+        let c = n.read_response_ceth().unwrap();
+        assert_eq!(
+            (c.level, c.service, c.marked, c.window),
+            (Level::Light, wire::ceth::service::RC_READ_RESPONSE, 1, 8)
+        );
     }
 
     #[test]

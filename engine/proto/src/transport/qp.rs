@@ -630,17 +630,16 @@ impl QueuePair {
         if ce {
             self.stats.ce_received += 1;
         }
-        let notice = self.notifier.on_packet(now, ce);
-        self.cnp_due |= notice.cnp;
-        let Some(c) = self.notifier.read_response_ceth() else {
+        self.cnp_due |= self.notifier.on_read_response(now, ce);
+        let Some(level) = self.notifier.level() else {
             return;
         };
         // What the last one sent said (recorded when it goes: several responses may arrive
         // before it does, and it says the level of its own time).
         let every = self.cfg.cc.ack.window_ns;
         self.ecnp_due |= match self.ecnp_said {
-            None => c.level != Level::None,
-            Some((level, _, _)) if level != c.level => true,
+            None => level != Level::None,
+            Some((said, _, _)) if said != level => true,
             Some((Level::None, at, n)) => n < 2 && now.saturating_sub(at) >= every,
             Some((_, at, _)) => now.saturating_sub(at) >= every,
         };
