@@ -1342,7 +1342,8 @@ mod tests {
     fn a_shaper_paces_reads_in_sub_requests_to_the_absorb_rate() {
         use proto::shaper::ClassConfig;
         // 1 Gbit/s of absorb (8 ns per byte) and a burst of one sub-request's responses (4
-        // packets, 16 KiB): a 64 KiB READ asked for whole could never fit it.
+        // packets, 16 KiB): a 64 KiB READ asked for whole would be one charge of four times
+        // the bucket.
         let absorb_bps = 1_000_000_000;
         let read = 64 * 1024u32;
         let sub = 16 * 1024u32;

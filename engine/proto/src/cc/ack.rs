@@ -285,20 +285,19 @@ impl AckSender {
             (true, Some(c)) => c.level.max(Level::Light),
             (true, None) => Level::Light,
         };
+        // Bytes that `ns` are at the line rate.
+        let at_line = |ns: u64| (u128::from(self.line_bps) * u128::from(ns) / 8_000_000_000) as u64;
         // The bytes queued on the path: the depth reported, else (with `delay`) the delay
         // reported at the line rate, which is at least the bottleneck's, so the estimate errs
         // toward a smaller window.
         let queued = ceth.and_then(|c| match (c.queue_bytes, c.delay_ns) {
             (Some(q), _) => Some(u64::from(q)),
-            (None, Some(d)) if self.p.delay => {
-                Some((u128::from(d) * u128::from(self.line_bps) / 8_000_000_000) as u64)
-            }
+            (None, Some(d)) if self.p.delay => Some(at_line(u64::from(d))),
             _ => None,
         });
         self.window_bytes = match (self.p.queue_window, queued, rtt_ns) {
             (true, Some(q), Some(rtt)) if level != Level::None => {
-                let bdp = (u128::from(self.line_bps) * u128::from(rtt) / 8_000_000_000) as u64;
-                Some(bdp.saturating_sub(q))
+                Some(at_line(rtt).saturating_sub(q))
             }
             _ => None,
         };

@@ -982,11 +982,6 @@ impl Shaper {
     /// and the link's rates are the port's divided among the workers with work in them,
     /// rebalanced every `interval_ns` by [`Shaper::rebalance`].
     pub fn share_port(&mut self, shares: Arc<PortShares>, me: usize, interval_ns: u64) {
-        let rates = self
-            .classes
-            .iter()
-            .map(|c| (c.cfg.assured_bps, c.cfg.ceiling_bps))
-            .collect();
         self.port = Some(port::PortLink {
             me: me.min(shares.workers() - 1),
             bits: vec![0; self.classes.len().div_ceil(64).max(1)],
@@ -994,7 +989,6 @@ impl Shaper {
             shares,
             interval_ns: interval_ns.max(1),
             next_at: 0,
-            rates,
             link_bps: self.link.as_ref().map(|l| l.rate_bps()),
         });
     }
@@ -1019,10 +1013,12 @@ impl Shaper {
         }
         p.shares.publish(p.me, &p.bits);
         for (c, class) in self.classes.iter_mut().enumerate() {
+            // The class's configuration holds the port's rates; its buckets this worker's.
             let n = 1 + p.shares.others_in(p.me, c) as u64;
-            let (assured, ceiling) = p.rates[c];
-            class.assured.set_rate(now, assured / n);
-            class.ceiling.set_rate(now, (ceiling / n).max(1));
+            class.assured.set_rate(now, class.cfg.assured_bps / n);
+            class
+                .ceiling
+                .set_rate(now, (class.cfg.ceiling_bps / n).max(1));
         }
         if let (Some(l), Some(rate)) = (&mut self.link, p.link_bps) {
             let n = 1 + p.shares.others_busy(p.me) as u64;

@@ -77,8 +77,8 @@ pub(crate) struct PortLink {
     pub me: usize,
     pub interval_ns: u64,
     pub next_at: u64,
-    /// Per class, (assured, ceiling) as configured for the port.
-    pub rates: Vec<(u64, u64)>,
+    /// The port's link rate as configured (the class rates are in the classes'
+    /// configurations; the buckets hold this worker's shares).
     pub link_bps: Option<u64>,
     /// Per class, the packets counted at the last rebalance (sent since: active).
     pub packets_then: Vec<u64>,

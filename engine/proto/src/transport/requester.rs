@@ -111,11 +111,24 @@ impl SendWqe {
 /// Ethernet, IPv4, UDP and BTH headers and the ICRC; the first and last (or only) carry an
 /// AETH. What a READ request pulls in on the wire, for the traffic shaper's absorb bucket.
 pub fn read_response_frames(cfg: &QpConfig, len: u32) -> u32 {
-    const PER_PACKET: u32 = 14 + 20 + 8 + 12 + 4;
-    const AETH: u32 = 4;
     let n = cfg.pmtu.packets(len);
     let aeths = if n == 1 { 1 } else { 2 };
-    len + n * PER_PACKET + aeths * AETH
+    len + n * RESPONSE_HEADERS + aeths * wire::aeth::HEADER_LEN as u32
+}
+
+/// Ethernet, IPv4, UDP and BTH headers and the ICRC: what every READ response frame carries
+/// besides its payload (and the AETH of the first and last).
+const RESPONSE_HEADERS: u32 = (wire::roce::BASE_HEADER_LEN + wire::icrc::ICRC_LEN) as u32;
+
+/// The frame bytes of one READ response of `payload` bytes, with an AETH or not (the
+/// responder's, for a traffic shaper's peek).
+pub(crate) fn read_response_frame(payload: u32, aeth: bool) -> u32 {
+    let aeth = if aeth {
+        wire::aeth::HEADER_LEN as u32
+    } else {
+        0
+    };
+    RESPONSE_HEADERS + aeth + payload.next_multiple_of(4)
 }
 
 /// Where the READ request that starts at response packet `k` of a READ of `npsn` packets

@@ -286,8 +286,7 @@ impl Responder {
         let mtu = cfg.pmtu.bytes();
         let len = (job.len - job.sent * mtu).min(mtu);
         let aeth = job.npkts == 1 || job.sent == 0 || job.sent + 1 == job.npkts;
-        // Ethernet, IPv4, UDP, BTH, ICRC; the AETH of the first and last; the pad.
-        Some(14 + 20 + 8 + 12 + 4 + if aeth { 4 } else { 0 } + len.next_multiple_of(4))
+        Some(super::requester::read_response_frame(len, aeth))
     }
 
     /// The next READ response packet, if one may go (its persists done).
