@@ -336,6 +336,12 @@ impl Opcode {
         )
     }
 
+    /// The opcodes a CETH may come with (with BECN set): ACKNOWLEDGE, after its AETH, and the
+    /// CNP, inside its reserved bytes (an enhanced CNP).
+    pub const fn may_carry_ceth(self) -> bool {
+        matches!(self, Opcode::Acknowledge | Opcode::Cnp)
+    }
+
     /// True for the four READ RESPONSE opcodes.
     pub const fn is_read_response(self) -> bool {
         matches!(

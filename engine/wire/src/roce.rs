@@ -679,7 +679,7 @@ impl RoceRepr {
             }
         }
         if let Some(c) = &self.ceth {
-            if !(opcode == Opcode::Acknowledge || opcode == Opcode::Cnp) || !self.bth.becn {
+            if !opcode.may_carry_ceth() || !self.bth.becn {
                 return Err(Error::HeaderMismatch {
                     opcode: opcode.as_u8(),
                     layer: Layer::Ceth,

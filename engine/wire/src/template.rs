@@ -199,8 +199,7 @@ impl HeaderTemplate {
             || ext.reth != repr.reth.is_some()
             || ext.aeth != repr.aeth.is_some()
             || ext.immdt != repr.immdt.is_some()
-            || (repr.ceth.is_some()
-                && (!(opcode == Opcode::Acknowledge || opcode == Opcode::Cnp) || !repr.bth.becn))
+            || (repr.ceth.is_some() && (!opcode.may_carry_ceth() || !repr.bth.becn))
         {
             // The full check names the missing or extra header.
             repr.validate(payload_len)?;
