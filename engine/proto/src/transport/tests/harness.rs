@@ -322,6 +322,20 @@ impl Sim {
 
     /// Nothing `from` sends leaves before `until`: what it sends meanwhile waits, in order,
     /// as it would in the RX ring of a receiver that is not running.
+    /// Drops the first packet for which `pick` holds and passes every other (a loss the
+    /// test places); replaces any filter.
+    pub fn drop_first(&mut self, mut pick: impl FnMut(Side, &RoceRepr) -> bool + 'static) {
+        let mut dropped = false;
+        self.filter = Some(Box::new(move |side, r| {
+            if !dropped && pick(side, r) {
+                dropped = true;
+                Fate::Drop
+            } else {
+                Fate::Pass
+            }
+        }));
+    }
+
     pub fn freeze_link(&mut self, from: Side, until: u64) {
         let free = &mut self.link_free[from as usize];
         *free = (*free).max(until);

@@ -164,14 +164,7 @@ fn warmed_up() -> (Sim, MrKeys, MrKeys) {
 #[test]
 fn a_lost_packet_resent_is_not_spurious() {
     let (mut sim, a, b) = warmed_up();
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, r: &RoceRepr| {
-        if side == Side::A && r.bth.opcode == Opcode::RdmaWriteOnly && !dropped {
-            dropped = true;
-            return Fate::Drop;
-        }
-        Fate::Pass
-    }));
+    sim.drop_first(|side, r| side == Side::A && r.bth.opcode == Opcode::RdmaWriteOnly);
     sim.a.post_send(write64(2, a, b));
     sim.run_idle(10 * MS);
     let st = sim.a.qp.stats();
@@ -184,14 +177,7 @@ fn a_lost_packet_resent_is_not_spurious() {
 #[test]
 fn a_lost_ack_recovered_by_the_timer_is_not_spurious() {
     let (mut sim, a, b) = warmed_up();
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, _: &RoceRepr| {
-        if side == Side::B && !dropped {
-            dropped = true;
-            return Fate::Drop;
-        }
-        Fate::Pass
-    }));
+    sim.drop_first(|side, _| side == Side::B);
     sim.a.post_send(write64(2, a, b));
     sim.run_idle(10 * MS);
     let st = sim.a.qp.stats();

@@ -364,15 +364,7 @@ fn psn_sequence_error_nak_and_go_back_n() {
     let (mut sim, a, b) = pair(c, Faults::NONE, 1, 1 << 16);
     let data = pattern(8, 20 * 256);
     fill_a(&mut sim, a, 0, &data);
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, r| {
-        if side == Side::A && r.bth.psn == 3 && !dropped {
-            dropped = true;
-            Fate::Drop
-        } else {
-            Fate::Pass
-        }
-    }));
+    sim.drop_first(|side, r| side == Side::A && r.bth.psn == 3);
     sim.a
         .post_send(write(1, a.lkey, A_BASE, 20 * 256, B_BASE, b.rkey, None));
     sim.run_idle(10 * MS);
@@ -520,15 +512,7 @@ fn retry_exhaustion_completes_with_retry_exceeded_and_errors_the_qp() {
 #[test]
 fn lost_ack_recovered_by_timer() {
     let (mut sim, a, b) = pair(cfg(), Faults::NONE, 1, 1 << 16);
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, _| {
-        if side == Side::B && !dropped {
-            dropped = true;
-            Fate::Drop
-        } else {
-            Fate::Pass
-        }
-    }));
+    sim.drop_first(|side, _| side == Side::B);
     fill_a(&mut sim, a, 0, b"abcdef");
     sim.a
         .post_send(write(1, a.lkey, A_BASE, 6, B_BASE, b.rkey, None));
@@ -653,15 +637,7 @@ fn read_response_gap_requests_only_the_rest() {
     let (mut sim, a, b) = pair(c, Faults::NONE, 1, 1 << 16);
     let data = pattern(22, 2560);
     fill_b(&mut sim, b, 0, &data);
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, r| {
-        if side == Side::B && r.bth.psn == 4 && !dropped {
-            dropped = true;
-            Fate::Drop
-        } else {
-            Fate::Pass
-        }
-    }));
+    sim.drop_first(|side, r| side == Side::B && r.bth.psn == 4);
     sim.a
         .post_send(read(1, a.lkey, A_BASE, 2560, B_BASE, b.rkey));
     sim.run_idle(10 * MS);
@@ -688,15 +664,7 @@ fn psn_wraps_across_0xffffff() {
     c.recv_psn = 0xff_fff0;
     let (mut sim, a, b) = pair(c, Faults::NONE, 1, 1 << 20);
     // Drop one packet right after the wrap to exercise NAK/go-back-N there.
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, r| {
-        if side == Side::A && r.bth.psn == 1 && !dropped {
-            dropped = true;
-            Fate::Drop
-        } else {
-            Fate::Pass
-        }
-    }));
+    sim.drop_first(|side, r| side == Side::A && r.bth.psn == 1);
     let w = pattern(30, 16 * 256);
     let s = pattern(31, 3000);
     let r = pattern(32, 5000);
@@ -1118,15 +1086,7 @@ fn a_split_read_goes_as_sub_requests_and_a_retry_asks_for_the_rest_of_one() {
     // 10 packets of response (2 500 bytes): sub-requests of 4, 4 and 2 packets.
     let data = pattern(41, 2500);
     fill_b(&mut sim, b, 0, &data);
-    let mut dropped = false;
-    sim.filter = Some(Box::new(move |side, r| {
-        if side == Side::B && r.bth.psn == 5 && !dropped {
-            dropped = true;
-            Fate::Drop
-        } else {
-            Fate::Pass
-        }
-    }));
+    sim.drop_first(|side, r| side == Side::B && r.bth.psn == 5);
     sim.a
         .post_send(read(1, a.lkey, A_BASE, 2500, B_BASE, b.rkey));
     sim.run_idle(10 * MS);
