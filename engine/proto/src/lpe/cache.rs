@@ -1,9 +1,14 @@
 //! The persistent list-entry cache of a processing engine (default 256
 //! entries). A slot is allocated when a network request's first match is a
-//! persistent priority entry, keyed by (endpoint, match bits, initiator); it
-//! is freed when that entry unlinks, and when the cache is full the next slot
-//! in round-robin order is evicted. A hit lets a request bypass the list
-//! search and the per-endpoint block bit (see the engine module).
+//! persistent priority entry; it is freed when that entry unlinks, and when the
+//! cache is full the next slot in round-robin order is evicted. A hit lets a
+//! request bypass the list search and the per-endpoint block bit (see the
+//! engine module).
+//!
+//! The key is the seed's on a non-matching endpoint: the endpoint alone (every
+//! entry there takes any message, so one slot answers every initiator). On a
+//! matching endpoint, which the seed's cache leaves out, it is (endpoint, match
+//! bits, initiator): MPI's persistent receives hit there too.
 //!
 //! A cached answer stays right while the entry is linked: entries posted
 //! earlier that did not match the key can never start to (match bits and
@@ -38,12 +43,24 @@ impl Hash for CacheKey {
 }
 
 impl CacheKey {
-    fn new(ep: EndpointIndex, hdr: &IncomingHeader) -> Self {
-        Self {
-            ep: ep.0,
-            match_bits: hdr.match_bits,
-            nid: hdr.initiator.nid,
-            pid: hdr.initiator.pid,
+    /// `matching`: the endpoint's entries carry match bits (otherwise the key is the
+    /// endpoint alone).
+    #[inline]
+    fn new(ep: EndpointIndex, hdr: &IncomingHeader, matching: bool) -> Self {
+        if matching {
+            Self {
+                ep: ep.0,
+                match_bits: hdr.match_bits,
+                nid: hdr.initiator.nid,
+                pid: hdr.initiator.pid,
+            }
+        } else {
+            Self {
+                ep: ep.0,
+                match_bits: 0,
+                nid: 0,
+                pid: 0,
+            }
         }
     }
 }
@@ -117,33 +134,40 @@ impl PersistentCache {
     }
 
     /// Looks up without counting (used by the arbiter to decide whether a
-    /// blocked request may proceed).
+    /// blocked request may proceed). `matching`: the endpoint is a matching one.
     #[inline]
-    pub fn peek(&self, ep: EndpointIndex, hdr: &IncomingHeader) -> Option<EntryId> {
+    pub fn peek(&self, ep: EndpointIndex, hdr: &IncomingHeader, matching: bool) -> Option<EntryId> {
         if self.index.is_empty() {
             return None;
         }
         self.index
-            .get(&CacheKey::new(ep, hdr))
+            .get(&CacheKey::new(ep, hdr, matching))
             .map(|&s| self.slots[s as usize].entry)
     }
 
+    /// Counts one request's answer: a slot found and its entry taken the message (a hit),
+    /// or not (a miss: no slot, or the cached entry refused the message, which was then
+    /// searched for).
     #[inline]
-    pub fn lookup(&mut self, ep: EndpointIndex, hdr: &IncomingHeader) -> Option<EntryId> {
-        let found = self.peek(ep, hdr);
-        if found.is_some() {
+    pub fn count(&mut self, hit: bool) {
+        if hit {
             self.stats.hits += 1;
         } else {
             self.stats.misses += 1;
         }
-        found
     }
 
-    pub fn insert(&mut self, ep: EndpointIndex, hdr: &IncomingHeader, entry: EntryId) {
+    pub fn insert(
+        &mut self,
+        ep: EndpointIndex,
+        hdr: &IncomingHeader,
+        matching: bool,
+        entry: EntryId,
+    ) {
         if self.slots.is_empty() {
             return;
         }
-        let key = CacheKey::new(ep, hdr);
+        let key = CacheKey::new(ep, hdr, matching);
         if let Some(&s) = self.index.get(&key) {
             self.slots[s as usize].entry = entry;
             return;

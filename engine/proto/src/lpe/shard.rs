@@ -354,11 +354,13 @@ impl<L: MatchList> MatchShard<L> {
         events: &mut impl EventSink,
     ) -> MatchOutcome {
         let ep = endpoint.index();
+        let matching = endpoint.config().matching;
         let mut report: Option<MatchReport> = None;
-        if cache.capacity() > 0
-            && let Some(id) = cache.lookup(ep, hdr)
-        {
-            report = endpoint.match_cached(id, hdr, events);
+        if cache.capacity() > 0 {
+            if let Some(id) = cache.peek(ep, hdr, matching) {
+                report = endpoint.match_cached(id, hdr, events);
+            }
+            cache.count(report.is_some());
         }
         let report = match report {
             Some(r) => r,
@@ -367,7 +369,7 @@ impl<L: MatchList> MatchShard<L> {
                 if let Some(id) = r.cacheable
                     && cache.capacity() > 0
                 {
-                    cache.insert(ep, hdr, id);
+                    cache.insert(ep, hdr, matching, id);
                 }
                 r
             }
@@ -619,7 +621,10 @@ impl<L: MatchList> MatchShard<L> {
                 // command: only a persistent-entry cache hit may go ahead.
                 let hit = port.ep.is_enabled()
                     && !port.ep.is_software_mode()
-                    && self.cache.peek(ep, &n.item).is_some();
+                    && self
+                        .cache
+                        .peek(ep, &n.item, port.ep.config().matching)
+                        .is_some();
                 if hit {
                     past_block = true;
                 } else {

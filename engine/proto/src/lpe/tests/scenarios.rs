@@ -671,6 +671,66 @@ fn cache_fills_on_persistent_match_frees_on_unlink_and_evicts_round_robin() {
 }
 
 #[test]
+fn a_non_matching_endpoint_s_cache_slot_is_the_endpoint_s_and_answers_every_initiator() {
+    // The seed keys its cache by endpoint: on a non-matching endpoint every entry takes any
+    // message, so one slot answers every initiator and every match-bits value.
+    let mut e = engine_with(
+        EndpointConfig {
+            matching: false,
+            ..EndpointConfig::default()
+        },
+        256,
+    );
+    let mut ev = Vec::new();
+    e.append(
+        EP,
+        ListKind::Priority,
+        MatchEntry::new(0, 0, 4096, 7),
+        &mut ev,
+    )
+    .unwrap();
+    for r in 0..300 {
+        let d = delivered(e.match_incoming(EP, &put(r, u64::from(r) << 8, 8), &mut ev));
+        assert_eq!(d.cookie, 7);
+    }
+    let s = e.cache().stats();
+    assert_eq!(
+        (e.cache().len(), s.inserts, s.hits, s.evictions),
+        (1, 1, 299, 0)
+    );
+    // A message too long for a no-truncate entry misses the slot and is searched for.
+    let mut e = engine_with(
+        EndpointConfig {
+            matching: false,
+            ..EndpointConfig::default()
+        },
+        256,
+    );
+    let small = MatchEntry::new(0, 0, 16, 1).with_options(Options::OP_PUT | Options::NO_TRUNCATE);
+    e.append(EP, ListKind::Priority, small, &mut ev).unwrap();
+    e.append(
+        EP,
+        ListKind::Priority,
+        MatchEntry::new(0, 0, 4096, 2),
+        &mut ev,
+    )
+    .unwrap();
+    assert_eq!(
+        delivered(e.match_incoming(EP, &put(0, 0, 8), &mut ev)).cookie,
+        1
+    );
+    assert_eq!(
+        delivered(e.match_incoming(EP, &put(1, 0, 64), &mut ev)).cookie,
+        2
+    );
+    assert_eq!(
+        delivered(e.match_incoming(EP, &put(2, 0, 8), &mut ev)).cookie,
+        1
+    );
+    assert_eq!(e.cache().stats().hits, 1);
+}
+
+#[test]
 fn cache_never_remembers_length_dependent_answers() {
     let mut e = engine();
     let mut ev = Vec::new();
