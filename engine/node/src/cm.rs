@@ -15,6 +15,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crossbeam::channel::{self, Receiver, Sender};
+use proto::cc::negotiate;
 use proto::cm::{
     Accept, Cm, CmConfig, CmCounters, CmError, CmEvent, Connect, Outgoing, Peer, QpParams, Request,
 };
@@ -191,6 +192,12 @@ portico_counters::counter_set! {
         cm_qps_created: Sum,
         /// Queue pairs the CM destroyed.
         cm_qps_destroyed: Sum,
+        /// Queue pairs whose congestion control the Portico extension block settled with
+        /// the peer (`docs/wire.md` §20).
+        cm_cc_negotiated: Sum,
+        /// Queue pairs configured `ack` whose peer offered or answered nothing (a standard
+        /// peer, or private data that left no room): they run `dcqcn`.
+        cm_cc_fallbacks: Sum,
     }
 }
 
@@ -600,6 +607,7 @@ impl RdmaNode {
                     traffic_class: 0,
                     hop_limit: t.ttl,
                     private_data,
+                    ext: negotiate::offer(&t.cc),
                 };
                 let id = cm.cm.connect(now, &connect)?;
                 cm.conns.insert(
@@ -622,6 +630,7 @@ impl RdmaNode {
                 let qpn = self.free_qpn();
                 let cm = self.cm.as_mut().expect("checked");
                 let t = &cm.template;
+                let (_, answer) = negotiate::accept(&t.cc, cm.cm.request_ext(id).as_ref());
                 let accept = Accept {
                     local_qpn: qpn,
                     send_psn: cm.cm.draw_psn(),
@@ -630,11 +639,12 @@ impl RdmaNode {
                     path_mtu: t.pmtu.code(),
                     rnr_retry_count: t.rnr_retry_limit.min(7) as u8,
                     private_data,
+                    ext: answer,
                 };
                 let params = cm.cm.accept(now, id, &accept)?;
                 let cqs = cqs.unwrap_or(cm.cqs);
                 cm.next_qpn = qpn + 1;
-                match self.cm_create_qp(id, &params, cqs, tweak) {
+                match self.cm_create_qp(id, &params, false, cqs, tweak) {
                     Ok(qp) => {
                         let cm = self.cm.as_mut().expect("checked");
                         cm.awaiting_rtu.push((id, params.local_qpn));
@@ -676,10 +686,13 @@ impl RdmaNode {
         }
     }
 
+    /// Creates connection `id`'s queue pair from the template and what the exchange agreed
+    /// (`active`: this side sent the REQ).
     fn cm_create_qp(
         &mut self,
         id: u32,
         p: &QpParams,
+        active: bool,
         cqs: (u32, u32),
         tweak: QpTweak,
     ) -> Result<Qp, AddQpError> {
@@ -713,6 +726,17 @@ impl RdmaNode {
         }
         if p.hop_limit != 0 {
             cfg.ttl = p.hop_limit;
+        }
+        cfg.cc = if active {
+            negotiate::connected(&cfg.cc, p.peer_ext.as_ref())
+        } else {
+            negotiate::accept(&cfg.cc, p.peer_ext.as_ref()).0
+        };
+        let asked_ack = cm.template.cc.mode == proto::cc::CcMode::Ack;
+        if asked_ack && p.peer_ext.is_none() {
+            cm.counters.cm_cc_fallbacks += 1;
+        } else if asked_ack || (!active && p.peer_ext.is_some()) {
+            cm.counters.cm_cc_negotiated += 1;
         }
         tweak.apply(&mut cfg);
         cfg.udp_src_port = 0xc000 | (p.local_qpn as u16 & 0x3fff);
@@ -751,7 +775,7 @@ impl RdmaNode {
                         .conns
                         .get(&id)
                         .map_or((cm.cqs, QpTweak::default()), |c| (c.cqs, c.tweak));
-                    match self.cm_create_qp(id, &params, cqs, tweak) {
+                    match self.cm_create_qp(id, &params, true, cqs, tweak) {
                         Ok(qp) => {
                             // The Established event that follows carries it.
                             let cm = self.cm.as_mut().expect("a CM");

@@ -190,6 +190,12 @@ crate::counter_set! {
         cm_qps_created: Sum,
         /// Queue pairs the CM destroyed.
         cm_qps_destroyed: Sum,
+        /// Queue pairs whose congestion control the Portico extension block settled with
+        /// the peer (`docs/wire.md` §20).
+        cm_cc_negotiated: Sum,
+        /// Queue pairs configured `ack` whose peer offered or answered nothing (a standard
+        /// peer, or private data that left no room): they run `dcqcn`.
+        cm_cc_fallbacks: Sum,
     }
 }
 

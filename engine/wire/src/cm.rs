@@ -644,6 +644,83 @@ pub mod rdma_cm {
     }
 }
 
+/// Portico's extension block in the tail of CM private data (`docs/wire.md` §20): the last
+/// [`portico_ext::LEN`] bytes of a REQ's or a REP's private data, where a Portico end offers
+/// (REQ) and settles (REP) the queue pair's congestion control and its options. A standard
+/// peer sends zeros there or its own bytes, which fail the magic; a Portico end offers only
+/// when the application's data leaves the tail free, answers only an offer, and hands the
+/// application its private data with the block zeroed.
+pub mod portico_ext {
+    /// The block's length.
+    pub const LEN: usize = 8;
+    /// Bytes 0-1.
+    pub const MAGIC: [u8; 2] = *b"PX";
+    /// Byte 2.
+    pub const VERSION: u8 = 1;
+    /// Byte 3, the congestion-control scheme: none.
+    pub const CC_NONE: u8 = 0;
+    /// DCQCN (standard CNPs).
+    pub const CC_DCQCN: u8 = 1;
+    /// Portico's congestion state in ACKs (the CETH).
+    pub const CC_ACK: u8 = 2;
+    /// Byte 4, bit 0: the CETH's delay word.
+    pub const FLAG_DELAY: u8 = 1;
+
+    /// The block's fields.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct ExtRepr {
+        /// [`CC_NONE`], [`CC_DCQCN`] or [`CC_ACK`].
+        pub cc: u8,
+        /// The CETH carries the receiver's queuing delay (`cc` ack only).
+        pub delay: bool,
+        /// What the sender of this block asks of the other end's sender: keep its congested
+        /// rate until the path has been clear this long (µs; 0: restore at once).
+        pub keep_rate_us: u16,
+    }
+
+    impl ExtRepr {
+        /// Writes the block into the last [`LEN`] bytes of `private_data`; `false` (nothing
+        /// written) where it is shorter.
+        pub fn emit_tail(&self, private_data: &mut [u8]) -> bool {
+            let Some(at) = private_data.len().checked_sub(LEN) else {
+                return false;
+            };
+            let b = &mut private_data[at..];
+            b[0..2].copy_from_slice(&MAGIC);
+            b[2] = VERSION;
+            b[3] = self.cc;
+            b[4] = if self.delay { FLAG_DELAY } else { 0 };
+            b[5] = 0;
+            b[6..8].copy_from_slice(&self.keep_rate_us.to_be_bytes());
+            true
+        }
+
+        /// The block in the last [`LEN`] bytes of `private_data`: `None` unless the magic,
+        /// the version, a known scheme, and zeros in every reserved bit are there.
+        pub fn parse_tail(private_data: &[u8]) -> Option<ExtRepr> {
+            let at = private_data.len().checked_sub(LEN)?;
+            let b = &private_data[at..];
+            let known = b[0..2] == MAGIC
+                && b[2] == VERSION
+                && b[3] <= CC_ACK
+                && b[4] & !FLAG_DELAY == 0
+                && b[5] == 0;
+            known.then(|| ExtRepr {
+                cc: b[3],
+                delay: b[4] & FLAG_DELAY != 0,
+                keep_rate_us: u16::from_be_bytes([b[6], b[7]]),
+            })
+        }
+
+        /// Zeroes the block's bytes in `private_data` (what the application is handed).
+        pub fn clear_tail(private_data: &mut [u8]) {
+            if let Some(at) = private_data.len().checked_sub(LEN) {
+                private_data[at..].fill(0);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1094,5 +1171,34 @@ mod tests {
             repr.emit(&mut data).unwrap();
             prop_assert_eq!(ReqRepr::parse(&data).unwrap(), repr);
         }
+    }
+
+    #[test]
+    fn test_portico_ext_block_sits_in_the_tail_and_refuses_what_is_not_one() {
+        use super::portico_ext::{self, ExtRepr};
+        let mut pd = [0u8; REQ_PRIVATE_DATA_LEN];
+        pd[36..40].copy_from_slice(b"app!");
+        let x = ExtRepr {
+            cc: portico_ext::CC_ACK,
+            delay: true,
+            keep_rate_us: 200,
+        };
+        assert!(x.emit_tail(&mut pd));
+        assert_eq!(&pd[84..], &[0x50, 0x58, 0x01, 0x02, 0x01, 0x00, 0x00, 0xc8]);
+        assert_eq!(&pd[36..40], b"app!");
+        assert_eq!(ExtRepr::parse_tail(&pd), Some(x));
+        // What a standard peer sends: zeros, or its own bytes.
+        assert_eq!(ExtRepr::parse_tail(&[0u8; REP_PRIVATE_DATA_LEN]), None);
+        for (at, bad) in [(0, b'Q'), (2, 2), (3, 3), (4, 0x02), (5, 1)] {
+            let mut b = pd;
+            b[84 + at] = bad;
+            assert_eq!(ExtRepr::parse_tail(&b), None, "byte {at} = {bad:#x}");
+        }
+        assert_eq!(ExtRepr::parse_tail(&pd[..7]), None);
+        assert!(!x.emit_tail(&mut [0u8; 7]));
+        ExtRepr::clear_tail(&mut pd);
+        assert_eq!(ExtRepr::parse_tail(&pd), None);
+        assert!(pd[84..].iter().all(|&b| b == 0));
+        assert_eq!(&pd[36..40], b"app!");
     }
 }

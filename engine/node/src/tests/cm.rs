@@ -83,10 +83,20 @@ struct Wire {
 
 impl Wire {
     fn new(faults: Faults, seed: u64) -> Wire {
-        let mut b = side(2, B_IP, |_| {});
+        Wire::tuned(faults, seed, |_| {}, |_| {})
+    }
+
+    /// Both sides' CM set-up tuned: A's by `tune_a`, B's (the listener's) by `tune_b`.
+    fn tuned(
+        faults: Faults,
+        seed: u64,
+        tune_a: impl FnOnce(&mut CmSetup),
+        tune_b: impl FnOnce(&mut CmSetup),
+    ) -> Wire {
+        let mut b = side(2, B_IP, tune_b);
         call(&mut b, CmControl::Listen(PORT));
         Wire {
-            a: side(1, A_IP, |_| {}),
+            a: side(1, A_IP, tune_a),
             b,
             round: 0,
             faults,
@@ -419,6 +429,108 @@ fn a_connection_s_tweak_sets_its_queue_pair_s_class_and_dscp_and_only_its_own() 
     assert_eq!(a, [46]);
     assert_eq!(b, [QpConfig::new(0, 0).dscp]);
     ACCEPTED.with(|a| a.borrow_mut().clear());
+}
+
+/// Congestion control as each side's template says: `(mode, delay word, keep-rate µs)`.
+fn cc_template(mode: proto::cc::CcMode, delay: bool, keep_us: u64) -> impl FnOnce(&mut CmSetup) {
+    move |s: &mut CmSetup| {
+        s.qp.cc.mode = mode;
+        s.qp.cc.ack.delay = delay;
+        s.qp.cc.ack.keep_rate_ns = keep_us * 1_000;
+    }
+}
+
+#[test]
+fn the_cm_settles_congestion_control_and_its_options_between_two_portico_ends() {
+    use proto::cc::CcMode::{self, Ack, Dcqcn};
+    // (A's template, B's template) → (A's queue pair, B's queue pair, negotiated, fallbacks
+    // on A and B): mode, delay word, keep-rate (µs; each end keeps what the other asked).
+    type Cc = (CcMode, bool, u64);
+    /// (negotiated, fallbacks), each on (A, B).
+    type Counts = ((u64, u64), (u64, u64));
+    let cases: [(Cc, Cc, Cc, Cc, Counts); 4] = [
+        (
+            (Ack, true, 200),
+            (Ack, true, 50),
+            (Ack, true, 50),
+            (Ack, true, 200),
+            ((1, 1), (0, 0)),
+        ),
+        (
+            (Ack, true, 200),
+            (Ack, false, 0),
+            (Ack, false, 0),
+            (Ack, false, 200),
+            ((1, 1), (0, 0)),
+        ),
+        (
+            (Ack, true, 200),
+            (Dcqcn, false, 0),
+            (Dcqcn, false, 0),
+            (Dcqcn, false, 0),
+            ((1, 1), (0, 0)),
+        ),
+        (
+            (CcMode::None, false, 0),
+            (Ack, true, 10),
+            (CcMode::None, false, 0),
+            (Dcqcn, false, 0),
+            ((0, 0), (0, 1)),
+        ),
+    ];
+    for (i, (a, b, want_a, want_b, counts)) in cases.into_iter().enumerate() {
+        let _ = take_log();
+        let mut w = Wire::tuned(
+            Faults::default(),
+            20 + i as u64,
+            cc_template(a.0, a.1, a.2),
+            cc_template(b.0, b.1, b.2),
+        );
+        connect(&mut w, b"hi");
+        w.run(10_000, accept_all, |w| {
+            w.a.node.cm_connections() == Some((1, 1))
+                && w.b.node.cm_counters().unwrap().0.cm_established == 1
+        });
+        let log = take_log();
+        // The applications are handed their private data without the block.
+        let (req, rep) = log.iter().fold((None, None), |(q, p), (_, e)| match e {
+            ConnEvent::Request(r) => (Some(r.private_data.clone()), p),
+            ConnEvent::Established {
+                qp: Some(_),
+                private_data,
+                ..
+            } => (q, Some(private_data.clone())),
+            _ => (q, p),
+        });
+        let (req, rep) = (req.unwrap(), rep.unwrap());
+        assert!(req[2..].iter().all(|&b| b == 0), "case {i}: {req:?}");
+        assert!(rep[16..].iter().all(|&b| b == 0), "case {i}: {rep:?}");
+        let cc = |s: &Side| -> Vec<Cc> {
+            s.node
+                .qps()
+                .map(|q| {
+                    let c = q.config().cc;
+                    (c.mode, c.ack.delay, c.ack.keep_rate_ns / 1_000)
+                })
+                .collect()
+        };
+        assert_eq!(
+            (cc(&w.a), cc(&w.b)),
+            (vec![want_a], vec![want_b]),
+            "case {i}"
+        );
+        let q1 = |s: &Side| s.node.cm_counters().unwrap().1;
+        let (qa, qb) = (q1(&w.a), q1(&w.b));
+        assert_eq!(
+            (
+                (qa.cm_cc_negotiated, qb.cm_cc_negotiated),
+                (qa.cm_cc_fallbacks, qb.cm_cc_fallbacks)
+            ),
+            counts,
+            "case {i}"
+        );
+        ACCEPTED.with(|a| a.borrow_mut().clear());
+    }
 }
 
 #[test]

@@ -17,6 +17,7 @@
 
 pub mod ack;
 pub mod dcqcn;
+pub mod negotiate;
 pub mod pacer;
 
 pub use ack::{AckParams, AckSender, EcnMonitor, EcnScope, SharedLevel};

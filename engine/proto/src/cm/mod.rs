@@ -36,6 +36,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
 use wire::EthernetAddress;
+use wire::cm::portico_ext::{self, ExtRepr};
 use wire::cm::{
     self, Answered, DreqRepr, IdsRepr, MraRepr, PathRepr, RejRepr, RepRepr, ReqRepr, rdma_cm,
     rej_reason,
@@ -136,6 +137,9 @@ pub struct QpParams {
     /// The path's traffic class (the IPv4 TOS byte) and hop limit (TTL).
     pub traffic_class: u8,
     pub hop_limit: u8,
+    /// The peer's Portico extension block (`wire::cm::portico_ext`): the REQ's on the
+    /// passive side, the REP's on the active side; `None` from a standard peer.
+    pub peer_ext: Option<ExtRepr>,
 }
 
 /// What the application asks of a connection to a listener ([`Cm::connect`]).
@@ -156,6 +160,9 @@ pub struct Connect {
     /// The application's private data, after rdma_cm's header (at most
     /// [`CONNECT_PRIVATE_LEN`] bytes).
     pub private_data: Vec<u8>,
+    /// Portico's extension block, in the private data's last bytes; left out where the
+    /// application's data reaches into them.
+    pub ext: Option<ExtRepr>,
 }
 
 /// What the application answers to a connection request ([`Cm::accept`]).
@@ -172,6 +179,18 @@ pub struct Accept {
     pub rnr_retry_count: u8,
     /// At most [`cm::REP_PRIVATE_DATA_LEN`] bytes.
     pub private_data: Vec<u8>,
+    /// Portico's extension block, in the private data's last bytes (as [`Connect::ext`]).
+    pub ext: Option<ExtRepr>,
+}
+
+/// Private data as the application is handed it: a Portico extension block in its tail
+/// zeroed (what a standard peer's zeros would have been).
+fn app_private_data(private_data: &[u8]) -> Vec<u8> {
+    let mut v = private_data.to_vec();
+    if ExtRepr::parse_tail(&v).is_some() {
+        ExtRepr::clear_tail(&mut v);
+    }
+    v
 }
 
 /// Bytes of the application's private data a REQ carries after rdma_cm's header.
@@ -189,8 +208,11 @@ pub struct Request {
     pub initiator_depth: u8,
     pub responder_resources: u8,
     pub path_mtu: u8,
-    /// The application's bytes after rdma_cm's header ([`CONNECT_PRIVATE_LEN`] of them).
+    /// The application's bytes after rdma_cm's header ([`CONNECT_PRIVATE_LEN`] of them),
+    /// with a Portico extension block zeroed.
     pub private_data: Vec<u8>,
+    /// The peer's Portico extension block, if its REQ carried one.
+    pub ext: Option<ExtRepr>,
 }
 
 /// What happened, for the node (which creates and destroys queue pairs) and the application.
@@ -433,6 +455,11 @@ impl Cm {
             .expect("92 bytes hold the header");
         private_data[rdma_cm::HEADER_LEN..][..c.private_data.len()]
             .copy_from_slice(&c.private_data);
+        if let Some(ext) = c.ext
+            && c.private_data.len() <= CONNECT_PRIVATE_LEN - portico_ext::LEN
+        {
+            ext.emit_tail(&mut private_data);
+        }
         let path = PathRepr {
             local_lid: 0xffff,
             remote_lid: 0xffff,
@@ -531,9 +558,15 @@ impl Cm {
             peer: c.peer,
             traffic_class: r.primary_path.traffic_class,
             hop_limit: r.primary_path.hop_limit,
+            peer_ext: ExtRepr::parse_tail(&r.private_data),
         };
         let mut private_data = [0u8; cm::REP_PRIVATE_DATA_LEN];
         private_data[..a.private_data.len()].copy_from_slice(&a.private_data);
+        if let Some(ext) = a.ext
+            && a.private_data.len() <= cm::REP_PRIVATE_DATA_LEN - portico_ext::LEN
+        {
+            ext.emit_tail(&mut private_data);
+        }
         let rep = RepRepr {
             local_comm_id: id,
             remote_comm_id: c.remote_id,
@@ -862,7 +895,8 @@ impl Cm {
             initiator_depth: req.initiator_depth,
             responder_resources: req.responder_resources,
             path_mtu: req.path_mtu,
-            private_data: req.private_data[rdma_cm::HEADER_LEN..].to_vec(),
+            private_data: app_private_data(&req.private_data[rdma_cm::HEADER_LEN..]),
+            ext: ExtRepr::parse_tail(&req.private_data),
         };
         self.conns.insert(
             id,
@@ -938,6 +972,7 @@ impl Cm {
             peer: c.peer,
             traffic_class: c.req.primary_path.traffic_class,
             hop_limit: c.req.primary_path.hop_limit,
+            peer_ext: ExtRepr::parse_tail(&rep.private_data),
         };
         c.remote_id = rep.local_comm_id;
         c.params = Some(params);
@@ -957,8 +992,15 @@ impl Cm {
         self.events.push_back(CmEvent::Connected { id, params });
         self.events.push_back(CmEvent::Established {
             id,
-            private_data: rep.private_data.to_vec(),
+            private_data: app_private_data(&rep.private_data),
         });
+    }
+
+    /// The Portico extension block of the REQ of passive connection `id` (`None`: no such
+    /// connection, an active one, or a REQ without one).
+    pub fn request_ext(&self, id: u32) -> Option<ExtRepr> {
+        let c = self.conns.get(&id).filter(|c| !c.active)?;
+        ExtRepr::parse_tail(&c.req.private_data)
     }
 
     /// Whether connection `id` is a passive one waiting for its RTU.

@@ -46,6 +46,7 @@ fn connect(port: u16, private: &[u8]) -> Connect {
         traffic_class: 0x68,
         hop_limit: 64,
         private_data: private.to_vec(),
+        ext: None,
     }
 }
 
@@ -58,6 +59,7 @@ fn accept(private: &[u8]) -> Accept {
         path_mtu: 5,
         rnr_retry_count: 5,
         private_data: private.to_vec(),
+        ext: None,
     }
 }
 
@@ -317,6 +319,91 @@ fn the_passive_side_agrees_with_the_active_side_on_every_parameter() {
     assert_eq!(pb.rnr_retry_count, 6, "the REQ's");
     assert_eq!(pb.peer, peer_a());
     assert_eq!((pb.traffic_class, pb.hop_limit), (0x68, 64));
+}
+
+/// A REQ from `a` to `b` and `b`'s accept with `rep_ext`, MAD by MAD: the request as `b`'s
+/// application saw it, the REQ's private data on the wire, and both sides' parameters.
+fn exchange_ext(
+    req_data: &[u8],
+    req_ext: Option<ExtRepr>,
+    rep_ext: Option<ExtRepr>,
+) -> (Request, Vec<u8>, QpParams, QpParams, Vec<u8>) {
+    let mut b = cm(B_IP, B_MAC, 2);
+    let mut a = cm(A_IP, A_MAC, 3);
+    b.listen(PORT).unwrap();
+    a.connect(
+        0,
+        &Connect {
+            ext: req_ext,
+            ..connect(PORT, req_data)
+        },
+    )
+    .unwrap();
+    let req = a.poll_send().unwrap();
+    let on_wire = ReqRepr::parse(&req.mad[mad::HEADER_LEN..])
+        .unwrap()
+        .private_data
+        .to_vec();
+    b.on_mad(1, peer_a(), &req.mad).unwrap();
+    let Some(CmEvent::ConnectRequest(r)) = b.poll_event() else {
+        panic!()
+    };
+    let pb = b
+        .accept(
+            2,
+            r.id,
+            &Accept {
+                ext: rep_ext,
+                ..accept(b"rep")
+            },
+        )
+        .unwrap();
+    let rep = b.poll_send().unwrap();
+    a.on_mad(3, peer_b(), &rep.mad).unwrap();
+    let Some(CmEvent::Connected { params: pa, .. }) = a.poll_event() else {
+        panic!()
+    };
+    let Some(CmEvent::Established { private_data, .. }) = a.poll_event() else {
+        panic!()
+    };
+    (r, on_wire, pa, pb, private_data)
+}
+
+#[test]
+fn the_portico_block_rides_in_the_private_data_s_tail_and_the_application_sees_zeros_there() {
+    let offer = ExtRepr {
+        cc: portico_ext::CC_ACK,
+        delay: true,
+        keep_rate_us: 100,
+    };
+    let answer = ExtRepr {
+        keep_rate_us: 30,
+        ..offer
+    };
+    let (r, on_wire, pa, pb, rep_data) = exchange_ext(b"hello", Some(offer), Some(answer));
+    assert_eq!(&on_wire[84..], &[b'P', b'X', 1, 2, 1, 0, 0, 100]);
+    assert_eq!(
+        (r.ext, pb.peer_ext, pa.peer_ext),
+        (Some(offer), Some(offer), Some(answer))
+    );
+    assert_eq!(&r.private_data[..5], b"hello");
+    assert!(
+        r.private_data[5..].iter().all(|&b| b == 0),
+        "{:?}",
+        r.private_data
+    );
+    assert_eq!(&rep_data[..3], b"rep");
+    assert!(rep_data[3..].iter().all(|&b| b == 0));
+    // The application's bytes reach into the tail: no block, and its bytes arrive whole.
+    let long: Vec<u8> = (1..=CONNECT_PRIVATE_LEN as u8 - 7).collect();
+    let (r, _, pa, pb, _) = exchange_ext(&long, Some(offer), Some(answer));
+    assert_eq!((r.ext, pb.peer_ext), (None, None));
+    assert_eq!(&r.private_data[..long.len()], &long[..]);
+    assert_eq!(pa.peer_ext, Some(answer));
+    // A standard peer: nothing either way.
+    let (r, on_wire, pa, _, _) = exchange_ext(b"", None, None);
+    assert!(on_wire[36..].iter().all(|&b| b == 0));
+    assert_eq!((r.ext, pa.peer_ext), (None, None));
 }
 
 #[test]
