@@ -34,6 +34,7 @@ fn matching_a_packet_makes_no_allocation() {
             EP,
             EndpointConfig {
                 max_priority: 2048,
+                max_unexpected: 1024,
                 ..EndpointConfig::default()
             },
         )

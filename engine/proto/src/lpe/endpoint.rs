@@ -153,12 +153,19 @@ pub struct Endpoint<L: MatchList = DeepList> {
     software: bool,
     priority: L,
     overflow: L,
+    /// Per overflow slot, its account (grown within its reservation as slots are first
+    /// used).
     overflow_account: Vec<u32>,
+    /// Accounts used so far (at most `max_overflow + max_unexpected`, reserved up front).
     accounts: Vec<Account>,
     free_accounts: Vec<u32>,
     unexpected: UnexpectedList,
     software_requests: SoftwareRequestList,
     counters: EndpointCounters,
+    /// The engine's shared entry pool has room for one more entry (priority, overflow or
+    /// unexpected header); set by the engine before each call that may add one
+    /// ([`super::MatchShard`]). Always true for an endpoint used on its own.
+    pool_room: bool,
 }
 
 impl<L: MatchList> Endpoint<L> {
@@ -171,21 +178,49 @@ impl<L: MatchList> Endpoint<L> {
             software: false,
             priority: L::with_capacity(config.max_priority),
             overflow: L::with_capacity(config.max_overflow),
-            overflow_account: vec![NO_ACCOUNT; config.max_overflow],
-            accounts: vec![
-                Account {
-                    cookie: 0,
-                    refs: 0,
-                    unlinked: false,
-                    auto_unlinked: false,
-                };
-                accounts
-            ],
-            free_accounts: (0..accounts as u32).rev().collect(),
+            overflow_account: Vec::with_capacity(config.max_overflow),
+            accounts: Vec::with_capacity(accounts),
+            free_accounts: Vec::with_capacity(accounts),
             unexpected: UnexpectedList::with_capacity(config.max_unexpected),
             software_requests: SoftwareRequestList::with_capacity(config.max_software_requests),
             counters: EndpointCounters::default(),
+            pool_room: true,
         }
+    }
+
+    /// Entries held: priority and overflow entries and unexpected headers (what the
+    /// engine's shared pool counts).
+    #[inline]
+    pub fn entries(&self) -> usize {
+        self.priority.len() + self.overflow.len() + self.unexpected.len()
+    }
+
+    /// Whether the engine's pool has room for one more entry (see `pool_room`).
+    #[inline]
+    pub(crate) fn set_pool_room(&mut self, room: bool) {
+        self.pool_room = room;
+    }
+
+    /// Accounts reserved: one per overflow entry and unexpected header.
+    fn max_accounts(&self) -> usize {
+        self.config.max_overflow + self.config.max_unexpected
+    }
+
+    /// A free account, or the next never-used one within the reservation.
+    fn take_account(&mut self) -> Option<u32> {
+        if let Some(a) = self.free_accounts.pop() {
+            return Some(a);
+        }
+        if self.accounts.len() >= self.max_accounts() {
+            return None;
+        }
+        self.accounts.push(Account {
+            cookie: 0,
+            refs: 0,
+            unlinked: false,
+            auto_unlinked: false,
+        });
+        Some((self.accounts.len() - 1) as u32)
     }
 
     pub fn index(&self) -> EndpointIndex {
@@ -419,7 +454,7 @@ impl<L: MatchList> Endpoint<L> {
             report.outcome = MatchOutcome::Dropped(DropReason::PermissionViolation);
             return report;
         }
-        if list == ListKind::Overflow && self.unexpected.is_full() {
+        if list == ListKind::Overflow && (self.unexpected.is_full() || !self.pool_room) {
             if self.config.flow_control {
                 self.disable_for_flow_control(hdr, events);
                 report.outcome = MatchOutcome::Disabled;
@@ -522,12 +557,13 @@ impl<L: MatchList> Endpoint<L> {
     ) -> Result<Appended, LpeError> {
         let use_once = entry.is_use_once();
         // A persistent entry is linked whatever it claims, so check for room
-        // before it consumes anything.
-        if !use_once && self.priority.len() >= self.priority.capacity() {
+        // before it consumes anything (in a full pool, a header it claims makes room).
+        let mut cursor = self.unexpected.first_match(&entry);
+        let pool_room = self.pool_room || cursor.is_some();
+        if !use_once && (self.priority.len() >= self.priority.capacity() || !pool_room) {
             return Err(self.out_of_entries(events));
         }
         let mut matched = 0u32;
-        let mut cursor = self.unexpected.first_match(&entry);
         while let Some(slot) = cursor {
             cursor = if use_once {
                 None
@@ -546,6 +582,9 @@ impl<L: MatchList> Endpoint<L> {
                 ));
                 return Ok(Appended::ConsumedUnexpected);
             }
+        }
+        if !pool_room {
+            return Err(self.out_of_entries(events));
         }
         let Some(id) = self.priority.push(entry) else {
             return Err(self.out_of_entries(events));
@@ -578,20 +617,26 @@ impl<L: MatchList> Endpoint<L> {
         entry: MatchEntry,
         events: &mut impl EventSink,
     ) -> Result<Appended, LpeError> {
-        if self.free_accounts.is_empty() {
+        let full = self.free_accounts.is_empty() && self.accounts.len() >= self.max_accounts();
+        if full || !self.pool_room {
             return Err(LpeError::ListFull(self.index));
         }
         let Some(id) = self.overflow.push(entry) else {
             return Err(LpeError::ListFull(self.index));
         };
-        let account = self.free_accounts.pop().unwrap_or(NO_ACCOUNT);
+        let account = self.take_account().expect("checked above");
         self.accounts[account as usize] = Account {
             cookie: entry.cookie,
             refs: 0,
             unlinked: false,
             auto_unlinked: false,
         };
-        self.overflow_account[id.slot as usize] = account;
+        let slot = id.slot as usize;
+        if self.overflow_account.len() <= slot {
+            // Within the reservation (a slot is below `max_overflow`): no allocation.
+            self.overflow_account.resize(slot + 1, NO_ACCOUNT);
+        }
+        self.overflow_account[slot] = account;
         events.push_event(self.event_for(EventKind::Link, ListKind::Overflow, entry.cookie));
         Ok(Appended::Linked {
             handle: EntryHandle {

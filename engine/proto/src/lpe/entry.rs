@@ -349,15 +349,23 @@ pub struct EndpointConfig {
     pub start_disabled: bool,
 }
 
+/// Entries a list may hold by default: the whole of its engine's default pool
+/// ([`super::DEFAULT_POOL_ENTRIES`], the seed's 16 K per processing engine), so one
+/// endpoint's list may take what the others leave, as in the seed. Memory is spent on the
+/// entries held, not on the bound.
+pub const DEFAULT_LIST_ENTRIES: usize = 16 * 1024;
+
 impl Default for EndpointConfig {
-    /// The Portals reference implementation's default limits.
+    /// The seed's sizes: every list bounded by the engine's shared pool
+    /// ([`DEFAULT_LIST_ENTRIES`]); the software request list keeps the Portals reference
+    /// implementation's 1 024 (headers waiting for the host, outside the pool).
     fn default() -> Self {
         Self {
             matching: true,
             flow_control: false,
-            max_priority: 1024,
-            max_overflow: 1024,
-            max_unexpected: 1024,
+            max_priority: DEFAULT_LIST_ENTRIES,
+            max_overflow: DEFAULT_LIST_ENTRIES,
+            max_unexpected: DEFAULT_LIST_ENTRIES,
             max_software_requests: 1024,
             start_disabled: false,
         }

@@ -77,42 +77,45 @@ pub(crate) struct Node {
 
 const EMPTY_ENTRY: MatchEntry = MatchEntry::new(0, 0, 0, 0);
 
+const BLANK_NODE: Node = Node {
+    entry: EMPTY_ENTRY,
+    seq: 0,
+    prev: NIL,
+    next: NIL,
+    generation: 0,
+    live: false,
+    home: 0,
+    order_prev: NIL,
+    order_next: NIL,
+};
+
 /// Fixed pool of nodes plus a free stack; allocation and release are O(1)
-/// and never touch the allocator.
+/// and never touch the allocator. The nodes are reserved at once and written
+/// as first used (a node is taken from the free stack, else the next never-used
+/// one), so a list sized for the seed's 16 K entries costs memory for the
+/// entries it has held, not for its capacity.
 #[derive(Debug, Clone)]
 pub(crate) struct Slab {
+    /// The nodes used so far (at most `capacity`, reserved up front).
     pub nodes: Vec<Node>,
     free: Vec<u32>,
+    capacity: usize,
     next_seq: u64,
 }
 
 impl Slab {
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.min(NIL as usize);
-        let nodes = vec![
-            Node {
-                entry: EMPTY_ENTRY,
-                seq: 0,
-                prev: NIL,
-                next: NIL,
-                generation: 0,
-                live: false,
-                home: 0,
-                order_prev: NIL,
-                order_next: NIL,
-            };
-            capacity
-        ];
-        let free = (0..capacity as u32).rev().collect();
         Self {
-            nodes,
-            free,
+            nodes: Vec::with_capacity(capacity),
+            free: Vec::with_capacity(capacity),
+            capacity,
             next_seq: 0,
         }
     }
 
     pub fn capacity(&self) -> usize {
-        self.nodes.len()
+        self.capacity
     }
 
     #[inline]
@@ -121,7 +124,15 @@ impl Slab {
     }
 
     pub fn alloc(&mut self, entry: MatchEntry, home: u8) -> Option<EntryId> {
-        let slot = self.free.pop()?;
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None if self.nodes.len() < self.capacity => {
+                // Within the reservation: no allocation.
+                self.nodes.push(BLANK_NODE);
+                (self.nodes.len() - 1) as u32
+            }
+            None => return None,
+        };
         let seq = self.next_seq;
         self.next_seq += 1;
         let node = &mut self.nodes[slot as usize];

@@ -43,8 +43,8 @@ pub use events::{Event, EventKind, EventRing, EventSink, NiFail, NullSink, Ring}
 pub use hash::{BuildWordHasher, WordHasher};
 pub use list::{EntryId, LinearList, Lookup, MatchList};
 pub use shard::{
-    Command, Completion, CompletionKind, CompletionSink, Dispatcher, EndpointTable, EngineConfig,
-    EngineId, EngineStats, Inbound, MatchShard, Request, RequestBody, TrafficClass, Worker,
-    build_shards,
+    Command, Completion, CompletionKind, CompletionSink, DEFAULT_POOL_ENTRIES, Dispatcher,
+    EndpointTable, EngineConfig, EngineId, EngineStats, Inbound, MatchShard, Request, RequestBody,
+    TrafficClass, Worker, build_shards,
 };
 pub use unexpected::{SoftwareRequestList, UnexpectedHeader, UnexpectedList};

@@ -159,6 +159,39 @@ pub struct EngineConfig {
     /// Endpoint indices are below this (2 048 by default, the seed's physical endpoints; the
     /// table of them costs a slot each, an endpoint's lists only once it is added).
     pub max_endpoints: usize,
+    /// Entries all of the engine's endpoints hold at once, priority and overflow entries
+    /// and unexpected headers together (the seed's list-entry memory: 64 K per list
+    /// processor, 16 K for each of its four processing engines; [`DEFAULT_POOL_ENTRIES`]).
+    /// An endpoint's own lists are bounded by its [`EndpointConfig`] as well.
+    pub pool_entries: usize,
+}
+
+/// Entries a processing engine's endpoints share by default: the seed's 64 K list entries
+/// divided among its four processing engines.
+pub const DEFAULT_POOL_ENTRIES: usize = 16 * 1024;
+
+/// The engine's shared entry pool: its size and what its endpoints hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pool {
+    cap: usize,
+    used: usize,
+}
+
+impl Pool {
+    /// Runs `f` on `ep`, told whether the pool has room for one more entry (every call adds
+    /// at most one), and counts what it added or freed.
+    #[inline(always)]
+    fn run<L: MatchList, R>(
+        &mut self,
+        ep: &mut Endpoint<L>,
+        f: impl FnOnce(&mut Endpoint<L>) -> R,
+    ) -> R {
+        ep.set_pool_room(self.used < self.cap);
+        let before = ep.entries();
+        let r = f(ep);
+        self.used = self.used + ep.entries() - before;
+        r
+    }
 }
 
 impl Default for EngineConfig {
@@ -169,6 +202,7 @@ impl Default for EngineConfig {
             inbound_depth: 1024,
             class_weights: vec![4, 2, 1, 1],
             max_endpoints: 2048,
+            pool_entries: DEFAULT_POOL_ENTRIES,
         }
     }
 }
@@ -244,6 +278,7 @@ pub struct MatchShard<L: MatchList = DeepList> {
     ports: Vec<Option<Port<L>>>,
     ready: VecDeque<u16>,
     cache: PersistentCache,
+    pool: Pool,
     inbound: Arc<Inbound>,
     wrr_class: usize,
     wrr_credit: u32,
@@ -267,6 +302,10 @@ impl<L: MatchList> MatchShard<L> {
             ports,
             ready: VecDeque::with_capacity(config.max_endpoints),
             cache: PersistentCache::new(config.cache_entries),
+            pool: Pool {
+                cap: config.pool_entries,
+                used: 0,
+            },
             inbound,
             wrr_class: 0,
             wrr_credit: config.class_weights.first().copied().unwrap_or(1),
@@ -285,6 +324,12 @@ impl<L: MatchList> MatchShard<L> {
 
     pub fn cache(&self) -> &PersistentCache {
         &self.cache
+    }
+
+    /// Entries the engine's endpoints hold, of its shared pool's
+    /// ([`EngineConfig::pool_entries`]).
+    pub fn pool(&self) -> (usize, usize) {
+        (self.pool.used, self.pool.cap)
     }
 
     /// The inbound queues other cores push requests into.
@@ -323,7 +368,11 @@ impl<L: MatchList> MatchShard<L> {
     }
 
     fn port_mut(&mut self, ep: EndpointIndex) -> Result<&mut Port<L>, LpeError> {
-        self.ports
+        Self::port_in(&mut self.ports, ep)
+    }
+
+    fn port_in(ports: &mut [Option<Port<L>>], ep: EndpointIndex) -> Result<&mut Port<L>, LpeError> {
+        ports
             .get_mut(usize::from(ep.0))
             .and_then(Option::as_mut)
             .ok_or(LpeError::NoSuchEndpoint(ep))
@@ -343,11 +392,24 @@ impl<L: MatchList> MatchShard<L> {
         let Some(Some(port)) = self.ports.get_mut(usize::from(ep.0)) else {
             return MatchOutcome::Dropped(DropReason::NoSuchEndpoint);
         };
-        Self::match_with_cache(&mut self.cache, &mut port.ep, hdr, events)
+        Self::match_with_cache(&mut self.cache, &mut self.pool, &mut port.ep, hdr, events)
     }
 
     #[inline(always)]
     fn match_with_cache(
+        cache: &mut PersistentCache,
+        pool: &mut Pool,
+        endpoint: &mut Endpoint<L>,
+        hdr: &IncomingHeader,
+        events: &mut impl EventSink,
+    ) -> MatchOutcome {
+        pool.run(endpoint, |endpoint| {
+            Self::match_pooled(cache, endpoint, hdr, events)
+        })
+    }
+
+    #[inline(always)]
+    fn match_pooled(
         cache: &mut PersistentCache,
         endpoint: &mut Endpoint<L>,
         hdr: &IncomingHeader,
@@ -389,11 +451,14 @@ impl<L: MatchList> MatchShard<L> {
         entry: MatchEntry,
         events: &mut impl EventSink,
     ) -> Result<Appended, LpeError> {
-        self.port_mut(ep)?.ep.append(list, entry, events)
+        let port = Self::port_in(&mut self.ports, ep)?;
+        self.pool
+            .run(&mut port.ep, |e| e.append(list, entry, events))
     }
 
     pub fn unlink(&mut self, handle: EntryHandle) -> Result<MatchEntry, LpeError> {
-        let removed = self.port_mut(handle.ep)?.ep.unlink(handle)?;
+        let port = Self::port_in(&mut self.ports, handle.ep)?;
+        let removed = self.pool.run(&mut port.ep, |e| e.unlink(handle))?;
         if handle.list == ListKind::Priority {
             self.cache.free_entry(handle.ep, handle.id);
         }
@@ -407,7 +472,10 @@ impl<L: MatchList> MatchShard<L> {
         mode: SearchMode,
         events: &mut impl EventSink,
     ) -> Result<u32, LpeError> {
-        Ok(self.port_mut(ep)?.ep.search(probe, mode, events))
+        let port = Self::port_in(&mut self.ports, ep)?;
+        Ok(self
+            .pool
+            .run(&mut port.ep, |e| e.search(probe, mode, events)))
     }
 
     pub fn enable(&mut self, ep: EndpointIndex) -> Result<(), LpeError> {
@@ -655,8 +723,13 @@ impl<L: MatchList> MatchShard<L> {
                     .network
                     .pop_front()
                     .expect("network_ready implies a request");
-                let outcome =
-                    Self::match_with_cache(&mut self.cache, &mut port.ep, &q.item, events);
+                let outcome = Self::match_with_cache(
+                    &mut self.cache,
+                    &mut self.pool,
+                    &mut port.ep,
+                    &q.item,
+                    events,
+                );
                 self.stats.network += 1;
                 if past_block {
                     self.stats.hits_past_block += 1;

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::entry::{IncomingHeader, MatchEntry};
+use super::entry::{IncomingHeader, MatchEntry, ProcessId};
 use super::hash::BuildWordHasher;
 use super::list::NIL;
 
@@ -47,11 +47,28 @@ const NO_ENDS: Ends = Ends {
     tail: NIL,
 };
 
-/// Headers in arrival order, with per-match-bits bins.
+const BLANK_HDR: HdrNode = HdrNode {
+    hdr: UnexpectedHeader {
+        header: IncomingHeader::put(ProcessId { nid: 0, pid: 0 }, 0, 0),
+        start: 0,
+        mlength: 0,
+        overflow_cookie: 0,
+        account: 0,
+    },
+    all_prev: NIL,
+    all_next: NIL,
+    bin_prev: NIL,
+    bin_next: NIL,
+    live: false,
+};
+
+/// Headers in arrival order, with per-match-bits bins. Its nodes are reserved
+/// up front and written as first used, as the entry lists' (`list::Slab`).
 #[derive(Debug, Clone)]
 pub struct UnexpectedList {
     nodes: Vec<HdrNode>,
     free: Vec<u32>,
+    capacity: usize,
     all: Ends,
     bins: HashMap<u64, Ends, BuildWordHasher>,
 }
@@ -59,23 +76,10 @@ pub struct UnexpectedList {
 impl UnexpectedList {
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.min(NIL as usize);
-        let blank = HdrNode {
-            hdr: UnexpectedHeader {
-                header: IncomingHeader::put(Default::default(), 0, 0),
-                start: 0,
-                mlength: 0,
-                overflow_cookie: 0,
-                account: 0,
-            },
-            all_prev: NIL,
-            all_next: NIL,
-            bin_prev: NIL,
-            bin_next: NIL,
-            live: false,
-        };
         Self {
-            nodes: vec![blank; capacity],
-            free: (0..capacity as u32).rev().collect(),
+            nodes: Vec::with_capacity(capacity),
+            free: Vec::with_capacity(capacity),
+            capacity,
             all: NO_ENDS,
             bins: HashMap::with_capacity_and_hasher(
                 capacity.saturating_mul(2),
@@ -93,12 +97,20 @@ impl UnexpectedList {
     }
 
     pub fn is_full(&self) -> bool {
-        self.free.is_empty()
+        self.free.is_empty() && self.nodes.len() >= self.capacity
     }
 
     /// Appends in arrival order; `None` when full.
     pub fn push(&mut self, hdr: UnexpectedHeader) -> Option<u32> {
-        let slot = self.free.pop()?;
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None if self.nodes.len() < self.capacity => {
+                // Within the reservation: no allocation; written just below.
+                self.nodes.push(BLANK_HDR);
+                (self.nodes.len() - 1) as u32
+            }
+            None => return None,
+        };
         let bin = self.bins.entry(hdr.header.match_bits).or_insert(NO_ENDS);
         let nodes = &mut self.nodes;
         nodes[slot as usize] = HdrNode {

@@ -96,6 +96,20 @@ impl<L: MatchList> Direct<L> {
         }
     }
 
+    /// Each engine's pool count is what its endpoints hold, entry for entry.
+    fn check_pool(&self) -> Result<(), String> {
+        for e in &self.engines {
+            let held: usize = (0..MAX_ENDPOINTS as u16)
+                .filter_map(|i| e.endpoint(EndpointIndex(i)))
+                .map(|ep| ep.entries())
+                .sum();
+            if e.pool().0 != held {
+                return Err(format!("pool counts {:?}, endpoints hold {held}", e.pool()));
+            }
+        }
+        Ok(())
+    }
+
     fn engine(&mut self, ep: EndpointIndex) -> &mut MatchShard<L> {
         let e = self.table.engine_of(ep).expect("mapped");
         &mut self.engines[usize::from(e.0)]
@@ -288,6 +302,8 @@ impl Systems {
             queue_depth: 4,
             inbound_depth: 16,
             class_weights: vec![2, 1, 1],
+            // The reference model has no shared pool: only the endpoints' own bounds.
+            pool_entries: usize::MAX,
         };
         Self {
             indices: eps.iter().map(|(ep, _)| *ep).collect(),
@@ -331,6 +347,7 @@ impl Systems {
                 "deep differs on {op:?}\n got {got:?} {got_ev:#?}\nwant {want:?} {want_ev:#?}"
             ));
         }
+        self.deep.check_pool()?;
         got_ev.clear();
         let got = self.linear.run(ep, op, &mut got_ev);
         if (&got, &got_ev) != (&want, &want_ev) {

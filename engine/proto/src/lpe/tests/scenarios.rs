@@ -731,6 +731,93 @@ fn a_non_matching_endpoint_s_cache_slot_is_the_endpoint_s_and_answers_every_init
 }
 
 #[test]
+fn the_engine_s_endpoints_share_one_pool_of_entries_and_headers() {
+    // The seed's list-entry memory is one pool per processing engine: priority and overflow
+    // entries and unexpected headers of all its endpoints together. Four here.
+    const EP2: EndpointIndex = EndpointIndex(2);
+    let mut e = MatchShard::new(
+        EngineId(0),
+        EngineConfig {
+            pool_entries: 4,
+            ..EngineConfig::default()
+        },
+    );
+    e.add_endpoint(EP, EndpointConfig::default()).unwrap();
+    e.add_endpoint(EP2, EndpointConfig::default()).unwrap();
+    let mut ev = Vec::new();
+    link(
+        &mut e,
+        ListKind::Overflow,
+        catch_all(100, 0x10_0000, 1 << 20),
+    );
+    let mut handles = Vec::new();
+    for tag in 0..2 {
+        match e
+            .append(
+                EP2,
+                ListKind::Priority,
+                MatchEntry::new(tag, 0, 64, tag),
+                &mut ev,
+            )
+            .unwrap()
+        {
+            Appended::Linked { handle, .. } => handles.push(handle),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The first unexpected message takes the last entry of the pool...
+    let d = delivered(e.match_incoming(EP, &put(0, 5, 8), &mut ev));
+    assert_eq!(d.list, ListKind::Overflow);
+    assert_eq!(e.pool(), (4, 4));
+    // ... so the next finds no room for its header, though EP's own lists have plenty.
+    assert_eq!(
+        e.match_incoming(EP, &put(0, 6, 8), &mut ev),
+        MatchOutcome::Dropped(DropReason::UnexpectedListFull)
+    );
+    assert_eq!(
+        e.endpoint(EP).unwrap().counters().dropped_unexpected_full,
+        1
+    );
+    // And EP2 cannot link another receive: its matching goes to the host, as with a full list.
+    ev.clear();
+    assert_eq!(
+        e.append(
+            EP2,
+            ListKind::Priority,
+            MatchEntry::new(9, 0, 64, 9),
+            &mut ev
+        ),
+        Err(LpeError::ListFull(EP2))
+    );
+    assert_eq!(
+        (ev[0].kind, ev[0].fail),
+        (EventKind::SoftwareMode, NiFail::ListFull)
+    );
+    // An entry unlinked on EP2 gives EP's next header its room.
+    e.unlink(handles[0]).unwrap();
+    assert_eq!(e.pool(), (3, 4));
+    let d = delivered(e.match_incoming(EP, &put(0, 7, 8), &mut ev));
+    assert_eq!(d.list, ListKind::Overflow);
+    assert_eq!(e.pool(), (4, 4));
+    // A matching receive claims a header and gives its entry back.
+    match e
+        .append(
+            EP,
+            ListKind::Priority,
+            MatchEntry::new(5, 0, 64, 50),
+            &mut ev,
+        )
+        .unwrap()
+    {
+        Appended::Linked {
+            unexpected_matched, ..
+        } => assert_eq!(unexpected_matched, 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e.pool(), (4, 4), "one header gone, one entry linked");
+}
+
+#[test]
 fn cache_never_remembers_length_dependent_answers() {
     let mut e = engine();
     let mut ev = Vec::new();
