@@ -6,7 +6,11 @@
 //! the totals by the difference of the counts (`bench/roce_instructions.sh` does this). Cases:
 //! `write64`, `write4096` (one WRITE at a time, as `node/write` in the criterion benchmark),
 //! `write64x32` (batches of 32, per WRITE), `emit64` and `parse64` (one 64 B WRITE frame built
-//! from the queue pair's template, or checked and parsed).
+//! from the queue pair's template, or checked and parsed). And the list-processing engine's
+//! per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
+//! tag port makes it): `lpe_match8` and `lpe_match1000` (a persistent receive matched among 8
+//! or 1 000 posted, one in ten ANY_SOURCE), `lpe_repost1000` (a use-once receive matched and
+//! the next one posted, as MPI does).
 
 use std::hint::black_box;
 
@@ -61,9 +65,67 @@ fn main() {
                 }
             }
         }
+        "lpe_match8" | "lpe_match1000" | "lpe_repost1000" => lpe(case, n),
         _ => {
             eprintln!("unknown case {case}");
             std::process::exit(2);
+        }
+    }
+}
+
+/// The list-processing cases: `depth` receives posted, then `n` arrivals (after a warm-up).
+fn lpe(case: &str, n: usize) {
+    use portico::lpe::{
+        EndpointConfig, EndpointIndex, EngineConfig, EngineId, EventRing, IncomingHeader, ListKind,
+        MatchEntry, MatchId, MatchShard, Options, ProcessId,
+    };
+    const EP: EndpointIndex = EndpointIndex(0);
+    let (depth, once) = match case {
+        "lpe_match8" => (8u64, false),
+        "lpe_match1000" => (1000, false),
+        _ => (1000, true),
+    };
+    let options = if once {
+        Options::OP_PUT | Options::USE_ONCE
+    } else {
+        Options::OP_PUT
+    };
+    let bits = |k: u64| (5 << 48) | ((k % 64) << 24) | k;
+    let receive = |k: u64| {
+        let e = MatchEntry::new(bits(k), k << 16, 4096, k).with_options(options);
+        if k % 10 == 3 {
+            e.with_ignore(0xff_ffff << 24).with_source(MatchId::ANY)
+        } else {
+            e.with_source(MatchId::rank((k % 64) as u32))
+        }
+    };
+    let config = EngineConfig {
+        cache_entries: 0,
+        ..EngineConfig::default()
+    };
+    let mut e: MatchShard = MatchShard::new(EngineId(0), config);
+    e.add_endpoint(EP, EndpointConfig::default())
+        .expect("endpoint");
+    let mut ring = EventRing::new(256);
+    for k in 0..depth {
+        e.append(EP, ListKind::Priority, receive(k), &mut ring)
+            .expect("room");
+    }
+    ring.clear();
+    let header = |i: u64| {
+        let k = portico::rng::splitmix64(i) % depth;
+        IncomingHeader::put(ProcessId::rank((k % 64) as u32), bits(k), 64)
+    };
+    let headers: Vec<IncomingHeader> = (0..1024).map(header).collect();
+    for i in 0..(n + 1000) {
+        let h = &headers[i & 1023];
+        black_box(e.match_incoming(EP, black_box(h), &mut ring));
+        if once {
+            let k = h.match_bits & 0xff_ffff;
+            let _ = black_box(e.append(EP, ListKind::Priority, receive(k), &mut ring));
+        }
+        if ring.len() >= 250 {
+            ring.clear();
         }
     }
 }

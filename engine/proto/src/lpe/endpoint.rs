@@ -166,6 +166,9 @@ pub struct Endpoint<L: MatchList = DeepList> {
     /// unexpected header); set by the engine before each call that may add one
     /// ([`super::MatchShard`]). Always true for an endpoint used on its own.
     pool_room: bool,
+    /// Entries held ([`Endpoint::entries`]), kept as they are linked and removed: what
+    /// the engine's pool reads around each call.
+    held: usize,
 }
 
 impl<L: MatchList> Endpoint<L> {
@@ -185,14 +188,20 @@ impl<L: MatchList> Endpoint<L> {
             software_requests: SoftwareRequestList::with_capacity(config.max_software_requests),
             counters: EndpointCounters::default(),
             pool_room: true,
+            held: 0,
         }
     }
 
     /// Entries held: priority and overflow entries and unexpected headers (what the
-    /// engine's shared pool counts).
-    #[inline]
+    /// engine's shared pool counts), summed over the lists.
     pub fn entries(&self) -> usize {
         self.priority.len() + self.overflow.len() + self.unexpected.len()
+    }
+
+    /// [`Endpoint::entries`] as counted on the way (one load; the per-packet path's).
+    #[inline]
+    pub(crate) fn held(&self) -> usize {
+        self.held
     }
 
     /// Whether the engine's pool has room for one more entry (see `pool_room`).
@@ -504,6 +513,7 @@ impl<L: MatchList> Endpoint<L> {
                 account,
             });
             debug_assert!(stored.is_some(), "unexpected list checked for room above");
+            self.held += 1;
         }
 
         let min_free_tripped = manage_local
@@ -512,6 +522,7 @@ impl<L: MatchList> Endpoint<L> {
         let unlinked = entry.is_use_once() || min_free_tripped;
         if unlinked {
             self.list_mut(list).remove(id);
+            self.held -= 1;
             events.push_event(self.event_for(EventKind::AutoUnlink, list, entry.cookie));
             match list {
                 ListKind::Overflow => self.unlink_overflow_account(id.slot, true, events),
@@ -571,6 +582,7 @@ impl<L: MatchList> Endpoint<L> {
                 self.unexpected.next_match(&entry, slot)
             };
             let uh = self.unexpected.remove(slot);
+            self.held -= 1;
             events.push_event(self.overflow_event(entry.cookie, &uh));
             self.release_account(uh.account, events);
             matched += 1;
@@ -589,6 +601,7 @@ impl<L: MatchList> Endpoint<L> {
         let Some(id) = self.priority.push(entry) else {
             return Err(self.out_of_entries(events));
         };
+        self.held += 1;
         events.push_event(self.event_for(EventKind::Link, ListKind::Priority, entry.cookie));
         Ok(Appended::Linked {
             handle: EntryHandle {
@@ -624,6 +637,7 @@ impl<L: MatchList> Endpoint<L> {
         let Some(id) = self.overflow.push(entry) else {
             return Err(LpeError::ListFull(self.index));
         };
+        self.held += 1;
         let account = self.take_account().expect("checked above");
         self.accounts[account as usize] = Account {
             cookie: entry.cookie,
@@ -657,6 +671,7 @@ impl<L: MatchList> Endpoint<L> {
             .list_mut(handle.list)
             .remove(handle.id)
             .ok_or(LpeError::StaleHandle(self.index))?;
+        self.held -= 1;
         if handle.list == ListKind::Overflow {
             self.unlink_overflow_account(handle.id.slot, false, &mut super::events::NullSink);
         }
@@ -694,6 +709,7 @@ impl<L: MatchList> Endpoint<L> {
                 }
                 SearchMode::SearchDelete => {
                     let uh = self.unexpected.remove(slot);
+                    self.held -= 1;
                     events.push_event(self.overflow_event(probe.cookie, &uh));
                     self.release_account(uh.account, events);
                 }

@@ -187,9 +187,9 @@ impl Pool {
         f: impl FnOnce(&mut Endpoint<L>) -> R,
     ) -> R {
         ep.set_pool_room(self.used < self.cap);
-        let before = ep.entries();
+        let before = ep.held();
         let r = f(ep);
-        self.used = self.used + ep.entries() - before;
+        self.used = self.used + ep.held() - before;
         r
     }
 }
