@@ -319,6 +319,11 @@ pub struct TaggedArgs {
     /// Operations per second (with --server/--client; in one process closed loops).
     #[arg(long, allow_negative_numbers = true, requires = "side", help_heading = REMOTE_ONLY)]
     pub rate: Option<f64>,
+    /// Workers on each side (with --server/--client; both sides say it): worker i's
+    /// list-processing shard holds endpoint i, and connection i sends to it.
+    #[arg(long, default_value_t = 1, requires = "side", help_heading = REMOTE_ONLY,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=portico::dataplane::RING_MAX_QUEUES as u64))]
+    pub cores: usize,
     /// Seconds measured per point (default 0.4); with --server/--client, seconds to run
     /// (default 5, 1 per point of a sweep).
     #[arg(long, allow_negative_numbers = true)]
@@ -670,6 +675,7 @@ impl TaggedArgs {
         o.set_size(self.size);
         o.qd = self.qd;
         o.rate = self.rate;
+        o.cores = self.cores;
         let sweep = o.set_sweep(self.sweep);
         o.set_trace(self.trace);
         o.set_series(self.series)?;

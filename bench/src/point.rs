@@ -590,8 +590,10 @@ impl Runner {
                 let (out, back) = (src.sgl(slot, point.size), dst.sgl(slot, point.size));
                 let at = remote.addr + slot as u64;
                 let wr = match kind {
+                    // Lane i is connection i, whose messages the peer's worker i takes:
+                    // endpoint i is homed there (`peer::start_engine`).
                     0 if ops == Ops::Tagged => {
-                        WorkRequest::tagged_send(id, out, 0, base + next_k, 0)
+                        WorkRequest::tagged_send(id, out, lane as u16, base + next_k, 0)
                     }
                     0 if ops == Ops::Durable => {
                         WorkRequest::durable_write(id, out, at, remote.rkey, false)

@@ -411,7 +411,16 @@ fn start_side(
     };
     let extras = peer::Extras {
         qp: Some(&tweak),
+        // One endpoint per worker (endpoint i on worker i): connection i sends to endpoint i.
         tags: tagged.then(|| portico::rdma::TagConfig {
+            endpoints: (0..workers.len().max(1) as u16)
+                .map(|i| {
+                    (
+                        portico::lpe::EndpointIndex(i),
+                        portico::lpe::EndpointConfig::default(),
+                    )
+                })
+                .collect(),
             quiet: true,
             ..portico::rdma::TagConfig::default()
         }),
@@ -644,23 +653,32 @@ pub fn run_server(
         // The client connects through the CM to the exchange's port number.
         refusing(&mut ch, peer.handle.listen(addr.port()).map_err(host))?;
     }
-    // Tagged sends: one persistent receive on endpoint 0 that matches every tag, each message
-    // landing at its start (an MPI_ANY_TAG receive posted once, as a benchmark's sink).
-    let tagged_mr = match peer.tags.as_mut() {
-        Some(port) => {
-            let m = map(recv_len)?;
-            let mr = peer
-                .handle
-                .register(&m, 0, m.len(), Access::LOCAL_WRITE)
-                .map_err(host)?;
-            let entry = portico::rdma::TagEntry::recv(0, mr.sge(0, recv_len as u32), 1)
+    // Tagged sends: on each worker's endpoint (endpoint i on worker i, where connection i's
+    // messages arrive) one persistent receive that matches every tag, each message landing
+    // at the start of its own buffer (an MPI_ANY_TAG receive posted once, as a benchmark's
+    // sink).
+    let mut tag_ports: Vec<&mut portico::rdma::TagPort> = peer
+        .tags
+        .iter_mut()
+        .chain(peer.more_tags.iter_mut())
+        .collect();
+    let tagged_mr = if tag_ports.is_empty() {
+        None
+    } else {
+        let m = map(recv_len * tag_ports.len())?;
+        let mr = peer
+            .handle
+            .register(&m, 0, m.len(), Access::LOCAL_WRITE)
+            .map_err(host)?;
+        for (i, port) in tag_ports.iter_mut().enumerate() {
+            let sge = mr.sge(i * recv_len, recv_len as u32);
+            let entry = portico::rdma::TagEntry::recv(0, sge, 1)
                 .with_ignore(u64::MAX)
                 .with_options(portico::lpe::Options::NONE);
-            port.append(0, portico::lpe::ListKind::Priority, entry)
+            port.append(i as u16, portico::lpe::ListKind::Priority, entry)
                 .map_err(|e| AppError::Failed(format!("posting the tagged receive: {e}")))?;
-            Some((m, mr))
         }
-        None => None,
+        Some((m, mr))
     };
     let mut events = [portico::rdma::TagEvent::EMPTY; 64];
     ch.send(&Answer::Welcome {
@@ -750,13 +768,17 @@ pub fn run_server(
                 break Err(AppError::Failed("the exchange's reader ended".into()));
             }
         }
-        if let Some(port) = peer.tags.as_mut() {
-            let got = port.poll(&mut events);
-            for e in &events[..got] {
-                match (e.kind, e.fail) {
-                    (portico::rdma::TagEventKind::Put, portico::lpe::NiFail::Ok) => receives += 1,
-                    (_, portico::lpe::NiFail::Ok) => {}
-                    _ => receive_errors += 1,
+        if !tag_ports.is_empty() {
+            for port in tag_ports.iter_mut() {
+                let got = port.poll(&mut events);
+                for e in &events[..got] {
+                    match (e.kind, e.fail) {
+                        (portico::rdma::TagEventKind::Put, portico::lpe::NiFail::Ok) => {
+                            receives += 1
+                        }
+                        (_, portico::lpe::NiFail::Ok) => {}
+                        _ => receive_errors += 1,
+                    }
                 }
             }
         } else if !uses_send {
@@ -829,18 +851,13 @@ fn accept_cm(
 }
 
 /// What runs across two processes: `write`, `read`, `send`, `mixed`, `persist --mode
-/// durable` (durable WRITEs into a file the server maps) and `tagged` (tagged sends into one
-/// wildcard receive of the server's).
+/// durable` (durable WRITEs into a file the server maps) and `tagged` (tagged sends into a
+/// wildcard receive of the server's on each worker: connection i to endpoint i).
 fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
     if opts.op == BenchOp::Tagged {
         if !opts.part.is_empty() {
             return Err(usage(
                 "--part: across two processes bench tagged runs tagged sends into one wildcard receive of the server's (eager, or rendezvous above the engine's threshold); its parts run in one".into(),
-            ));
-        }
-        if opts.cores != 1 {
-            return Err(usage(
-                "--cores: tagged messaging runs on one worker (its list-processing shard is not split across cores)".into(),
             ));
         }
         super::check_rate(opts)?;

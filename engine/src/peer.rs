@@ -75,8 +75,12 @@ pub struct Peer {
     pub capture: Option<Arc<CaptureSink>>,
     /// The first PSN this side sends.
     pub psn: u32,
-    /// The application's end of tagged messaging, when [`Extras::tags`] asked for it.
+    /// The application's end of tagged messaging, when [`Extras::tags`] asked for it:
+    /// worker 0's port (the endpoints homed there).
     pub tags: Option<crate::rdma::TagPort>,
+    /// The other workers' ports, worker 1 first: endpoint *e* is homed on worker *e* mod
+    /// the workers, and its messages must come on that worker's queue pair.
+    pub more_tags: Vec<crate::rdma::TagPort>,
     /// The connection manager's events and the completion queue of the queue pairs it
     /// creates, when [`Extras::cm`] asked for it (on worker 0).
     pub cm: Option<(CmEvents, Cq)>,
@@ -284,7 +288,8 @@ pub struct Extras<'a> {
     /// Sets what the config has no key for on every queue pair (congestion control, tagged
     /// messaging).
     pub qp: Option<&'a dyn Fn(&mut QpConfig)>,
-    /// Tagged messaging on the (one) worker's engine; its port is [`Peer::tags`].
+    /// Tagged messaging on every worker's engine; the ports are [`Peer::tags`] and
+    /// [`Peer::more_tags`].
     pub tags: Option<crate::rdma::TagConfig>,
     /// A connection manager on QP1 of worker 0 (`docs/cm.md`); its queue pairs start from
     /// queue pair 0's configuration. Its events are [`Peer::cm`].
@@ -363,19 +368,20 @@ pub fn start_engine(
             }
         }
     }
-    let tags = match &extras.tags {
-        Some(_) if n > 1 => {
-            return Err(AppError::Usage(
-                "--cores: tagged messaging runs on one worker (its list-processing shard is not split across cores)".into(),
-            ));
+    // Tagged messaging: each worker's shard holds the endpoints homed on it (endpoint e on
+    // worker e mod n), and a message for an endpoint must come on a queue pair of its
+    // worker's (queue pair i is worker i's).
+    let mut tags = Vec::new();
+    if let Some(t) = &extras.tags {
+        for (node, homed) in nodes.iter_mut().zip(t.sharded(None, n)) {
+            tags.push(
+                node.enable_tags(&homed)
+                    .map_err(|e| AppError::Failed(format!("tagged messaging: {e}")))?,
+            );
         }
-        Some(t) => Some(
-            nodes[0]
-                .enable_tags(t)
-                .map_err(|e| AppError::Failed(format!("tagged messaging: {e}")))?,
-        ),
-        None => None,
-    };
+    }
+    let mut tags = tags.into_iter();
+    let (tags, more_tags) = (tags.next(), tags.collect());
     let mut ends = Vec::with_capacity(n);
     let mut places = Vec::with_capacity(n);
     let mut psn = 0;
@@ -484,6 +490,7 @@ pub fn start_engine(
         port,
         psn,
         tags,
+        more_tags,
         cm,
     })
 }

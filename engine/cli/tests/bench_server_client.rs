@@ -310,6 +310,49 @@ fn tagged_sends_across_two_processes_are_matched_by_the_server_eager_and_rendezv
 }
 
 #[test]
+fn tagged_sends_over_two_workers_are_matched_on_the_worker_that_homes_their_endpoint() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = server("tagged2", &["tagged", "--cores", "2"]);
+    let (v, _) = client_json(
+        &s,
+        &[
+            "tagged",
+            "--cores",
+            "2",
+            "--size",
+            "4096",
+            "--qd",
+            "8",
+            "--duration",
+            "0.4",
+        ],
+    );
+    let sent = every_message_landed(&v, "tagged", &[4096]);
+    // Connection i sends to endpoint i, homed on the server's worker i: each worker matched
+    // its own, none was refused for an endpoint homed elsewhere.
+    let counter = |w: &serde_json::Value, name: &str| -> u64 {
+        w["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c[0] == name)
+            .and_then(|c| c[1].as_u64())
+            .unwrap_or_else(|| panic!("no counter {name}: {w}"))
+    };
+    let workers = v["server"]["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{v}");
+    let matched: Vec<u64> = workers
+        .iter()
+        .map(|w| counter(w, "tag_matched_priority"))
+        .collect();
+    assert!(matched.iter().all(|&m| m > 0), "{matched:?}");
+    assert_eq!(matched.iter().sum::<u64>(), sent);
+    assert!(workers.iter().all(|w| counter(w, "tag_wrong_engine") == 0));
+    let (status, _, err) = finish(s);
+    assert!(status.success(), "server: {err:?}");
+}
+
+#[test]
 fn the_client_s_congestion_control_is_the_server_s_queue_pairs_too() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let s = server("cc", &["write"]);

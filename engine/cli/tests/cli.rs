@@ -1661,8 +1661,15 @@ fn each_bench_scenario_s_help_lists_only_its_own_flags() {
         ),
         (
             "tagged",
-            &["--part", "--qd", "--duration", "--server", "--client"],
-            &["--cores", "--verify", "--mode", "--mcus"],
+            &[
+                "--part",
+                "--qd",
+                "--duration",
+                "--server",
+                "--client",
+                "--cores",
+            ],
+            &["--connections", "--verify", "--mode", "--mcus"],
         ),
         (
             "placement",
@@ -1746,7 +1753,7 @@ fn a_flag_of_another_bench_scenario_is_refused_with_exit_2() {
         (
             &["bench", "tagged", "--cores", "2"],
             "--cores",
-            "bench write, read, send and mixed",
+            "needs --server or --client",
         ),
         (
             &["bench", "write", "--part", "eager"],

@@ -95,6 +95,29 @@ impl TagConfig {
             ..self.clone()
         }
     }
+
+    /// This configuration over `shards` workers, one [`TagConfig::homed`] per worker in
+    /// order: under `table`, or endpoint *e* on worker *e* mod `shards` where none is given.
+    pub fn sharded(&self, table: Option<&EndpointTable>, shards: usize) -> Vec<TagConfig> {
+        let max = self.engine.max_endpoints.max(
+            self.endpoints
+                .iter()
+                .map(|(e, _)| usize::from(e.0) + 1)
+                .max()
+                .unwrap_or(0),
+        );
+        let round_robin;
+        let table = match table {
+            Some(t) => t,
+            None => {
+                round_robin = EndpointTable::round_robin(max, shards);
+                &round_robin
+            }
+        };
+        (0..shards)
+            .map(|i| self.homed(table, EngineId(i as u16)))
+            .collect()
+    }
 }
 
 /// A list entry as the application appends it: the match fields and a buffer in its own

@@ -303,21 +303,13 @@ pub fn start(opts: &LoopbackOpts) -> Result<LoopbackPair, LoopbackError> {
     // Each worker's shard holds the endpoints homed on it (all of them with one worker).
     let (mut tags_a, mut tags_b) = (Vec::new(), Vec::new());
     if let Some(t) = &opts.tags {
-        let max = t.engine.max_endpoints.max(
-            t.endpoints
-                .iter()
-                .map(|(e, _)| usize::from(e.0) + 1)
-                .max()
-                .unwrap_or(0),
-        );
-        let table = match &opts.tag_table {
-            Some(table) => table.clone(),
-            None => crate::lpe::EndpointTable::round_robin(max, shards),
-        };
-        for i in 0..shards {
-            let homed = t.homed(&table, crate::lpe::EngineId(i as u16));
-            tags_a.push(nodes_a[i].enable_tags(&homed)?);
-            tags_b.push(nodes_b[i].enable_tags(&homed)?);
+        for (i, homed) in t
+            .sharded(opts.tag_table.as_ref(), shards)
+            .iter()
+            .enumerate()
+        {
+            tags_a.push(nodes_a[i].enable_tags(homed)?);
+            tags_b.push(nodes_b[i].enable_tags(homed)?);
         }
     }
     let (mut tags_a, mut tags_b) = (tags_a.into_iter(), tags_b.into_iter());
