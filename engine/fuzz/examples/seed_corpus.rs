@@ -630,6 +630,7 @@ fn cm(out: &Path) -> Result<(), String> {
         traffic_class: 0,
         hop_limit: 64,
         private_data: b"fuzz".to_vec(),
+        ext: None,
     };
     let req = |port, seed| -> Vec<u8> {
         let mut p = peer(seed);
