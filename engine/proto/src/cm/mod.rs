@@ -542,6 +542,9 @@ impl Cm {
             return Err(CmError::WrongState(id));
         }
         let r = &c.req;
+        // An answer the application's bytes leave no room for is not sent: then no block was
+        // exchanged, and this side settles as the peer will, without one.
+        let answered = a.private_data.len() <= cm::REP_PRIVATE_DATA_LEN - portico_ext::LEN;
         let params = QpParams {
             local_qpn: a.local_qpn,
             remote_qpn: r.local_qpn,
@@ -558,12 +561,12 @@ impl Cm {
             peer: c.peer,
             traffic_class: r.primary_path.traffic_class,
             hop_limit: r.primary_path.hop_limit,
-            peer_ext: ExtRepr::parse_tail(&r.private_data),
+            peer_ext: ExtRepr::parse_tail(&r.private_data).filter(|_| answered),
         };
         let mut private_data = [0u8; cm::REP_PRIVATE_DATA_LEN];
         private_data[..a.private_data.len()].copy_from_slice(&a.private_data);
         if let Some(ext) = a.ext
-            && a.private_data.len() <= cm::REP_PRIVATE_DATA_LEN - portico_ext::LEN
+            && answered
         {
             ext.emit_tail(&mut private_data);
         }

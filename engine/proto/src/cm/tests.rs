@@ -328,6 +328,16 @@ fn exchange_ext(
     req_ext: Option<ExtRepr>,
     rep_ext: Option<ExtRepr>,
 ) -> (Request, Vec<u8>, QpParams, QpParams, Vec<u8>) {
+    exchange_ext_rep(req_data, req_ext, b"rep", rep_ext)
+}
+
+/// [`exchange_ext`] with the REP's application bytes `rep_data`.
+fn exchange_ext_rep(
+    req_data: &[u8],
+    req_ext: Option<ExtRepr>,
+    rep_data: &[u8],
+    rep_ext: Option<ExtRepr>,
+) -> (Request, Vec<u8>, QpParams, QpParams, Vec<u8>) {
     let mut b = cm(B_IP, B_MAC, 2);
     let mut a = cm(A_IP, A_MAC, 3);
     b.listen(PORT).unwrap();
@@ -354,7 +364,7 @@ fn exchange_ext(
             r.id,
             &Accept {
                 ext: rep_ext,
-                ..accept(b"rep")
+                ..accept(rep_data)
             },
         )
         .unwrap();
@@ -400,6 +410,10 @@ fn the_portico_block_rides_in_the_private_data_s_tail_and_the_application_sees_z
     assert_eq!((r.ext, pb.peer_ext), (None, None));
     assert_eq!(&r.private_data[..long.len()], &long[..]);
     assert_eq!(pa.peer_ext, Some(answer));
+    // The REP's application bytes leave no room for the answer: neither side has a block,
+    // so both settle without one.
+    let (r, _, pa, pb, _) = exchange_ext_rep(b"", Some(offer), &[7; 189], Some(answer));
+    assert_eq!((r.ext, pb.peer_ext, pa.peer_ext), (Some(offer), None, None));
     // A standard peer: nothing either way.
     let (r, on_wire, pa, _, _) = exchange_ext(b"", None, None);
     assert!(on_wire[36..].iter().all(|&b| b == 0));
