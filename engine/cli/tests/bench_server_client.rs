@@ -556,7 +556,7 @@ fn server_and_client_flags_are_checked_before_anything_starts() {
 #[test]
 fn with_cm_the_queue_pair_is_connected_through_the_cm_and_every_send_lands() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let s = server("cm", &["send", "--cm"]);
+    let s = server("cm", &["send", "--cm", "--cc", "ack"]);
     let (v, _) = client_json(
         &s,
         &[
@@ -568,17 +568,22 @@ fn with_cm_the_queue_pair_is_connected_through_the_cm_and_every_send_lands() {
             "--duration",
             "0.4",
             "--cm",
+            "--cc",
+            "ack",
         ],
     );
     every_message_landed(&v, "send", &[256]);
-    // The client's engine connected once through its CM (ARP, REQ, REP, RTU) and ended the
-    // connection (DREQ, DREP) before it stopped.
+    // The client's engine connected once through its CM (ARP, REQ, REP, RTU), settled `ack`
+    // with the server in the REQ's and REP's Portico block, and ended the connection (DREQ,
+    // DREP) before it stopped.
     let text = v.to_string();
     for k in [
         "[\"cm_established\",1]",
         "[\"cm_disconnected\",1]",
         "[\"cm_qps_destroyed\",1]",
         "[\"arp_requests\",1]",
+        "[\"cm_cc_negotiated\",1]",
+        "[\"cm_cc_fallbacks\",0]",
     ] {
         assert!(text.contains(k), "{k}: {v}");
     }
@@ -586,8 +591,14 @@ fn with_cm_the_queue_pair_is_connected_through_the_cm_and_every_send_lands() {
     assert!(status.success(), "server: {err:?}");
     let r: serde_json::Value = serde_json::from_str(&out).expect("the server's JSON");
     let r = r.to_string();
-    assert!(r.contains("[\"cm_established\",1]"), "{r}");
-    assert!(r.contains("[\"cm_events_dropped\",0]"), "{r}");
+    for k in [
+        "[\"cm_established\",1]",
+        "[\"cm_events_dropped\",0]",
+        "[\"cm_cc_negotiated\",1]",
+        "[\"cm_cc_fallbacks\",0]",
+    ] {
+        assert!(r.contains(k), "{k}: {r}");
+    }
 }
 
 #[test]
