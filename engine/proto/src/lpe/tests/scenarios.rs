@@ -3,7 +3,7 @@
 
 use crate::lpe::{
     Appended, Command, CompletionKind, DeepList, Delivery, DropReason, EndpointConfig,
-    EndpointIndex, EndpointTable, EngineConfig, EngineId, Event, EventKind, EventRing,
+    EndpointIndex, EndpointTable, EngineConfig, EngineId, EntryHandle, Event, EventKind, EventRing,
     IncomingHeader, LinearList, ListKind, LpeError, MatchEntry, MatchId, MatchList, MatchOutcome,
     MatchShard, NiFail, Options, ProcessId, Request, SearchMode, TrafficClass, Worker,
     build_shards,
@@ -49,6 +49,19 @@ fn delivered(o: MatchOutcome) -> Delivery {
 fn link(e: &mut MatchShard, list: ListKind, entry: MatchEntry) {
     let mut ev = Vec::new();
     e.append(EP, list, entry, &mut ev).expect("append");
+}
+
+/// Appends `entry` to `ep`'s priority list, which must link it: its handle.
+fn linked(
+    e: &mut MatchShard,
+    ep: EndpointIndex,
+    entry: MatchEntry,
+    ev: &mut Vec<Event>,
+) -> EntryHandle {
+    match e.append(ep, ListKind::Priority, entry, ev).unwrap() {
+        Appended::Linked { handle, .. } => handle,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A catch-all overflow buffer like the one MPI-on-Portals always posts.
@@ -632,21 +645,9 @@ fn block_bit_holds_misses_and_releases_hits() {
 fn cache_fills_on_persistent_match_frees_on_unlink_and_evicts_round_robin() {
     let mut e = engine_with(EndpointConfig::default(), 2);
     let mut ev = Vec::new();
-    let mut handles = Vec::new();
-    for tag in 0..3 {
-        match e
-            .append(
-                EP,
-                ListKind::Priority,
-                MatchEntry::new(tag, 0, 64, tag),
-                &mut ev,
-            )
-            .unwrap()
-        {
-            Appended::Linked { handle, .. } => handles.push(handle),
-            other => panic!("{other:?}"),
-        }
-    }
+    let handles: Vec<EntryHandle> = (0..3)
+        .map(|tag| linked(&mut e, EP, MatchEntry::new(tag, 0, 64, tag), &mut ev))
+        .collect();
     let once = MatchEntry::new(50, 0, 64, 50).with_options(Options::OP_PUT | Options::USE_ONCE);
     e.append(EP, ListKind::Priority, once, &mut ev).unwrap();
     delivered(e.match_incoming(EP, &put(0, 50, 8), &mut ev));
@@ -750,21 +751,9 @@ fn the_engine_s_endpoints_share_one_pool_of_entries_and_headers() {
         ListKind::Overflow,
         catch_all(100, 0x10_0000, 1 << 20),
     );
-    let mut handles = Vec::new();
-    for tag in 0..2 {
-        match e
-            .append(
-                EP2,
-                ListKind::Priority,
-                MatchEntry::new(tag, 0, 64, tag),
-                &mut ev,
-            )
-            .unwrap()
-        {
-            Appended::Linked { handle, .. } => handles.push(handle),
-            other => panic!("{other:?}"),
-        }
-    }
+    let handles: Vec<EntryHandle> = (0..2)
+        .map(|tag| linked(&mut e, EP2, MatchEntry::new(tag, 0, 64, tag), &mut ev))
+        .collect();
     // The first unexpected message takes the last entry of the pool...
     let d = delivered(e.match_incoming(EP, &put(0, 5, 8), &mut ev));
     assert_eq!(d.list, ListKind::Overflow);
