@@ -207,7 +207,7 @@ impl Responder {
             return Ok(false);
         }
         self.cur = None;
-        self.written(mem, at, (len, req.psn), durable, cfg.durable_writes);
+        self.written(mem, at, len, req.psn, durable, cfg.durable_writes);
         if let Some(recv) = recv {
             complete_write_imm(cfg, cq, &recv, len, req.imm);
         }

@@ -452,7 +452,8 @@ impl Responder {
         &mut self,
         mem: &mut MemoryTable,
         at: Location,
-        (len, psn): (u32, u32),
+        len: u32,
+        psn: u32,
         durable: bool,
         pipelined: bool,
     ) {
