@@ -25,8 +25,8 @@
 //!   ordering and the host polls them with acquire ordering, so the data the worker placed is
 //!   visible to the host once it has seen the completion (and the host's stores to a buffer are
 //!   visible to the worker once it has seen the work request).
-//! - The engine touches the memory only through [`Mapping::read`], [`Mapping::write`] and
-//!   [`Mapping::fill`]. These are raw copies (`ptr::copy_nonoverlapping`, `ptr::write_bytes`)
+//! - The engine touches the memory only through [`Mapping::read`], [`Mapping::read_crc`],
+//!   [`Mapping::write`] and [`Mapping::fill`]. These are raw copies (`ptr::copy_nonoverlapping`, `ptr::write_bytes`)
 //!   through the mapping's base pointer. They never create a Rust reference to the memory, so
 //!   memory that another thread may be using is never aliased by a `&[u8]` or `&mut [u8]`.
 //! - [`Mapping::slice`] and [`Mapping::slice_mut`] do create references. They are `unsafe`
@@ -43,6 +43,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("pmem supports Linux only (MAP_SYNC, MAP_HUGETLB, memfd_create, MADV_DONTNEED)");
 
+pub mod crc;
 mod error;
 mod flush;
 mod hugepages;

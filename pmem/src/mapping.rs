@@ -429,6 +429,17 @@ impl Mapping {
         Ok(())
     }
 
+    /// [`Mapping::read`] with the bytes folded into a CRC-32 register as they are copied, in
+    /// one pass: the ICRC of a frame continued over the payload it carries ([`crate::crc`]).
+    /// Returns the register after the bytes.
+    pub fn read_crc(&self, offset: usize, dst: &mut [u8], reg: u32) -> Result<u32, Error> {
+        self.check(offset, dst.len())?;
+        // SAFETY: the range is inside the mapping (checked above), and `dst` is a Rust buffer
+        // that cannot overlap it. The kernel reads through the raw pointer and makes no
+        // reference into the mapping.
+        Ok(unsafe { crate::crc::copy_raw(reg, self.ptr.as_ptr().add(offset), dst) })
+    }
+
     /// Copies `src` into the mapping at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
         self.check(offset, src.len())?;

@@ -840,13 +840,14 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         };
         let e = &mut self.qps.entries[i];
-        let repr = match wire::RoceRepr::parse_cached(&packet, &mut e.rx_icrc) {
-            Ok(r) => r,
-            Err(e) => {
-                count_error(c, e);
-                return RxOutcome::Dropped;
-            }
-        };
+        let repr =
+            match wire::RoceRepr::parse_cached_with(&packet, &mut e.rx_icrc, pmem::crc::update) {
+                Ok(r) => r,
+                Err(e) => {
+                    count_error(c, e);
+                    return RxOutcome::Dropped;
+                }
+            };
         let payload = packet.payload();
         if let Err(why) = e.qp.admit(&repr) {
             *match why {

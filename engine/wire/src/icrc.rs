@@ -73,7 +73,7 @@ const fn step(state: u32, byte: u8) -> u32 {
 }
 
 /// Feed bytes one at a time (usable in `const` context).
-const fn update_bytewise(mut state: u32, data: &[u8]) -> u32 {
+pub(crate) const fn update_bytewise(mut state: u32, data: &[u8]) -> u32 {
     let mut i = 0;
     while i < data.len() {
         state = step(state, data[i]);
@@ -149,6 +149,17 @@ impl Crc32 {
     pub const fn finish(&self) -> u32 {
         !self.state
     }
+}
+
+/// A kernel that continues a raw CRC-32 register (as [`Crc32::register`]) over bytes; the
+/// engine passes a faster one than [`fold_tables`] where its CPU has one (`pmem::crc`).
+pub type Fold = fn(u32, &[u8]) -> u32;
+
+/// [`Fold`] by this module's tables (and `crc32fast` for long runs).
+pub fn fold_tables(reg: u32, data: &[u8]) -> u32 {
+    let mut crc = Crc32::from_register(reg);
+    crc.update(data);
+    crc.register()
 }
 
 /// CRC-32 of `data` in one call; equals zlib's `crc32(data)`.

@@ -582,8 +582,18 @@ impl RoceRepr {
         packet: &RocePacket<&T>,
         cache: &mut RxIcrc,
     ) -> Result<RoceRepr> {
+        Self::parse_cached_with(packet, cache, icrc::fold_tables)
+    }
+
+    /// [`RoceRepr::parse_cached`] with `fold` as the CRC kernel for the bytes after the base
+    /// headers ([`RxIcrc::compute_with`]).
+    pub fn parse_cached_with<T: AsRef<[u8]> + ?Sized>(
+        packet: &RocePacket<&T>,
+        cache: &mut RxIcrc,
+        fold: icrc::Fold,
+    ) -> Result<RoceRepr> {
         Self::parse_checked(packet, Checks::ALL, |p| {
-            cache.compute(&p.bytes()[..p.layout.icrc])
+            cache.compute_with(&p.bytes()[..p.layout.icrc], fold)
         })
     }
 

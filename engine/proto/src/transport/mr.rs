@@ -557,6 +557,17 @@ impl MemoryTable {
             .expect("fetch inside a checked location");
     }
 
+    /// [`MemoryTable::fetch`] folding the bytes into the CRC register `reg` as they are copied
+    /// (one pass: `pmem::Mapping::read_crc`); returns the register after them.
+    pub fn fetch_crc(&self, at: Location, dst: &mut [u8], reg: u32) -> u32 {
+        if dst.is_empty() {
+            return reg;
+        }
+        let (map, offset) = self.resolved(at, dst.len());
+        map.read_crc(offset, dst, reg)
+            .expect("fetch inside a checked location")
+    }
+
     /// The access flags of the region holding `at` (none for [`Location::NOWHERE`]).
     pub fn access_at(&self, at: Location) -> Access {
         match self.regions.get(at.region as usize) {

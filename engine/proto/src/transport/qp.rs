@@ -493,6 +493,17 @@ impl QueuePair {
         }
     }
 
+    /// [`QueuePair::copy_payload`] folding the bytes into the CRC register `reg` as they are
+    /// copied; returns the register after them.
+    fn copy_payload_crc(&self, p: &PayloadRef, mem: &MemoryTable, dst: &mut [u8], reg: u32) -> u32 {
+        match *p {
+            PayloadRef::Region { at, .. } => mem.fetch_crc(at, dst, reg),
+            PayloadRef::SendQueue { wqe, offset, .. } => {
+                self.req.copy_payload_crc(mem, wqe, offset, dst, reg)
+            }
+        }
+    }
+
     /// Write the whole frame of `pkt` (handed out by this QP since its last change) into
     /// `buf`: headers, the payload copied from the application's memory, pad and ICRC.
     /// Returns the frame length; `buf` must hold [`OutPacket::frame_len`] bytes.
@@ -512,11 +523,18 @@ impl QueuePair {
             (Some(t), Opcode::Cnp) => t,
             _ => &self.template,
         };
-        template.emit(&pkt.repr, plen, buf, |body| {
-            if let Some(p) = &pkt.payload {
-                self.copy_payload(p, mem, body);
-            }
-        })?;
+        // The payload is folded into the ICRC as it is copied out of the application's
+        // memory: one pass over its bytes (`pmem::crc`).
+        template.emit_folded(
+            &pkt.repr,
+            plen,
+            buf,
+            pmem::crc::update,
+            |body, reg| match &pkt.payload {
+                Some(p) => self.copy_payload_crc(p, mem, body, reg),
+                None => reg,
+            },
+        )?;
         Ok(total)
     }
 

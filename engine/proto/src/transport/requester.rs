@@ -860,6 +860,36 @@ impl Requester {
         let Some(h) = w.tag else {
             return w.local.copy_out(mem, offset, dst);
         };
+        self.copy_tagged(mem, w, h, offset, dst);
+    }
+
+    /// [`Requester::copy_payload`] folding the bytes into the CRC register `reg` (one pass over
+    /// the application's bytes); returns the register after them.
+    pub(crate) fn copy_payload_crc(
+        &self,
+        mem: &MemoryTable,
+        wqe: u32,
+        offset: u32,
+        dst: &mut [u8],
+        reg: u32,
+    ) -> u32 {
+        let w = &self.sq[wqe as usize];
+        let Some(h) = w.tag else {
+            return w.local.copy_out_crc(mem, offset, dst, reg);
+        };
+        // A tagged message's header is engine bytes, short: copied, then folded.
+        self.copy_tagged(mem, w, h, offset, dst);
+        pmem::crc::update(reg, dst)
+    }
+
+    fn copy_tagged(
+        &self,
+        mem: &MemoryTable,
+        w: &SendWqe,
+        h: TagHeader,
+        offset: u32,
+        dst: &mut [u8],
+    ) {
         // The tag header, then the local buffer.
         let hlen = h.buffer_len() as u32;
         let mut start = 0;

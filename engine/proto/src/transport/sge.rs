@@ -249,6 +249,21 @@ impl Gather {
         });
     }
 
+    /// [`Gather::copy_out`] folding the bytes into the CRC register `reg` as they are copied;
+    /// returns the register after them.
+    #[inline]
+    pub fn copy_out_crc(&self, mem: &MemoryTable, offset: u32, dst: &mut [u8], reg: u32) -> u32 {
+        if self.n == 1 {
+            return mem.fetch_crc(self.segs[0].at().advance(u64::from(offset)), dst, reg);
+        }
+        let (mut done, mut reg) = (0, reg);
+        self.walk(offset, dst.len(), |at, n| {
+            reg = mem.fetch_crc(at, &mut dst[done..done + n], reg);
+            done += n;
+        });
+        reg
+    }
+
     /// Place `src` at message offset `offset` into the application's memory.
     #[inline]
     pub fn copy_in(&self, mem: &MemoryTable, offset: u32, src: &[u8]) {

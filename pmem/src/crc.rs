@@ -1,0 +1,456 @@
+//! CRC-32 (IEEE 802.3, the RoCEv2 ICRC's polynomial) folded over bytes while they are copied.
+//!
+//! The engine sends a payload by copying it out of registered memory into a frame and then
+//! running the ICRC over the frame: two passes over the same bytes. [`Mapping::read_crc`]
+//! does both in one: each 16-byte block is loaded once, stored into the frame and folded into
+//! the CRC register. The register is the raw one (before the final inversion), the same value
+//! `portico_wire::icrc::Crc32::register` holds, so a caller continues the ICRC it started over
+//! the headers and finishes it after the pad.
+//!
+//! Two kernels, chosen once per process on the CPU it runs on:
+//!
+//! - **`pclmul`** (x86-64 with PCLMULQDQ and SSE4.1): carry-less multiplication folds 64 bytes
+//!   per step with four accumulators, then 16 bytes per step, then reduces the 128-bit
+//!   remainder to the 32-bit register by Barrett reduction. Runs of 16 bytes or more take it;
+//!   the last 0-15 bytes go through the tables.
+//! - **`portable`**: slicing by 8 (eight 256-entry tables built at compile time), eight bytes
+//!   per step. Any CPU, and runs shorter than 16 bytes.
+//!
+//! `PORTICO_CRC=portable` in the environment forces the portable kernel (for comparisons);
+//! [`kernel`] says which one runs. The tests compare both kernels with a bit-at-a-time CRC for
+//! every length up to 300 and every alignment of source and destination.
+//!
+//! [`Mapping::read_crc`]: crate::Mapping::read_crc
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The reflected IEEE 802.3 polynomial.
+const POLY: u32 = 0xedb8_8320;
+
+/// `TABLES[0]` is the byte-at-a-time table; `TABLES[k][b]` is the CRC of byte `b` followed by
+/// `k` zero bytes, so eight bytes fold with eight lookups.
+static TABLES: [[u32; 256]; 8] = build_tables();
+
+const fn build_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = i as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = (crc >> 1) ^ (POLY & 0u32.wrapping_sub(crc & 1));
+            bit += 1;
+        }
+        t[0][i] = crc;
+        i += 1;
+    }
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+}
+
+/// The kernel a process folds with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Slicing by 8, any CPU.
+    Portable,
+    /// PCLMULQDQ folding (x86-64).
+    Pclmul,
+}
+
+impl Kernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable",
+            Kernel::Pclmul => "pclmul",
+        }
+    }
+}
+
+/// 0 until the first call decides, then 1 + the kernel's index.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+/// The kernel this process uses: PCLMULQDQ where the CPU has it and `PORTICO_CRC` is not
+/// `portable`.
+#[inline]
+pub fn kernel() -> Kernel {
+    match CHOSEN.load(Ordering::Relaxed) {
+        1 => Kernel::Portable,
+        2 => Kernel::Pclmul,
+        _ => choose(),
+    }
+}
+
+#[cold]
+fn choose() -> Kernel {
+    let forced = std::env::var("PORTICO_CRC").is_ok_and(|v| v == "portable");
+    let k = if !forced && pclmul::available() {
+        Kernel::Pclmul
+    } else {
+        Kernel::Portable
+    };
+    CHOSEN.store(
+        match k {
+            Kernel::Portable => 1,
+            Kernel::Pclmul => 2,
+        },
+        Ordering::Relaxed,
+    );
+    k
+}
+
+/// Runs at least this long take the PCLMULQDQ kernel.
+const FOLD_FROM: usize = 16;
+
+/// Continue the raw CRC-32 register `reg` over `data`.
+#[inline]
+pub fn update(reg: u32, data: &[u8]) -> u32 {
+    if data.len() >= FOLD_FROM && kernel() == Kernel::Pclmul {
+        // SAFETY: `kernel()` is `Pclmul` only where `pclmul::available()` found the CPU
+        // features the kernel is compiled for; `data` is valid for `data.len()` reads, and the
+        // kernel writes nothing when `COPY` is false.
+        return unsafe {
+            pclmul::fold::<false>(reg, data.as_ptr(), std::ptr::null_mut(), data.len())
+        };
+    }
+    portable_update(reg, data)
+}
+
+/// Copy `src` into `dst` (of the same length) and continue `reg` over the bytes, in one pass.
+///
+/// # Panics
+/// If the lengths differ.
+#[inline]
+pub fn copy(reg: u32, src: &[u8], dst: &mut [u8]) -> u32 {
+    assert_eq!(src.len(), dst.len(), "crc::copy: lengths differ");
+    // SAFETY: `src` is a slice of `dst.len()` bytes, and a `&[u8]` and a `&mut [u8]` cannot
+    // overlap.
+    unsafe { copy_raw(reg, src.as_ptr(), dst) }
+}
+
+/// [`copy`] from a raw source.
+///
+/// # Safety
+/// `src` must be valid for reads of `dst.len()` bytes and must not overlap `dst`.
+#[inline]
+pub(crate) unsafe fn copy_raw(reg: u32, src: *const u8, dst: &mut [u8]) -> u32 {
+    if dst.len() >= FOLD_FROM && kernel() == Kernel::Pclmul {
+        // SAFETY: the CPU has the kernel's features (`kernel()`, as in `update`); the caller
+        // vouches for `src`, and `dst` is a slice of the same length.
+        return unsafe { pclmul::fold::<true>(reg, src, dst.as_mut_ptr(), dst.len()) };
+    }
+    // SAFETY: the caller vouches for `src`.
+    unsafe { portable_copy(reg, src, dst) }
+}
+
+#[inline]
+fn step8(reg: u32, w: [u8; 8]) -> u32 {
+    let lo = reg ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+    TABLES[7][(lo & 0xff) as usize]
+        ^ TABLES[6][((lo >> 8) & 0xff) as usize]
+        ^ TABLES[5][((lo >> 16) & 0xff) as usize]
+        ^ TABLES[4][(lo >> 24) as usize]
+        ^ TABLES[3][w[4] as usize]
+        ^ TABLES[2][w[5] as usize]
+        ^ TABLES[1][w[6] as usize]
+        ^ TABLES[0][w[7] as usize]
+}
+
+#[inline]
+fn step1(reg: u32, b: u8) -> u32 {
+    (reg >> 8) ^ TABLES[0][((reg ^ u32::from(b)) & 0xff) as usize]
+}
+
+/// The portable kernel without a copy.
+pub(crate) fn portable_update(mut reg: u32, data: &[u8]) -> u32 {
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        reg = step8(reg, w);
+    }
+    chunks.remainder().iter().fold(reg, |r, &b| step1(r, b))
+}
+
+/// The portable kernel with a copy.
+///
+/// # Safety
+/// As [`copy_raw`].
+pub(crate) unsafe fn portable_copy(mut reg: u32, src: *const u8, dst: &mut [u8]) -> u32 {
+    let whole = dst.len() & !7;
+    let (body, tail) = dst.split_at_mut(whole);
+    for (i, chunk) in body.chunks_exact_mut(8).enumerate() {
+        // SAFETY: `i * 8 + 8 <= dst.len()`, within what the caller vouches for; unaligned
+        // reads are allowed by `read_unaligned`.
+        let w = unsafe { std::ptr::read_unaligned(src.add(i * 8).cast::<[u8; 8]>()) };
+        chunk.copy_from_slice(&w);
+        reg = step8(reg, w);
+    }
+    for (i, b) in tail.iter_mut().enumerate() {
+        // SAFETY: `whole + i < dst.len()`.
+        *b = unsafe { src.add(whole + i).read() };
+        reg = step1(reg, *b);
+    }
+    reg
+}
+
+#[cfg(target_arch = "x86_64")]
+mod pclmul {
+    use std::arch::x86_64::*;
+
+    /// Fold constants for the reflected polynomial, each `x^n mod P(x)` bit-reflected and
+    /// shifted left by one (the Intel white paper "Fast CRC Computation for Generic Polynomials
+    /// Using PCLMULQDQ"; the tests check them against the tables): 64-byte folds use
+    /// (`K512_LO`, `K512_HI`), 16-byte folds (`K128_LO`, `K128_HI`).
+    const K512_LO: i64 = 0x1_5444_2bd4;
+    const K512_HI: i64 = 0x1_c6e4_1596;
+    const K128_LO: i64 = 0x1_7519_97d0;
+    const K128_HI: i64 = 0x0_ccaa_009e;
+    /// 64 → 32 bits.
+    const K64: i64 = 0x1_63cd_6124;
+    /// Barrett reduction: P(x) reflected and μ = x^64 / P(x) reflected.
+    const P_X: i64 = 0x1_db71_0641;
+    const MU: i64 = 0x1_f701_1641;
+
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("pclmulqdq") && is_x86_feature_detected!("sse4.1")
+    }
+
+    /// `x`'s two halves carried forward by the distance `k` encodes, xored into `next`.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    fn carry(x: __m128i, k: __m128i, next: __m128i) -> __m128i {
+        let lo = _mm_clmulepi64_si128::<0x00>(x, k);
+        let hi = _mm_clmulepi64_si128::<0x11>(x, k);
+        _mm_xor_si128(_mm_xor_si128(lo, hi), next)
+    }
+
+    /// Load the 16 bytes at `src + at`, storing them at `dst + at` when copying.
+    ///
+    /// # Safety
+    /// `src + at .. + 16` readable; when `COPY`, `dst + at .. + 16` writable.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    unsafe fn load<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m128i {
+        // SAFETY: the caller's range; `loadu`/`storeu` take unaligned addresses.
+        unsafe {
+            let v = _mm_loadu_si128(src.add(at).cast());
+            if COPY {
+                _mm_storeu_si128(dst.add(at).cast(), v);
+            }
+            v
+        }
+    }
+
+    /// Continue `reg` over the `len` bytes at `src` (copying them to `dst` when `COPY`).
+    ///
+    /// # Safety
+    /// The CPU has PCLMULQDQ and SSE4.1; `len >= 16`; `src` is readable for `len` bytes; when
+    /// `COPY`, `dst` is writable for `len` bytes and does not overlap `src`.
+    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    pub(super) unsafe fn fold<const COPY: bool>(
+        reg: u32,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+    ) -> u32 {
+        debug_assert!(len >= 16);
+        // SAFETY (every `load` below): `at + 16 <= len` at each call, inside the caller's
+        // ranges.
+        let mut at;
+        let mut x;
+        if len >= 64 {
+            let k = _mm_set_epi64x(K512_HI, K512_LO);
+            let mut a = unsafe { load::<COPY>(src, dst, 0) };
+            let mut b = unsafe { load::<COPY>(src, dst, 16) };
+            let mut c = unsafe { load::<COPY>(src, dst, 32) };
+            let mut d = unsafe { load::<COPY>(src, dst, 48) };
+            a = _mm_xor_si128(a, _mm_cvtsi32_si128(reg as i32));
+            at = 64;
+            while len - at >= 64 {
+                a = carry(a, k, unsafe { load::<COPY>(src, dst, at) });
+                b = carry(b, k, unsafe { load::<COPY>(src, dst, at + 16) });
+                c = carry(c, k, unsafe { load::<COPY>(src, dst, at + 32) });
+                d = carry(d, k, unsafe { load::<COPY>(src, dst, at + 48) });
+                at += 64;
+            }
+            let k = _mm_set_epi64x(K128_HI, K128_LO);
+            x = carry(carry(carry(a, k, b), k, c), k, d);
+        } else {
+            x = _mm_xor_si128(
+                unsafe { load::<COPY>(src, dst, 0) },
+                _mm_cvtsi32_si128(reg as i32),
+            );
+            at = 16;
+        }
+        let k = _mm_set_epi64x(K128_HI, K128_LO);
+        while len - at >= 16 {
+            x = carry(x, k, unsafe { load::<COPY>(src, dst, at) });
+            at += 16;
+        }
+
+        // 128 → 64 bits: the low half carried over the high half.
+        let x = _mm_xor_si128(_mm_clmulepi64_si128::<0x10>(x, k), _mm_srli_si128::<8>(x));
+        // 64 → 32 bits.
+        let low32 = _mm_set_epi32(0, 0, 0, -1);
+        let x = _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(_mm_and_si128(x, low32), _mm_set_epi64x(0, K64)),
+            _mm_srli_si128::<4>(x),
+        );
+        // Barrett reduction to the 32-bit register.
+        let pu = _mm_set_epi64x(MU, P_X);
+        let t1 = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(x, low32), pu);
+        let t2 = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(t1, low32), pu);
+        let reg = _mm_extract_epi32::<1>(_mm_xor_si128(x, t2)) as u32;
+
+        let rest = len - at;
+        if rest == 0 {
+            return reg;
+        }
+        if COPY {
+            // SAFETY: `at + rest == len`, inside both ranges, which do not overlap.
+            unsafe {
+                super::portable_copy(
+                    reg,
+                    src.add(at),
+                    std::slice::from_raw_parts_mut(dst.add(at), rest),
+                )
+            }
+        } else {
+            // SAFETY: `at + rest == len`, inside the readable range; the engine's callers
+            // pass a slice here (`update`), so no other thread writes it.
+            super::portable_update(reg, unsafe {
+                std::slice::from_raw_parts(src.add(at), rest)
+            })
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod pclmul {
+    pub(super) fn available() -> bool {
+        false
+    }
+
+    /// Never called: `available` is false.
+    pub(super) unsafe fn fold<const COPY: bool>(
+        _reg: u32,
+        _src: *const u8,
+        _dst: *mut u8,
+        _len: usize,
+    ) -> u32 {
+        unreachable!("no PCLMULQDQ kernel on this architecture")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CRC register continued one bit at a time: the definition, no tables.
+    fn bitwise(mut reg: u32, data: &[u8]) -> u32 {
+        for &b in data {
+            reg ^= u32::from(b);
+            for _ in 0..8 {
+                reg = if reg & 1 != 0 {
+                    (reg >> 1) ^ POLY
+                } else {
+                    reg >> 1
+                };
+            }
+        }
+        reg
+    }
+
+    fn data(n: usize) -> Vec<u8> {
+        (0..n as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn the_check_value_and_zlib_s_fox() {
+        assert_eq!(!update(!0, b"123456789"), 0xcbf4_3926);
+        let fox = b"The quick brown fox jumps over the lazy dog";
+        assert_eq!(!update(!0, fox), 0x414f_a339);
+        let mut out = [0u8; 43];
+        assert_eq!(!copy(!0, fox, &mut out), 0x414f_a339);
+        assert_eq!(&out, fox);
+    }
+
+    /// Both kernels, with and without the copy, for every length to 300 and a few long ones,
+    /// every source and destination alignment in a 16-byte block, from several registers.
+    #[test]
+    fn every_kernel_equals_the_bitwise_crc_for_every_length_and_alignment() {
+        let src = data(4096 + 64);
+        let mut dst = vec![0u8; 4096 + 64];
+        let lens = (0..=300).chain([511, 512, 1023, 1500, 4095, 4096]);
+        let pclmul = cfg!(target_arch = "x86_64") && pclmul::available();
+        for len in lens {
+            let aligns: &[usize] = if len <= 300 {
+                &[0, 1, 3, 7, 8, 13, 15]
+            } else {
+                &[0, 5]
+            };
+            for &sa in aligns {
+                for &da in aligns {
+                    for reg in [0xffff_ffff, 0, 0xdebb_20e3] {
+                        let s = &src[sa..sa + len];
+                        let want = bitwise(reg, s);
+                        assert_eq!(portable_update(reg, s), want, "portable len {len}");
+                        dst.fill(0xa5);
+                        // SAFETY: `s` is a slice of `len` bytes, apart from `dst`.
+                        let got = unsafe { portable_copy(reg, s.as_ptr(), &mut dst[da..da + len]) };
+                        assert_eq!(got, want, "portable copy len {len} align {sa}/{da}");
+                        assert_eq!(&dst[da..da + len], s);
+                        if pclmul && len >= 16 {
+                            // SAFETY: the CPU has the features; ranges as above.
+                            let got = unsafe {
+                                pclmul::fold::<false>(reg, s.as_ptr(), std::ptr::null_mut(), len)
+                            };
+                            assert_eq!(got, want, "pclmul len {len} align {sa}");
+                            dst.fill(0x5a);
+                            // SAFETY: as above; `dst[da..da + len]` is writable and apart.
+                            let got = unsafe {
+                                pclmul::fold::<true>(reg, s.as_ptr(), dst[da..].as_mut_ptr(), len)
+                            };
+                            assert_eq!(got, want, "pclmul copy len {len} align {sa}/{da}");
+                            assert_eq!(&dst[da..da + len], s);
+                            assert!(dst[..da].iter().all(|&b| b == 0x5a), "wrote before dst");
+                            assert!(dst[da + len..].iter().all(|&b| b == 0x5a), "wrote past dst");
+                        }
+                        assert_eq!(update(reg, s), want);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_split_anywhere_continues_the_same_register() {
+        let d = data(700);
+        let whole = update(!0, &d);
+        for split in [0, 1, 15, 16, 17, 63, 64, 65, 128, 333, 699, 700] {
+            let r = update(update(!0, &d[..split]), &d[split..]);
+            assert_eq!(r, whole, "split {split}");
+        }
+    }
+
+    #[test]
+    fn the_kernel_is_named_and_pclmul_where_the_cpu_has_it() {
+        let k = kernel();
+        assert_eq!(kernel(), k, "chosen once");
+        if std::env::var("PORTICO_CRC").is_err() {
+            assert_eq!(k == Kernel::Pclmul, pclmul::available());
+        }
+        assert!(["portable", "pclmul"].contains(&k.name()));
+    }
+}
