@@ -47,7 +47,7 @@ pub use cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError, random_u32};
 pub use persist::{Persist, PersistJob};
 pub use qp::{QpState, QpStats, QueuePair};
-pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, TooManySges};
+pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, Spill, TooManySges};
 pub use tagged::{Landing, Next, NoTags, Pull, TagTarget};
 
 /// Path MTU: the largest payload of one packet.

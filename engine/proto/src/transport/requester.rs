@@ -32,7 +32,7 @@ use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
 use super::rto::{Resent, RttEstimator};
-use super::sge::{Gather, LocalError};
+use super::sge::{Gather, LocalError, Spill};
 use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind};
 use crate::cc::RateControl;
 
@@ -167,6 +167,9 @@ pub(crate) enum Outcome {
 #[derive(Debug)]
 pub struct Requester {
     sq: VecDeque<SendWqe>,
+    /// The pieces of the local buffers of more than one piece: a list for each host request
+    /// `sq` can hold (internal ones have one piece or none).
+    spill: Spill,
     /// PSN the next posted WQE gets.
     next_psn: u32,
     /// Next PSN to transmit, and the index in `sq` of the WQE that holds it.
@@ -220,6 +223,7 @@ impl Requester {
             sq: VecDeque::with_capacity(
                 cfg.max_send_wr + if cfg.tagged { INTERNAL_RESERVE } else { 0 },
             ),
+            spill: Spill::new(cfg.max_send_wr),
             next_psn: cfg.send_psn,
             tx_psn: cfg.send_psn,
             tx_idx: 0,
@@ -333,7 +337,9 @@ impl Requester {
 
     /// Whether any queued work request has a local buffer in region `slot`.
     pub(crate) fn uses_region(&self, slot: u32) -> bool {
-        self.sq.iter().any(|w| w.local.uses_region(slot))
+        self.sq
+            .iter()
+            .any(|w| w.local.uses_region(&self.spill, slot))
     }
 
     pub(crate) fn post(
@@ -361,7 +367,7 @@ impl Requester {
         if !allowed {
             return Err(Refusal::Local(LocalError::Operation));
         }
-        let local = Gather::resolve(mem, &wr.sgl, need).map_err(Refusal::Local)?;
+        let local = Gather::resolve(mem, &wr.sgl, need, &mut self.spill).map_err(Refusal::Local)?;
         let mut len = local.len();
         let len_ok = match wr.kind {
             WrKind::AtomicWrite { .. } => len == 8,
@@ -858,7 +864,7 @@ impl Requester {
     pub(crate) fn copy_payload(&self, mem: &MemoryTable, wqe: u32, offset: u32, dst: &mut [u8]) {
         let w = &self.sq[wqe as usize];
         let Some(h) = w.tag else {
-            return w.local.copy_out(mem, offset, dst);
+            return w.local.copy_out(mem, &self.spill, offset, dst);
         };
         self.copy_tagged(mem, w, h, offset, dst);
     }
@@ -875,7 +881,7 @@ impl Requester {
     ) -> u32 {
         let w = &self.sq[wqe as usize];
         let Some(h) = w.tag else {
-            return w.local.copy_out_crc(mem, offset, dst, reg);
+            return w.local.copy_out_crc(mem, &self.spill, offset, dst, reg);
         };
         // A tagged message's header is engine bytes, short: copied, then folded.
         self.copy_tagged(mem, w, h, offset, dst);
@@ -902,7 +908,7 @@ impl Requester {
         }
         if start < dst.len() {
             let at = (offset + start as u32) - hlen;
-            w.local.copy_out(mem, at, &mut dst[start..]);
+            w.local.copy_out(mem, &self.spill, at, &mut dst[start..]);
         }
     }
 
@@ -1251,7 +1257,7 @@ impl Requester {
             self.stats.ignored_responses += 1;
             return;
         }
-        w.local.copy_in(mem, offset, payload);
+        w.local.copy_in(mem, &self.spill, offset, payload);
         w.read_done += 1;
         if w.read_done == w.npsn && self.finish(now, cfg, cq) {
             self.tx_idx = self.tx_idx.saturating_sub(1);

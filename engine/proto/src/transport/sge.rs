@@ -104,7 +104,7 @@ impl SgList {
     }
 }
 
-/// One resolved piece, 16 bytes (a whole list is copied with its work request).
+/// One resolved piece, 16 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Seg {
     offset: u64,
@@ -113,6 +113,12 @@ struct Seg {
 }
 
 impl Seg {
+    const ZERO: Seg = Seg {
+        offset: 0,
+        region: 0,
+        len: 0,
+    };
+
     const fn new(at: Location, len: u32) -> Seg {
         Seg {
             offset: at.offset,
@@ -143,44 +149,85 @@ pub enum LocalError {
     Operation,
 }
 
-/// A resolved scatter/gather list.
+/// Where the resolved lists of more than one piece keep their pieces: a ring of whole lists,
+/// one owned by each requester and responder, claimed in turn by the requests that need one.
+///
+/// Most requests have one piece, which their [`Gather`] holds inline, so a work request moves
+/// through the engine as 32 bytes and not as a list of sixteen. A request with more claims the
+/// ring's next list. The ring has a list for every request that can be alive at once (taken and
+/// not yet completed, in the order taken), so a list is claimed again only after the request
+/// that held it is gone, and nothing has to be given back.
+#[derive(Debug, Clone)]
+pub struct Spill {
+    lists: Vec<[Seg; MAX_SGE]>,
+    next: u32,
+}
+
+impl Spill {
+    /// A ring for `live` requests alive at once (at least one).
+    pub fn new(live: usize) -> Spill {
+        Spill {
+            lists: vec![[Seg::ZERO; MAX_SGE]; live.max(1)],
+            next: 0,
+        }
+    }
+
+    fn claim(&mut self) -> u32 {
+        let i = self.next;
+        self.next = if i as usize + 1 == self.lists.len() {
+            0
+        } else {
+            i + 1
+        };
+        i
+    }
+}
+
+/// A resolved scatter/gather list: one piece inline, more in the owner's [`Spill`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Gather {
-    n: u8,
+    first: Seg,
     total: u32,
-    segs: [Seg; MAX_SGE],
+    /// The [`Spill`] list holding the pieces when there is more than one.
+    spill: u32,
+    n: u8,
 }
 
 impl Gather {
     /// No bytes.
     pub const EMPTY: Gather = Gather {
-        n: 0,
+        first: Seg::ZERO,
         total: 0,
-        segs: [Seg {
-            offset: 0,
-            region: 0,
-            len: 0,
-        }; MAX_SGE],
+        spill: 0,
+        n: 0,
     };
 
     /// One resolved piece of `len` bytes at `at` (the engine's own buffers: a rendezvous pull).
     pub const fn at(at: Location, len: u32) -> Gather {
-        let mut g = Gather::EMPTY;
-        if len > 0 {
-            g.segs[0] = Seg::new(at, len);
-            g.n = 1;
-            g.total = len;
+        if len == 0 {
+            return Gather::EMPTY;
         }
-        g
+        Gather {
+            first: Seg::new(at, len),
+            total: len,
+            spill: 0,
+            n: 1,
+        }
     }
 
     /// The one piece this list is, if it is one.
     pub fn single(&self) -> Option<(Location, u32)> {
-        (self.n == 1).then(|| (self.segs[0].at(), self.segs[0].len))
+        (self.n == 1).then(|| (self.first.at(), self.first.len))
     }
 
-    /// Check every piece of `list` against `mem` for `need` and resolve it.
-    pub fn resolve(mem: &MemoryTable, list: &SgList, need: Access) -> Result<Gather, LocalError> {
+    /// Check every piece of `list` against `mem` for `need` and resolve it; a list of more
+    /// than one piece claims a list of `spill`.
+    pub fn resolve(
+        mem: &MemoryTable,
+        list: &SgList,
+        need: Access,
+        spill: &mut Spill,
+    ) -> Result<Gather, LocalError> {
         let mut g = Gather::EMPTY;
         let mut total = 0u64;
         for (index, s) in list.as_slice().iter().enumerate() {
@@ -188,10 +235,21 @@ impl Gather {
                 .check_local(s.lkey, s.addr, u64::from(s.len), need)
                 .map_err(|error| LocalError::Protection { index, error })?;
             total += u64::from(s.len);
-            if s.len > 0 {
-                g.segs[g.n as usize] = Seg::new(at, s.len);
-                g.n += 1;
+            if s.len == 0 {
+                continue;
             }
+            let seg = Seg::new(at, s.len);
+            match g.n {
+                0 => g.first = seg,
+                1 => {
+                    g.spill = spill.claim();
+                    let l = &mut spill.lists[g.spill as usize];
+                    l[0] = g.first;
+                    l[1] = seg;
+                }
+                n => spill.lists[g.spill as usize][n as usize] = seg,
+            }
+            g.n += 1;
         }
         if total > 1 << 31 {
             return Err(LocalError::Length);
@@ -209,18 +267,31 @@ impl Gather {
         self.total == 0
     }
 
+    #[inline]
+    fn pieces<'a>(&'a self, spill: &'a Spill) -> &'a [Seg] {
+        match self.n {
+            0 => &[],
+            1 => core::slice::from_ref(&self.first),
+            n => &spill.lists[self.spill as usize][..n as usize],
+        }
+    }
+
     /// Whether any piece lies in region `slot`.
-    pub fn uses_region(&self, slot: u32) -> bool {
-        self.segs[..self.n as usize]
-            .iter()
-            .any(|s| s.region == slot)
+    pub fn uses_region(&self, spill: &Spill, slot: u32) -> bool {
+        self.pieces(spill).iter().any(|s| s.region == slot)
     }
 
     /// Calls `f(location, len)` for the pieces that cover message bytes
     /// `offset..offset + len`, in order.
     #[inline]
-    fn walk(&self, mut offset: u32, mut len: usize, mut f: impl FnMut(Location, usize)) {
-        for s in &self.segs[..self.n as usize] {
+    fn walk(
+        &self,
+        spill: &Spill,
+        mut offset: u32,
+        mut len: usize,
+        mut f: impl FnMut(Location, usize),
+    ) {
+        for s in self.pieces(spill) {
             if len == 0 {
                 return;
             }
@@ -238,12 +309,12 @@ impl Gather {
 
     /// Copy message bytes `offset..offset + dst.len()` out of the application's memory.
     #[inline]
-    pub fn copy_out(&self, mem: &MemoryTable, offset: u32, dst: &mut [u8]) {
+    pub fn copy_out(&self, mem: &MemoryTable, spill: &Spill, offset: u32, dst: &mut [u8]) {
         if self.n == 1 {
-            return mem.fetch(self.segs[0].at().advance(u64::from(offset)), dst);
+            return mem.fetch(self.first.at().advance(u64::from(offset)), dst);
         }
         let mut done = 0;
-        self.walk(offset, dst.len(), |at, n| {
+        self.walk(spill, offset, dst.len(), |at, n| {
             mem.fetch(at, &mut dst[done..done + n]);
             done += n;
         });
@@ -252,12 +323,19 @@ impl Gather {
     /// [`Gather::copy_out`] folding the bytes into the CRC register `reg` as they are copied;
     /// returns the register after them.
     #[inline]
-    pub fn copy_out_crc(&self, mem: &MemoryTable, offset: u32, dst: &mut [u8], reg: u32) -> u32 {
+    pub fn copy_out_crc(
+        &self,
+        mem: &MemoryTable,
+        spill: &Spill,
+        offset: u32,
+        dst: &mut [u8],
+        reg: u32,
+    ) -> u32 {
         if self.n == 1 {
-            return mem.fetch_crc(self.segs[0].at().advance(u64::from(offset)), dst, reg);
+            return mem.fetch_crc(self.first.at().advance(u64::from(offset)), dst, reg);
         }
         let (mut done, mut reg) = (0, reg);
-        self.walk(offset, dst.len(), |at, n| {
+        self.walk(spill, offset, dst.len(), |at, n| {
             reg = mem.fetch_crc(at, &mut dst[done..done + n], reg);
             done += n;
         });
@@ -266,12 +344,12 @@ impl Gather {
 
     /// Place `src` at message offset `offset` into the application's memory.
     #[inline]
-    pub fn copy_in(&self, mem: &MemoryTable, offset: u32, src: &[u8]) {
+    pub fn copy_in(&self, mem: &MemoryTable, spill: &Spill, offset: u32, src: &[u8]) {
         if self.n == 1 {
-            return mem.store(self.segs[0].at().advance(u64::from(offset)), src);
+            return mem.store(self.first.at().advance(u64::from(offset)), src);
         }
         let mut done = 0;
-        self.walk(offset, src.len(), |at, n| {
+        self.walk(spill, offset, src.len(), |at, n| {
             mem.store(at, &src[done..done + n]);
             done += n;
         });
@@ -279,6 +357,7 @@ impl Gather {
 }
 
 const _: () = assert!(core::mem::size_of::<Seg>() == 16);
+const _: () = assert!(core::mem::size_of::<Gather>() == 32);
 
 #[cfg(test)]
 mod tests {
@@ -312,14 +391,15 @@ mod tests {
             Sge::new(k.lkey, 0x1000 + 50, 5),
         ])
         .unwrap();
-        let g = Gather::resolve(&mem, &list, Access::LOCAL_WRITE).unwrap();
+        let mut spill = Spill::new(1);
+        let g = Gather::resolve(&mem, &list, Access::LOCAL_WRITE, &mut spill).unwrap();
         assert_eq!(g.len(), 12);
-        g.copy_in(&mem, 0, b"abcdefghijkl");
+        g.copy_in(&mem, &spill, 0, b"abcdefghijkl");
         let mut back = [0u8; 12];
-        g.copy_out(&mem, 0, &mut back);
+        g.copy_out(&mem, &spill, 0, &mut back);
         assert_eq!(&back, b"abcdefghijkl");
         let mut mid = [0u8; 6];
-        g.copy_out(&mem, 2, &mut mid);
+        g.copy_out(&mem, &spill, 2, &mut mid);
         assert_eq!(&mid, b"cdefgh");
         let mut at = [0u8; 4];
         map.read(0, &mut at).unwrap();
@@ -336,8 +416,9 @@ mod tests {
             .register_iova(map, 0, 64, 0, Access::REMOTE_READ)
             .unwrap();
         let list = SgList::from_slice(&[Sge::new(k.lkey, 0, 8), Sge::new(k.lkey, 60, 8)]).unwrap();
+        let spill = &mut Spill::new(1);
         assert_eq!(
-            Gather::resolve(&mem, &list, Access::NONE),
+            Gather::resolve(&mem, &list, Access::NONE, spill),
             Err(LocalError::Protection {
                 index: 1,
                 error: AccessError::OutOfBounds { addr: 60, len: 8 }
@@ -345,7 +426,7 @@ mod tests {
         );
         let one = SgList::one(k.lkey, 0, 8);
         assert!(matches!(
-            Gather::resolve(&mem, &one, Access::LOCAL_WRITE),
+            Gather::resolve(&mem, &one, Access::LOCAL_WRITE, spill),
             Err(LocalError::Protection {
                 index: 0,
                 error: AccessError::Permission

@@ -76,7 +76,7 @@ impl Responder {
                 complete_recv(cfg, cq, &recv, WcStatus::LocalLengthError, 0, None);
                 return Err(INVALID);
             }
-            recv.local.copy_in(mem, 0, payload);
+            recv.local.copy_in(mem, &self.spill, 0, payload);
             let done = payload.len() as u32;
             if req.op.pos == Pos::First {
                 self.cur = Some(InMsg::Send { recv, done });
@@ -96,7 +96,7 @@ impl Responder {
             self.cur = None;
             return Err(INVALID);
         }
-        recv.local.copy_in(mem, *done, payload);
+        recv.local.copy_in(mem, &self.spill, *done, payload);
         if req.op.pos == Pos::Last {
             complete_recv(cfg, cq, recv, WcStatus::Success, total as u32, req.imm);
             self.cur = None;

@@ -47,7 +47,7 @@ use super::mr::{Access, Location, MemoryTable};
 use super::persist::Durability;
 use super::psn;
 use super::qp::QpStats;
-use super::sge::Gather;
+use super::sge::{Gather, Spill};
 use super::tagged::{Next, TagTarget};
 use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal};
 
@@ -136,6 +136,8 @@ pub struct Responder {
     epsn: u32,
     msn: u32,
     rq: VecDeque<RecvWqe>,
+    /// The pieces of receive buffers of more than one piece.
+    spill: Spill,
     cur: Option<InMsg>,
     reads: VecDeque<ReadJob>,
     ack_due: bool,
@@ -168,6 +170,8 @@ impl Responder {
             epsn: cfg.recv_psn,
             msn: 0,
             rq: VecDeque::with_capacity(cfg.max_recv_wr),
+            // The queued receives and the one a message in progress holds.
+            spill: Spill::new(cfg.max_recv_wr + 1),
             cur: None,
             reads: VecDeque::with_capacity(cfg.max_rd_atomic as usize),
             ack_due: false,
@@ -227,10 +231,12 @@ impl Responder {
     /// Whether a receive buffer, a message in progress or a READ being answered lies in
     /// region `slot`.
     pub(crate) fn uses_region(&self, slot: u32) -> bool {
-        self.rq.iter().any(|r| r.local.uses_region(slot))
+        self.rq
+            .iter()
+            .any(|r| r.local.uses_region(&self.spill, slot))
             || self.reads.iter().any(|j| j.at.region == slot)
             || match &self.cur {
-                Some(InMsg::Send { recv, .. }) => recv.local.uses_region(slot),
+                Some(InMsg::Send { recv, .. }) => recv.local.uses_region(&self.spill, slot),
                 Some(InMsg::Write { at, .. }) | Some(InMsg::Tagged { at, .. }) => at.region == slot,
                 None => false,
             }
@@ -245,7 +251,8 @@ impl Responder {
         if !self.has_room(cfg) {
             return Err(Refusal::Full);
         }
-        let local = Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE).map_err(Refusal::Local)?;
+        let local = Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE, &mut self.spill)
+            .map_err(Refusal::Local)?;
         self.rq.push_back(RecvWqe {
             wr_id: wr.wr_id,
             local,

@@ -1132,3 +1132,70 @@ fn a_split_read_goes_as_sub_requests_and_a_retry_asks_for_the_rest_of_one() {
     assert_eq!(firsts, 4);
     assert_eq!(sim.a.qp.stats().timeouts, 0);
 }
+
+/// Lists of several pieces keep theirs in a ring with a list per request that can be alive
+/// (`Spill`), reused without being given back. Five rounds of a full send queue of 3-piece
+/// WRITEs and SENDs into 3-piece receive buffers (multi-packet, so each list is read again
+/// after later ones were taken) wrap both rings: every byte lands where its own pieces say.
+/// With a ring of one list instead of `max_send_wr`, the WRITEs gather each other's pieces.
+#[test]
+fn many_piece_lists_at_full_depth_keep_their_pieces_while_the_ring_wraps() {
+    let mut c = cfg();
+    c.max_send_wr = 4;
+    c.max_recv_wr = 4;
+    let (mut sim, a, b) = pair(c, Faults::NONE, 1, 1 << 20);
+    let pieces = |base: u64, i: u64| {
+        let at = base + i * 8192;
+        [(at, 100u32), (at + 1000, 1500), (at + 3000, 700)]
+    };
+    let list = |lkey: u32, p: [(u64, u32); 3]| {
+        SgList::from_slice(&p.map(|(addr, len)| crate::transport::Sge::new(lkey, addr, len)))
+            .unwrap()
+    };
+    for round in 0..5u64 {
+        let mut expect = Vec::new();
+        for k in 0..4u64 {
+            let i = round * 4 + k;
+            let data = pattern(100 + i, 2300);
+            let mut off = 0;
+            for (addr, len) in pieces(A_BASE, k) {
+                let len = len as usize;
+                fill_a(&mut sim, a, (addr - A_BASE) as usize, &data[off..off + len]);
+                off += len;
+            }
+            let send = k % 2 == 1;
+            if send {
+                let wr = crate::transport::RecvRequest::new(i, list(b.lkey, pieces(B_BASE, k)));
+                sim.b.qp.post_recv(&wr, &sim.b.mem, &mut sim.b.cq).unwrap();
+                sim.a
+                    .post_send(WorkRequest::send(i, list(a.lkey, pieces(A_BASE, k)), None));
+            } else {
+                let to = B_BASE + 0x8_0000 + k * 4096;
+                let sgl = list(a.lkey, pieces(A_BASE, k));
+                sim.a
+                    .post_send(WorkRequest::write(i, sgl, to, b.rkey, None));
+            }
+            expect.push((k, send, data));
+        }
+        sim.run_idle(10 * MS);
+        sim.a.drain();
+        for (k, send, data) in expect {
+            let got = if send {
+                let mut got = Vec::new();
+                for (addr, len) in pieces(B_BASE, k) {
+                    got.extend(b_bytes(&sim, b, (addr - B_BASE) as usize, len as usize));
+                }
+                got
+            } else {
+                b_bytes(&sim, b, 0x8_0000 + k as usize * 4096, 2300)
+            };
+            assert!(
+                got == data,
+                "round {round}, request {k} ({})",
+                if send { "SEND" } else { "WRITE" }
+            );
+        }
+    }
+    assert_eq!(sim.a.done.len(), 20);
+    assert!(sim.a.done.iter().all(|wc| wc.status == WcStatus::Success));
+}
