@@ -152,6 +152,12 @@ pub struct LayoutArgs {
     /// robin on the workers.
     #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
     pub connections: Option<usize>,
+    /// Host threads that post and poll (default: one per worker, as far as the cores the
+    /// workers leave go, at least 1). Thread t drives connections t, t + T, ... and their
+    /// completion queues, on core t of the process's (the workers take the last ones); one
+    /// process only, not with --server/--client.
+    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub host_threads: Option<usize>,
 }
 
 /// Which side of a two-host run this process is.
@@ -581,6 +587,7 @@ impl EngineArgs {
             part: Vec::new(),
             cores: 1,
             connections: None,
+            host_threads: None,
         })
     }
 }
@@ -641,6 +648,7 @@ impl LoopArgs {
         o.set_duration(self.duration, run_seconds(sweep))?;
         o.cores = self.layout.cores;
         o.connections = self.layout.connections;
+        o.host_threads = self.layout.host_threads;
         o.set_trace(self.trace);
         o.set_series(self.series)?;
         let (side, cc) = self.remote.side();

@@ -141,6 +141,8 @@ pub struct BenchOpts {
     pub cores: usize,
     /// Queue pairs between the engines (`--connections`; at least `cores`; default `cores`).
     pub connections: Option<usize>,
+    /// Host threads (`--host-threads`; default `cores`).
+    pub host_threads: Option<usize>,
 }
 
 /// One operation type's results.
@@ -212,6 +214,18 @@ pub struct BenchSummary {
     /// `--client`: what the server reported of its side.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<serde_json::Value>,
+    /// The host threads that posted and polled, each with its core and the queue pairs
+    /// (engine A's QPNs) it drove (one process: write, read, send, mixed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host_threads: Vec<HostThread>,
+}
+
+/// One host thread of a run and what it drove.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostThread {
+    pub thread: usize,
+    pub core: usize,
+    pub qpns: Vec<u32>,
 }
 
 /// One point of a sweep.
@@ -246,6 +260,8 @@ pub(crate) struct Engines {
     pub(crate) memory: MemoryChoice,
     /// The host's core (EAL's main lcore) and the (first) engines' core.
     pub(crate) cores: (usize, usize),
+    /// The cores the process could run on before EAL pinned its main thread.
+    pub(crate) all_cores: Vec<usize>,
     /// The workers' cores, in worker order.
     pub(crate) workers: Vec<usize>,
     pub(crate) a: loopback::LoopbackEnd,
@@ -301,6 +317,32 @@ fn layout(opts: &BenchOpts) -> Result<(usize, usize), AppError> {
         )));
     }
     Ok((opts.cores, connections))
+}
+
+/// `--host-threads`, checked against the queue pairs and the logs. The default is one per
+/// worker as far as the cores the workers leave go (at least one): host threads that share
+/// cores with busy-polling workers only take turns with them (on this 2-core VM, `--cores 2`
+/// with two host threads ran 8 k ops/s against 0.8 M with one).
+fn host_threads(opts: &BenchOpts, connections: usize) -> Result<usize, AppError> {
+    let free = available_cores().len().saturating_sub(opts.cores);
+    let t = opts.host_threads.unwrap_or(opts.cores.min(free).max(1));
+    if t == 0 || t > connections {
+        return Err(usage(format!(
+            "--host-threads: must be 1..={connections} (each thread drives at least one of the \
+             {connections} queue pairs)"
+        )));
+    }
+    for (flag, given) in [
+        ("--hlog", opts.hlog.is_some()),
+        ("--plot", opts.plot.is_some()),
+    ] {
+        if t > 1 && given {
+            return Err(usage(format!(
+                "{flag}: takes --host-threads 1 (its log has one writer)"
+            )));
+        }
+    }
+    Ok(t)
 }
 
 /// Starts EAL for a bench that runs `pairs` loopback pairs of engines one after the other on
@@ -379,6 +421,7 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
     Ok(Engines {
         memory,
         cores: (a, b),
+        all_cores: cores,
         workers,
         a: ea,
         b: eb,
@@ -569,6 +612,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let ops = check_main_loop(opts)?;
     let points = points(opts);
     let (_, connections) = layout(opts)?;
+    let threads = host_threads(opts, connections)?;
     let buf_len = point::buffer_len(&points);
     for p in &points {
         point::check_point(*p, connections, opts.verify, buf_len)?;
@@ -589,6 +633,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let Engines {
         memory,
         cores: (a, _),
+        all_cores: cores,
         workers: worker_cores,
         a: ea,
         b: eb,
@@ -647,8 +692,34 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             udp_src_port: 0,
         })
         .collect();
+    // Host thread t on the process's core t (the workers took the last ones): where the
+    // machine has the cores, each thread has one of its own.
+    let host_cores: Vec<usize> = (0..threads).map(|t| cores[t % cores.len()]).collect();
+    debug_assert_eq!(host_cores[0], a);
+    let hosts = if threads == 1 {
+        format!("host on core {a}")
+    } else {
+        format!(
+            "{threads} host threads on cores {}",
+            host_cores
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    let shared_core = host_cores.iter().any(|c| worker_cores.contains(c))
+        || (1..threads).any(|t| host_cores[..t].contains(&host_cores[t]));
     let placing = if worker_cores.len() == 1 {
-        format!("both engines on core {}, host on core {a}", worker_cores[0])
+        format!(
+            "both engines on core {}, {hosts}{}",
+            worker_cores[0],
+            if shared_core {
+                " (sharing cores: this machine has fewer cores than workers + host threads)"
+            } else {
+                ""
+            }
+        )
     } else {
         let per_worker: Vec<String> = worker_cores
             .iter()
@@ -659,10 +730,10 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
             })
             .collect();
         format!(
-            "{}; host on core {a}{}",
+            "{}; {hosts}{}",
             per_worker.join(", "),
-            if worker_cores.contains(&a) {
-                " (shared with a worker: this machine has fewer cores than workers + host)"
+            if shared_core {
+                " (sharing cores: this machine has fewer cores than workers + host threads)"
             } else {
                 ""
             }
@@ -685,8 +756,19 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     })
     .map_err(|e| eprintln!("warning: no telemetry commands: {e}"))
     .ok();
-    let runner =
-        point::Runner::new(conns, regions, ops, opts.rate, opts.verify).with_latency_slot(slot);
+    let runner = point::Runner::new(conns, regions, ops, opts.rate, opts.verify)
+        .with_latency_slot(slot)
+        .with_host_threads(host_cores[1..].to_vec());
+    let host_layout: Vec<HostThread> = runner
+        .host_layout()
+        .into_iter()
+        .enumerate()
+        .map(|(t, qpns)| HostThread {
+            thread: t,
+            core: host_cores[t],
+            qpns,
+        })
+        .collect();
     human(
         opts.json,
         &format!(
@@ -698,7 +780,9 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     // Every operation has completed, so nothing more is on the way.
     let stopped = running.finish(opts.pcap.as_ref())?;
     drop(telemetry);
-    summarise(opts, &measured, memory, buffers, connections, stopped)
+    let mut summary = summarise(opts, &measured, memory, buffers, connections, stopped)?;
+    summary.host_threads = host_layout;
+    Ok(summary)
 }
 
 /// The line that says what a run does: operation, sizes, queue depths, queue pairs, loop,
@@ -1000,6 +1084,7 @@ pub(crate) fn summarise(
         interrupted: m.cut_short || m.points.iter().any(|p| p.interrupted),
         csv: opts.csv.as_ref().map(|p| p.display().to_string()),
         server: None,
+        host_threads: Vec::new(),
     })
 }
 

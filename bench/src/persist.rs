@@ -768,6 +768,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         interrupted: false,
         csv: None,
         server: None,
+        host_threads: Vec::new(),
         persist: Some(PersistSummary {
             mode,
             mapping,

@@ -11,7 +11,7 @@
 //! receives are posted here, and `--verify` reads its memory) or in another (`bench --client`:
 //! the server keeps its own receives posted, and a SEND is done when it is acknowledged).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -388,16 +388,62 @@ pub(crate) struct Progress {
 }
 
 /// The queue pairs and buffers of a run; [`Runner::run`] runs one point on them.
+///
+/// The queue pairs are dealt out to host threads (`--host-threads`): thread `t` of `T` owns
+/// connections `t`, `t + T`, ... with their completion queues, so with one thread per worker
+/// each thread drives the queue pairs of one worker (connection `c` is homed on worker
+/// `c mod N`). Thread 0 is the calling thread; the others are spawned for each point, pinned
+/// to `host_cores`. They share nothing on the per-operation path: each has its own lanes,
+/// histograms and verifier, and publishes its progress in a padded counter of its own.
 pub(crate) struct Runner {
-    lanes: Vec<Lane>,
+    groups: Vec<Vec<Lane>>,
+    /// The cores of host threads 1.. (thread 0 stays where it is).
+    host_cores: Vec<usize>,
     pub(crate) buffers: Buffers,
     ops: Ops,
     rate: Option<f64>,
     verify: bool,
-    /// Operations posted over the whole run: mixed runs take turns across points.
-    posted: u64,
+    /// Operations posted over the whole run, per host thread: mixed runs take turns across
+    /// points.
+    posted: Vec<u64>,
     /// Where the current point's latency goes for `/portico/latency`, once a second.
     latency: Option<portico::telemetry::LatencySlot>,
+}
+
+/// What one host thread's loop measured of a point.
+struct Part {
+    seconds: f64,
+    hist: [Latency; 3],
+    counts: [u64; 3],
+    errors: u64,
+    verify: Option<VerifySummary>,
+    interrupted: bool,
+    stuck: bool,
+    posted: u64,
+}
+
+/// A host thread's progress, read by thread 0 for the once-a-second line: on a cache line of
+/// its own, written by its thread only.
+#[repr(align(128))]
+#[derive(Default)]
+struct Progressed {
+    done: AtomicU64,
+    outstanding: AtomicU64,
+}
+
+/// What every host thread's loop shares, read-only.
+struct Shared<'a> {
+    point: Point,
+    buffers: &'a Buffers,
+    ops: Ops,
+    verify: bool,
+    duration: Option<Duration>,
+    stop: &'a AtomicBool,
+    progress: &'a Progress,
+    /// Slots of `size` per queue pair in the buffers, and of receive buffers.
+    share: usize,
+    recv_share: usize,
+    progressed: &'a [Progressed],
 }
 
 impl Runner {
@@ -409,18 +455,46 @@ impl Runner {
         verify: bool,
     ) -> Runner {
         Runner {
-            lanes: conns
-                .into_iter()
-                .enumerate()
-                .map(|(i, c)| Lane::new(i, c))
-                .collect(),
+            groups: vec![
+                conns
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| Lane::new(i, c))
+                    .collect(),
+            ],
+            host_cores: Vec::new(),
             buffers,
             ops,
             rate,
             verify,
-            posted: 0,
+            posted: vec![0],
             latency: None,
         }
+    }
+
+    /// Deals the queue pairs out to `1 + more_cores.len()` host threads (thread `t` takes
+    /// connections `t`, `t + T`, ...); thread `t >= 1` runs on `more_cores[t - 1]`.
+    pub(crate) fn with_host_threads(mut self, more_cores: Vec<usize>) -> Runner {
+        let t = 1 + more_cores.len();
+        let mut lanes: Vec<Lane> = self.groups.drain(..).flatten().collect();
+        lanes.sort_by_key(|l| l.index);
+        let mut groups: Vec<Vec<Lane>> = (0..t).map(|_| Vec::new()).collect();
+        for l in lanes {
+            groups[l.index % t].push(l);
+        }
+        groups.retain(|g| !g.is_empty());
+        self.posted = vec![0; groups.len()];
+        self.host_cores = more_cores;
+        self.groups = groups;
+        self
+    }
+
+    /// Host threads and the queue pairs (engine A's QPNs) each drives.
+    pub(crate) fn host_layout(&self) -> Vec<Vec<u32>> {
+        self.groups
+            .iter()
+            .map(|g| g.iter().map(|l| l.conn.qp.qpn()).collect())
+            .collect()
     }
 
     /// Publishes the current point's latency to `slot` once a second and at its end.
@@ -448,296 +522,424 @@ impl Runner {
         logs: &mut Logs<'_>,
         progress: &Progress,
     ) -> Result<Measured, AppError> {
-        let lanes_n = self.lanes.len();
+        let lanes_n: usize = self.groups.iter().map(Vec::len).sum();
         let size = point.size as usize;
-        let share = share(self.buffers.len, size, lanes_n);
         let recv_len = self.buffers.recv_len as usize;
-        let recv_share = share_or_one(self.buffers.len, recv_len, lanes_n);
-        for (i, l) in self.lanes.iter_mut().enumerate() {
-            // The total window, dealt out: the first `qd % n` queue pairs take one more.
-            l.begin(point.qd / lanes_n + usize::from(i < point.qd % lanes_n));
-        }
-        let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
-        let recv_slot =
-            |lane: usize, k: u64| (lane * recv_share + k as usize % recv_share) * recv_len;
-        let Buffers {
-            src,
-            dst,
-            remote,
-            peer,
-            ..
-        } = &self.buffers;
-        let (ops, rate) = (self.ops, self.rate);
-        let slot = self.latency.clone();
-        let uses_send = ops.uses_send() && peer.is_some();
-        let mut verifier = self.verify.then(|| Verifier::new(size));
-        let mut hist: [Latency; 3] = Default::default();
-        let mut counts = [0u64; 3];
-        // With --verify: landed bytes to check, as (operation id, which buffer, offset). They
-        // are checked after the next batch is posted, so the engine has work while the host
-        // compares.
-        let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
-        let check = |v: &mut Verifier, to_check: &mut Vec<(u64, Landed, usize)>| {
-            for &(id, landed, slot) in to_check.iter() {
-                let mr = match (landed, peer) {
-                    (Landed::Back, _) => dst,
-                    (Landed::Remote, Some(p)) => &p.buf,
-                    (Landed::Received, Some(p)) => &p.recv,
-                    (_, None) => continue,
-                };
-                v.check(id, mr, slot);
-            }
-            to_check.clear();
+        let progressed: Vec<Progressed> =
+            self.groups.iter().map(|_| Progressed::default()).collect();
+        let shared = Shared {
+            point,
+            buffers: &self.buffers,
+            ops: self.ops,
+            verify: self.verify,
+            duration,
+            stop,
+            progress,
+            share: share(self.buffers.len, size, lanes_n),
+            recv_share: share_or_one(self.buffers.len, recv_len, lanes_n),
+            progressed: &progressed,
         };
-        let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
-        let mut errors = 0u64;
-        let t0 = Instant::now();
-        // When posting ends: the duration's end, or the moment `stop` is seen.
-        let mut end = duration.and_then(|d| t0.checked_add(d));
-        let mut interrupted = false;
-        // Operations posted in this point: operation k is due at t0 + k / rate.
-        let mut next_k = 0u64;
-        let base = self.posted;
-        // The queue pair that takes the next operation of a closed loop.
-        let mut cursor = 0usize;
-        let mut last_print = t0;
-        let mut last_done = 0u64;
-        let mut done = 0u64;
-        let mut stuck = false;
-        let lanes = &mut self.lanes;
-        loop {
-            let now = Instant::now();
-            if stop.load(Ordering::Relaxed) && end.is_none_or(|e| e > now) {
-                end = Some(now);
-                interrupted = duration.is_some();
-            }
-            let ended = end.is_some_and(|e| now >= e);
-            if uses_send {
-                // Keep B's receive queues a window ahead of the SENDs, before any of this
-                // round's SENDs is posted (filling sources can take longer than the RNR
-                // retries last).
-                for l in lanes.iter_mut() {
-                    let lane = l.index;
-                    let Some((rqp, _)) = l.conn.peer.as_mut() else {
-                        continue;
-                    };
-                    let recv = &peer.as_ref().expect("uses_send has B").recv;
-                    l.recv_batch.clear();
-                    while l.recv_posted < l.sends_posted + l.window as u64
-                        && l.recv_batch.len() < l.recv_batch.capacity()
-                    {
-                        let slot = recv_slot(lane, l.recv_posted);
-                        l.recv_batch.push(RecvRequest::new(
-                            l.recv_posted,
-                            recv.sgl(slot, recv_len as u32),
-                        ));
-                        l.recv_posted += 1;
-                    }
-                    if let Err(full) = rqp.post_recv(&l.recv_batch) {
-                        l.recv_posted -= (l.recv_batch.len() - full.posted) as u64;
-                    }
-                }
-            }
-            // Post while there is room in a window and (with a rate) the next operation is
-            // due: each queue pair's batch with one doorbell. Operations go to the queue pairs
-            // in turn.
-            for l in lanes.iter_mut() {
-                l.batch.clear();
-            }
-            let mut blocked = 0;
-            while !ended && blocked < lanes_n {
-                // With a rate, operation k belongs to queue pair k mod n and waits for it;
-                // closed, the next queue pair in turn that has room takes it.
-                let lane = match rate {
-                    Some(_) => (next_k % lanes_n as u64) as usize,
-                    None => cursor,
+        for l in self.groups.iter_mut().flatten() {
+            // The total window, dealt out: the first `qd % n` queue pairs take one more.
+            l.begin(point.qd / lanes_n + usize::from(l.index < point.qd % lanes_n));
+        }
+        // A rate is dealt out like the queue pairs.
+        let rate_of = |g: &[Lane]| self.rate.map(|r| r * g.len() as f64 / lanes_n as f64);
+        let parts: Vec<Part> = if self.groups.len() == 1 {
+            let slot = self.latency.clone();
+            let (base, rate) = (self.posted[0], rate_of(&self.groups[0]));
+            vec![run_lanes(
+                &mut self.groups[0],
+                0,
+                base,
+                rate,
+                &shared,
+                logs,
+                slot.as_ref(),
+            )?]
+        } else {
+            // Latency logs have one writer: `--hlog` and `--plot` take one host thread
+            // (`bench::run` checks).
+            let rates: Vec<Option<f64>> = self.groups.iter().map(|g| rate_of(g)).collect();
+            let (first, rest) = self.groups.split_first_mut().expect("a group");
+            let posted = &self.posted;
+            let cores = &self.host_cores;
+            let shared = &shared;
+            std::thread::scope(|s| {
+                let spawned: Vec<_> = rest
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(k, g)| {
+                        let t = k + 1;
+                        let core = cores.get(k).copied();
+                        let (base, rate) = (posted[t], rates[t]);
+                        std::thread::Builder::new()
+                            .name(format!("bench-host-{t}"))
+                            .spawn_scoped(s, move || {
+                                if let Some(c) = core {
+                                    core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                                }
+                                let mut none = Logs {
+                                    hlog: None,
+                                    timeline: None,
+                                };
+                                run_lanes(g, t, base, rate, shared, &mut none, None)
+                            })
+                    })
+                    .collect();
+                let mut none = Logs {
+                    hlog: None,
+                    timeline: None,
                 };
-                let l = &mut lanes[lane];
-                if l.outstanding + l.batch.len() >= l.window {
-                    if rate.is_some() {
-                        break;
-                    }
-                    blocked += 1;
-                    cursor = next_lane(cursor, lanes_n);
-                    continue;
+                let mine = run_lanes(first, 0, posted[0], rates[0], shared, &mut none, None);
+                let mut parts = vec![mine?];
+                for h in spawned {
+                    let h =
+                        h.map_err(|e| AppError::Failed(format!("starting a host thread: {e}")))?;
+                    let part = h
+                        .join()
+                        .map_err(|_| AppError::Failed("a host thread panicked".into()))??;
+                    parts.push(part);
                 }
-                blocked = 0;
-                let intended = match rate {
-                    // An operation due beyond any clock reading (a tiny rate) is never due.
-                    Some(r) => match Duration::try_from_secs_f64(next_k as f64 / r)
-                        .ok()
-                        .and_then(|d| t0.checked_add(d))
-                    {
-                        Some(t) => t,
-                        None => break,
-                    },
-                    None => now,
-                };
-                if intended > now {
-                    break;
-                }
-                let seq = l.next_seq;
-                let id = (seq << LANE_BITS) | lane as u64;
-                let slot = slot_of(lane, seq);
-                let kind = ops.kind(base + next_k);
-                if let Some(v) = verifier.as_mut() {
-                    match (kind, peer) {
-                        (1, Some(p)) => v.fill(id, &p.buf, slot),
-                        (1, None) => {}
-                        _ => v.fill(id, src, slot),
-                    }
-                }
-                let (out, back) = (src.sgl(slot, point.size), dst.sgl(slot, point.size));
-                let at = remote.addr + slot as u64;
-                let wr = match kind {
-                    // Lane i is connection i, whose messages the peer's worker i takes:
-                    // endpoint i is homed there (`peer::start_engine`).
-                    0 if ops == Ops::Tagged => {
-                        WorkRequest::tagged_send(id, out, lane as u16, base + next_k, 0)
-                    }
-                    0 if ops == Ops::Durable => {
-                        WorkRequest::durable_write(id, out, at, remote.rkey, false)
-                    }
-                    0 => WorkRequest::write(id, out, at, remote.rkey, None),
-                    1 => WorkRequest::read(id, back, at, remote.rkey),
-                    _ => {
-                        let mask = l.send_mask();
-                        l.send_ids[l.sends_posted as usize & mask] = id;
-                        l.sends_posted += 1;
-                        WorkRequest::send(id, out, None)
-                    }
-                };
-                l.batch.push(wr);
-                let mask = l.mask();
-                l.started[seq as usize & mask] = Some(intended);
-                l.next_seq += 1;
-                next_k += 1;
-                cursor = next_lane(cursor, lanes_n);
-                if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
-                    // Filling takes time: ring for what is ready rather than for the whole
-                    // batch.
-                    l.flush()?;
-                }
+                Ok::<_, AppError>(parts)
+            })?
+        };
+        let mut m = Measured {
+            point,
+            seconds: 0.0,
+            hist: Default::default(),
+            counts: [0; 3],
+            errors: 0,
+            verify: None,
+            interrupted: false,
+            stuck: false,
+        };
+        for (t, p) in parts.into_iter().enumerate() {
+            self.posted[t] += p.posted;
+            m.seconds = m.seconds.max(p.seconds);
+            for k in 0..3 {
+                m.hist[k].merge(&p.hist[k]);
+                m.counts[k] += p.counts[k];
             }
-            for l in lanes.iter_mut() {
-                l.flush()?;
+            m.errors += p.errors;
+            if let Some(v) = p.verify {
+                let t = m.verify.get_or_insert_with(VerifySummary::default);
+                t.checked_ops += v.checked_ops;
+                t.checked_bytes += v.checked_bytes;
+                t.mismatches += v.mismatches;
             }
-            if let Some(v) = verifier.as_mut() {
-                check(v, &mut to_check);
-            }
+            m.interrupted |= p.interrupted;
+            m.stuck |= p.stuck;
+        }
+        self.publish(&m.hist);
+        Ok(m)
+    }
+}
+
+/// One host thread's loop over its queue pairs (`lanes`) for a point: host thread `thread`,
+/// whose mixed operations continue from its `base`-th, at `rate` operations a second (None:
+/// closed loop). Thread 0 prints the once-a-second line for all of them.
+fn run_lanes(
+    lanes: &mut [Lane],
+    thread: usize,
+    base: u64,
+    rate: Option<f64>,
+    sh: &Shared<'_>,
+    logs: &mut Logs<'_>,
+    slot: Option<&portico::telemetry::LatencySlot>,
+) -> Result<Part, AppError> {
+    let point = sh.point;
+    let lanes_n = lanes.len();
+    let size = point.size as usize;
+    let (share, recv_share) = (sh.share, sh.recv_share);
+    let recv_len = sh.buffers.recv_len as usize;
+    let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
+    let recv_slot = |lane: usize, k: u64| (lane * recv_share + k as usize % recv_share) * recv_len;
+    let Buffers {
+        src,
+        dst,
+        remote,
+        peer,
+        ..
+    } = sh.buffers;
+    let (ops, duration, stop, progress) = (sh.ops, sh.duration, sh.stop, sh.progress);
+    let mine = &sh.progressed[thread];
+    let uses_send = ops.uses_send() && peer.is_some();
+    let mut verifier = sh.verify.then(|| Verifier::new(size));
+    let mut hist: [Latency; 3] = Default::default();
+    let mut counts = [0u64; 3];
+    // With --verify: landed bytes to check, as (operation id, which buffer, offset). They
+    // are checked after the next batch is posted, so the engine has work while the host
+    // compares.
+    let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
+    let check = |v: &mut Verifier, to_check: &mut Vec<(u64, Landed, usize)>| {
+        for &(id, landed, slot) in to_check.iter() {
+            let mr = match (landed, peer) {
+                (Landed::Back, _) => dst,
+                (Landed::Remote, Some(p)) => &p.buf,
+                (Landed::Received, Some(p)) => &p.recv,
+                (_, None) => continue,
+            };
+            v.check(id, mr, slot);
+        }
+        to_check.clear();
+    };
+    let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
+    let mut errors = 0u64;
+    let t0 = Instant::now();
+    // When posting ends: the duration's end, or the moment `stop` is seen.
+    let mut end = duration.and_then(|d| t0.checked_add(d));
+    let mut interrupted = false;
+    // Operations posted in this point: operation k is due at t0 + k / rate.
+    let mut next_k = 0u64;
+    // The queue pair that takes the next operation of a closed loop.
+    let mut cursor = 0usize;
+    let mut last_print = t0;
+    let mut last_done = 0u64;
+    let mut done = 0u64;
+    let mut stuck = false;
+    loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) && end.is_none_or(|e| e > now) {
+            end = Some(now);
+            interrupted = duration.is_some();
+        }
+        let ended = end.is_some_and(|e| now >= e);
+        if uses_send {
+            // Keep B's receive queues a window ahead of the SENDs, before any of this
+            // round's SENDs is posted (filling sources can take longer than the RNR
+            // retries last).
             for l in lanes.iter_mut() {
                 let lane = l.index;
-                let n = l.conn.cq.poll(&mut wcs);
-                if n > 0 {
-                    // One clock read per batch of completions: the work they did ended by now.
-                    let polled_at = Instant::now();
-                    if let Some((log, _)) = logs.hlog.as_mut() {
-                        log.tick(polled_at);
+                let Some((rqp, _)) = l.conn.peer.as_mut() else {
+                    continue;
+                };
+                let recv = &peer.as_ref().expect("uses_send has B").recv;
+                l.recv_batch.clear();
+                while l.recv_posted < l.sends_posted + l.window as u64
+                    && l.recv_batch.len() < l.recv_batch.capacity()
+                {
+                    let slot = recv_slot(lane, l.recv_posted);
+                    l.recv_batch.push(RecvRequest::new(
+                        l.recv_posted,
+                        recv.sgl(slot, recv_len as u32),
+                    ));
+                    l.recv_posted += 1;
+                }
+                if let Err(full) = rqp.post_recv(&l.recv_batch) {
+                    l.recv_posted -= (l.recv_batch.len() - full.posted) as u64;
+                }
+            }
+        }
+        // Post while there is room in a window and (with a rate) the next operation is
+        // due: each queue pair's batch with one doorbell. Operations go to the queue pairs
+        // in turn.
+        for l in lanes.iter_mut() {
+            l.batch.clear();
+        }
+        let mut blocked = 0;
+        while !ended && blocked < lanes_n {
+            // With a rate, operation k belongs to queue pair k mod n and waits for it;
+            // closed, the next queue pair in turn that has room takes it.
+            let at = match rate {
+                Some(_) => (next_k % lanes_n as u64) as usize,
+                None => cursor,
+            };
+            let l = &mut lanes[at];
+            if l.outstanding + l.batch.len() >= l.window {
+                if rate.is_some() {
+                    break;
+                }
+                blocked += 1;
+                cursor = next_lane(cursor, lanes_n);
+                continue;
+            }
+            blocked = 0;
+            let intended = match rate {
+                // An operation due beyond any clock reading (a tiny rate) is never due.
+                Some(r) => match Duration::try_from_secs_f64(next_k as f64 / r)
+                    .ok()
+                    .and_then(|d| t0.checked_add(d))
+                {
+                    Some(t) => t,
+                    None => break,
+                },
+                None => now,
+            };
+            if intended > now {
+                break;
+            }
+            let lane = l.index;
+            let seq = l.next_seq;
+            let id = (seq << LANE_BITS) | lane as u64;
+            let slot = slot_of(lane, seq);
+            let kind = ops.kind(base + next_k);
+            if let Some(v) = verifier.as_mut() {
+                match (kind, peer) {
+                    (1, Some(p)) => v.fill(id, &p.buf, slot),
+                    (1, None) => {}
+                    _ => v.fill(id, src, slot),
+                }
+            }
+            let (out, back) = (src.sgl(slot, point.size), dst.sgl(slot, point.size));
+            let at = remote.addr + slot as u64;
+            let wr = match kind {
+                // Lane i is connection i, whose messages the peer's worker i takes:
+                // endpoint i is homed there (`peer::start_engine`).
+                0 if ops == Ops::Tagged => {
+                    WorkRequest::tagged_send(id, out, lane as u16, base + next_k, 0)
+                }
+                0 if ops == Ops::Durable => {
+                    WorkRequest::durable_write(id, out, at, remote.rkey, false)
+                }
+                0 => WorkRequest::write(id, out, at, remote.rkey, None),
+                1 => WorkRequest::read(id, back, at, remote.rkey),
+                _ => {
+                    let mask = l.send_mask();
+                    l.send_ids[l.sends_posted as usize & mask] = id;
+                    l.sends_posted += 1;
+                    WorkRequest::send(id, out, None)
+                }
+            };
+            l.batch.push(wr);
+            let mask = l.mask();
+            l.started[seq as usize & mask] = Some(intended);
+            l.next_seq += 1;
+            next_k += 1;
+            cursor = next_lane(cursor, lanes_n);
+            if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
+                // Filling takes time: ring for what is ready rather than for the whole
+                // batch.
+                l.flush()?;
+            }
+        }
+        for l in lanes.iter_mut() {
+            l.flush()?;
+        }
+        if let Some(v) = verifier.as_mut() {
+            check(v, &mut to_check);
+        }
+        for l in lanes.iter_mut() {
+            let lane = l.index;
+            let n = l.conn.cq.poll(&mut wcs);
+            if n > 0 {
+                // One clock read per batch of completions: the work they did ended by now.
+                let polled_at = Instant::now();
+                if let Some((log, _)) = logs.hlog.as_mut() {
+                    log.tick(polled_at);
+                }
+                if let Some(log) = logs.timeline.as_mut() {
+                    log.tick(polled_at);
+                }
+                let mask = l.mask();
+                for wc in &wcs[..n] {
+                    let seq = wc.wr_id >> LANE_BITS;
+                    let Some(t) = l.started[seq as usize & mask].take() else {
+                        continue;
+                    };
+                    l.outstanding -= 1;
+                    if wc.status != WcStatus::Success {
+                        errors += 1;
+                        continue;
+                    }
+                    let k = op_index(wc.opcode);
+                    let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
+                    hist[k].record(ns);
+                    if let Some((log, tag_base)) = logs.hlog.as_mut() {
+                        log.record(*tag_base + k, ns);
                     }
                     if let Some(log) = logs.timeline.as_mut() {
-                        log.tick(polled_at);
+                        log.record(k, ns);
                     }
-                    let mask = l.mask();
-                    for wc in &wcs[..n] {
-                        let seq = wc.wr_id >> LANE_BITS;
-                        let Some(t) = l.started[seq as usize & mask].take() else {
-                            continue;
-                        };
-                        l.outstanding -= 1;
-                        if wc.status != WcStatus::Success {
-                            errors += 1;
-                            continue;
-                        }
-                        let k = op_index(wc.opcode);
-                        let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
-                        hist[k].record(ns);
-                        if let Some((log, tag_base)) = logs.hlog.as_mut() {
-                            log.record(*tag_base + k, ns);
-                        }
-                        if let Some(log) = logs.timeline.as_mut() {
-                            log.record(k, ns);
-                        }
-                        counts[k] += 1;
-                        done += 1;
-                        if verifier.is_some() {
-                            let slot = slot_of(lane, seq);
-                            match wc.opcode {
-                                WcOpcode::RdmaWrite => {
-                                    to_check.push((wc.wr_id, Landed::Remote, slot))
-                                }
-                                WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
-                                _ => {}
-                            }
-                        }
-                    }
-                }
-                if uses_send && let Some((_, rcq)) = l.conn.peer.as_mut() {
-                    let n = rcq.poll(&mut wcs);
-                    let mask = l.send_mask();
-                    for wc in &wcs[..n] {
-                        let id = l.send_ids[l.sends_received as usize & mask];
-                        l.sends_received += 1;
-                        if wc.status != WcStatus::Success {
-                            errors += 1;
-                        } else if verifier.is_some() {
-                            to_check.push((id, Landed::Received, recv_slot(lane, wc.wr_id)));
+                    counts[k] += 1;
+                    done += 1;
+                    if verifier.is_some() {
+                        let slot = slot_of(lane, seq);
+                        match wc.opcode {
+                            WcOpcode::RdmaWrite => to_check.push((wc.wr_id, Landed::Remote, slot)),
+                            WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
+                            _ => {}
                         }
                     }
                 }
             }
-            let outstanding: usize = lanes.iter().map(|l| l.outstanding).sum();
-            if now.duration_since(last_print) >= Duration::from_secs(1) {
+            if uses_send && let Some((_, rcq)) = l.conn.peer.as_mut() {
+                let n = rcq.poll(&mut wcs);
+                let mask = l.send_mask();
+                for wc in &wcs[..n] {
+                    let id = l.send_ids[l.sends_received as usize & mask];
+                    l.sends_received += 1;
+                    if wc.status != WcStatus::Success {
+                        errors += 1;
+                    } else if verifier.is_some() {
+                        to_check.push((id, Landed::Received, recv_slot(lane, wc.wr_id)));
+                    }
+                }
+            }
+        }
+        let outstanding: usize = lanes.iter().map(|l| l.outstanding).sum();
+        if now.duration_since(last_print) >= Duration::from_secs(1) {
+            mine.done.store(done, Ordering::Relaxed);
+            mine.outstanding
+                .store(outstanding as u64, Ordering::Relaxed);
+            if thread == 0 {
                 let dt = now.duration_since(last_print).as_secs_f64();
+                let (all_done, all_out) = sh.progressed.iter().fold((0, 0), |(d, o), p| {
+                    (
+                        d + p.done.load(Ordering::Relaxed),
+                        o + p.outstanding.load(Ordering::Relaxed),
+                    )
+                });
                 human(
                     progress.json,
                     &format!(
                         "{}[{:6.1}s] {:>12} ops/s  {:>14}  outstanding {}",
                         progress.prefix,
                         now.duration_since(t0).as_secs_f64(),
-                        report::rate((done - last_done) as f64 / dt, ""),
-                        report::rate((done - last_done) as f64 * size as f64 * 8.0 / dt, "bit/s"),
-                        outstanding
+                        report::rate(all_done.saturating_sub(last_done) as f64 / dt, ""),
+                        report::rate(
+                            all_done.saturating_sub(last_done) as f64 * size as f64 * 8.0 / dt,
+                            "bit/s"
+                        ),
+                        all_out
                     ),
                 );
-                last_print = now;
-                last_done = done;
-                if let Some(slot) = &slot {
-                    for (k, h) in hist.iter().enumerate() {
-                        if h.count() > 0 {
-                            slot.publish(super::OP_NAMES[k], h);
-                        }
+                last_done = all_done;
+            }
+            last_print = now;
+            if let Some(slot) = slot {
+                for (k, h) in hist.iter().enumerate() {
+                    if h.count() > 0 {
+                        slot.publish(super::OP_NAMES[k], h);
                     }
                 }
             }
-            let receives_done =
-                !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
-            if ended && outstanding == 0 && receives_done {
-                break;
-            }
-            if end.is_some_and(|e| now.saturating_duration_since(e) >= DRAIN_LIMIT) {
-                errors += outstanding as u64;
-                stuck = true;
-                break;
-            }
         }
-        let seconds = t0.elapsed().as_secs_f64();
-        self.posted += next_k;
-        self.publish(&hist);
-        // A point of a sweep that does not send leaves the receives it posted for the next.
-        if let Some(v) = verifier.as_mut() {
-            check(v, &mut to_check);
+        let receives_done = !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
+        if ended && outstanding == 0 && receives_done {
+            break;
         }
-        Ok(Measured {
-            point,
-            seconds,
-            hist,
-            counts,
-            errors,
-            verify: verifier.map(|v| v.summary),
-            interrupted,
-            stuck,
-        })
+        if end.is_some_and(|e| now.saturating_duration_since(e) >= DRAIN_LIMIT) {
+            errors += outstanding as u64;
+            stuck = true;
+            break;
+        }
     }
+    let seconds = t0.elapsed().as_secs_f64();
+    // A point of a sweep that does not send leaves the receives it posted for the next.
+    if let Some(v) = verifier.as_mut() {
+        check(v, &mut to_check);
+    }
+    Ok(Part {
+        seconds,
+        hist,
+        counts,
+        errors,
+        verify: verifier.map(|v| v.summary),
+        interrupted,
+        stuck,
+        posted: next_k,
+    })
 }
 
 /// A buffer's share of slots of `size` for each of `connections` queue pairs, at least one.

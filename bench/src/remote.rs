@@ -854,6 +854,11 @@ fn accept_cm(
 /// durable` (durable WRITEs into a file the server maps) and `tagged` (tagged sends into a
 /// wildcard receive of the server's on each worker: connection i to endpoint i).
 fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
+    if opts.host_threads.is_some() {
+        return Err(usage(
+            "--host-threads: one process only; across two processes one host thread posts".into(),
+        ));
+    }
     if opts.op == BenchOp::Tagged {
         if !opts.part.is_empty() {
             return Err(usage(

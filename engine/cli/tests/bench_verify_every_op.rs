@@ -3,7 +3,8 @@
 //! --test bench_verify_every_op`), the binary users run and every figure comes from. Each run is
 //! its own `portico` process over `net_ring`; the JSON must show operations completed, every
 //! landed byte compared, no mismatch and no error. Also `--cores 2 --qd 240`: `--qd` is the
-//! total over the queue pairs, 120 on each of two.
+//! total over the queue pairs, 120 on each of two; and `--host-threads 2`, two host threads
+//! each driving its own queue pairs.
 
 use std::process::Command;
 
@@ -82,4 +83,53 @@ fn qd_is_the_total_over_the_queue_pairs() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--qd: 241: must be 1..=240"), "{err}");
+}
+
+/// Two host threads, each posting to and polling its own queue pairs (connections t and
+/// t + 2) and verifying what it posted: every completed operation's bytes compared, none
+/// different, and the JSON says which thread drove which queue pairs.
+#[test]
+fn host_threads_drive_their_own_queue_pairs_and_verify_every_byte() {
+    for op in ["write", "mixed"] {
+        let args = [
+            op,
+            "--connections",
+            "4",
+            "--host-threads",
+            "2",
+            "--qd",
+            "16",
+            "--size",
+            "4096",
+        ];
+        let v = bench(&args);
+        assert_verified(&args, &v);
+        let threads = v["host_threads"].as_array().expect("host_threads");
+        let qpns: Vec<Vec<u64>> = threads
+            .iter()
+            .map(|t| {
+                t["qpns"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|q| q.as_u64().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(qpns.len(), 2, "{v}");
+        assert!(qpns.iter().all(|q| q.len() == 2), "{qpns:?}");
+        let mut all: Vec<u64> = qpns.concat();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 4, "each queue pair has one thread: {qpns:?}");
+        if op == "write" {
+            let ops: u64 = v["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["ops"].as_u64().unwrap())
+                .sum();
+            assert_eq!(v["verify"]["checked_ops"].as_u64(), Some(ops), "{v}");
+        }
+    }
 }

@@ -502,6 +502,22 @@ fn bench_bounds_name_their_argument_with_exit_2() {
         (&["--cores", "17"], "--cores"),
         (&["--cores", "2", "--connections", "1"], "--connections"),
         (&["--cores", "2", "--qd", "1"], "--qd"),
+        (&["--host-threads", "0"], "--host-threads"),
+        (
+            &["--connections", "2", "--host-threads", "3"],
+            "--host-threads",
+        ),
+        (
+            &[
+                "--connections",
+                "2",
+                "--host-threads",
+                "2",
+                "--hlog",
+                "/tmp/h.hlog",
+            ],
+            "--hlog",
+        ),
     ] {
         let args = bench(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
