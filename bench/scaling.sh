@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # portico bench write over 1, 2, 4, 8 workers: how the rate scales with the cores.
 #
-# Each point is `portico bench write --size SIZE --qd QD --cores N --connections N --duration
-# DURATION --json`: both engines in one process, N workers on N queues of each port, one queue
-# pair per worker, QD operations outstanding over all of them. Runs are interleaved (run i of
+# Each point is `portico bench write --size SIZE --qd QD --cores N --connections N
+# --host-threads H --duration DURATION --json`: both engines in one process, N workers on N
+# queues of each port, one queue pair per worker, QD operations outstanding over all of them,
+# and H = N host threads (HOST_THREADS=1 for the single host loop), thread i driving worker i's
+# queue pair from a core of its own where the machine has 2N cores. Runs are interleaved (run i of
 # every N before run i+1 of any), so that a slow spell of a shared machine falls on all of them
 # alike. The table gives, per N, the median ops/s and Gbit/s over the runs, the ratio to one
 # worker (from the medians) and that ratio divided by N (1.00: linear), then each run's ops/s.
 #
 # Only the worker counts the machine can hold are run: N workers need N cores besides the
-# host's (on a 2-vCPU VM that is N = 1; N = 2 is run too, sharing a core with the host, and
-# marked so). The host side is one thread (issue 33 adds host threads).
+# host's (on a 2-vCPU VM that is N = 1; N = 2 is run too, sharing cores, and marked so).
 #
-#   bench/scaling.sh        RUNS=3 DURATION=2 SIZE=64 QD=120 WORKERS="1 2 4 8"
+#   bench/scaling.sh        RUNS=3 DURATION=2 SIZE=64 QD=120 WORKERS="1 2 4 8" HOST_THREADS=N
 #                           EXTRA="--hugepages off --memory-mb 512" PORTICO_NO_BUILD=1
 #                           PORTICO="bash .devkit/env.sh portico"   (a packed build elsewhere)
 #
@@ -29,6 +30,7 @@ WORKERS=${WORKERS:-"1 2 4 8"}
 EXTRA=${EXTRA:-"--hugepages off --memory-mb 512"}
 PORTICO=${PORTICO:-target/release/portico}
 OUT=${OUT:-bench/results/scaling}
+HOST_THREADS=${HOST_THREADS:-N}
 LOCK=${LOCK:-/tmp/portico-build.lock}
 
 if [ -z "${PORTICO_NO_BUILD:-}" ]; then
@@ -60,9 +62,11 @@ failed=0
 for i in $(seq 1 "$RUNS"); do
     for n in "${run[@]}"; do
         f="$OUT/w$n-r$i"
+        h=$HOST_THREADS
+        [ "$h" = N ] && h=$n
         # shellcheck disable=SC2086
         if ! $PORTICO bench write --size "$SIZE" --qd "$QD" --cores "$n" --connections "$n" \
-            --duration "$DURATION" --json $EXTRA >"$f.json" 2>"$f.err"; then
+            --host-threads "$h" --duration "$DURATION" --json $EXTRA >"$f.json" 2>"$f.err"; then
             echo "scaling: $n workers, run $i failed: $(tail -1 "$f.err")" >&2
             failed=1
         fi
@@ -74,7 +78,7 @@ import json, statistics, sys
 out, runs, cores, ns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4:]]
 rows = {}
 for n in ns:
-    ops, gbit, errors = [], [], 0
+    ops, gbit, errors, hosts = [], [], 0, 0
     for i in range(1, runs + 1):
         try:
             v = json.load(open(f"{out}/w{n}-r{i}.json"))
@@ -84,18 +88,19 @@ for n in ns:
         ops.append(r["ops_per_sec"])
         gbit.append(r["gbit_per_sec"])
         errors += v.get("errors", 0)
-    rows[n] = (ops, gbit, errors)
+        hosts = len(v.get("host_threads", [])) or 1
+    rows[n] = (ops, gbit, errors, hosts)
 base = statistics.median(rows[ns[0]][0]) if rows[ns[0]][0] else None
-print(f"{'workers':>7} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s)")
+print(f"{'workers':>7} {'hosts':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s)")
 for n in ns:
-    ops, gbit, errors = rows[n]
+    ops, gbit, errors, hosts = rows[n]
     if not ops:
         print(f"{n:>7} {'failed':>12}")
         continue
     m = statistics.median(ops)
     ratio = m / base if base else float("nan")
-    shared = "  (shares a core with the host)" if n >= cores else ""
-    print(f"{n:>7} {m:>12,.0f} {statistics.median(gbit):>8.2f} {ratio:>6.2f} {ratio / n:>5.2f} "
+    shared = "  (sharing cores)" if n + hosts > cores else ""
+    print(f"{n:>7} {hosts:>5} {m:>12,.0f} {statistics.median(gbit):>8.2f} {ratio:>6.2f} {ratio / n:>5.2f} "
           f"{errors:>6}  {' '.join(f'{x:,.0f}' for x in ops)}{shared}")
 EOF
 exit "$failed"
