@@ -17,10 +17,14 @@
 //!   one core in `portico bench`.
 //! - `node/write_64_x32`: 32 WRITEs of 64 bytes posted at once, then the same round trip for
 //!   all of them (per batch; divide by 32).
+//! - `crc/copy_then_crc_*`: a payload copied into a frame, then folded into a CRC by the
+//!   wire crate's own CRC (tables, `crc32fast` from 64 bytes); `crc/fused_<kernel>_*`: both
+//!   in one pass by `pmem::crc` with each kernel the CPU runs (`docs/rdma.md`).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use pmem::crc::Kernel;
 use portico::wire::roce::RoceIpv4;
 use portico::wire::template::HeaderTemplate;
 use portico::wire::{self, AethRepr, BthRepr, Opcode, RoceRepr, Syndrome};
@@ -103,6 +107,32 @@ fn bench(c: &mut Criterion) {
     let wrs = p.requests(64);
     g.throughput(Throughput::Elements(32));
     g.bench_function("node/write_64_x32", |b| b.iter(|| p.writes(&wrs)));
+    g.finish();
+
+    // A payload copied into a frame and folded into its ICRC: two passes (a copy, then the
+    // CRC the wire crate runs without `pmem`'s kernels) against one with each kernel this
+    // CPU runs.
+    let mut g = c.benchmark_group("crc");
+    for size in [80usize, 1024, 4096] {
+        let src: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
+        let mut dst = vec![0u8; size];
+        g.throughput(Throughput::Bytes(size as u64));
+        g.bench_with_input(BenchmarkId::new("copy_then_crc", size), &size, |b, _| {
+            b.iter(|| {
+                dst.copy_from_slice(black_box(&src));
+                black_box(wire::icrc::fold_tables(!0, &dst))
+            })
+        });
+        for k in [Kernel::Portable, Kernel::Pclmul, Kernel::Vpclmul] {
+            if !k.available() {
+                continue;
+            }
+            let id = BenchmarkId::new(format!("fused_{}", k.name()), size);
+            g.bench_with_input(id, &size, |b, _| {
+                b.iter(|| black_box(pmem::crc::copy_with(k, !0, black_box(&src), &mut dst)))
+            });
+        }
+    }
     g.finish();
 }
 

@@ -7,18 +7,26 @@
 //! `portico_wire::icrc::Crc32::register` holds, so a caller continues the ICRC it started over
 //! the headers and finishes it after the pad.
 //!
-//! Two kernels, chosen once per process on the CPU it runs on:
+//! Three kernels, the widest the CPU runs chosen once per process:
 //!
-//! - **`pclmul`** (x86-64 with PCLMULQDQ and SSE4.1): carry-less multiplication folds 64 bytes
-//!   per step with four accumulators, then 16 bytes per step, then reduces the 128-bit
-//!   remainder to the 32-bit register by Barrett reduction. Runs of 16 bytes or more take it;
-//!   the last 0-15 bytes go through the tables.
+//! - **`pclmul`** (x86-64 with PCLMULQDQ and SSE4.1): carry-less multiplication folds 128
+//!   bytes per step with eight accumulators (from 128 bytes on), then 16 bytes per step, then
+//!   reduces the 128-bit remainder to the 32-bit register by Barrett reduction. Runs of 16
+//!   bytes or more take it; the last 0-15 bytes go through the tables.
+//! - **`vpclmul`** (VPCLMULQDQ and AVX2 as well): the same with eight 256-bit accumulators,
+//!   256 bytes per step, for runs of 256 bytes or more. Valgrind does not decode it and hides
+//!   it from the CPU's feature bits, so under valgrind the process runs `pclmul`.
 //! - **`portable`**: slicing by 8 (eight 256-entry tables built at compile time), eight bytes
 //!   per step. Any CPU, and runs shorter than 16 bytes.
 //!
-//! `PORTICO_CRC=portable` in the environment forces the portable kernel (for comparisons);
-//! [`kernel`] says which one runs. The tests compare both kernels with a bit-at-a-time CRC for
-//! every length up to 300 and every alignment of source and destination.
+//! [`update`] (no copy) hands runs of 128 bytes or more to `crc32fast`, which folds 512 bits
+//! at a time where the CPU has AVX-512; below that `crc32fast` uses tables, and `pclmul` is
+//! faster.
+//!
+//! `PORTICO_CRC=portable` or `=pclmul` in the environment narrows the choice (for
+//! comparisons); [`kernel`] says which one runs. The tests compare every kernel the CPU runs
+//! with a bit-at-a-time CRC for every length up to 300 (and longer ones) at several
+//! alignments of source and destination.
 //!
 //! [`Mapping::read_crc`]: crate::Mapping::read_crc
 
@@ -64,6 +72,9 @@ pub enum Kernel {
     Portable,
     /// PCLMULQDQ folding (x86-64).
     Pclmul,
+    /// VPCLMULQDQ folding, 256 bits at a time, for runs of 256 bytes or more (x86-64 with
+    /// AVX2); shorter runs as `Pclmul`.
+    Vpclmul,
 }
 
 impl Kernel {
@@ -71,6 +82,16 @@ impl Kernel {
         match self {
             Kernel::Portable => "portable",
             Kernel::Pclmul => "pclmul",
+            Kernel::Vpclmul => "vpclmul",
+        }
+    }
+
+    /// Whether this CPU runs the kernel.
+    pub fn available(self) -> bool {
+        match self {
+            Kernel::Portable => true,
+            Kernel::Pclmul => pclmul::available(),
+            Kernel::Vpclmul => pclmul::wide_available(),
         }
     }
 }
@@ -78,50 +99,67 @@ impl Kernel {
 /// 0 until the first call decides, then 1 + the kernel's index.
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
 
-/// The kernel this process uses: PCLMULQDQ where the CPU has it and `PORTICO_CRC` is not
-/// `portable`.
+/// The kernel this process uses: the widest the CPU has, unless `PORTICO_CRC` names a
+/// narrower one (`portable`, `pclmul`).
 #[inline]
 pub fn kernel() -> Kernel {
     match CHOSEN.load(Ordering::Relaxed) {
         1 => Kernel::Portable,
         2 => Kernel::Pclmul,
+        3 => Kernel::Vpclmul,
         _ => choose(),
     }
 }
 
 #[cold]
 fn choose() -> Kernel {
-    let forced = std::env::var("PORTICO_CRC").is_ok_and(|v| v == "portable");
-    let k = if !forced && pclmul::available() {
+    let asked = std::env::var("PORTICO_CRC").unwrap_or_default();
+    let k = if asked == "portable" || !pclmul::available() {
+        Kernel::Portable
+    } else if asked == "pclmul" || !pclmul::wide_available() {
         Kernel::Pclmul
     } else {
-        Kernel::Portable
+        Kernel::Vpclmul
     };
     CHOSEN.store(
         match k {
             Kernel::Portable => 1,
             Kernel::Pclmul => 2,
+            Kernel::Vpclmul => 3,
         },
         Ordering::Relaxed,
     );
     k
 }
 
-/// Runs at least this long take the PCLMULQDQ kernel.
+/// Runs at least this long take the PCLMULQDQ kernel...
 const FOLD_FROM: usize = 16;
+/// ... and at least this long the VPCLMULQDQ one, where the CPU has it.
+const WIDE_FROM: usize = 256;
+/// Runs at least this long that are not copied go to `crc32fast` ([`update`]), which uses
+/// PCLMULQDQ (or AVX-512) from 128 bytes on and tables below.
+const LONG_FROM: usize = 128;
 
 /// Continue the raw CRC-32 register `reg` over `data`.
 #[inline]
 pub fn update(reg: u32, data: &[u8]) -> u32 {
-    if data.len() >= FOLD_FROM && kernel() == Kernel::Pclmul {
-        // SAFETY: `kernel()` is `Pclmul` only where `pclmul::available()` found the CPU
-        // features the kernel is compiled for; `data` is valid for `data.len()` reads, and the
+    let (src, len) = (data.as_ptr(), data.len());
+    match kernel() {
+        // Long runs without a copy: `crc32fast`, which folds 512 bits at a time where the CPU
+        // has AVX-512 (this crate's widest kernel folds 256).
+        Kernel::Pclmul | Kernel::Vpclmul if len >= LONG_FROM => {
+            let mut h = crc32fast::Hasher::new_with_initial(!reg);
+            h.update(data);
+            !h.finalize()
+        }
+        // SAFETY: `kernel()` is `Pclmul` or `Vpclmul` only where `pclmul::available()` found
+        // the CPU features the kernel is compiled for; `data` is valid for `len` reads, and the
         // kernel writes nothing when `COPY` is false.
-        return unsafe {
-            pclmul::fold::<false>(reg, data.as_ptr(), std::ptr::null_mut(), data.len())
-        };
+        Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
+            pclmul::fold::<false>(reg, src, std::ptr::null_mut(), len)
+        },
+        _ => portable_update(reg, data),
     }
-    portable_update(reg, data)
 }
 
 /// Copy `src` into `dst` (of the same length) and continue `reg` over the bytes, in one pass.
@@ -136,19 +174,52 @@ pub fn copy(reg: u32, src: &[u8], dst: &mut [u8]) -> u32 {
     unsafe { copy_raw(reg, src.as_ptr(), dst) }
 }
 
+/// [`copy`] with the kernel `k` rather than the process's (to compare them).
+///
+/// # Panics
+/// If the lengths differ, or this CPU does not run `k` ([`Kernel::available`]).
+pub fn copy_with(k: Kernel, reg: u32, src: &[u8], dst: &mut [u8]) -> u32 {
+    assert_eq!(src.len(), dst.len(), "crc::copy_with: lengths differ");
+    assert!(
+        k.available(),
+        "crc::copy_with: this CPU does not run {}",
+        k.name()
+    );
+    let len = dst.len();
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    match k {
+        // SAFETY: the CPU runs the kernel (checked above); `src` and `dst` are slices of
+        // `len` bytes, which cannot overlap.
+        Kernel::Vpclmul if len >= WIDE_FROM => unsafe { pclmul::fold_wide::<true>(reg, s, d, len) },
+        // SAFETY: as above.
+        Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
+            pclmul::fold::<true>(reg, s, d, len)
+        },
+        // SAFETY: as above.
+        _ => unsafe { portable_copy(reg, s, dst) },
+    }
+}
+
 /// [`copy`] from a raw source.
 ///
 /// # Safety
 /// `src` must be valid for reads of `dst.len()` bytes and must not overlap `dst`.
 #[inline]
 pub(crate) unsafe fn copy_raw(reg: u32, src: *const u8, dst: &mut [u8]) -> u32 {
-    if dst.len() >= FOLD_FROM && kernel() == Kernel::Pclmul {
+    let len = dst.len();
+    match kernel() {
         // SAFETY: the CPU has the kernel's features (`kernel()`, as in `update`); the caller
         // vouches for `src`, and `dst` is a slice of the same length.
-        return unsafe { pclmul::fold::<true>(reg, src, dst.as_mut_ptr(), dst.len()) };
+        Kernel::Vpclmul if len >= WIDE_FROM => unsafe {
+            pclmul::fold_wide::<true>(reg, src, dst.as_mut_ptr(), len)
+        },
+        // SAFETY: as above.
+        Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
+            pclmul::fold::<true>(reg, src, dst.as_mut_ptr(), len)
+        },
+        // SAFETY: the caller vouches for `src`.
+        _ => unsafe { portable_copy(reg, src, dst) },
     }
-    // SAFETY: the caller vouches for `src`.
-    unsafe { portable_copy(reg, src, dst) }
 }
 
 #[inline]
@@ -207,26 +278,26 @@ mod pclmul {
     use std::arch::x86_64::*;
 
     /// Fold constants for the reflected polynomial, each `x^n mod P(x)` bit-reflected and
-    /// shifted left by one (the Intel white paper "Fast CRC Computation for Generic Polynomials
-    /// Using PCLMULQDQ"; the tests check them against the tables): 64-byte folds use
-    /// (`K512_LO`, `K512_HI`), 16-byte folds (`K128_LO`, `K128_HI`).
-    const K512_LO: i64 = 0x1_5444_2bd4;
-    const K512_HI: i64 = 0x1_c6e4_1596;
-    const K128_LO: i64 = 0x1_7519_97d0;
-    const K128_HI: i64 = 0x0_ccaa_009e;
+    /// shifted left by one (the values of the Intel white paper "Fast CRC Computation for
+    /// Generic Polynomials Using PCLMULQDQ"; [`fold_constant`] makes the others, and a test
+    /// checks it against these): 16-byte folds use (`K128_LO`, `K128_HI`).
+    pub(super) const K128_LO: i64 = 0x1_7519_97d0;
+    pub(super) const K128_HI: i64 = 0x0_ccaa_009e;
     /// 64 → 32 bits.
-    const K64: i64 = 0x1_63cd_6124;
+    pub(super) const K64: i64 = 0x1_63cd_6124;
     /// Barrett reduction: P(x) reflected and μ = x^64 / P(x) reflected.
     const P_X: i64 = 0x1_db71_0641;
     const MU: i64 = 0x1_f701_1641;
 
     pub(super) fn available() -> bool {
-        is_x86_feature_detected!("pclmulqdq") && is_x86_feature_detected!("sse4.1")
+        is_x86_feature_detected!("pclmulqdq")
+            && is_x86_feature_detected!("sse4.1")
+            && is_x86_feature_detected!("avx")
     }
 
     /// `x`'s two halves carried forward by the distance `k` encodes, xored into `next`.
     #[inline]
-    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    #[target_feature(enable = "pclmulqdq,sse4.1,avx")]
     fn carry(x: __m128i, k: __m128i, next: __m128i) -> __m128i {
         let lo = _mm_clmulepi64_si128::<0x00>(x, k);
         let hi = _mm_clmulepi64_si128::<0x11>(x, k);
@@ -238,7 +309,7 @@ mod pclmul {
     /// # Safety
     /// `src + at .. + 16` readable; when `COPY`, `dst + at .. + 16` writable.
     #[inline]
-    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    #[target_feature(enable = "pclmulqdq,sse4.1,avx")]
     unsafe fn load<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m128i {
         // SAFETY: the caller's range; `loadu`/`storeu` take unaligned addresses.
         unsafe {
@@ -255,7 +326,7 @@ mod pclmul {
     /// # Safety
     /// The CPU has PCLMULQDQ and SSE4.1; `len >= 16`; `src` is readable for `len` bytes; when
     /// `COPY`, `dst` is writable for `len` bytes and does not overlap `src`.
-    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    #[target_feature(enable = "pclmulqdq,sse4.1,avx")]
     pub(super) unsafe fn fold<const COPY: bool>(
         reg: u32,
         src: *const u8,
@@ -265,34 +336,50 @@ mod pclmul {
         debug_assert!(len >= 16);
         // SAFETY (every `load` below): `at + 16 <= len` at each call, inside the caller's
         // ranges.
-        let mut at;
-        let mut x;
-        if len >= 64 {
-            let k = _mm_set_epi64x(K512_HI, K512_LO);
-            let mut a = unsafe { load::<COPY>(src, dst, 0) };
-            let mut b = unsafe { load::<COPY>(src, dst, 16) };
-            let mut c = unsafe { load::<COPY>(src, dst, 32) };
-            let mut d = unsafe { load::<COPY>(src, dst, 48) };
-            a = _mm_xor_si128(a, _mm_cvtsi32_si128(reg as i32));
-            at = 64;
-            while len - at >= 64 {
-                a = carry(a, k, unsafe { load::<COPY>(src, dst, at) });
-                b = carry(b, k, unsafe { load::<COPY>(src, dst, at + 16) });
-                c = carry(c, k, unsafe { load::<COPY>(src, dst, at + 32) });
-                d = carry(d, k, unsafe { load::<COPY>(src, dst, at + 48) });
-                at += 64;
+        let (x, at) = if len >= 128 {
+            // Eight accumulators, 128 bytes a step: a carry-less multiplication takes several
+            // cycles, and eight independent chains keep the multiplier busy.
+            let mut acc = [_mm_setzero_si128(); 8];
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = unsafe { load::<COPY>(src, dst, 16 * i) };
+            }
+            acc[0] = _mm_xor_si128(acc[0], _mm_cvtsi32_si128(reg as i32));
+            let k = _mm_set_epi64x(K1024_HI, K1024_LO);
+            let mut at = 128;
+            while len - at >= 128 {
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = carry(*a, k, unsafe { load::<COPY>(src, dst, at + 16 * i) });
+                }
+                at += 128;
             }
             let k = _mm_set_epi64x(K128_HI, K128_LO);
-            x = carry(carry(carry(a, k, b), k, c), k, d);
+            let x = acc[1..].iter().fold(acc[0], |x, &next| carry(x, k, next));
+            (x, at)
         } else {
-            x = _mm_xor_si128(
-                unsafe { load::<COPY>(src, dst, 0) },
-                _mm_cvtsi32_si128(reg as i32),
-            );
-            at = 16;
-        }
+            let x = unsafe { load::<COPY>(src, dst, 0) };
+            (_mm_xor_si128(x, _mm_cvtsi32_si128(reg as i32)), 16)
+        };
+        // SAFETY: the caller's ranges; `at <= len`.
+        unsafe { finish::<COPY>(x, at, src, dst, len) }
+    }
+
+    /// The 128-bit remainder `x` of the first `at` bytes carried over the rest of the run:
+    /// 16 bytes a step, then reduced to the 32-bit register, and the last 0-15 bytes by the
+    /// tables.
+    ///
+    /// # Safety
+    /// As [`fold`], with `16 <= at <= len`.
+    #[target_feature(enable = "pclmulqdq,sse4.1,avx")]
+    unsafe fn finish<const COPY: bool>(
+        mut x: __m128i,
+        mut at: usize,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+    ) -> u32 {
         let k = _mm_set_epi64x(K128_HI, K128_LO);
         while len - at >= 16 {
+            // SAFETY: `at + 16 <= len`.
             x = carry(x, k, unsafe { load::<COPY>(src, dst, at) });
             at += 16;
         }
@@ -332,12 +419,125 @@ mod pclmul {
             })
         }
     }
+
+    /// Fold constants: 128 bytes a step (eight 128-bit registers), 256 bytes (eight 256-bit
+    /// ones), and 32 bytes (one 256-bit register) while the eight are brought together.
+    const K1024_LO: i64 = fold_constant(1024 + 32);
+    const K1024_HI: i64 = fold_constant(1024 - 32);
+    const K2048_LO: i64 = fold_constant(2048 + 32);
+    const K2048_HI: i64 = fold_constant(2048 - 32);
+    const K256_LO: i64 = fold_constant(256 + 32);
+    const K256_HI: i64 = fold_constant(256 - 32);
+
+    /// `x^n mod P(x)` bit-reflected and shifted left by one: the multiplier that carries a
+    /// 64-bit half `n - 32` bits forward (the tests check it against the white paper's
+    /// constants above).
+    pub(super) const fn fold_constant(n: u32) -> i64 {
+        // x^n mod P, P = x^32 + 0x04c11db7, in the normal bit order.
+        let mut r: u64 = 1;
+        let mut i = 0;
+        while i < n {
+            r <<= 1;
+            if r & (1 << 32) != 0 {
+                r ^= 0x1_04c1_1db7;
+            }
+            i += 1;
+        }
+        ((r as u32).reverse_bits() as i64) << 1
+    }
+
+    pub(super) fn wide_available() -> bool {
+        available() && is_x86_feature_detected!("vpclmulqdq") && is_x86_feature_detected!("avx2")
+    }
+
+    #[inline]
+    #[target_feature(enable = "vpclmulqdq,avx2,pclmulqdq,sse4.1")]
+    fn carry_wide(x: __m256i, k: __m256i, next: __m256i) -> __m256i {
+        let lo = _mm256_clmulepi64_epi128::<0x00>(x, k);
+        let hi = _mm256_clmulepi64_epi128::<0x11>(x, k);
+        _mm256_xor_si256(_mm256_xor_si256(lo, hi), next)
+    }
+
+    /// The 32 bytes at `src + at`, stored at `dst + at` when copying.
+    ///
+    /// # Safety
+    /// `src + at .. + 32` readable; when `COPY`, `dst + at .. + 32` writable.
+    #[inline]
+    #[target_feature(enable = "vpclmulqdq,avx2,pclmulqdq,sse4.1")]
+    unsafe fn load_wide<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m256i {
+        // SAFETY: the caller's range; `loadu`/`storeu` take unaligned addresses.
+        unsafe {
+            let v = _mm256_loadu_si256(src.add(at).cast());
+            if COPY {
+                _mm256_storeu_si256(dst.add(at).cast(), v);
+            }
+            v
+        }
+    }
+
+    /// [`fold`] with eight 256-bit accumulators: 256 bytes a step.
+    ///
+    /// # Safety
+    /// As [`fold`], on a CPU with VPCLMULQDQ and AVX2 as well, and `len >= 256`.
+    #[target_feature(enable = "vpclmulqdq,avx2,pclmulqdq,sse4.1")]
+    pub(super) unsafe fn fold_wide<const COPY: bool>(
+        reg: u32,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+    ) -> u32 {
+        debug_assert!(len >= 256);
+        // SAFETY (every `load_wide`): `at + 32 <= len` at each call.
+        let mut acc = [_mm256_setzero_si256(); 8];
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = unsafe { load_wide::<COPY>(src, dst, 32 * i) };
+        }
+        acc[0] = _mm256_xor_si256(
+            acc[0],
+            _mm256_zextsi128_si256(_mm_cvtsi32_si128(reg as i32)),
+        );
+        let k = _mm256_set_epi64x(K2048_HI, K2048_LO, K2048_HI, K2048_LO);
+        let mut at = 256;
+        while len - at >= 256 {
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = carry_wide(*a, k, unsafe { load_wide::<COPY>(src, dst, at + 32 * i) });
+            }
+            at += 256;
+        }
+        let k = _mm256_set_epi64x(K256_HI, K256_LO, K256_HI, K256_LO);
+        let x = acc[1..]
+            .iter()
+            .fold(acc[0], |x, &next| carry_wide(x, k, next));
+        // The register's low lane comes 16 bytes before its high one.
+        let k = _mm_set_epi64x(K128_HI, K128_LO);
+        let x = carry(
+            _mm256_castsi256_si128(x),
+            k,
+            _mm256_extracti128_si256::<1>(x),
+        );
+        // SAFETY: the caller's ranges; `16 <= at <= len`.
+        unsafe { finish::<COPY>(x, at, src, dst, len) }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 mod pclmul {
     pub(super) fn available() -> bool {
         false
+    }
+
+    pub(super) fn wide_available() -> bool {
+        false
+    }
+
+    /// Never called: `wide_available` is false.
+    pub(super) unsafe fn fold_wide<const COPY: bool>(
+        _reg: u32,
+        _src: *const u8,
+        _dst: *mut u8,
+        _len: usize,
+    ) -> u32 {
+        unreachable!("no VPCLMULQDQ kernel on this architecture")
     }
 
     /// Never called: `available` is false.
@@ -392,8 +592,12 @@ mod tests {
     fn every_kernel_equals_the_bitwise_crc_for_every_length_and_alignment() {
         let src = data(4096 + 64);
         let mut dst = vec![0u8; 4096 + 64];
-        let lens = (0..=300).chain([511, 512, 1023, 1500, 4095, 4096]);
+        let lens = (0..=300).chain([383, 384, 385, 511, 512, 1023, 1500, 4095, 4096]);
         let pclmul = cfg!(target_arch = "x86_64") && pclmul::available();
+        let wide = cfg!(target_arch = "x86_64") && pclmul::wide_available();
+        if !wide {
+            eprintln!("no VPCLMULQDQ on this CPU (or under valgrind): its kernel is not tested");
+        }
         for len in lens {
             let aligns: &[usize] = if len <= 300 {
                 &[0, 1, 3, 7, 8, 13, 15]
@@ -427,6 +631,32 @@ mod tests {
                             assert!(dst[..da].iter().all(|&b| b == 0x5a), "wrote before dst");
                             assert!(dst[da + len..].iter().all(|&b| b == 0x5a), "wrote past dst");
                         }
+                        if wide && len >= WIDE_FROM {
+                            // SAFETY: the CPU has the features; ranges as above.
+                            let got = unsafe {
+                                pclmul::fold_wide::<false>(
+                                    reg,
+                                    s.as_ptr(),
+                                    std::ptr::null_mut(),
+                                    len,
+                                )
+                            };
+                            assert_eq!(got, want, "vpclmul len {len} align {sa}");
+                            dst.fill(0x5a);
+                            // SAFETY: as above.
+                            let got = unsafe {
+                                pclmul::fold_wide::<true>(
+                                    reg,
+                                    s.as_ptr(),
+                                    dst[da..].as_mut_ptr(),
+                                    len,
+                                )
+                            };
+                            assert_eq!(got, want, "vpclmul copy len {len} align {sa}/{da}");
+                            assert_eq!(&dst[da..da + len], s);
+                            assert!(dst[..da].iter().all(|&b| b == 0x5a), "wrote before dst");
+                            assert!(dst[da + len..].iter().all(|&b| b == 0x5a), "wrote past dst");
+                        }
                         assert_eq!(update(reg, s), want);
                     }
                 }
@@ -434,11 +664,27 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fold_constants_are_the_white_paper_s() {
+        use pclmul::fold_constant as k;
+        assert_eq!(
+            [k(512 + 32), k(512 - 32), k(128 + 32), k(128 - 32), k(64)],
+            [
+                0x1_5444_2bd4,
+                0x1_c6e4_1596,
+                0x1_7519_97d0,
+                0x0_ccaa_009e,
+                0x1_63cd_6124
+            ]
+        );
+    }
+
     #[test]
     fn a_run_split_anywhere_continues_the_same_register() {
         let d = data(700);
         let whole = update(!0, &d);
-        for split in [0, 1, 15, 16, 17, 63, 64, 65, 128, 333, 699, 700] {
+        for split in [0, 1, 15, 16, 17, 63, 64, 65, 128, 256, 333, 443, 699, 700] {
             let r = update(update(!0, &d[..split]), &d[split..]);
             assert_eq!(r, whole, "split {split}");
         }
@@ -449,8 +695,15 @@ mod tests {
         let k = kernel();
         assert_eq!(kernel(), k, "chosen once");
         if std::env::var("PORTICO_CRC").is_err() {
-            assert_eq!(k == Kernel::Pclmul, pclmul::available());
+            let want = if pclmul::wide_available() {
+                Kernel::Vpclmul
+            } else if pclmul::available() {
+                Kernel::Pclmul
+            } else {
+                Kernel::Portable
+            };
+            assert_eq!(k, want);
         }
-        assert!(["portable", "pclmul"].contains(&k.name()));
+        assert!(["portable", "pclmul", "vpclmul"].contains(&k.name()));
     }
 }
