@@ -147,11 +147,7 @@ pub fn update(reg: u32, data: &[u8]) -> u32 {
     match kernel() {
         // Long runs without a copy: `crc32fast`, which folds 512 bits at a time where the CPU
         // has AVX-512 (this crate's widest kernel folds 256).
-        Kernel::Pclmul | Kernel::Vpclmul if len >= LONG_FROM => {
-            let mut h = crc32fast::Hasher::new_with_initial(!reg);
-            h.update(data);
-            !h.finalize()
-        }
+        Kernel::Pclmul | Kernel::Vpclmul if len >= LONG_FROM => update_long(reg, data),
         // SAFETY: `kernel()` is `Pclmul` or `Vpclmul` only where `pclmul::available()` found
         // the CPU features the kernel is compiled for; `data` is valid for `len` reads, and the
         // kernel writes nothing when `COPY` is false.
@@ -160,6 +156,14 @@ pub fn update(reg: u32, data: &[u8]) -> u32 {
         },
         _ => portable_update(reg, data),
     }
+}
+
+/// [`update`]'s long runs, out of line: the short ones (frame headers) keep a lean call.
+#[inline(never)]
+fn update_long(reg: u32, data: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(!reg);
+    h.update(data);
+    !h.finalize()
 }
 
 /// Copy `src` into `dst` (of the same length) and continue `reg` over the bytes, in one pass.

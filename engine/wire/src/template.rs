@@ -186,24 +186,24 @@ impl HeaderTemplate {
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize> {
-        self.emit_folded(repr, payload_len, buf, icrc::fold_tables, |body, reg| {
-            fill(body);
-            icrc::fold_tables(reg, body)
+        // One pass of the CRC over the extension headers and the payload together.
+        self.emit_folded(repr, payload_len, buf, |tail, ext, reg| {
+            fill(&mut tail[ext..]);
+            icrc::fold_tables(reg, tail)
         })
     }
 
-    /// [`HeaderTemplate::emit`] where `fill` folds the payload into the ICRC while it writes
-    /// it, in one pass: it is given the payload's bytes and the ICRC register after the
-    /// headers, and returns the register after the payload. `fold` continues the register over
-    /// the extension headers and the pad (a faster kernel than the tables, where the caller
-    /// has one). Every register is the raw one of [`Crc32::register`].
+    /// [`HeaderTemplate::emit`] where `fill` continues the ICRC itself, so that it can fold
+    /// the payload in while it copies it, in one pass. It is given the frame after the base
+    /// headers (`ext` bytes of extension headers, already written, then the payload's bytes to
+    /// write) and the ICRC register after the base headers, and returns the register after the
+    /// payload. Registers are the raw ones of [`Crc32::register`].
     pub fn emit_folded(
         &self,
         repr: &RoceRepr,
         payload_len: usize,
         buf: &mut [u8],
-        fold: icrc::Fold,
-        fill: impl FnOnce(&mut [u8], u32) -> u32,
+        fill: impl FnOnce(&mut [u8], usize, u32) -> u32,
     ) -> Result<usize> {
         if !self.matches(repr) {
             return Err(Error::BadField {
@@ -279,13 +279,16 @@ impl HeaderTemplate {
         repr.write_ext_headers(&mut frame[BASE_HEADER_LEN..header_len]);
 
         let (covered, trailer) = frame.split_at_mut(header_len + payload_len);
-        let (headers, body) = covered.split_at_mut(header_len);
-        let reg = fold(reg, &headers[BASE_HEADER_LEN..]);
-        let reg = fill(body, reg);
+        let reg = fill(
+            &mut covered[BASE_HEADER_LEN..],
+            header_len - BASE_HEADER_LEN,
+            reg,
+        );
+        let mut crc = Crc32::from_register(reg);
         let pad = usize::from(pad);
+        crc.update_repeat(0, pad);
         trailer[..pad].fill(0);
-        let reg = fold(reg, &trailer[..pad]);
-        trailer[pad..].copy_from_slice(&icrc::to_wire(!reg));
+        trailer[pad..].copy_from_slice(&icrc::to_wire(crc.finish()));
         Ok(total)
     }
 }
@@ -486,9 +489,9 @@ mod tests {
         }
         let mut folded = vec![0x55u8; m + 7];
         let k = t
-            .emit_folded(repr, payload.len(), &mut folded, bytewise, |d, reg| {
-                d.copy_from_slice(payload);
-                bytewise(reg, payload)
+            .emit_folded(repr, payload.len(), &mut folded, |tail, ext, reg| {
+                tail[ext..].copy_from_slice(payload);
+                bytewise(bytewise(reg, &tail[..ext]), payload)
             })
             .unwrap();
         assert_eq!(&folded[..k], &generic[..n], "folded {:?}", repr.bth.opcode);

@@ -525,16 +525,14 @@ impl QueuePair {
         };
         // The payload is folded into the ICRC as it is copied out of the application's
         // memory: one pass over its bytes (`pmem::crc`).
-        template.emit_folded(
-            &pkt.repr,
-            plen,
-            buf,
-            pmem::crc::update,
-            |body, reg| match &pkt.payload {
+        template.emit_folded(&pkt.repr, plen, buf, |tail, ext, reg| {
+            let (headers, body) = tail.split_at_mut(ext);
+            let reg = pmem::crc::update(reg, headers);
+            match &pkt.payload {
                 Some(p) => self.copy_payload_crc(p, mem, body, reg),
                 None => reg,
-            },
-        )?;
+            }
+        })?;
         Ok(total)
     }
 
