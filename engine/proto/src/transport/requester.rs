@@ -883,7 +883,8 @@ impl Requester {
         let Some(h) = w.tag else {
             return w.local.copy_out_crc(mem, &self.spill, offset, dst, reg);
         };
-        // A tagged message's header is engine bytes, short: copied, then folded.
+        // A tagged message (the engine's tag header, then the application's bytes) is copied
+        // and then folded: two passes (tagged sends are not the fused path yet).
         self.copy_tagged(mem, w, h, offset, dst);
         pmem::crc::update(reg, dst)
     }
