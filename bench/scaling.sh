@@ -13,7 +13,12 @@
 # Only the worker counts the machine can hold are run: N workers need N cores besides the
 # host's (on a 2-vCPU VM that is N = 1; N = 2 is run too, sharing cores, and marked so).
 #
+# With INLINE=1 each point runs `--inline` instead of host threads: every worker runs the
+# application's loop for its own queue pair inside its own loop (no host thread, no ring
+# between cores), so N workers need N cores.
+#
 #   bench/scaling.sh        RUNS=3 DURATION=2 SIZE=64 QD=120 WORKERS="1 2 4 8" HOST_THREADS=N
+#                           INLINE=1
 #                           EXTRA="--hugepages off --memory-mb 512" PORTICO_NO_BUILD=1
 #                           PORTICO="bash .devkit/env.sh portico"   (a packed build elsewhere)
 #
@@ -31,6 +36,7 @@ EXTRA=${EXTRA:-"--hugepages off --memory-mb 512"}
 PORTICO=${PORTICO:-target/release/portico}
 OUT=${OUT:-bench/results/scaling}
 HOST_THREADS=${HOST_THREADS:-N}
+INLINE=${INLINE:-}
 LOCK=${LOCK:-/tmp/portico-build.lock}
 
 if [ -z "${PORTICO_NO_BUILD:-}" ]; then
@@ -47,7 +53,10 @@ cores=$(nproc)
 run=()
 for n in $WORKERS; do
     # One core for the host; a single spare worker on a 2-core machine still shows the shape.
-    if ((n < cores || n == 1 || (n == 2 && cores == 2))); then
+    # Inline, the workers are all there is.
+    inline_fits=0
+    [ -n "$INLINE" ] && ((n <= cores)) && inline_fits=1
+    if ((n < cores || n == 1 || (n == 2 && cores == 2) || inline_fits)); then
         run+=("$n")
     else
         echo "scaling: skipping $n workers: $cores cores here" >&2
@@ -64,9 +73,11 @@ for i in $(seq 1 "$RUNS"); do
         f="$OUT/w$n-r$i"
         h=$HOST_THREADS
         [ "$h" = N ] && h=$n
+        app=(--host-threads "$h")
+        [ -n "$INLINE" ] && app=(--inline)
         # shellcheck disable=SC2086
         if ! $PORTICO bench write --size "$SIZE" --qd "$QD" --cores "$n" --connections "$n" \
-            --host-threads "$h" --duration "$DURATION" --json $EXTRA >"$f.json" 2>"$f.err"; then
+            "${app[@]}" --duration "$DURATION" --json $EXTRA >"$f.json" 2>"$f.err"; then
             echo "scaling: $n workers, run $i failed: $(tail -1 "$f.err")" >&2
             failed=1
         fi
@@ -88,7 +99,7 @@ for n in ns:
         ops.append(r["ops_per_sec"])
         gbit.append(r["gbit_per_sec"])
         errors += v.get("errors", 0)
-        hosts = len(v.get("host_threads", [])) or 1
+        hosts = 0 if v.get("inline") else (len(v.get("host_threads", [])) or 1)
     rows[n] = (ops, gbit, errors, hosts)
 base = statistics.median(rows[ns[0]][0]) if rows[ns[0]][0] else None
 print(f"{'workers':>7} {'hosts':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s)")

@@ -158,6 +158,10 @@ pub struct LayoutArgs {
     /// process only, not with --server/--client.
     #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
     pub host_threads: Option<usize>,
+    /// Run the application's loop inside each worker's own loop, for the connections homed on
+    /// it (eRPC's model: no host thread, no ring between cores); one process only.
+    #[arg(long)]
+    pub inline: bool,
 }
 
 /// Which side of a two-host run this process is.
@@ -588,6 +592,7 @@ impl EngineArgs {
             cores: 1,
             connections: None,
             host_threads: None,
+            inline: false,
         })
     }
 }
@@ -649,6 +654,7 @@ impl LoopArgs {
         o.cores = self.layout.cores;
         o.connections = self.layout.connections;
         o.host_threads = self.layout.host_threads;
+        o.inline = self.layout.inline;
         o.set_trace(self.trace);
         o.set_series(self.series)?;
         let (side, cc) = self.remote.side();

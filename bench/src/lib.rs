@@ -48,6 +48,7 @@ pub mod args;
 pub mod bottleneck;
 pub mod congestion;
 pub mod connect;
+mod inline;
 pub mod instrument;
 pub mod latency_plot;
 pub mod persist;
@@ -143,6 +144,8 @@ pub struct BenchOpts {
     pub connections: Option<usize>,
     /// Host threads (`--host-threads`; default `cores`).
     pub host_threads: Option<usize>,
+    /// `--inline`: the workers run the application's loop themselves.
+    pub inline: bool,
 }
 
 /// One operation type's results.
@@ -215,9 +218,13 @@ pub struct BenchSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<serde_json::Value>,
     /// The host threads that posted and polled, each with its core and the queue pairs
-    /// (engine A's QPNs) it drove (one process: write, read, send, mixed).
+    /// (engine A's QPNs) it drove (one process: write, read, send, mixed). With `--inline`, the
+    /// workers that ran the application's loop, on their own cores.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub host_threads: Vec<HostThread>,
+    /// `--inline`: the application ran inside the workers' loops.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inline: bool,
 }
 
 /// One host thread of a run and what it drove.
@@ -264,6 +271,8 @@ pub(crate) struct Engines {
     pub(crate) all_cores: Vec<usize>,
     /// The workers' cores, in worker order.
     pub(crate) workers: Vec<usize>,
+    /// `--inline`: where each worker takes the application's loop.
+    pub(crate) inline: Option<Vec<std::sync::mpsc::Sender<point::InlineApp>>>,
     pub(crate) a: loopback::LoopbackEnd,
     pub(crate) b: loopback::LoopbackEnd,
     /// Connections 1.. when `--connections` asked for more than one.
@@ -324,6 +333,24 @@ fn layout(opts: &BenchOpts) -> Result<(usize, usize), AppError> {
 /// cores with busy-polling workers only take turns with them (on this 2-core VM, `--cores 2`
 /// with two host threads ran 8 k ops/s against 0.8 M with one).
 fn host_threads(opts: &BenchOpts, connections: usize) -> Result<usize, AppError> {
+    if opts.inline {
+        if opts.host_threads.is_some() {
+            return Err(usage(
+                "--host-threads: not with --inline (the workers run the application)".into(),
+            ));
+        }
+        for (flag, given) in [
+            ("--hlog", opts.hlog.is_some()),
+            ("--plot", opts.plot.is_some()),
+        ] {
+            if given {
+                return Err(usage(format!(
+                    "{flag}: not with --inline (each worker keeps its own histograms)"
+                )));
+            }
+        }
+        return Ok(opts.cores);
+    }
     let free = available_cores().len().saturating_sub(opts.cores);
     let t = opts.host_threads.unwrap_or(opts.cores.min(free).max(1));
     if t == 0 || t > connections {
@@ -406,6 +433,11 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
         LoopbackOpts::multicore(qp, &workers, connections)
     };
     lo.pcap = opts.pcap.clone();
+    let inline = opts.inline.then(|| {
+        let (wrap, senders) = inline::wrap(workers.len());
+        lo.wrap = Some(wrap);
+        senders
+    });
     let pair =
         loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
     let port_ids = ring_port_ids(&lo.name);
@@ -423,6 +455,7 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
         cores: (a, b),
         all_cores: cores,
         workers,
+        inline,
         a: ea,
         b: eb,
         more,
@@ -635,6 +668,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         cores: (a, _),
         all_cores: cores,
         workers: worker_cores,
+        inline,
         a: ea,
         b: eb,
         more,
@@ -696,7 +730,9 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     // machine has the cores, each thread has one of its own.
     let host_cores: Vec<usize> = (0..threads).map(|t| cores[t % cores.len()]).collect();
     debug_assert_eq!(host_cores[0], a);
-    let hosts = if threads == 1 {
+    let hosts = if opts.inline {
+        "the application inline on the workers".to_string()
+    } else if threads == 1 {
         format!("host on core {a}")
     } else {
         format!(
@@ -708,8 +744,9 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
                 .join(",")
         )
     };
-    let shared_core = host_cores.iter().any(|c| worker_cores.contains(c))
-        || (1..threads).any(|t| host_cores[..t].contains(&host_cores[t]));
+    let shared_core = !opts.inline
+        && (host_cores.iter().any(|c| worker_cores.contains(c))
+            || (1..threads).any(|t| host_cores[..t].contains(&host_cores[t])));
     let placing = if worker_cores.len() == 1 {
         format!(
             "both engines on core {}, {hosts}{}",
@@ -756,9 +793,18 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     })
     .map_err(|e| eprintln!("warning: no telemetry commands: {e}"))
     .ok();
-    let runner = point::Runner::new(conns, regions, ops, opts.rate, opts.verify)
-        .with_latency_slot(slot)
-        .with_host_threads(host_cores[1..].to_vec());
+    let runner =
+        point::Runner::new(conns, regions, ops, opts.rate, opts.verify).with_latency_slot(slot);
+    let runner = match inline {
+        Some(senders) => runner.inline(senders),
+        None => runner.with_host_threads(host_cores[1..].to_vec()),
+    };
+    // Inline, loop t runs on worker t.
+    let host_cores = if opts.inline {
+        worker_cores.clone()
+    } else {
+        host_cores
+    };
     let host_layout: Vec<HostThread> = runner
         .host_layout()
         .into_iter()
@@ -782,6 +828,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     drop(telemetry);
     let mut summary = summarise(opts, &measured, memory, buffers, connections, stopped)?;
     summary.host_threads = host_layout;
+    summary.inline = opts.inline;
     Ok(summary)
 }
 
@@ -1085,6 +1132,7 @@ pub(crate) fn summarise(
         csv: opts.csv.as_ref().map(|p| p.display().to_string()),
         server: None,
         host_threads: Vec::new(),
+        inline: false,
     })
 }
 

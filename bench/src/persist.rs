@@ -769,6 +769,7 @@ pub(super) fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummar
         csv: None,
         server: None,
         host_threads: Vec::new(),
+        inline: false,
         persist: Some(PersistSummary {
             mode,
             mapping,

@@ -12,6 +12,7 @@
 //! the server keeps its own receives posted, and a SEND is done when it is acknowledged).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -387,6 +388,10 @@ pub(crate) struct Progress {
     pub(crate) json: bool,
 }
 
+/// An application loop handed to a worker to run inside its own loop (`--inline`): called once
+/// per worker iteration, after the engines' work, until it returns true.
+pub(crate) type InlineApp = Box<dyn FnMut() -> bool + Send>;
+
 /// The queue pairs and buffers of a run; [`Runner::run`] runs one point on them.
 ///
 /// The queue pairs are dealt out to host threads (`--host-threads`): thread `t` of `T` owns
@@ -395,11 +400,17 @@ pub(crate) struct Progress {
 /// `c mod N`). Thread 0 is the calling thread; the others are spawned for each point, pinned
 /// to `host_cores`. They share nothing on the per-operation path: each has its own lanes,
 /// histograms and verifier, and publishes its progress in a padded counter of its own.
+///
+/// Inline (`--inline`, eRPC's model), there are no host threads: group `t`'s loop is handed to
+/// worker `t`, which runs a round of it in each of its own iterations, so posting, the rings
+/// and the completions stay on the worker's core. The calling thread waits, prints and gathers.
 pub(crate) struct Runner {
     groups: Vec<Vec<Lane>>,
     /// The cores of host threads 1.. (thread 0 stays where it is).
     host_cores: Vec<usize>,
-    pub(crate) buffers: Buffers,
+    /// Inline: where each worker takes its group's loop.
+    inline: Option<Vec<mpsc::Sender<InlineApp>>>,
+    pub(crate) buffers: Arc<Buffers>,
     ops: Ops,
     rate: Option<f64>,
     verify: bool,
@@ -422,8 +433,8 @@ struct Part {
     posted: u64,
 }
 
-/// A host thread's progress, read by thread 0 for the once-a-second line: on a cache line of
-/// its own, written by its thread only.
+/// A host thread's progress, read for the once-a-second line: on a cache line of its own,
+/// written by its thread only.
 #[repr(align(128))]
 #[derive(Default)]
 struct Progressed {
@@ -431,19 +442,45 @@ struct Progressed {
     outstanding: AtomicU64,
 }
 
-/// What every host thread's loop shares, read-only.
-struct Shared<'a> {
+/// What every loop of a point shares, read-only.
+struct Shared {
     point: Point,
-    buffers: &'a Buffers,
+    buffers: Arc<Buffers>,
     ops: Ops,
     verify: bool,
     duration: Option<Duration>,
-    stop: &'a AtomicBool,
-    progress: &'a Progress,
+    /// The point is to end now (the caller's stop, passed on by whoever watches it).
+    stop: Arc<AtomicBool>,
+    progress: Progress,
     /// Slots of `size` per queue pair in the buffers, and of receive buffers.
     share: usize,
     recv_share: usize,
-    progressed: &'a [Progressed],
+    progressed: Vec<Progressed>,
+}
+
+impl Shared {
+    /// The once-a-second line: every loop's operations since `last_done` (updated).
+    fn print(&self, t0: Instant, now: Instant, dt: f64, last_done: &mut u64) {
+        let (done, out) = self.progressed.iter().fold((0, 0), |(d, o), p| {
+            (
+                d + p.done.load(Ordering::Relaxed),
+                o + p.outstanding.load(Ordering::Relaxed),
+            )
+        });
+        let new = done.saturating_sub(*last_done) as f64;
+        human(
+            self.progress.json,
+            &format!(
+                "{}[{:6.1}s] {:>12} ops/s  {:>14}  outstanding {}",
+                self.progress.prefix,
+                now.duration_since(t0).as_secs_f64(),
+                report::rate(new / dt, ""),
+                report::rate(new * self.point.size as f64 * 8.0 / dt, "bit/s"),
+                out
+            ),
+        );
+        *last_done = done;
+    }
 }
 
 impl Runner {
@@ -463,7 +500,8 @@ impl Runner {
                     .collect(),
             ],
             host_cores: Vec::new(),
-            buffers,
+            inline: None,
+            buffers: Arc::new(buffers),
             ops,
             rate,
             verify,
@@ -475,7 +513,20 @@ impl Runner {
     /// Deals the queue pairs out to `1 + more_cores.len()` host threads (thread `t` takes
     /// connections `t`, `t + T`, ...); thread `t >= 1` runs on `more_cores[t - 1]`.
     pub(crate) fn with_host_threads(mut self, more_cores: Vec<usize>) -> Runner {
-        let t = 1 + more_cores.len();
+        self.deal(1 + more_cores.len());
+        self.host_cores = more_cores;
+        self
+    }
+
+    /// Inline: worker `t` of `workers.len()` runs the loop of connections `t`, `t + N`, ...
+    /// (the ones homed on it), taken from `workers[t]`.
+    pub(crate) fn inline(mut self, workers: Vec<mpsc::Sender<InlineApp>>) -> Runner {
+        self.deal(workers.len());
+        self.inline = Some(workers);
+        self
+    }
+
+    fn deal(&mut self, t: usize) {
         let mut lanes: Vec<Lane> = self.groups.drain(..).flatten().collect();
         lanes.sort_by_key(|l| l.index);
         let mut groups: Vec<Vec<Lane>> = (0..t).map(|_| Vec::new()).collect();
@@ -484,12 +535,10 @@ impl Runner {
         }
         groups.retain(|g| !g.is_empty());
         self.posted = vec![0; groups.len()];
-        self.host_cores = more_cores;
         self.groups = groups;
-        self
     }
 
-    /// Host threads and the queue pairs (engine A's QPNs) each drives.
+    /// Host threads (or, inline, workers) and the queue pairs (engine A's QPNs) each drives.
     pub(crate) fn host_layout(&self) -> Vec<Vec<u32>> {
         self.groups
             .iter()
@@ -525,83 +574,99 @@ impl Runner {
         let lanes_n: usize = self.groups.iter().map(Vec::len).sum();
         let size = point.size as usize;
         let recv_len = self.buffers.recv_len as usize;
-        let progressed: Vec<Progressed> =
-            self.groups.iter().map(|_| Progressed::default()).collect();
-        let shared = Shared {
+        let shared = Arc::new(Shared {
             point,
-            buffers: &self.buffers,
+            buffers: self.buffers.clone(),
             ops: self.ops,
             verify: self.verify,
             duration,
-            stop,
-            progress,
+            stop: Arc::new(AtomicBool::new(false)),
+            progress: Progress {
+                prefix: progress.prefix.clone(),
+                json: progress.json,
+            },
             share: share(self.buffers.len, size, lanes_n),
             recv_share: share_or_one(self.buffers.len, recv_len, lanes_n),
-            progressed: &progressed,
-        };
+            progressed: self.groups.iter().map(|_| Progressed::default()).collect(),
+        });
         for l in self.groups.iter_mut().flatten() {
             // The total window, dealt out: the first `qd % n` queue pairs take one more.
             l.begin(point.qd / lanes_n + usize::from(l.index < point.qd % lanes_n));
         }
         // A rate is dealt out like the queue pairs.
-        let rate_of = |g: &[Lane]| self.rate.map(|r| r * g.len() as f64 / lanes_n as f64);
-        let parts: Vec<Part> = if self.groups.len() == 1 {
+        let rate = self.rate;
+        let loops: Vec<LaneLoop> = self
+            .groups
+            .iter_mut()
+            .enumerate()
+            .map(|(t, g)| {
+                let rate = rate.map(|r| r * g.len() as f64 / lanes_n as f64);
+                let lanes = std::mem::take(g);
+                // Thread 0 prints for all; inline, the waiting caller does.
+                let prints = t == 0 && self.inline.is_none();
+                LaneLoop::new(lanes, t, prints, self.posted[t], rate, shared.clone())
+            })
+            .collect();
+        let results = if let Some(workers) = &self.inline {
+            run_inline(loops, workers, &shared, stop)?
+        } else if loops.len() == 1 {
+            let mut l = loops.into_iter().next().expect("a loop");
             let slot = self.latency.clone();
-            let (base, rate) = (self.posted[0], rate_of(&self.groups[0]));
-            vec![run_lanes(
-                &mut self.groups[0],
-                0,
-                base,
-                rate,
-                &shared,
-                logs,
-                slot.as_ref(),
-            )?]
+            while !l.step(logs, slot.as_ref())? {
+                if stop.load(Ordering::Relaxed) {
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
+            }
+            vec![l.finish()]
         } else {
             // Latency logs have one writer: `--hlog` and `--plot` take one host thread
             // (`bench::run` checks).
-            let rates: Vec<Option<f64>> = self.groups.iter().map(|g| rate_of(g)).collect();
-            let (first, rest) = self.groups.split_first_mut().expect("a group");
-            let posted = &self.posted;
             let cores = &self.host_cores;
-            let shared = &shared;
+            let mut loops = loops.into_iter();
+            let mut first = loops.next().expect("a loop");
             std::thread::scope(|s| {
-                let spawned: Vec<_> = rest
-                    .iter_mut()
+                let spawned: Vec<_> = loops
                     .enumerate()
-                    .map(|(k, g)| {
-                        let t = k + 1;
+                    .map(|(k, mut l)| {
                         let core = cores.get(k).copied();
-                        let (base, rate) = (posted[t], rates[t]);
                         std::thread::Builder::new()
-                            .name(format!("bench-host-{t}"))
+                            .name(format!("bench-host-{}", k + 1))
                             .spawn_scoped(s, move || {
                                 if let Some(c) = core {
                                     core_affinity::set_for_current(core_affinity::CoreId { id: c });
                                 }
-                                let mut none = Logs {
-                                    hlog: None,
-                                    timeline: None,
-                                };
-                                run_lanes(g, t, base, rate, shared, &mut none, None)
+                                let mut none = Logs::none();
+                                while !l.step(&mut none, None)? {}
+                                Ok::<_, AppError>(l.finish())
                             })
                     })
                     .collect();
-                let mut none = Logs {
-                    hlog: None,
-                    timeline: None,
+                let mut none = Logs::none();
+                let mut mine = || {
+                    while !first.step(&mut none, None)? {
+                        if stop.load(Ordering::Relaxed) {
+                            shared.stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    Ok::<_, AppError>(())
                 };
-                let mine = run_lanes(first, 0, posted[0], rates[0], shared, &mut none, None);
-                let mut parts = vec![mine?];
+                let result = mine();
+                if result.is_err() {
+                    // The others end their point too.
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
+                let mut results = Vec::new();
                 for h in spawned {
                     let h =
                         h.map_err(|e| AppError::Failed(format!("starting a host thread: {e}")))?;
-                    let part = h
-                        .join()
-                        .map_err(|_| AppError::Failed("a host thread panicked".into()))??;
-                    parts.push(part);
+                    results.push(
+                        h.join()
+                            .map_err(|_| AppError::Failed("a host thread panicked".into()))??,
+                    );
                 }
-                Ok::<_, AppError>(parts)
+                result?;
+                results.insert(0, first.finish());
+                Ok::<_, AppError>(results)
             })?
         };
         let mut m = Measured {
@@ -614,7 +679,8 @@ impl Runner {
             interrupted: false,
             stuck: false,
         };
-        for (t, p) in parts.into_iter().enumerate() {
+        for (t, (p, lanes)) in results.into_iter().enumerate() {
+            self.groups[t] = lanes;
             self.posted[t] += p.posted;
             m.seconds = m.seconds.max(p.seconds);
             for k in 0..3 {
@@ -636,80 +702,228 @@ impl Runner {
     }
 }
 
-/// One host thread's loop over its queue pairs (`lanes`) for a point: host thread `thread`,
-/// whose mixed operations continue from its `base`-th, at `rate` operations a second (None:
-/// closed loop). Thread 0 prints the once-a-second line for all of them.
-fn run_lanes(
-    lanes: &mut [Lane],
+/// Inline: hands loop `t` to worker `t`, then waits for all of them, passing the caller's
+/// `stop` on and printing the once-a-second line.
+fn run_inline(
+    loops: Vec<LaneLoop>,
+    workers: &[mpsc::Sender<InlineApp>],
+    shared: &Shared,
+    stop: &AtomicBool,
+) -> Result<Vec<(Part, Vec<Lane>)>, AppError> {
+    let n = loops.len();
+    let (tx, rx) = mpsc::channel();
+    for (t, l) in loops.into_iter().enumerate() {
+        let tx = tx.clone();
+        let mut l = Some(l);
+        let app: InlineApp = Box::new(move || {
+            let Some(lp) = l.as_mut() else {
+                return true;
+            };
+            let step = lp.step(&mut Logs::none(), None);
+            match step {
+                Ok(false) => false,
+                Ok(true) => {
+                    let lp = l.take().expect("the loop");
+                    let _ = tx.send((t, Ok(lp.finish())));
+                    true
+                }
+                Err(e) => {
+                    l = None;
+                    let _ = tx.send((t, Err(e)));
+                    true
+                }
+            }
+        });
+        workers[t]
+            .send(app)
+            .map_err(|_| AppError::Failed(format!("worker {t} is gone: no inline loop")))?;
+    }
+    drop(tx);
+    let t0 = Instant::now();
+    // The loops end by the duration, plus the drain limit; a worker that stopped running
+    // them (it failed) is not waited for for ever.
+    let limit = shared
+        .duration
+        .unwrap_or(Duration::MAX)
+        .saturating_add(DRAIN_LIMIT * 2);
+    let mut results: Vec<Option<(Part, Vec<Lane>)>> = (0..n).map(|_| None).collect();
+    let (mut got, mut last_print, mut last_done) = (0, t0, 0u64);
+    let mut failed = None;
+    while got < n {
+        match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok((t, Ok(r))) => {
+                results[t] = Some(r);
+                got += 1;
+            }
+            Ok((_, Err(e))) => {
+                shared.stop.store(true, Ordering::Relaxed);
+                failed.get_or_insert(e);
+                got += 1;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if stop.load(Ordering::Relaxed) {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        if now.duration_since(last_print) >= Duration::from_secs(1) {
+            shared.print(
+                t0,
+                now,
+                now.duration_since(last_print).as_secs_f64(),
+                &mut last_done,
+            );
+            last_print = now;
+        }
+        if now.duration_since(t0) > limit {
+            return Err(AppError::Failed(format!(
+                "inline: {} of {n} workers did not finish their loop",
+                n - got
+            )));
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(t, r)| r.ok_or_else(|| AppError::Failed(format!("inline: worker {t} stopped"))))
+        .collect()
+}
+
+impl Logs<'_> {
+    /// No logs (host threads but the first, and inline loops).
+    fn none() -> Logs<'static> {
+        Logs {
+            hlog: None,
+            timeline: None,
+        }
+    }
+}
+
+/// Compares what landed for the operations in `to_check` with their patterns.
+fn check_landed(v: &mut Verifier, to_check: &mut Vec<(u64, Landed, usize)>, b: &Buffers) {
+    for &(id, landed, slot) in to_check.iter() {
+        let mr = match (landed, &b.peer) {
+            (Landed::Back, _) => &b.dst,
+            (Landed::Remote, Some(p)) => &p.buf,
+            (Landed::Received, Some(p)) => &p.recv,
+            (_, None) => continue,
+        };
+        v.check(id, mr, slot);
+    }
+    to_check.clear();
+}
+
+/// One loop over a group of queue pairs for a point (a host thread's, or inline a worker's),
+/// a round at a time: loop `thread`, whose mixed operations continue from its `base`-th, at
+/// `rate` operations a second (None: closed loop).
+struct LaneLoop {
+    lanes: Vec<Lane>,
     thread: usize,
+    /// Prints the once-a-second line for every loop.
+    prints: bool,
     base: u64,
     rate: Option<f64>,
-    sh: &Shared<'_>,
-    logs: &mut Logs<'_>,
-    slot: Option<&portico::telemetry::LatencySlot>,
-) -> Result<Part, AppError> {
-    let point = sh.point;
-    let lanes_n = lanes.len();
-    let size = point.size as usize;
-    let (share, recv_share) = (sh.share, sh.recv_share);
-    let recv_len = sh.buffers.recv_len as usize;
-    let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
-    let recv_slot = |lane: usize, k: u64| (lane * recv_share + k as usize % recv_share) * recv_len;
-    let Buffers {
-        src,
-        dst,
-        remote,
-        peer,
-        ..
-    } = sh.buffers;
-    let (ops, duration, stop, progress) = (sh.ops, sh.duration, sh.stop, sh.progress);
-    let mine = &sh.progressed[thread];
-    let uses_send = ops.uses_send() && peer.is_some();
-    let mut verifier = sh.verify.then(|| Verifier::new(size));
-    let mut hist: [Latency; 3] = Default::default();
-    let mut counts = [0u64; 3];
-    // With --verify: landed bytes to check, as (operation id, which buffer, offset). They
-    // are checked after the next batch is posted, so the engine has work while the host
-    // compares.
-    let mut to_check: Vec<(u64, Landed, usize)> = Vec::with_capacity(2 * WCS_LEN * lanes_n);
-    let check = |v: &mut Verifier, to_check: &mut Vec<(u64, Landed, usize)>| {
-        for &(id, landed, slot) in to_check.iter() {
-            let mr = match (landed, peer) {
-                (Landed::Back, _) => dst,
-                (Landed::Remote, Some(p)) => &p.buf,
-                (Landed::Received, Some(p)) => &p.recv,
-                (_, None) => continue,
-            };
-            v.check(id, mr, slot);
+    sh: Arc<Shared>,
+    verifier: Option<Verifier>,
+    hist: [Latency; 3],
+    counts: [u64; 3],
+    /// With --verify: landed bytes to check, as (operation id, which buffer, offset). They
+    /// are checked after the next batch is posted, so the engine has work while the host
+    /// compares.
+    to_check: Vec<(u64, Landed, usize)>,
+    wcs: [WorkCompletion; WCS_LEN],
+    errors: u64,
+    t0: Instant,
+    /// When posting ends: the duration's end, or the moment `stop` is seen.
+    end: Option<Instant>,
+    interrupted: bool,
+    /// Operations posted in this point: operation k is due at t0 + k / rate.
+    next_k: u64,
+    /// The queue pair that takes the next operation of a closed loop.
+    cursor: usize,
+    last_print: Instant,
+    last_done: u64,
+    done: u64,
+    stuck: bool,
+}
+
+impl LaneLoop {
+    fn new(
+        lanes: Vec<Lane>,
+        thread: usize,
+        prints: bool,
+        base: u64,
+        rate: Option<f64>,
+        sh: Arc<Shared>,
+    ) -> LaneLoop {
+        let t0 = Instant::now();
+        let size = sh.point.size as usize;
+        LaneLoop {
+            verifier: sh.verify.then(|| Verifier::new(size)),
+            to_check: Vec::with_capacity(2 * WCS_LEN * lanes.len()),
+            end: sh.duration.and_then(|d| t0.checked_add(d)),
+            lanes,
+            thread,
+            prints,
+            base,
+            rate,
+            sh,
+            hist: Default::default(),
+            counts: [0; 3],
+            wcs: [WorkCompletion::EMPTY; WCS_LEN],
+            errors: 0,
+            t0,
+            interrupted: false,
+            next_k: 0,
+            cursor: 0,
+            last_print: t0,
+            last_done: 0,
+            done: 0,
+            stuck: false,
         }
-        to_check.clear();
-    };
-    let mut wcs = [WorkCompletion::EMPTY; WCS_LEN];
-    let mut errors = 0u64;
-    let t0 = Instant::now();
-    // When posting ends: the duration's end, or the moment `stop` is seen.
-    let mut end = duration.and_then(|d| t0.checked_add(d));
-    let mut interrupted = false;
-    // Operations posted in this point: operation k is due at t0 + k / rate.
-    let mut next_k = 0u64;
-    // The queue pair that takes the next operation of a closed loop.
-    let mut cursor = 0usize;
-    let mut last_print = t0;
-    let mut last_done = 0u64;
-    let mut done = 0u64;
-    let mut stuck = false;
-    loop {
+    }
+
+    /// One round: receives kept ahead of the SENDs, what is due and fits posted (each queue
+    /// pair's batch with one doorbell), completions polled. True when the point is over for
+    /// these queue pairs (everything completed after the end, or the drain limit passed).
+    fn step(
+        &mut self,
+        logs: &mut Logs<'_>,
+        slot: Option<&portico::telemetry::LatencySlot>,
+    ) -> Result<bool, AppError> {
+        let sh = self.sh.clone();
+        let point = sh.point;
+        let lanes_n = self.lanes.len();
+        let size = point.size as usize;
+        let (share, recv_share) = (sh.share, sh.recv_share);
+        let recv_len = sh.buffers.recv_len as usize;
+        let slot_of = |lane: usize, k: u64| (lane * share + k as usize % share) * size;
+        let recv_slot =
+            |lane: usize, k: u64| (lane * recv_share + k as usize % recv_share) * recv_len;
+        let Buffers {
+            src,
+            dst,
+            remote,
+            peer,
+            ..
+        } = &*sh.buffers;
+        let (ops, rate, base) = (sh.ops, self.rate, self.base);
+        let uses_send = ops.uses_send() && peer.is_some();
         let now = Instant::now();
-        if stop.load(Ordering::Relaxed) && end.is_none_or(|e| e > now) {
-            end = Some(now);
-            interrupted = duration.is_some();
+        if sh.stop.load(Ordering::Relaxed) && self.end.is_none_or(|e| e > now) {
+            self.end = Some(now);
+            self.interrupted = sh.duration.is_some();
         }
-        let ended = end.is_some_and(|e| now >= e);
+        let ended = self.end.is_some_and(|e| now >= e);
         if uses_send {
             // Keep B's receive queues a window ahead of the SENDs, before any of this
             // round's SENDs is posted (filling sources can take longer than the RNR
             // retries last).
-            for l in lanes.iter_mut() {
+            for l in self.lanes.iter_mut() {
                 let lane = l.index;
                 let Some((rqp, _)) = l.conn.peer.as_mut() else {
                     continue;
@@ -734,7 +948,7 @@ fn run_lanes(
         // Post while there is room in a window and (with a rate) the next operation is
         // due: each queue pair's batch with one doorbell. Operations go to the queue pairs
         // in turn.
-        for l in lanes.iter_mut() {
+        for l in self.lanes.iter_mut() {
             l.batch.clear();
         }
         let mut blocked = 0;
@@ -742,24 +956,24 @@ fn run_lanes(
             // With a rate, operation k belongs to queue pair k mod n and waits for it;
             // closed, the next queue pair in turn that has room takes it.
             let at = match rate {
-                Some(_) => (next_k % lanes_n as u64) as usize,
-                None => cursor,
+                Some(_) => (self.next_k % lanes_n as u64) as usize,
+                None => self.cursor,
             };
-            let l = &mut lanes[at];
+            let l = &mut self.lanes[at];
             if l.outstanding + l.batch.len() >= l.window {
                 if rate.is_some() {
                     break;
                 }
                 blocked += 1;
-                cursor = next_lane(cursor, lanes_n);
+                self.cursor = next_lane(self.cursor, lanes_n);
                 continue;
             }
             blocked = 0;
             let intended = match rate {
                 // An operation due beyond any clock reading (a tiny rate) is never due.
-                Some(r) => match Duration::try_from_secs_f64(next_k as f64 / r)
+                Some(r) => match Duration::try_from_secs_f64(self.next_k as f64 / r)
                     .ok()
-                    .and_then(|d| t0.checked_add(d))
+                    .and_then(|d| self.t0.checked_add(d))
                 {
                     Some(t) => t,
                     None => break,
@@ -773,8 +987,8 @@ fn run_lanes(
             let seq = l.next_seq;
             let id = (seq << LANE_BITS) | lane as u64;
             let slot = slot_of(lane, seq);
-            let kind = ops.kind(base + next_k);
-            if let Some(v) = verifier.as_mut() {
+            let kind = ops.kind(base + self.next_k);
+            if let Some(v) = self.verifier.as_mut() {
                 match (kind, peer) {
                     (1, Some(p)) => v.fill(id, &p.buf, slot),
                     (1, None) => {}
@@ -787,7 +1001,7 @@ fn run_lanes(
                 // Lane i is connection i, whose messages the peer's worker i takes:
                 // endpoint i is homed there (`peer::start_engine`).
                 0 if ops == Ops::Tagged => {
-                    WorkRequest::tagged_send(id, out, lane as u16, base + next_k, 0)
+                    WorkRequest::tagged_send(id, out, lane as u16, base + self.next_k, 0)
                 }
                 0 if ops == Ops::Durable => {
                     WorkRequest::durable_write(id, out, at, remote.rkey, false)
@@ -805,23 +1019,24 @@ fn run_lanes(
             let mask = l.mask();
             l.started[seq as usize & mask] = Some(intended);
             l.next_seq += 1;
-            next_k += 1;
-            cursor = next_lane(cursor, lanes_n);
-            if verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
+            self.next_k += 1;
+            self.cursor = next_lane(self.cursor, lanes_n);
+            if self.verifier.is_some() && l.batch.len() == VERIFY_RING_EVERY {
                 // Filling takes time: ring for what is ready rather than for the whole
                 // batch.
                 l.flush()?;
             }
         }
-        for l in lanes.iter_mut() {
+        for l in self.lanes.iter_mut() {
             l.flush()?;
         }
-        if let Some(v) = verifier.as_mut() {
-            check(v, &mut to_check);
+        if let Some(v) = self.verifier.as_mut() {
+            check_landed(v, &mut self.to_check, &sh.buffers);
         }
-        for l in lanes.iter_mut() {
+        let wcs = &mut self.wcs;
+        for l in self.lanes.iter_mut() {
             let lane = l.index;
-            let n = l.conn.cq.poll(&mut wcs);
+            let n = l.conn.cq.poll(wcs);
             if n > 0 {
                 // One clock read per batch of completions: the work they did ended by now.
                 let polled_at = Instant::now();
@@ -839,107 +1054,105 @@ fn run_lanes(
                     };
                     l.outstanding -= 1;
                     if wc.status != WcStatus::Success {
-                        errors += 1;
+                        self.errors += 1;
                         continue;
                     }
                     let k = op_index(wc.opcode);
                     let ns = polled_at.saturating_duration_since(t).as_nanos() as u64;
-                    hist[k].record(ns);
+                    self.hist[k].record(ns);
                     if let Some((log, tag_base)) = logs.hlog.as_mut() {
                         log.record(*tag_base + k, ns);
                     }
                     if let Some(log) = logs.timeline.as_mut() {
                         log.record(k, ns);
                     }
-                    counts[k] += 1;
-                    done += 1;
-                    if verifier.is_some() {
+                    self.counts[k] += 1;
+                    self.done += 1;
+                    if self.verifier.is_some() {
                         let slot = slot_of(lane, seq);
                         match wc.opcode {
-                            WcOpcode::RdmaWrite => to_check.push((wc.wr_id, Landed::Remote, slot)),
-                            WcOpcode::RdmaRead => to_check.push((wc.wr_id, Landed::Back, slot)),
+                            WcOpcode::RdmaWrite => {
+                                self.to_check.push((wc.wr_id, Landed::Remote, slot))
+                            }
+                            WcOpcode::RdmaRead => {
+                                self.to_check.push((wc.wr_id, Landed::Back, slot))
+                            }
                             _ => {}
                         }
                     }
                 }
             }
             if uses_send && let Some((_, rcq)) = l.conn.peer.as_mut() {
-                let n = rcq.poll(&mut wcs);
+                let n = rcq.poll(wcs);
                 let mask = l.send_mask();
                 for wc in &wcs[..n] {
                     let id = l.send_ids[l.sends_received as usize & mask];
                     l.sends_received += 1;
                     if wc.status != WcStatus::Success {
-                        errors += 1;
-                    } else if verifier.is_some() {
-                        to_check.push((id, Landed::Received, recv_slot(lane, wc.wr_id)));
+                        self.errors += 1;
+                    } else if self.verifier.is_some() {
+                        self.to_check
+                            .push((id, Landed::Received, recv_slot(lane, wc.wr_id)));
                     }
                 }
             }
         }
-        let outstanding: usize = lanes.iter().map(|l| l.outstanding).sum();
-        if now.duration_since(last_print) >= Duration::from_secs(1) {
-            mine.done.store(done, Ordering::Relaxed);
+        let outstanding: usize = self.lanes.iter().map(|l| l.outstanding).sum();
+        if now.duration_since(self.last_print) >= Duration::from_secs(1) {
+            let mine = &sh.progressed[self.thread];
+            mine.done.store(self.done, Ordering::Relaxed);
             mine.outstanding
                 .store(outstanding as u64, Ordering::Relaxed);
-            if thread == 0 {
-                let dt = now.duration_since(last_print).as_secs_f64();
-                let (all_done, all_out) = sh.progressed.iter().fold((0, 0), |(d, o), p| {
-                    (
-                        d + p.done.load(Ordering::Relaxed),
-                        o + p.outstanding.load(Ordering::Relaxed),
-                    )
-                });
-                human(
-                    progress.json,
-                    &format!(
-                        "{}[{:6.1}s] {:>12} ops/s  {:>14}  outstanding {}",
-                        progress.prefix,
-                        now.duration_since(t0).as_secs_f64(),
-                        report::rate(all_done.saturating_sub(last_done) as f64 / dt, ""),
-                        report::rate(
-                            all_done.saturating_sub(last_done) as f64 * size as f64 * 8.0 / dt,
-                            "bit/s"
-                        ),
-                        all_out
-                    ),
-                );
-                last_done = all_done;
+            if self.prints {
+                let dt = now.duration_since(self.last_print).as_secs_f64();
+                sh.print(self.t0, now, dt, &mut self.last_done);
             }
-            last_print = now;
+            self.last_print = now;
             if let Some(slot) = slot {
-                for (k, h) in hist.iter().enumerate() {
+                for (k, h) in self.hist.iter().enumerate() {
                     if h.count() > 0 {
                         slot.publish(super::OP_NAMES[k], h);
                     }
                 }
             }
         }
-        let receives_done = !uses_send || lanes.iter().all(|l| l.sends_received == l.sends_posted);
+        let receives_done = !uses_send
+            || self
+                .lanes
+                .iter()
+                .all(|l| l.sends_received == l.sends_posted);
         if ended && outstanding == 0 && receives_done {
-            break;
+            return Ok(true);
         }
-        if end.is_some_and(|e| now.saturating_duration_since(e) >= DRAIN_LIMIT) {
-            errors += outstanding as u64;
-            stuck = true;
-            break;
+        if self
+            .end
+            .is_some_and(|e| now.saturating_duration_since(e) >= DRAIN_LIMIT)
+        {
+            self.errors += outstanding as u64;
+            self.stuck = true;
+            return Ok(true);
         }
+        Ok(false)
     }
-    let seconds = t0.elapsed().as_secs_f64();
-    // A point of a sweep that does not send leaves the receives it posted for the next.
-    if let Some(v) = verifier.as_mut() {
-        check(v, &mut to_check);
+
+    /// What the loop measured, and its queue pairs back. A point of a sweep that does not
+    /// send leaves the receives it posted for the next.
+    fn finish(mut self) -> (Part, Vec<Lane>) {
+        if let Some(v) = self.verifier.as_mut() {
+            check_landed(v, &mut self.to_check, &self.sh.buffers);
+        }
+        let part = Part {
+            seconds: self.t0.elapsed().as_secs_f64(),
+            hist: self.hist,
+            counts: self.counts,
+            errors: self.errors,
+            verify: self.verifier.map(|v| v.summary),
+            interrupted: self.interrupted,
+            stuck: self.stuck,
+            posted: self.next_k,
+        };
+        (part, self.lanes)
     }
-    Ok(Part {
-        seconds,
-        hist,
-        counts,
-        errors,
-        verify: verifier.map(|v| v.summary),
-        interrupted,
-        stuck,
-        posted: next_k,
-    })
 }
 
 /// A buffer's share of slots of `size` for each of `connections` queue pairs, at least one.

@@ -859,6 +859,11 @@ fn check_remote_op(opts: &BenchOpts) -> Result<point::Ops, AppError> {
             "--host-threads: one process only; across two processes one host thread posts".into(),
         ));
     }
+    if opts.inline {
+        return Err(usage(
+            "--inline: one process only; across two processes one host thread posts".into(),
+        ));
+    }
     if opts.op == BenchOp::Tagged {
         if !opts.part.is_empty() {
             return Err(usage(

@@ -3,8 +3,8 @@
 //! --test bench_verify_every_op`), the binary users run and every figure comes from. Each run is
 //! its own `portico` process over `net_ring`; the JSON must show operations completed, every
 //! landed byte compared, no mismatch and no error. Also `--cores 2 --qd 240`: `--qd` is the
-//! total over the queue pairs, 120 on each of two; and `--host-threads 2`, two host threads
-//! each driving its own queue pairs.
+//! total over the queue pairs, 120 on each of two; `--host-threads 2`, two host threads each
+//! driving its own queue pairs; and `--inline`, each worker running the loop of its own.
 
 use std::process::Command;
 
@@ -122,6 +122,54 @@ fn host_threads_drive_their_own_queue_pairs_and_verify_every_byte() {
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 4, "each queue pair has one thread: {qpns:?}");
+        if op == "write" {
+            let ops: u64 = v["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["ops"].as_u64().unwrap())
+                .sum();
+            assert_eq!(v["verify"]["checked_ops"].as_u64(), Some(ops), "{v}");
+        }
+    }
+}
+
+/// Inline: each of two workers runs the application's loop for the connections homed on it,
+/// inside its own loop; every operation's bytes compared, and the JSON names the workers'
+/// cores and queue pairs.
+#[test]
+fn inline_workers_run_the_application_and_verify_every_byte() {
+    for op in ["write", "mixed"] {
+        let args = [
+            op,
+            "--cores",
+            "2",
+            "--connections",
+            "4",
+            "--inline",
+            "--qd",
+            "16",
+            "--size",
+            "4096",
+        ];
+        let v = bench(&args);
+        assert_verified(&args, &v);
+        assert_eq!(v["inline"], true, "{v}");
+        let threads = v["host_threads"].as_array().expect("host_threads");
+        assert_eq!(threads.len(), 2, "{v}");
+        let mut all: Vec<u64> = threads
+            .iter()
+            .flat_map(|t| {
+                t["qpns"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|q| q.as_u64().unwrap())
+            })
+            .collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 4, "{v}");
         if op == "write" {
             let ops: u64 = v["results"]
                 .as_array()

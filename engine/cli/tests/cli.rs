@@ -518,6 +518,8 @@ fn bench_bounds_name_their_argument_with_exit_2() {
             ],
             "--hlog",
         ),
+        (&["--inline", "--host-threads", "1"], "--host-threads"),
+        (&["--inline", "--hlog", "/tmp/h.hlog"], "--hlog"),
     ] {
         let args = bench(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
