@@ -85,6 +85,50 @@ fn qd_is_the_total_over_the_queue_pairs() {
     assert!(err.contains("--qd: 241: must be 1..=240"), "{err}");
 }
 
+/// The run's `host_threads` (host threads, or inline the workers): `groups` of them, each
+/// with its own queue pairs and together all of `connections`; and for WRITEs every completed
+/// operation verified.
+fn assert_groups(args: &[&str], v: &serde_json::Value, groups: usize, connections: usize) {
+    let threads = v["host_threads"].as_array().expect("host_threads");
+    let qpns: Vec<Vec<u64>> = threads
+        .iter()
+        .map(|t| {
+            t["qpns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|q| q.as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(qpns.len(), groups, "{args:?}: {v}");
+    assert!(
+        qpns.iter().all(|q| q.len() == connections / groups),
+        "{args:?}: {qpns:?}"
+    );
+    let mut all: Vec<u64> = qpns.concat();
+    all.sort();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        connections,
+        "each queue pair has one loop: {qpns:?}"
+    );
+    if args[0] == "write" {
+        let ops: u64 = v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["ops"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            v["verify"]["checked_ops"].as_u64(),
+            Some(ops),
+            "{args:?}: {v}"
+        );
+    }
+}
+
 /// Two host threads, each posting to and polling its own queue pairs (connections t and
 /// t + 2) and verifying what it posted: every completed operation's bytes compared, none
 /// different, and the JSON says which thread drove which queue pairs.
@@ -104,33 +148,7 @@ fn host_threads_drive_their_own_queue_pairs_and_verify_every_byte() {
         ];
         let v = bench(&args);
         assert_verified(&args, &v);
-        let threads = v["host_threads"].as_array().expect("host_threads");
-        let qpns: Vec<Vec<u64>> = threads
-            .iter()
-            .map(|t| {
-                t["qpns"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|q| q.as_u64().unwrap())
-                    .collect()
-            })
-            .collect();
-        assert_eq!(qpns.len(), 2, "{v}");
-        assert!(qpns.iter().all(|q| q.len() == 2), "{qpns:?}");
-        let mut all: Vec<u64> = qpns.concat();
-        all.sort();
-        all.dedup();
-        assert_eq!(all.len(), 4, "each queue pair has one thread: {qpns:?}");
-        if op == "write" {
-            let ops: u64 = v["results"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r["ops"].as_u64().unwrap())
-                .sum();
-            assert_eq!(v["verify"]["checked_ops"].as_u64(), Some(ops), "{v}");
-        }
+        assert_groups(&args, &v, 2, 4);
     }
 }
 
@@ -155,29 +173,6 @@ fn inline_workers_run_the_application_and_verify_every_byte() {
         let v = bench(&args);
         assert_verified(&args, &v);
         assert_eq!(v["inline"], true, "{v}");
-        let threads = v["host_threads"].as_array().expect("host_threads");
-        assert_eq!(threads.len(), 2, "{v}");
-        let mut all: Vec<u64> = threads
-            .iter()
-            .flat_map(|t| {
-                t["qpns"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|q| q.as_u64().unwrap())
-            })
-            .collect();
-        all.sort();
-        all.dedup();
-        assert_eq!(all.len(), 4, "{v}");
-        if op == "write" {
-            let ops: u64 = v["results"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r["ops"].as_u64().unwrap())
-                .sum();
-            assert_eq!(v["verify"]["checked_ops"].as_u64(), Some(ops), "{v}");
-        }
+        assert_groups(&args, &v, 2, 4);
     }
 }
