@@ -410,7 +410,7 @@ pub(crate) struct Runner {
     host_cores: Vec<usize>,
     /// Inline: where each worker takes its group's loop.
     inline: Option<Vec<mpsc::Sender<InlineApp>>>,
-    pub(crate) buffers: Arc<Buffers>,
+    buffers: Arc<Buffers>,
     ops: Ops,
     rate: Option<f64>,
     verify: bool,
@@ -895,7 +895,9 @@ impl LaneLoop {
         logs: &mut Logs<'_>,
         slot: Option<&portico::telemetry::LatencySlot>,
     ) -> Result<bool, AppError> {
-        let sh = self.sh.clone();
+        // A borrow of the field, not a clone of the `Arc`: a clone per round would be an
+        // atomic on a cache line every host thread (or inline worker) shares.
+        let sh: &Shared = &self.sh;
         let point = sh.point;
         let lanes_n = self.lanes.len();
         let size = point.size as usize;
