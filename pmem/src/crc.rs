@@ -194,7 +194,7 @@ pub fn copy_with(k: Kernel, reg: u32, src: &[u8], dst: &mut [u8]) -> u32 {
     match k {
         // SAFETY: the CPU runs the kernel (checked above); `src` and `dst` are slices of
         // `len` bytes, which cannot overlap.
-        Kernel::Vpclmul if len >= WIDE_FROM => unsafe { pclmul::fold_wide::<true>(reg, s, d, len) },
+        Kernel::Vpclmul if len >= WIDE_FROM => unsafe { pclmul::copy_wide(reg, s, d, len) },
         // SAFETY: as above.
         Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
             pclmul::fold::<true>(reg, s, d, len)
@@ -215,7 +215,7 @@ pub(crate) unsafe fn copy_raw(reg: u32, src: *const u8, dst: &mut [u8]) -> u32 {
         // SAFETY: the CPU has the kernel's features (`kernel()`, as in `update`); the caller
         // vouches for `src`, and `dst` is a slice of the same length.
         Kernel::Vpclmul if len >= WIDE_FROM => unsafe {
-            pclmul::fold_wide::<true>(reg, src, dst.as_mut_ptr(), len)
+            pclmul::copy_wide(reg, src, dst.as_mut_ptr(), len)
         },
         // SAFETY: as above.
         Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
@@ -462,39 +462,33 @@ mod pclmul {
         _mm256_xor_si256(_mm256_xor_si256(lo, hi), next)
     }
 
-    /// The 32 bytes at `src + at`, stored at `dst + at` when copying.
+    /// The 32 bytes at `src + at`, stored at `dst + at`.
     ///
     /// # Safety
-    /// `src + at .. + 32` readable; when `COPY`, `dst + at .. + 32` writable.
+    /// `src + at .. + 32` readable, `dst + at .. + 32` writable.
     #[inline]
     #[target_feature(enable = "vpclmulqdq,avx2,pclmulqdq,sse4.1")]
-    unsafe fn load_wide<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m256i {
+    unsafe fn load_wide(src: *const u8, dst: *mut u8, at: usize) -> __m256i {
         // SAFETY: the caller's range; `loadu`/`storeu` take unaligned addresses.
         unsafe {
             let v = _mm256_loadu_si256(src.add(at).cast());
-            if COPY {
-                _mm256_storeu_si256(dst.add(at).cast(), v);
-            }
+            _mm256_storeu_si256(dst.add(at).cast(), v);
             v
         }
     }
 
-    /// [`fold`] with eight 256-bit accumulators: 256 bytes a step.
+    /// [`fold`] copying, with eight 256-bit accumulators: 256 bytes a step. Only copies take
+    /// it (`update` hands long runs to `crc32fast`).
     ///
     /// # Safety
-    /// As [`fold`], on a CPU with VPCLMULQDQ and AVX2 as well, and `len >= 256`.
+    /// As [`fold`] with `COPY`, on a CPU with VPCLMULQDQ and AVX2 as well, and `len >= 256`.
     #[target_feature(enable = "vpclmulqdq,avx2,pclmulqdq,sse4.1")]
-    pub(super) unsafe fn fold_wide<const COPY: bool>(
-        reg: u32,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-    ) -> u32 {
+    pub(super) unsafe fn copy_wide(reg: u32, src: *const u8, dst: *mut u8, len: usize) -> u32 {
         debug_assert!(len >= 256);
         // SAFETY (every `load_wide`): `at + 32 <= len` at each call.
         let mut acc = [_mm256_setzero_si256(); 8];
         for (i, a) in acc.iter_mut().enumerate() {
-            *a = unsafe { load_wide::<COPY>(src, dst, 32 * i) };
+            *a = unsafe { load_wide(src, dst, 32 * i) };
         }
         acc[0] = _mm256_xor_si256(
             acc[0],
@@ -504,7 +498,7 @@ mod pclmul {
         let mut at = 256;
         while len - at >= 256 {
             for (i, a) in acc.iter_mut().enumerate() {
-                *a = carry_wide(*a, k, unsafe { load_wide::<COPY>(src, dst, at + 32 * i) });
+                *a = carry_wide(*a, k, unsafe { load_wide(src, dst, at + 32 * i) });
             }
             at += 256;
         }
@@ -520,7 +514,7 @@ mod pclmul {
             _mm256_extracti128_si256::<1>(x),
         );
         // SAFETY: the caller's ranges; `16 <= at <= len`.
-        unsafe { finish::<COPY>(x, at, src, dst, len) }
+        unsafe { finish::<true>(x, at, src, dst, len) }
     }
 }
 
@@ -535,12 +529,7 @@ mod pclmul {
     }
 
     /// Never called: `wide_available` is false.
-    pub(super) unsafe fn fold_wide<const COPY: bool>(
-        _reg: u32,
-        _src: *const u8,
-        _dst: *mut u8,
-        _len: usize,
-    ) -> u32 {
+    pub(super) unsafe fn copy_wide(_reg: u32, _src: *const u8, _dst: *mut u8, _len: usize) -> u32 {
         unreachable!("no VPCLMULQDQ kernel on this architecture")
     }
 
@@ -636,25 +625,10 @@ mod tests {
                             assert!(dst[da + len..].iter().all(|&b| b == 0x5a), "wrote past dst");
                         }
                         if wide && len >= WIDE_FROM {
+                            dst.fill(0x5a);
                             // SAFETY: the CPU has the features; ranges as above.
                             let got = unsafe {
-                                pclmul::fold_wide::<false>(
-                                    reg,
-                                    s.as_ptr(),
-                                    std::ptr::null_mut(),
-                                    len,
-                                )
-                            };
-                            assert_eq!(got, want, "vpclmul len {len} align {sa}");
-                            dst.fill(0x5a);
-                            // SAFETY: as above.
-                            let got = unsafe {
-                                pclmul::fold_wide::<true>(
-                                    reg,
-                                    s.as_ptr(),
-                                    dst[da..].as_mut_ptr(),
-                                    len,
-                                )
+                                pclmul::copy_wide(reg, s.as_ptr(), dst[da..].as_mut_ptr(), len)
                             };
                             assert_eq!(got, want, "vpclmul copy len {len} align {sa}/{da}");
                             assert_eq!(&dst[da..da + len], s);
