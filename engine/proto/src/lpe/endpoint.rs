@@ -18,6 +18,7 @@ use super::entry::{
 };
 use super::events::{Event, EventKind, EventSink, NiFail};
 use super::list::{EntryId, MatchList};
+use super::reserve::Reserve;
 use super::unexpected::{SoftwareRequestList, UnexpectedHeader, UnexpectedList};
 
 /// Errors of host commands.
@@ -156,9 +157,8 @@ pub struct Endpoint<L: MatchList = DeepList> {
     /// Per overflow slot, its account (grown within its reservation as slots are first
     /// used).
     overflow_account: Vec<u32>,
-    /// Accounts used so far (at most `max_overflow + max_unexpected`, reserved up front).
-    accounts: Vec<Account>,
-    free_accounts: Vec<u32>,
+    /// One per overflow entry and unexpected header (`max_overflow + max_unexpected`).
+    accounts: Reserve<Account>,
     unexpected: UnexpectedList,
     software_requests: SoftwareRequestList,
     counters: EndpointCounters,
@@ -182,8 +182,7 @@ impl<L: MatchList> Endpoint<L> {
             priority: L::with_capacity(config.max_priority),
             overflow: L::with_capacity(config.max_overflow),
             overflow_account: Vec::with_capacity(config.max_overflow),
-            accounts: Vec::with_capacity(accounts),
-            free_accounts: Vec::with_capacity(accounts),
+            accounts: Reserve::with_capacity(accounts),
             unexpected: UnexpectedList::with_capacity(config.max_unexpected),
             software_requests: SoftwareRequestList::with_capacity(config.max_software_requests),
             counters: EndpointCounters::default(),
@@ -208,28 +207,6 @@ impl<L: MatchList> Endpoint<L> {
     #[inline]
     pub(crate) fn set_pool_room(&mut self, room: bool) {
         self.pool_room = room;
-    }
-
-    /// Accounts reserved: one per overflow entry and unexpected header.
-    fn max_accounts(&self) -> usize {
-        self.config.max_overflow + self.config.max_unexpected
-    }
-
-    /// A free account, or the next never-used one within the reservation.
-    fn take_account(&mut self) -> Option<u32> {
-        if let Some(a) = self.free_accounts.pop() {
-            return Some(a);
-        }
-        if self.accounts.len() >= self.max_accounts() {
-            return None;
-        }
-        self.accounts.push(Account {
-            cookie: 0,
-            refs: 0,
-            unlinked: false,
-            auto_unlinked: false,
-        });
-        Some((self.accounts.len() - 1) as u32)
     }
 
     pub fn index(&self) -> EndpointIndex {
@@ -321,7 +298,7 @@ impl<L: MatchList> Endpoint<L> {
                 let cookie = acc.cookie;
                 events.push_event(self.event_for(EventKind::AutoFree, ListKind::Overflow, cookie));
             }
-            self.free_accounts.push(account);
+            self.accounts.give(account);
         }
     }
 
@@ -338,7 +315,7 @@ impl<L: MatchList> Endpoint<L> {
                 let cookie = acc.cookie;
                 events.push_event(self.event_for(EventKind::AutoFree, ListKind::Overflow, cookie));
             }
-            self.free_accounts.push(account);
+            self.accounts.give(account);
         }
     }
 
@@ -630,21 +607,21 @@ impl<L: MatchList> Endpoint<L> {
         entry: MatchEntry,
         events: &mut impl EventSink,
     ) -> Result<Appended, LpeError> {
-        let full = self.free_accounts.is_empty() && self.accounts.len() >= self.max_accounts();
-        if full || !self.pool_room {
+        if self.accounts.is_full() || !self.pool_room {
             return Err(LpeError::ListFull(self.index));
         }
         let Some(id) = self.overflow.push(entry) else {
             return Err(LpeError::ListFull(self.index));
         };
         self.held += 1;
-        let account = self.take_account().expect("checked above");
-        self.accounts[account as usize] = Account {
+        let fresh = Account {
             cookie: entry.cookie,
             refs: 0,
             unlinked: false,
             auto_unlinked: false,
         };
+        let account = self.accounts.take(fresh).expect("checked above");
+        self.accounts[account as usize] = fresh;
         let slot = id.slot as usize;
         if self.overflow_account.len() <= slot {
             // Within the reservation (a slot is below `max_overflow`): no allocation.

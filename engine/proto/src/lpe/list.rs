@@ -4,6 +4,7 @@
 //! posting-order walk a simple NIC list engine does, kept as the baseline.
 
 use super::entry::{IncomingHeader, MatchEntry};
+use super::reserve::Reserve;
 
 /// "No slot" marker in intrusive links.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -89,50 +90,33 @@ const BLANK_NODE: Node = Node {
     order_next: NIL,
 };
 
-/// Fixed pool of nodes plus a free stack; allocation and release are O(1)
-/// and never touch the allocator. The nodes are reserved at once and written
-/// as first used (a node is taken from the free stack, else the next never-used
-/// one), so a list sized for the seed's 16 K entries costs memory for the
-/// entries it has held, not for its capacity.
+/// Fixed pool of nodes ([`Reserve`]: reserved at once, written as first used, a
+/// free stack); allocation and release are O(1) and never touch the allocator.
 #[derive(Debug, Clone)]
 pub(crate) struct Slab {
-    /// The nodes used so far (at most `capacity`, reserved up front).
-    pub nodes: Vec<Node>,
-    free: Vec<u32>,
-    capacity: usize,
+    pub nodes: Reserve<Node>,
     next_seq: u64,
 }
 
 impl Slab {
     pub fn with_capacity(capacity: usize) -> Self {
-        let capacity = capacity.min(NIL as usize);
         Self {
-            nodes: Vec::with_capacity(capacity),
-            free: Vec::with_capacity(capacity),
-            capacity,
+            nodes: Reserve::with_capacity(capacity.min(NIL as usize)),
             next_seq: 0,
         }
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.nodes.capacity()
     }
 
     #[inline]
     pub fn len(&self) -> usize {
-        self.nodes.len() - self.free.len()
+        self.nodes.in_use()
     }
 
     pub fn alloc(&mut self, entry: MatchEntry, home: u8) -> Option<EntryId> {
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None if self.nodes.len() < self.capacity => {
-                // Within the reservation: no allocation.
-                self.nodes.push(BLANK_NODE);
-                (self.nodes.len() - 1) as u32
-            }
-            None => return None,
-        };
+        let slot = self.nodes.take(BLANK_NODE)?;
         let seq = self.next_seq;
         self.next_seq += 1;
         let node = &mut self.nodes[slot as usize];
@@ -157,9 +141,9 @@ impl Slab {
     }
 
     pub fn release(&mut self, slot: u32) -> MatchEntry {
+        self.nodes.give(slot);
         let node = &mut self.nodes[slot as usize];
         node.live = false;
-        self.free.push(slot);
         node.entry
     }
 

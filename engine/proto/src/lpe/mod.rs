@@ -23,6 +23,7 @@ mod events;
 mod hash;
 mod list;
 pub mod reference;
+mod reserve;
 mod shard;
 mod unexpected;
 

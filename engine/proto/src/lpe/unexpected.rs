@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use super::entry::{IncomingHeader, MatchEntry, ProcessId};
 use super::hash::BuildWordHasher;
 use super::list::NIL;
+use super::reserve::Reserve;
 
 /// A header stored on the unexpected list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,13 +63,11 @@ const BLANK_HDR: HdrNode = HdrNode {
     live: false,
 };
 
-/// Headers in arrival order, with per-match-bits bins. Its nodes are reserved
-/// up front and written as first used, as the entry lists' (`list::Slab`).
+/// Headers in arrival order, with per-match-bits bins. Its nodes are a
+/// [`Reserve`], as the entry lists' (`list::Slab`).
 #[derive(Debug, Clone)]
 pub struct UnexpectedList {
-    nodes: Vec<HdrNode>,
-    free: Vec<u32>,
-    capacity: usize,
+    nodes: Reserve<HdrNode>,
     all: Ends,
     bins: HashMap<u64, Ends, BuildWordHasher>,
 }
@@ -77,9 +76,7 @@ impl UnexpectedList {
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.min(NIL as usize);
         Self {
-            nodes: Vec::with_capacity(capacity),
-            free: Vec::with_capacity(capacity),
-            capacity,
+            nodes: Reserve::with_capacity(capacity),
             all: NO_ENDS,
             bins: HashMap::with_capacity_and_hasher(
                 capacity.saturating_mul(2),
@@ -89,7 +86,7 @@ impl UnexpectedList {
     }
 
     pub fn len(&self) -> usize {
-        self.nodes.len() - self.free.len()
+        self.nodes.in_use()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -97,20 +94,13 @@ impl UnexpectedList {
     }
 
     pub fn is_full(&self) -> bool {
-        self.free.is_empty() && self.nodes.len() >= self.capacity
+        self.nodes.is_full()
     }
 
     /// Appends in arrival order; `None` when full.
     pub fn push(&mut self, hdr: UnexpectedHeader) -> Option<u32> {
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None if self.nodes.len() < self.capacity => {
-                // Within the reservation: no allocation; written just below.
-                self.nodes.push(BLANK_HDR);
-                (self.nodes.len() - 1) as u32
-            }
-            None => return None,
-        };
+        // Written just below.
+        let slot = self.nodes.take(BLANK_HDR)?;
         let bin = self.bins.entry(hdr.header.match_bits).or_insert(NO_ENDS);
         let nodes = &mut self.nodes;
         nodes[slot as usize] = HdrNode {
@@ -166,7 +156,7 @@ impl UnexpectedList {
             }
         }
         self.nodes[slot as usize].live = false;
-        self.free.push(slot);
+        self.nodes.give(slot);
         node.hdr
     }
 
