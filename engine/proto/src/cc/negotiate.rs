@@ -60,13 +60,16 @@ fn settle(own: &CcConfig, peer: Option<&ExtRepr>) -> CcConfig {
         None => {}
         Some(p) => cc.mode = agree(own.mode, mode(p.cc)),
     }
-    if cc.mode == CcMode::Ack {
-        let p = peer.expect("ack is only kept with the peer's block");
-        cc.ack.delay = own.ack.delay && p.delay;
-        cc.ack.keep_rate_ns = u64::from(p.keep_rate_us) * 1_000;
-    } else {
-        cc.ack.delay = false;
-        cc.ack.keep_rate_ns = 0;
+    // `ack` is kept only with the peer's block (a silent peer made it `dcqcn` above).
+    match (cc.mode, peer) {
+        (CcMode::Ack, Some(p)) => {
+            cc.ack.delay = own.ack.delay && p.delay;
+            cc.ack.keep_rate_ns = u64::from(p.keep_rate_us) * 1_000;
+        }
+        _ => {
+            cc.ack.delay = false;
+            cc.ack.keep_rate_ns = 0;
+        }
     }
     cc
 }
