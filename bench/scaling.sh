@@ -13,12 +13,16 @@
 # Only the worker counts the machine can hold are run: N workers need N cores besides the
 # host's (on a 2-vCPU VM that is N = 1; N = 2 is run too, sharing cores, and marked so).
 #
+# With QD_PER_WORKER=1 the depth is QD per worker (N workers keep N x QD outstanding): the
+# queue pairs stay as deep as the one worker's, so that the ratio measures the cores, not the
+# shorter queues (with QD over all of them, 8 workers keep 15 each and batch less).
+#
 # With INLINE=1 each point runs `--inline` instead of host threads: every worker runs the
 # application's loop for its own queue pair inside its own loop (no host thread, no ring
 # between cores), so N workers need N cores.
 #
 #   bench/scaling.sh        RUNS=3 DURATION=2 SIZE=64 QD=120 WORKERS="1 2 4 8" HOST_THREADS=N
-#                           INLINE=1
+#                           INLINE=1 QD_PER_WORKER=1
 #                           EXTRA="--hugepages off --memory-mb 512" PORTICO_NO_BUILD=1
 #                           PORTICO="bash .devkit/env.sh portico"   (a packed build elsewhere)
 #
@@ -31,6 +35,7 @@ RUNS=${RUNS:-3}
 DURATION=${DURATION:-2}
 SIZE=${SIZE:-64}
 QD=${QD:-120}
+QD_PER_WORKER=${QD_PER_WORKER:-}
 WORKERS=${WORKERS:-"1 2 4 8"}
 EXTRA=${EXTRA:-"--hugepages off --memory-mb 512"}
 PORTICO=${PORTICO:-target/release/portico}
@@ -73,10 +78,12 @@ for i in $(seq 1 "$RUNS"); do
         f="$OUT/w$n-r$i"
         h=$HOST_THREADS
         [ "$h" = N ] && h=$n
+        qd=$QD
+        [ -n "$QD_PER_WORKER" ] && qd=$((QD * n))
         app=(--host-threads "$h")
         [ -n "$INLINE" ] && app=(--inline)
         # shellcheck disable=SC2086
-        if ! $PORTICO bench write --size "$SIZE" --qd "$QD" --cores "$n" --connections "$n" \
+        if ! $PORTICO bench write --size "$SIZE" --qd "$qd" --cores "$n" --connections "$n" \
             "${app[@]}" --duration "$DURATION" --json $EXTRA >"$f.json" 2>"$f.err"; then
             echo "scaling: $n workers, run $i failed: $(tail -1 "$f.err")" >&2
             failed=1
@@ -89,7 +96,7 @@ import json, statistics, sys
 out, runs, cores, ns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4:]]
 rows = {}
 for n in ns:
-    ops, gbit, errors, hosts = [], [], 0, 0
+    ops, gbit, errors, hosts, qd = [], [], 0, 0, "-"
     for i in range(1, runs + 1):
         try:
             v = json.load(open(f"{out}/w{n}-r{i}.json"))
@@ -100,18 +107,19 @@ for n in ns:
         gbit.append(r["gbit_per_sec"])
         errors += v.get("errors", 0)
         hosts = 0 if v.get("inline") else (len(v.get("host_threads", [])) or 1)
-    rows[n] = (ops, gbit, errors, hosts)
+        qd = v.get("qd", "-")
+    rows[n] = (ops, gbit, errors, hosts, qd)
 base = statistics.median(rows[ns[0]][0]) if rows[ns[0]][0] else None
-print(f"{'workers':>7} {'hosts':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s)")
+print(f"{'workers':>7} {'hosts':>5} {'qd':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s)")
 for n in ns:
-    ops, gbit, errors, hosts = rows[n]
+    ops, gbit, errors, hosts, qd = rows[n]
     if not ops:
         print(f"{n:>7} {'failed':>12}")
         continue
     m = statistics.median(ops)
     ratio = m / base if base else float("nan")
     shared = "  (sharing cores)" if n + hosts > cores else ""
-    print(f"{n:>7} {hosts:>5} {m:>12,.0f} {statistics.median(gbit):>8.2f} {ratio:>6.2f} {ratio / n:>5.2f} "
+    print(f"{n:>7} {hosts:>5} {qd:>5} {m:>12,.0f} {statistics.median(gbit):>8.2f} {ratio:>6.2f} {ratio / n:>5.2f} "
           f"{errors:>6}  {' '.join(f'{x:,.0f}' for x in ops)}{shared}")
 EOF
 exit "$failed"

@@ -47,7 +47,7 @@ rm -f "$OUT"/*.json "$OUT"/*.err
 failed=0
 for i in $(seq 1 "$RUNS"); do
     # shellcheck disable=SC2086
-    if ! locked "$PORTICO" bench tagged --duration "$DURATION" --json $EXTRA \
+    if ! locked $PORTICO bench tagged --duration "$DURATION" --json $EXTRA \
         >"$OUT/run-$i.json" 2>"$OUT/run-$i.err"; then
         echo "run $i failed (see $OUT/run-$i.err)" >&2
         failed=1
