@@ -1014,7 +1014,9 @@ impl Requester {
     /// its durable ACK; anything behind a held WQE until that one completes, so completions
     /// stay in posting order). Returns whether it left the queue.
     fn finish(&mut self, now: u64, cfg: &QpConfig, cq: &mut StagedCompletions) -> bool {
-        let w = self.sq[self.head];
+        // By reference: a WQE is over a hundred bytes, and this runs once per request.
+        let w = &self.sq[self.head];
+        let waits = w.waits();
         if let WrKind::DurableWrite { placed, .. } = w.kind {
             if placed {
                 cq.push(WorkCompletion {
@@ -1032,11 +1034,11 @@ impl Requester {
             self.head += 1;
             return false;
         }
-        if w.waits() && self.dur_deadline.is_none() {
+        if waits && self.dur_deadline.is_none() {
             // A held rendezvous send: the same timer probes a target that went silent.
             self.dur_deadline = Some(now + self.durable_rto(cfg));
         }
-        if self.head > 0 || w.waits() {
+        if self.head > 0 || waits {
             self.head += 1;
             return false;
         }
@@ -1362,7 +1364,8 @@ impl Requester {
     }
 
     fn complete_front(&mut self, cfg: &QpConfig, status: WcStatus, cq: &mut StagedCompletions) {
-        let Some(w) = self.sq.pop_front() else {
+        // Read in place, then dropped: not moved out whole.
+        let Some(w) = self.sq.front() else {
             return;
         };
         if w.is_internal() {
@@ -1371,6 +1374,7 @@ impl Requester {
             if let WrKind::TagPull { token, .. } = w.kind {
                 self.pulled.push_back((token, status == WcStatus::Success));
             }
+            self.sq.pop_front();
             return;
         }
         let byte_len = if w.tag.is_some() {
@@ -1386,6 +1390,7 @@ impl Requester {
             byte_len,
             imm_data: None,
         });
+        self.sq.pop_front();
     }
 
     /// Error state: the WQE holding PSN `blame.1` (if any) completes with
