@@ -8,7 +8,9 @@
 # queue pair from a core of its own where the machine has 2N cores. Runs are interleaved (run i of
 # every N before run i+1 of any), so that a slow spell of a shared machine falls on all of them
 # alike. The table gives, per N, the median ops/s and Gbit/s over the runs, the ratio to one
-# worker (from the medians) and that ratio divided by N (1.00: linear), then each run's ops/s.
+# worker (from the medians) and that ratio divided by N (1.00: linear), then each run's ops/s
+# and p50 latency (one worker's 64 B rate is bimodal per process; the p50 tells the two modes
+# apart: docs/benchmarking.md, "What the figures mean").
 #
 # Only the worker counts the machine can hold are run: N workers need N cores besides the
 # host's (on a 2-vCPU VM that is N = 1; N = 2 is run too, sharing cores, and marked so).
@@ -96,7 +98,7 @@ import json, statistics, sys
 out, runs, cores, ns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4:]]
 rows = {}
 for n in ns:
-    ops, gbit, errors, hosts, qd = [], [], 0, 0, "-"
+    ops, gbit, p50, errors, hosts, qd = [], [], [], 0, 0, "-"
     for i in range(1, runs + 1):
         try:
             v = json.load(open(f"{out}/w{n}-r{i}.json"))
@@ -105,14 +107,15 @@ for n in ns:
         r = v["results"][0]
         ops.append(r["ops_per_sec"])
         gbit.append(r["gbit_per_sec"])
+        p50.append(r["latency_ns"]["p50"] / 1000)
         errors += v.get("errors", 0)
         hosts = 0 if v.get("inline") else (len(v.get("host_threads", [])) or 1)
         qd = v.get("qd", "-")
-    rows[n] = (ops, gbit, errors, hosts, qd)
+    rows[n] = (ops, gbit, p50, errors, hosts, qd)
 base = statistics.median(rows[ns[0]][0]) if rows[ns[0]][0] else None
-print(f"{'workers':>7} {'hosts':>5} {'qd':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s)")
+print(f"{'workers':>7} {'hosts':>5} {'qd':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s, p50 µs)")
 for n in ns:
-    ops, gbit, errors, hosts, qd = rows[n]
+    ops, gbit, p50, errors, hosts, qd = rows[n]
     if not ops:
         print(f"{n:>7} {'failed':>12}")
         continue
@@ -120,6 +123,6 @@ for n in ns:
     ratio = m / base if base else float("nan")
     shared = "  (sharing cores)" if n + hosts > cores else ""
     print(f"{n:>7} {hosts:>5} {qd:>5} {m:>12,.0f} {statistics.median(gbit):>8.2f} {ratio:>6.2f} {ratio / n:>5.2f} "
-          f"{errors:>6}  {' '.join(f'{x:,.0f}' for x in ops)}{shared}")
+          f"{errors:>6}  {'  '.join(f'{x:,.0f} {l:.1f}' for x, l in zip(ops, p50))}{shared}")
 EOF
 exit "$failed"
