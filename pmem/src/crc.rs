@@ -189,19 +189,9 @@ pub fn copy_with(k: Kernel, reg: u32, src: &[u8], dst: &mut [u8]) -> u32 {
         "crc::copy_with: this CPU does not run {}",
         k.name()
     );
-    let len = dst.len();
-    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-    match k {
-        // SAFETY: the CPU runs the kernel (checked above); `src` and `dst` are slices of
-        // `len` bytes, which cannot overlap.
-        Kernel::Vpclmul if len >= WIDE_FROM => unsafe { pclmul::copy_wide(reg, s, d, len) },
-        // SAFETY: as above.
-        Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
-            pclmul::fold::<true>(reg, s, d, len)
-        },
-        // SAFETY: as above.
-        _ => unsafe { portable_copy(reg, s, dst) },
-    }
+    // SAFETY: the CPU runs `k` (checked above); `src` is a slice of `dst.len()` bytes, and a
+    // `&[u8]` and a `&mut [u8]` cannot overlap.
+    unsafe { copy_raw_with(k, reg, src.as_ptr(), dst) }
 }
 
 /// [`copy`] from a raw source.
@@ -210,10 +200,20 @@ pub fn copy_with(k: Kernel, reg: u32, src: &[u8], dst: &mut [u8]) -> u32 {
 /// `src` must be valid for reads of `dst.len()` bytes and must not overlap `dst`.
 #[inline]
 pub(crate) unsafe fn copy_raw(reg: u32, src: *const u8, dst: &mut [u8]) -> u32 {
+    // SAFETY: `kernel()` is only ever a kernel the CPU runs; the caller vouches for `src`.
+    unsafe { copy_raw_with(kernel(), reg, src, dst) }
+}
+
+/// [`copy_raw`] with the kernel `k`.
+///
+/// # Safety
+/// As [`copy_raw`], and the CPU must run `k` ([`Kernel::available`]).
+#[inline]
+unsafe fn copy_raw_with(k: Kernel, reg: u32, src: *const u8, dst: &mut [u8]) -> u32 {
     let len = dst.len();
-    match kernel() {
-        // SAFETY: the CPU has the kernel's features (`kernel()`, as in `update`); the caller
-        // vouches for `src`, and `dst` is a slice of the same length.
+    match k {
+        // SAFETY: the caller vouches for the CPU's features, for `src`, and `dst` is a slice of
+        // the same length.
         Kernel::Vpclmul if len >= WIDE_FROM => unsafe {
             pclmul::copy_wide(reg, src, dst.as_mut_ptr(), len)
         },
