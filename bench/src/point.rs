@@ -609,18 +609,15 @@ impl Runner {
             .collect();
         let results = if let Some(workers) = &self.inline {
             run_inline(loops, workers, &shared, stop)?
-        } else if loops.len() == 1 {
-            let mut l = loops.into_iter().next().expect("a loop");
-            let slot = self.latency.clone();
-            while !l.step(logs, slot.as_ref())? {
-                if stop.load(Ordering::Relaxed) {
-                    shared.stop.store(true, Ordering::Relaxed);
-                }
-            }
-            vec![l.finish()]
         } else {
             // Latency logs have one writer: `--hlog` and `--plot` take one host thread
-            // (`bench::run` checks).
+            // (`bench::run` checks). The telemetry slot shows one loop's histograms, so only
+            // a lone loop publishes.
+            let slot = if loops.len() == 1 {
+                self.latency.clone()
+            } else {
+                None
+            };
             let cores = &self.host_cores;
             let mut loops = loops.into_iter();
             let mut first = loops.next().expect("a loop");
@@ -641,9 +638,8 @@ impl Runner {
                             })
                     })
                     .collect();
-                let mut none = Logs::none();
                 let mut mine = || {
-                    while !first.step(&mut none, None)? {
+                    while !first.step(logs, slot.as_ref())? {
                         if stop.load(Ordering::Relaxed) {
                             shared.stop.store(true, Ordering::Relaxed);
                         }
