@@ -727,9 +727,13 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
         })
         .collect();
     // Host thread t on the process's core t (the workers took the last ones): where the
-    // machine has the cores, each thread has one of its own.
-    let host_cores: Vec<usize> = (0..threads).map(|t| cores[t % cores.len()]).collect();
-    debug_assert_eq!(host_cores[0], a);
+    // machine has the cores, each thread has one of its own. Inline, loop t runs on worker t.
+    let host_cores: Vec<usize> = if opts.inline {
+        worker_cores.clone()
+    } else {
+        (0..threads).map(|t| cores[t % cores.len()]).collect()
+    };
+    debug_assert!(opts.inline || host_cores[0] == a);
     let hosts = if opts.inline {
         "the application inline on the workers".to_string()
     } else if threads == 1 {
@@ -798,12 +802,6 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<BenchSummary, AppE
     let runner = match inline {
         Some(senders) => runner.inline(senders),
         None => runner.with_host_threads(host_cores[1..].to_vec()),
-    };
-    // Inline, loop t runs on worker t.
-    let host_cores = if opts.inline {
-        worker_cores.clone()
-    } else {
-        host_cores
     };
     let host_layout: Vec<HostThread> = runner
         .host_layout()
