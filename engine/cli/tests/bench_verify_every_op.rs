@@ -174,5 +174,15 @@ fn inline_workers_run_the_application_and_verify_every_byte() {
         assert_verified(&args, &v);
         assert_eq!(v["inline"], true, "{v}");
         assert_groups(&args, &v, 2, 4);
+        // Loop t ran on worker t: the core the JSON names is the one that worker is pinned to.
+        let loops = v["host_threads"].as_array().expect("host_threads");
+        let workers = v["cores"]["workers"].as_array().expect("cores.workers");
+        for (t, l) in loops.iter().enumerate() {
+            assert_eq!(
+                l["core"].to_string(),
+                workers[t]["cpus"].as_str().expect("cpus"),
+                "{args:?}: loop {t}: {v}"
+            );
+        }
     }
 }
