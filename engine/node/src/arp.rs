@@ -1,8 +1,11 @@
 //! Address resolution for the connections a node starts: what a RoCE `rdma_resolve_addr`
 //! does before its REQ. A bounded cache of IPv4 → MAC, filled by ARP replies to our requests
 //! and by ARP requests for our address (their sender); a lookup that misses starts a
-//! resolution, whose broadcast request is sent again every `retry_ns` until it is answered
-//! or `max_tries` requests went unanswered.
+//! resolution, whose broadcast request is sent again until it is answered or `max_tries`
+//! requests went unanswered. The waits between requests double from `retry_ns` to
+//! `max_retry_ns`: the first answer comes soon after a peer's port appears, and a peer that
+//! appears late (a rank whose port joins its bridge seconds after the others start) still
+//! has about as long as Linux's neighbour table gives one (three requests a second apart).
 
 use std::net::Ipv4Addr;
 
@@ -13,8 +16,10 @@ use wire::EthernetAddress;
 pub struct ArpConfig {
     /// Entries at most, resolved and pending together.
     pub capacity: usize,
-    /// The wait between two requests for one address.
+    /// The wait after the first request for an address; each later wait doubles it.
     pub retry_ns: u64,
+    /// The longest wait between two requests.
+    pub max_retry_ns: u64,
     /// Requests sent for one address before it is given up.
     pub max_tries: u32,
     /// How long a resolved entry is believed.
@@ -26,6 +31,7 @@ impl Default for ArpConfig {
         ArpConfig {
             capacity: 256,
             retry_ns: 200_000_000,
+            max_retry_ns: 1_000_000_000,
             max_tries: 5,
             ttl_ns: 60_000_000_000,
         }
@@ -172,8 +178,14 @@ impl ArpCache {
             self.failures += 1;
             return Some(Due::Failed(ip));
         }
+        let wait = self
+            .cfg
+            .retry_ns
+            .checked_shl(e.tries)
+            .unwrap_or(u64::MAX)
+            .min(self.cfg.max_retry_ns);
         e.tries += 1;
-        e.at = now + self.cfg.retry_ns;
+        e.at = now + wait;
         self.requests += 1;
         Some(Due::Request(e.ip))
     }
@@ -206,10 +218,16 @@ mod tests {
         assert_eq!(c.poll(0), None, "one request per retry interval");
         assert_eq!(c.next_due(), Some(200_000_000));
         assert_eq!(c.poll(200_000_000), Some(Due::Request(IP)));
-        assert!(c.learn(200_000_001, IP, MAC));
-        assert_eq!(c.resolve(200_000_002, IP), Resolve::Known(MAC));
+        assert_eq!(
+            c.next_due(),
+            Some(600_000_000),
+            "the second wait is twice the first"
+        );
+        assert_eq!(c.poll(600_000_000), Some(Due::Request(IP)));
+        assert!(c.learn(600_000_001, IP, MAC));
+        assert_eq!(c.resolve(600_000_002, IP), Resolve::Known(MAC));
         assert_eq!(c.poll(u64::MAX / 2), None);
-        assert_eq!(c.requests, 2);
+        assert_eq!(c.requests, 3);
     }
 
     #[test]
@@ -229,7 +247,8 @@ mod tests {
             }
         }
         assert_eq!(requests, 5);
-        assert_eq!(t, 5 * 200_000_000);
+        // Waits of 0.2, 0.4, 0.8, 1 and 1 s: given up 3.4 s after the first request.
+        assert_eq!(t, 3_400_000_000);
         assert!(c.is_empty());
         assert_eq!(c.failures, 1);
     }
