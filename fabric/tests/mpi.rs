@@ -163,24 +163,50 @@ impl Netns {
         ns
     }
 
+    /// `ip` on the host (`inside` false) or in the namespace (`ip -n`: no process of its own
+    /// in the namespace, one spawn).
     fn ip(&self, args: &[&str], inside: bool) -> String {
         let mut c = Command::new("ip");
         if inside {
-            c.args(["netns", "exec", &self.0, "ip"]);
+            c.args(["-n", &self.0]);
         }
         let out = c.args(args).output().expect("ip (iproute2)");
         assert!(out.status.success(), "ip {args:?}: {}", text(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn read(&self, path: &str) -> Option<String> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0, "cat", path])
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    /// Every link in the namespace with its MAC, from one `ip -o link`.
+    fn links(&self) -> Vec<(String, String)> {
+        self.ip(&["-o", "link", "show"], true)
+            .lines()
+            .filter_map(|l| {
+                let name = l.split(": ").nth(1)?.split('@').next()?.to_string();
+                let mac = l
+                    .split("link/ether ")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .to_string();
+                Some((name, mac))
+            })
+            .collect()
+    }
+
+    /// What the namespace looks like, for a failure's message: the links and the bridge's
+    /// forwarding table.
+    fn describe(&self) -> String {
+        let run = |prog: &str, args: &[&str]| {
+            Command::new(prog)
+                .args(args)
+                .output()
+                .map(|o| text(&o))
+                .unwrap_or_else(|e| format!("{prog}: {e}"))
+        };
+        format!(
+            "links:\n{}\nbridge fdb:\n{}",
+            run("ip", &["-n", &self.0, "-br", "link", "show"]),
+            run("bridge", &["-n", &self.0, "fdb", "show", "br", "br0"])
+        )
     }
 }
 
@@ -203,46 +229,77 @@ fn mpi_program_on_four_ranks_over_taps_on_a_bridge() {
             program: vec![bin.display().to_string()],
         })
         .collect();
-    let job = mpirun(&dir, &ranks, Some(&ns.0)).spawn().unwrap();
+    let mut job = mpirun(&dir, &ranks, Some(&ns.0)).spawn().unwrap();
+    // The job's output is read as it comes, so that a full pipe never stalls a rank while
+    // this thread watches the taps.
+    let pipe = |p: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let stdout = pipe(job.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = pipe(job.stderr.take().map(|p| Box::new(p) as _));
     // Each rank's tap appears when its engine starts, with the engine's own MAC (the tap PMD
-    // sets the kernel side to it). A bridge port whose address is the engine's would keep
-    // the frames for that address to the bridge itself, so each tap's kernel side gets an
-    // address of its own before it joins the bridge.
+    // sets the kernel side to it). A bridge port whose address is the engine's keeps the
+    // frames for that address to the bridge itself, so each tap's kernel side gets an address
+    // of its own as it joins the bridge. The tap appears with the engine's MAC before its
+    // port is started, and `rte_eth_dev_start` sets the MAC again (ethdev replays the
+    // default address into the driver), so a tap given its own address before that gets the
+    // engine's back, and that rank is cut off: the taps are watched, and mended, until the
+    // job ends. Each poll is one `ip`, each mend one more, well inside the engines' address
+    // resolution (3.4 s) and the provider's connection retries (15 s).
     let start = Instant::now();
-    let mut joined = [false; 4];
-    while !joined.iter().all(|&j| j) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the ranks' taps did not all appear"
-        );
-        for (r, j) in joined.iter_mut().enumerate() {
-            let engine_mac = format!("02:50:0a:53:00:{:02x}", r + 1);
-            if !*j
-                && ns
-                    .read(&format!("/sys/class/net/pfit{r}/address"))
-                    .as_deref()
-                    == Some(&engine_mac)
-            {
-                let tap = format!("pfit{r}");
+    let mut mended = [0u32; 4];
+    let mut seen = String::new();
+    let status = loop {
+        if let Some(status) = job.try_wait().unwrap() {
+            break status;
+        }
+        let all = mended.iter().all(|&m| m > 0);
+        if !all && start.elapsed() > Duration::from_secs(60) {
+            let _ = job.kill();
+            panic!("the ranks' taps did not all appear:\n{}", ns.describe());
+        }
+        let links = ns.links();
+        for (name, mac) in &links {
+            let Some(r) = name
+                .strip_prefix("pfit")
+                .and_then(|r| r.parse::<usize>().ok())
+                .filter(|&r| r < 4)
+            else {
+                continue;
+            };
+            if *mac == format!("02:50:0a:53:00:{:02x}", r + 1) {
+                let own = format!("06:00:00:00:00:{:02x}", r + 1);
                 ns.ip(
                     &[
-                        "link",
-                        "set",
-                        &tap,
-                        "address",
-                        &format!("06:00:00:00:00:{:02x}", r + 1),
+                        "link", "set", "dev", name, "address", &own, "master", "br0", "up",
                     ],
                     true,
                 );
-                ns.ip(&["link", "set", &tap, "master", "br0", "up"], true);
-                *j = true;
+                mended[r] += 1;
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = job.wait_with_output().unwrap();
-    let t = text(&out);
-    assert!(out.status.success(), "mpi_check on 4 ranks failed:\n{t}");
+        if links.iter().any(|(n, _)| n.starts_with("pfit")) {
+            seen = format!("{links:?}");
+        }
+        std::thread::sleep(Duration::from_millis(if all { 50 } else { 10 }));
+    };
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout.join().unwrap()),
+        String::from_utf8_lossy(&stderr.join().unwrap())
+    );
+    eprintln!("taps given their own address (times per rank): {mended:?}");
+    assert!(
+        status.success(),
+        "mpi_check on 4 ranks failed:\n{t}\ntaps given their own address (times per rank): \
+         {mended:?}\nthe links last seen: {seen}"
+    );
     assert!(
         t.contains("mpi_check: 4 ranks, 33 ping-pong rounds to 1 MiB, any-source, unexpected, probes, allreduce: every byte checked"),
         "{t}"
