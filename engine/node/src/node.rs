@@ -141,6 +141,8 @@ pub(crate) struct QpEntry {
     backlog: bool,
     /// The earliest deadline with an entry in the timer heap.
     armed: Option<u64>,
+    /// On the list of queue pairs whose deadline is looked at before the heap is next read.
+    arm_due: bool,
     /// The ICRC register of the flow this queue pair receives (its peer's packets).
     rx_icrc: wire::template::RxIcrc,
     /// False once destroyed ([`RdmaNode::destroy_qp`]): the slot waits for a new queue pair.
@@ -302,6 +304,9 @@ pub struct RdmaNode {
     ready: VecDeque<u32>,
     backlog: Vec<u32>,
     timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Queue pairs a packet or a timer touched since the heap was last read: their deadlines
+    /// enter the heap once per iteration ([`RdmaNode::arm_touched`]), not once per packet.
+    touched: Vec<u32>,
     /// What the queue pair at the head of the ready list may still send in its turn.
     turn: Budget,
     deregs: Vec<PendingDereg>,
@@ -364,6 +369,7 @@ impl RdmaNode {
             ready: VecDeque::new(),
             backlog: Vec::new(),
             timers: BinaryHeap::new(),
+            touched: Vec::new(),
             turn: Budget::packets(TURN_PACKETS),
             deregs: Vec::new(),
             finished: Vec::new(),
@@ -478,6 +484,7 @@ impl RdmaNode {
     /// moved or went away: its requests were all acknowledged), re-arming the real ones, so
     /// that the top is a deadline that will fire.
     fn prune_timers(&mut self) {
+        self.arm_touched();
         while let Some(&Reverse((due, slot))) = self.timers.peek() {
             let e = &mut self.qps.entries[slot as usize];
             if e.qp.next_deadline() == Some(due) {
@@ -487,7 +494,7 @@ impl RdmaNode {
             if e.armed == Some(due) {
                 e.armed = None;
             }
-            self.arm(slot);
+            self.arm_now(slot);
         }
     }
 
@@ -572,6 +579,7 @@ impl RdmaNode {
             ready: false,
             backlog: false,
             armed: None,
+            arm_due: false,
             rx_icrc: Default::default(),
             live: true,
         };
@@ -581,6 +589,7 @@ impl RdmaNode {
             entry.ready = old.ready;
             entry.backlog = old.backlog;
             entry.armed = old.armed;
+            entry.arm_due = old.arm_due;
             self.qps.entries[slot] = entry;
         } else {
             self.qps.entries.push(entry);
@@ -590,6 +599,7 @@ impl RdmaNode {
         self.ready.reserve(n);
         self.backlog.reserve(n);
         self.timers.reserve(2 * n + 16);
+        self.touched.reserve(n);
         self.unsettled.reserve(n);
         Ok(host)
     }
@@ -732,7 +742,31 @@ impl RdmaNode {
 
     /// Puts the queue pair's next deadline in the timer heap unless an entry at or before it
     /// is there already.
+    /// Notes that the queue pair in `slot` may have a new deadline (a packet went or came, a
+    /// timer ran): it is looked at when the heap is next read, once however many packets
+    /// touched it in between. A burst of 32 WRITEs and their ACKs arms each queue pair once,
+    /// not 64 times.
+    #[inline(always)]
     fn arm(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        if !e.arm_due {
+            e.arm_due = true;
+            self.touched.push(slot);
+        }
+    }
+
+    /// Enters the deadlines of the queue pairs [`RdmaNode::arm`] noted: before the heap is read
+    /// ([`RdmaNode::run_timers`], [`RdmaNode::outlook`]).
+    fn arm_touched(&mut self) {
+        while let Some(slot) = self.touched.pop() {
+            self.qps.entries[slot as usize].arm_due = false;
+            self.arm_now(slot);
+        }
+    }
+
+    /// Puts the deadline of the queue pair in `slot` in the heap, if it is earlier than the
+    /// one it has there.
+    fn arm_now(&mut self, slot: u32) {
         let e = &mut self.qps.entries[slot as usize];
         if let Some(d) = e.qp.next_deadline()
             && e.armed.is_none_or(|a| d < a)
@@ -970,6 +1004,7 @@ impl RdmaNode {
     /// the queue pair next transmits) is armed again and seen in the next pass, not in a
     /// loop inside this one.
     pub fn run_timers(&mut self, now: u64) {
+        self.arm_touched();
         for _ in 0..self.timers.len() {
             let Some(&Reverse((due, slot))) = self.timers.peek() else {
                 break;
@@ -989,7 +1024,7 @@ impl RdmaNode {
                 self.settle(slot);
                 self.make_ready(slot);
             }
-            self.arm(slot);
+            self.arm_now(slot);
         }
     }
 
