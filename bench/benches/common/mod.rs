@@ -96,13 +96,13 @@ impl Pair {
         while done < n {
             self.now += 1_000;
             self.a.service(self.now);
-            while let Some(tx) = self.a.poll_transmit(self.now) {
-                let len = self.a.emit(&tx, &mut self.buf).expect("emits");
+            while let Some(tx) = &self.a.poll_transmit(self.now) {
+                let len = self.a.emit(tx, &mut self.buf).expect("emits");
                 self.b.receive(self.now, &self.buf[..len]);
             }
             self.b.service(self.now);
-            while let Some(tx) = self.b.poll_transmit(self.now) {
-                let len = self.b.emit(&tx, &mut self.buf).expect("emits");
+            while let Some(tx) = &self.b.poll_transmit(self.now) {
+                let len = self.b.emit(tx, &mut self.buf).expect("emits");
                 self.a.receive(self.now, &self.buf[..len]);
             }
             self.a.flush_completions();
