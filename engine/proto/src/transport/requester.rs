@@ -684,7 +684,9 @@ impl Requester {
         };
         let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
         let mtu = cfg.pmtu.bytes();
-        let out = match wqe.kind {
+        // Each arm builds its packet where it returns it: an `OutPacket` is 136 bytes, and
+        // moving one made in a local is a call to `memcpy`.
+        match wqe.kind {
             WrKind::Read { .. }
             | WrKind::TagPull { .. }
             | WrKind::Flush { .. }
@@ -754,8 +756,7 @@ impl Requester {
                     }
                     _ => unreachable!("matched above"),
                 };
-                let out = OutPacket { repr, payload };
-                let frame_len = out.frame_len();
+                let frame_len = repr.buffer_len(payload.map_or(0, |p: PayloadRef| p.len()));
                 let back = match wqe.kind {
                     WrKind::Read { .. } | WrKind::TagPull { .. } => {
                         read_response_frames(cfg, wqe.len.min(end * mtu) - (k * mtu).min(wqe.len))
@@ -775,7 +776,8 @@ impl Requester {
                 }
                 // Timed when its first response comes back.
                 self.note_sent(now, cfg, psn, psns, true);
-                out
+                self.cc.on_sent(now, frame_len);
+                Some(OutPacket { repr, payload })
             }
             WrKind::Send { .. }
             | WrKind::Write { .. }
@@ -852,11 +854,10 @@ impl Requester {
                 // Timed only with AckReq: an ACK for a packet without it may wait for a later
                 // one, which would lengthen the sample.
                 self.note_sent(now, cfg, psn, 1, ack_req);
-                OutPacket { repr, payload }
+                self.cc.on_sent(now, frame_len);
+                Some(OutPacket { repr, payload })
             }
-        };
-        self.cc.on_sent(now, out.frame_len());
-        Some(out)
+        }
     }
 
     /// Copy message bytes of the send work request at position `wqe` (from a
