@@ -740,12 +740,9 @@ impl RdmaNode {
         (parts, cx)
     }
 
-    /// Puts the queue pair's next deadline in the timer heap unless an entry at or before it
-    /// is there already.
-    /// Notes that the queue pair in `slot` may have a new deadline (a packet went or came, a
-    /// timer ran): it is looked at when the heap is next read, once however many packets
-    /// touched it in between. A burst of 32 WRITEs and their ACKs arms each queue pair once,
-    /// not 64 times.
+    /// Notes that the queue pair in `slot` may have a new deadline (a packet went or came): it
+    /// is looked at when the heap is next read, once however many packets touched it in
+    /// between. A burst of 32 WRITEs arms the sending queue pair once, not once a packet.
     #[inline(always)]
     fn arm(&mut self, slot: u32) {
         let e = &mut self.qps.entries[slot as usize];

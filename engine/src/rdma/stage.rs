@@ -514,7 +514,8 @@ impl Stage for RdmaStage {
                     break;
                 }
                 // Looked at where it was returned: a `Tx` is 144 bytes, and moving it out
-                // of the `Option` is a call to `memcpy` (34 instructions a packet).
+                // of the `Option` is a call to `memcpy` (34 instructions a batched WRITE in
+                // `bench/roce_instructions.sh`).
                 let polled = e.node.poll_transmit(now);
                 let Some(tx) = &polled else {
                     break;
