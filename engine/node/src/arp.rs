@@ -178,11 +178,10 @@ impl ArpCache {
             self.failures += 1;
             return Some(Due::Failed(ip));
         }
-        let wait = self
-            .cfg
-            .retry_ns
+        // retry_ns × 2^tries, saturating (a shift would drop the high bits of a large one).
+        let wait = 1u64
             .checked_shl(e.tries)
-            .unwrap_or(u64::MAX)
+            .map_or(u64::MAX, |m| self.cfg.retry_ns.saturating_mul(m))
             .min(self.cfg.max_retry_ns);
         e.tries += 1;
         e.at = now + wait;
@@ -251,6 +250,25 @@ mod tests {
         assert_eq!(t, 3_400_000_000);
         assert!(c.is_empty());
         assert_eq!(c.failures, 1);
+    }
+
+    #[test]
+    fn the_wait_stays_at_its_longest_however_many_requests_went_unanswered() {
+        let mut c = ArpCache::new(ArpConfig {
+            max_tries: 100,
+            ..ArpConfig::default()
+        });
+        c.resolve(0, IP);
+        let mut waits = Vec::new();
+        let mut t = 0;
+        while let Some(Due::Request(_)) = c.poll(t) {
+            let next = c.next_due().unwrap();
+            waits.push(next - t);
+            t = next;
+        }
+        assert_eq!(waits.len(), 100);
+        assert_eq!(&waits[..3], &[200_000_000, 400_000_000, 800_000_000]);
+        assert!(waits[3..].iter().all(|&w| w == 1_000_000_000), "{waits:?}");
     }
 
     #[test]
