@@ -264,6 +264,14 @@ fn mpi_program_on_four_ranks_over_taps_on_a_bridge() {
             let _ = job.kill();
             panic!("the ranks' taps did not all appear:\n{}", ns.describe());
         }
+        // Bounded: the job takes a few seconds here.
+        if start.elapsed() > Duration::from_secs(300) {
+            let _ = job.kill();
+            panic!(
+                "mpi_check on 4 ranks still running after 300 s:\n{}",
+                ns.describe()
+            );
+        }
         let links = ns.links();
         for (name, mac) in &links {
             let Some(r) = name
