@@ -312,15 +312,38 @@ pub(crate) mod be {
 pub mod checksum {
     /// Sum `data` as big-endian 16-bit words into a 32-bit accumulator.
     /// An odd trailing byte is padded with a zero byte, as RFC 1071 says.
-    pub fn sum(mut acc: u32, data: &[u8]) -> u32 {
-        let mut chunks = data.chunks_exact(2);
-        for w in &mut chunks {
-            acc = acc.wrapping_add(u32::from(u16::from_be_bytes([w[0], w[1]])));
+    ///
+    /// The words are added four bytes at a time in the machine's byte order into 64 bits, and
+    /// the folded sum is swapped once at the end: a one's-complement sum does not depend on
+    /// byte order beyond that swap (RFC 1071, 2(B)). A 20-byte IPv4 header takes five loads
+    /// instead of ten (callgrind: 53 fewer instructions in the receive path of a batched WRITE,
+    /// `docs/rdma.md`). The result may differ from a word-by-word sum by a multiple of
+    /// 0xffff, which [`fold`] removes; it is zero only where that sum is.
+    #[inline]
+    pub fn sum(acc: u32, data: &[u8]) -> u32 {
+        let mut wide = 0u64;
+        let mut quads = data.chunks_exact(4);
+        for q in &mut quads {
+            wide += u64::from(u32::from_ne_bytes([q[0], q[1], q[2], q[3]]));
         }
-        if let [last] = chunks.remainder() {
-            acc = acc.wrapping_add(u32::from(*last) << 8);
-        }
-        acc
+        let mut s = (wide & 0xffff_ffff) + (wide >> 32);
+        s = (s & 0xffff) + (s >> 16);
+        s = (s & 0xffff) + (s >> 16);
+        s = (s & 0xffff) + (s >> 16);
+        // `s` is now at most 0xffff, zero only when every quad was.
+        let native = s as u16;
+        let words = if cfg!(target_endian = "little") {
+            native.swap_bytes()
+        } else {
+            native
+        };
+        let tail = match *quads.remainder() {
+            [] => 0,
+            [a] => u32::from(a) << 8,
+            [a, b] => u32::from(u16::from_be_bytes([a, b])),
+            [a, b, c, ..] => u32::from(u16::from_be_bytes([a, b])) + (u32::from(c) << 8),
+        };
+        acc.wrapping_add(u32::from(words)).wrapping_add(tail)
     }
 
     /// Fold the carries of a 32-bit accumulator into a 16-bit one's-complement sum.
@@ -334,5 +357,59 @@ pub mod checksum {
     /// The checksum field value for `data` (one's complement of the folded sum).
     pub fn of(data: &[u8]) -> u16 {
         !fold(sum(0, data))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// RFC 1071's definition, one big-endian word at a time.
+        fn word_by_word(mut acc: u32, data: &[u8]) -> u32 {
+            for w in data.chunks(2) {
+                let hi = u32::from(w[0]) << 8;
+                acc = acc.wrapping_add(hi | w.get(1).map_or(0, |&lo| u32::from(lo)));
+            }
+            acc
+        }
+
+        #[test]
+        fn rfc_1071_s_example_and_an_ipv4_header() {
+            // RFC 1071, 3: 00 01 f2 03 f4 f5 f6 f7 sums to ddf2.
+            let rfc = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+            assert_eq!(fold(sum(0, &rfc)), 0xddf2);
+            // A header whose checksum field (b861) makes the whole sum ffff.
+            let ip = [
+                0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+                0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+            ];
+            assert_eq!(fold(sum(0, &ip)), 0xffff);
+            let mut zeroed = ip;
+            zeroed[10..12].fill(0);
+            assert_eq!(of(&zeroed), 0xb861);
+            assert_eq!(fold(sum(0, &[0; 20])), 0);
+            assert_eq!(fold(sum(0, &[])), 0);
+        }
+
+        proptest! {
+            /// Every length and starting offset, and a running accumulator, as the UDP
+            /// pseudo-header and the split around a checksum field use it.
+            #[test]
+            fn folds_to_the_word_by_word_sum(
+                data in proptest::collection::vec(any::<u8>(), 0..300),
+                skip in 0usize..8,
+                acc in 0u32..0x0100_0000,
+            ) {
+                let data = &data[skip.min(data.len())..];
+                prop_assert_eq!(fold(sum(acc, data)), fold(word_by_word(acc, data)));
+            }
+
+            /// Sums of 0xffff multiples: all-ones words, where the two forms of zero differ.
+            #[test]
+            fn keeps_ones_complement_zero_apart_from_nothing(len in 0usize..80, acc in 0u32..3) {
+                let ones = vec![0xff; len];
+                prop_assert_eq!(fold(sum(acc, &ones)), fold(word_by_word(acc, &ones)));
+            }
+        }
     }
 }

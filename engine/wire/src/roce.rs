@@ -44,7 +44,7 @@ use super::ipv4::{self, Ecn, PROTOCOL_UDP};
 use super::reth::{self, RethRepr};
 use super::template::RxIcrc;
 use super::udp::{self, ROCEV2_PORT};
-use super::{Error, Layer, Result, Unsupported, ensure_len};
+use super::{Error, Layer, Result, Unsupported, checksum, ensure_len};
 
 pub(crate) const IP_OFFSET: usize = ethernet::HEADER_LEN;
 pub(crate) const UDP_OFFSET: usize = IP_OFFSET + ipv4::HEADER_LEN;
@@ -157,6 +157,41 @@ fn not_roce(layer: Layer, what: &'static str, value: u64) -> Error {
 /// and the QP1 frames of [`crate::gsi`].
 #[inline(always)]
 pub(crate) fn locate_datagram(frame: &[u8]) -> Result<(usize, usize)> {
+    match locate_plain_datagram(frame) {
+        Some(ends) => Ok(ends),
+        None => locate_datagram_checked(frame),
+    }
+}
+
+/// The ends [`locate_datagram`] returns, for the frame every RoCEv2 peer sends: IPv4 with a
+/// 20-byte header, not a fragment, UDP to 4791 filling the IPv4 payload. The checks read the
+/// first 42 bytes at fixed offsets after one length check, without the per-layer views.
+/// `None` for anything else, which [`locate_datagram_checked`] then looks at layer by layer
+/// and either accepts with the same ends or refuses with the error that names the layer.
+/// (Callgrind: 31 instructions fewer in the receive path of a batched WRITE, `docs/rdma.md`.)
+#[inline(always)]
+fn locate_plain_datagram(frame: &[u8]) -> Option<(usize, usize)> {
+    let h: &[u8; BTH_OFFSET] = frame.first_chunk()?;
+    let ip_total = usize::from(u16::from_be_bytes([h[IP_OFFSET + 2], h[IP_OFFSET + 3]]));
+    let udp_len = usize::from(u16::from_be_bytes([h[UDP_OFFSET + 4], h[UDP_OFFSET + 5]]));
+    let plain = u16::from_be_bytes([h[12], h[13]]) == u16::from(EtherType::Ipv4)
+        // Version 4, IHL 5.
+        && h[IP_OFFSET] == 0x45
+        // Neither more fragments nor a fragment offset (DF and the reserved bit may be set).
+        && h[IP_OFFSET + 6] & 0x3f == 0
+        && h[IP_OFFSET + 7] == 0
+        && h[IP_OFFSET + 9] == PROTOCOL_UDP
+        && u16::from_be_bytes([h[UDP_OFFSET + 2], h[UDP_OFFSET + 3]]) == ROCEV2_PORT
+        && ip_total >= ipv4::HEADER_LEN + udp::HEADER_LEN
+        && IP_OFFSET + ip_total <= frame.len()
+        && udp_len == ip_total - ipv4::HEADER_LEN;
+    plain.then_some((IP_OFFSET + ip_total, UDP_OFFSET + udp_len))
+}
+
+/// [`locate_datagram`] layer by layer, for the frames [`locate_plain_datagram`] passes on.
+#[cold]
+#[inline(never)]
+fn locate_datagram_checked(frame: &[u8]) -> Result<(usize, usize)> {
     let eth = ethernet::Packet::new_checked(frame)?;
     if eth.ethertype() != EtherType::Ipv4 {
         let raw = u16::from(eth.ethertype());
@@ -603,7 +638,9 @@ impl RoceRepr {
         icrc_of: impl FnOnce(&RocePacket<&T>) -> u32,
     ) -> Result<RoceRepr> {
         let ip = packet.ipv4();
-        if checks.ipv4_checksum && !ip.verify_checksum() {
+        // The header is 20 bytes (`new_checked`), so the sum runs over a slice of known length.
+        let ip_header = &packet.bytes()[IP_OFFSET..UDP_OFFSET];
+        if checks.ipv4_checksum && checksum::fold(checksum::sum(0, ip_header)) != 0xffff {
             return Err(Error::BadChecksum {
                 layer: Layer::Ipv4,
                 expected: ip.compute_checksum(),
@@ -1853,6 +1890,45 @@ mod tests {
                 if let Ok(p) = RocePacket::new_checked(&frame[..]) {
                     prop_assert!(!p.verify_icrc(), "ICRC missed a corruption");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn every_golden_frame_takes_the_plain_path() {
+        for frame in golden_frames() {
+            let ends = locate_plain_datagram(&frame).expect("a plain RoCEv2 frame");
+            assert_eq!(Ok(ends), locate_datagram_checked(&frame));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The fixed-offset checks accept only frames the layer-by-layer ones accept, and give
+        /// the same ends; a frame they pass on is left to the layer-by-layer ones. Mutations
+        /// land in the 42 bytes both read, with Ethernet padding after the datagram.
+        #[test]
+        fn prop_the_plain_path_agrees_with_the_checked_one(
+            which in 0usize..6,
+            flips in proptest::collection::vec((0usize..42, any::<u8>()), 0..3),
+            len_delta in -8isize..8,
+            padding in 0usize..8,
+        ) {
+            let mut frame = golden_frames()[which].clone();
+            frame.extend(std::iter::repeat_n(0, padding));
+            for &(at, value) in &flips {
+                frame[at] = value;
+            }
+            // Now and then a length that disagrees by a few bytes: IPv4 total, then UDP.
+            let field = if len_delta % 2 == 0 { IP_OFFSET + 2 } else { UDP_OFFSET + 4 };
+            let len = u16::from_be_bytes([frame[field], frame[field + 1]]);
+            let len = len.wrapping_add_signed(len_delta as i16 / 2);
+            frame[field..field + 2].copy_from_slice(&len.to_be_bytes());
+            let checked = locate_datagram_checked(&frame);
+            match locate_plain_datagram(&frame) {
+                Some(ends) => prop_assert_eq!(Ok(ends), checked),
+                None => prop_assert_eq!(locate_datagram(&frame), checked),
             }
         }
     }
