@@ -686,15 +686,17 @@ impl RoceRepr {
     }
 
     /// Length of all headers, Ethernet through the last extension header.
+    #[inline]
     pub const fn header_len(&self) -> usize {
-        BASE_HEADER_LEN + self.bth.opcode.headers().len() + self.ceth_len()
+        BASE_HEADER_LEN + self.bth.opcode.ext_len() + self.ceth_len()
     }
 
     /// Length of the CETH after the other headers, 0 without one (an enhanced CNP's lies
     /// inside its reserved bytes).
+    #[inline]
     pub const fn ceth_len(&self) -> usize {
         match &self.ceth {
-            Some(_) if self.bth.opcode.headers().cnp => 0,
+            Some(_) if matches!(self.bth.opcode, Opcode::Cnp) => 0,
             Some(c) => c.buffer_len(),
             None => 0,
         }

@@ -229,7 +229,7 @@ impl HeaderTemplate {
                 len: payload_len,
             });
         }
-        let header_len = BASE_HEADER_LEN + ext.len() + repr.ceth_len();
+        let header_len = BASE_HEADER_LEN + opcode.ext_len() + repr.ceth_len();
         let pad = pad_for(payload_len);
         let total = header_len + payload_len + usize::from(pad) + ICRC_LEN;
         let ip_len = total - IP;
