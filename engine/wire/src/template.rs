@@ -286,8 +286,11 @@ impl HeaderTemplate {
         );
         let mut crc = Crc32::from_register(reg);
         let pad = usize::from(pad);
-        crc.update_repeat(0, pad);
-        trailer[..pad].fill(0);
+        // Most payloads need no pad; a `fill` of none still called `memset`.
+        if pad != 0 {
+            crc.update_repeat(0, pad);
+            trailer[..pad].fill(0);
+        }
         trailer[pad..].copy_from_slice(&icrc::to_wire(crc.finish()));
         Ok(total)
     }
