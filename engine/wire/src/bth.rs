@@ -107,6 +107,17 @@ impl Payload {
     }
 }
 
+/// [`Opcode::from_u8`] by byte.
+const FROM_U8: [Option<Opcode>; 256] = {
+    let mut table = [None; 256];
+    let mut raw = 0;
+    while raw < 256 {
+        table[raw] = Opcode::named(raw as u8);
+        raw += 1;
+    }
+    table
+};
+
 /// [`Opcode::ext_len`] by opcode byte (zero where no opcode is).
 const EXT_LEN: [u8; 256] = {
     let mut table = [0u8; 256];
@@ -179,8 +190,30 @@ pub const CNP_RESERVED_LEN: usize = 16;
 
 impl Opcode {
     /// Decode a raw opcode byte.
+    #[inline]
     pub const fn from_u8(raw: u8) -> Result<Opcode> {
-        Ok(match raw {
+        // A table of 256 one-byte entries: the match in `named`, which builds it, was a call of
+        // about a dozen instructions on every received frame (callgrind).
+        match FROM_U8[raw as usize] {
+            Some(op) => Ok(op),
+            None => Err(Self::refused(raw)),
+        }
+    }
+
+    /// What a byte that is no opcode of this module is.
+    const fn refused(raw: u8) -> Error {
+        match raw {
+            0xe4..=0xff => Error::VendorOpcode(raw),
+            // UC, RD, UD and XRC (transport bits 001b, 010b, 011b, 101b): well-formed
+            // packets of a service this engine's reliable-connection queue pairs never take.
+            0x20..=0x7f | 0xa0..=0xbf => Error::OtherTransport(raw),
+            _ => Error::UnknownOpcode(raw),
+        }
+    }
+
+    /// The opcode `raw` names, for [`FROM_U8`].
+    const fn named(raw: u8) -> Option<Opcode> {
+        Some(match raw {
             0x00 => Opcode::SendFirst,
             0x01 => Opcode::SendMiddle,
             0x02 => Opcode::SendLast,
@@ -209,11 +242,7 @@ impl Opcode {
             0xe1 => Opcode::DurableWriteOnly,
             0xe2 => Opcode::DurableAcknowledge,
             0xe3 => Opcode::ReceiptAcknowledge,
-            0xe4..=0xff => return Err(Error::VendorOpcode(raw)),
-            // UC, RD, UD and XRC (transport bits 001b, 010b, 011b, 101b): well-formed
-            // packets of a service this engine's reliable-connection queue pairs never take.
-            0x20..=0x7f | 0xa0..=0xbf => return Err(Error::OtherTransport(raw)),
-            _ => return Err(Error::UnknownOpcode(raw)),
+            _ => return None,
         })
     }
 
