@@ -228,6 +228,17 @@ impl Gather {
         need: Access,
         spill: &mut Spill,
     ) -> Result<Gather, LocalError> {
+        // Most requests have one piece: the same checks and result without the loop's
+        // bookkeeping (callgrind: 133 instructions a batched WRITE before, 73 with it).
+        if let [s] = list.as_slice() {
+            let at = mem
+                .check_local(s.lkey, s.addr, u64::from(s.len), need)
+                .map_err(|error| LocalError::Protection { index: 0, error })?;
+            if s.len > 1 << 31 {
+                return Err(LocalError::Length);
+            }
+            return Ok(Gather::at(at, s.len));
+        }
         let mut g = Gather::EMPTY;
         let mut total = 0u64;
         for (index, s) in list.as_slice().iter().enumerate() {
@@ -406,6 +417,45 @@ mod tests {
         assert_eq!(&at, b"defg", "the second piece starts at message byte 3");
         map.read(100, &mut at[..3]).unwrap();
         assert_eq!(&at[..3], b"abc");
+    }
+
+    #[test]
+    fn a_one_piece_list_resolves_as_the_general_walk_does() {
+        let map = Arc::new(pmem::Mapping::anonymous(64).unwrap());
+        let mut mem = MemoryTable::new();
+        let k = mem.register_iova(map, 0, 64, 0x40, Access::ALL).unwrap();
+        let spill = &mut Spill::new(2);
+        let one = |addr, len| SgList::one(k.lkey, addr, len);
+        // The same piece followed by an empty one goes through the loop.
+        let walked = |addr, len| {
+            SgList::from_slice(&[Sge::new(k.lkey, addr, len), Sge::new(k.lkey, 0x40, 0)]).unwrap()
+        };
+        for (addr, len) in [
+            (0x40, 64),
+            (0x48, 8),
+            (0x50, 0),
+            (0x7f, 1),
+            (0x30, 8),
+            (0x78, 9),
+        ] {
+            let fast = Gather::resolve(&mem, &one(addr, len), Access::LOCAL_WRITE, spill);
+            let slow = Gather::resolve(&mem, &walked(addr, len), Access::LOCAL_WRITE, spill);
+            assert_eq!(fast, slow, "{addr:#x} + {len}");
+        }
+        let g = Gather::resolve(&mem, &one(0x48, 8), Access::LOCAL_WRITE, spill).unwrap();
+        let (at, len) = g.single().expect("one piece");
+        assert_eq!((at.offset, len), (8, 8));
+        assert_eq!(spill.next, 0, "one piece claims no spilled list");
+        // An empty piece is still checked.
+        assert!(matches!(
+            Gather::resolve(
+                &mem,
+                &SgList::one(k.lkey ^ 0x100, 0x40, 0),
+                Access::NONE,
+                spill
+            ),
+            Err(LocalError::Protection { index: 0, .. })
+        ));
     }
 
     #[test]
