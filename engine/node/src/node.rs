@@ -298,8 +298,6 @@ pub struct RdmaNode {
     cqs: Vec<CqWriter>,
     /// Completions the queue pairs produced since the last flush.
     staged: StagedCompletions,
-    /// Completions for one ring, gathered to enter it with one commit.
-    run: [WorkCompletion; 32],
     doorbells: Arc<Doorbells>,
     ready: VecDeque<u32>,
     backlog: Vec<u32>,
@@ -364,7 +362,6 @@ impl RdmaNode {
             qps: QpTable::new(),
             cqs: Vec::new(),
             staged: StagedCompletions::new(0),
-            run: [WorkCompletion::EMPTY; 32],
             doorbells: Doorbells::new(),
             ready: VecDeque::new(),
             backlog: Vec::new(),
@@ -1076,30 +1073,55 @@ impl RdmaNode {
         if self.staged.is_empty() {
             return;
         }
-        let run = &mut self.run;
-        let mut len = 0;
-        let mut run_cq = 0u32;
-        while let Some(wc) = self.staged.poll() {
-            let Some(i) = self.qps.lookup(wc.qpn) else {
-                // Completions come only from this node's queue pairs; were one lost, it counts.
-                self.counters.cq_overruns += 1;
-                continue;
+        // Runs of completions for one ring enter it straight from the staging queue, with one
+        // commit each; the queue pair of the last completion is remembered, since a burst's
+        // completions mostly come from one. (The completions were copied into a run buffer
+        // first, and each looked its queue pair up. Callgrind, per batched WRITE: 80
+        // instructions here and 18.6 in `push_all` before, 33.6 and 19.1 after; a lone WRITE
+        // pays 10 more, for the set-up.)
+        let (cqs, counters) = (&mut self.cqs, &mut self.counters);
+        let mut push = |cq: u32, wcs: &[WorkCompletion]| {
+            if !wcs.is_empty() {
+                counters.cq_overruns += cqs[cq as usize].push_all(wcs) as u64;
+                counters.completions += wcs.len() as u64;
+            }
+        };
+        let mut last: Option<(u32, u32, u32)> = None;
+        let staged = self.staged.as_slice();
+        let mut lost = 0;
+        let (mut start, mut run_cq) = (0, 0);
+        for (k, wc) in staged.iter().enumerate() {
+            let (send_cq, recv_cq) = match last {
+                Some((qpn, send_cq, recv_cq)) if qpn == wc.qpn => (send_cq, recv_cq),
+                _ => match self.qps.lookup(wc.qpn) {
+                    Some(i) => {
+                        let e = &self.qps.entries[i];
+                        last = Some((wc.qpn, e.send_cq, e.recv_cq));
+                        (e.send_cq, e.recv_cq)
+                    }
+                    None => {
+                        // Completions come only from this node's queue pairs; were one lost,
+                        // it counts.
+                        push(run_cq, &staged[start..k]);
+                        lost += 1;
+                        start = k + 1;
+                        continue;
+                    }
+                },
             };
-            let e = &self.qps.entries[i];
             let cq = match wc.opcode {
-                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
-                _ => e.send_cq,
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => recv_cq,
+                _ => send_cq,
             };
-            if len == run.len() || (len > 0 && cq != run_cq) {
-                self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
-                len = 0;
+            if k > start && cq != run_cq {
+                push(run_cq, &staged[start..k]);
+                start = k;
             }
             run_cq = cq;
-            run[len] = wc;
-            len += 1;
-            self.counters.completions += 1;
         }
-        self.counters.cq_overruns += self.cqs[run_cq as usize].push_all(&run[..len]) as u64;
+        push(run_cq, &staged[start..]);
+        self.counters.cq_overruns += lost;
+        self.staged.clear();
         for cq in &mut self.cqs {
             cq.publish();
         }
@@ -1223,6 +1245,56 @@ mod tests {
 
     fn drain(cq: &mut Cq) -> Vec<WorkCompletion> {
         std::iter::from_fn(|| cq.poll_one()).collect()
+    }
+
+    #[test]
+    fn staged_completions_reach_their_queue_pair_s_rings_in_order_and_a_stray_one_counts() {
+        let mut node = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            Ipv4Addr::new(10, 9, 0, 1),
+        );
+        let (mut send_a, mut recv_a, mut both_b) =
+            (node.create_cq(16), node.create_cq(16), node.create_cq(16));
+        let qp = |qpn| {
+            let mut cfg = QpConfig::new(qpn, 0x99);
+            cfg.remote_ip = Ipv4Addr::new(10, 9, 0, 2);
+            cfg
+        };
+        let _a = node.add_qp(qp(0x11), &send_a, &recv_a).unwrap();
+        let _b = node.add_qp(qp(0x12), &both_b, &both_b).unwrap();
+        let wc = |wr_id, qpn, opcode| WorkCompletion {
+            wr_id,
+            qpn,
+            opcode,
+            ..WorkCompletion::EMPTY
+        };
+        // Runs of one ring, a switch of ring within a queue pair, another queue pair, and a
+        // completion of no queue pair between two of one run.
+        let staged = [
+            wc(1, 0x11, WcOpcode::RdmaWrite),
+            wc(2, 0x11, WcOpcode::Send),
+            wc(3, 0x11, WcOpcode::Recv),
+            wc(4, 0x12, WcOpcode::Recv),
+            wc(5, 0x12, WcOpcode::Send),
+            wc(6, 0x77, WcOpcode::Send),
+            wc(7, 0x12, WcOpcode::RdmaRead),
+            wc(8, 0x11, WcOpcode::RecvRdmaWithImm),
+            wc(9, 0x11, WcOpcode::Send),
+        ];
+        for w in staged {
+            node.staged.push(w);
+        }
+        node.flush_completions();
+        let ids = |cq: &mut Cq| drain(cq).iter().map(|w| w.wr_id).collect::<Vec<_>>();
+        assert_eq!(ids(&mut send_a), [1, 2, 9]);
+        assert_eq!(ids(&mut recv_a), [3, 8]);
+        assert_eq!(ids(&mut both_b), [4, 5, 7]);
+        assert_eq!(node.counters.completions, 8);
+        assert_eq!(
+            node.counters.cq_overruns, 1,
+            "the completion of no queue pair"
+        );
+        assert!(node.staged.is_empty());
     }
 
     #[test]

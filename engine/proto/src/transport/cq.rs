@@ -120,6 +120,24 @@ impl StagedCompletions {
         self.entries.len()
     }
 
+    /// The staged completions, oldest first, in one slice; taken by reading them and then
+    /// calling [`StagedCompletions::clear`] (after which the queue starts at its front again,
+    /// so the slice is made without moving anything).
+    #[inline]
+    pub fn as_slice(&mut self) -> &[WorkCompletion] {
+        if self.entries.as_slices().1.is_empty() {
+            // The common case, without the call `make_contiguous` is.
+            self.entries.as_slices().0
+        } else {
+            self.entries.make_contiguous()
+        }
+    }
+
+    /// Drop every staged completion.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
