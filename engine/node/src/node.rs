@@ -868,29 +868,31 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         };
         let e = &mut self.qps.entries[i];
-        let repr =
-            match wire::RoceRepr::parse_cached_with(&packet, &mut e.rx_icrc, pmem::crc::update) {
-                Ok(r) => r,
-                Err(e) => {
-                    count_error(c, e);
-                    return RxOutcome::Dropped;
-                }
-            };
+        // Looked at where `parse` left it: moving the 112-byte `RoceRepr` out of its `Result`
+        // was 16 instructions a frame (callgrind).
+        let parsed = wire::RoceRepr::parse_cached_with(&packet, &mut e.rx_icrc, pmem::crc::update);
+        let repr = match &parsed {
+            Ok(r) => r,
+            Err(e) => {
+                count_error(c, *e);
+                return RxOutcome::Dropped;
+            }
+        };
         let payload = packet.payload();
-        if let Err(why) = e.qp.admit(&repr) {
+        if let Err(why) = e.qp.admit(repr) {
             *match why {
                 Inadmissible::PKey => &mut c.bad_pkey,
                 Inadmissible::Source => &mut c.wrong_source,
             } += 1;
             return RxOutcome::Dropped;
         }
-        self.parts.before_packet(now, &mut e.qp, &repr);
+        self.parts.before_packet(now, &mut e.qp, repr);
         let (mem, staged) = (&mut self.mem, &mut self.staged);
         if !self
             .parts
-            .deliver(now, &mut e.qp, (&repr, payload), mem, staged)
+            .deliver(now, &mut e.qp, (repr, payload), mem, staged)
         {
-            e.qp.on_packet(now, &repr, payload, mem, staged);
+            e.qp.on_packet(now, repr, payload, mem, staged);
         }
         c.delivered += 1;
         // A packet that moved the queue pair to the error state may have cut off a tagged
