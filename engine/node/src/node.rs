@@ -1026,6 +1026,11 @@ impl RdmaNode {
 
     /// The next packet to send: ready queue pairs in turn, each one's responses first, then
     /// its requests within its turn's budget.
+    ///
+    /// Inlined into the worker's loop: the call and its spills cost a batched WRITE 24
+    /// instructions and a lone one 62 (callgrind, `roce_count`, whose loop mirrors the RDMA
+    /// stage's). The packet is still moved into its `Tx` (a `memcpy`), inlined or not.
+    #[inline(always)]
     pub fn poll_transmit(&mut self, now: u64) -> Option<Tx> {
         let reads_held = self.parts.holds_read_responses();
         while let Some(&slot) = self.ready.front() {
