@@ -164,6 +164,26 @@ mod tests {
     }
 
     #[test]
+    fn one_slice_keeps_the_order_when_the_queue_has_wrapped() {
+        let mut cq = StagedCompletions::new(4);
+        let n = cq.entries.capacity();
+        cq.capacity = n;
+        for i in 0..n as u64 {
+            cq.push(wc(i));
+        }
+        for _ in 0..n - 1 {
+            cq.poll();
+        }
+        cq.push(wc(100));
+        cq.push(wc(101));
+        assert!(!cq.entries.as_slices().1.is_empty(), "the queue wraps");
+        let ids: Vec<_> = cq.as_slice().iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [n as u64 - 1, 100, 101]);
+        cq.clear();
+        assert!(cq.is_empty());
+    }
+
+    #[test]
     fn fifo_and_overrun() {
         let mut cq = StagedCompletions::new(2);
         cq.push(wc(1));
