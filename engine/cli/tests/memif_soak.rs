@@ -1,18 +1,18 @@
 //! memif between two processes for longer than `memif_two_process.rs`, and with the peer going
 //! away while the target polls (issue 28).
 //!
-//! - A long run: `PORTICO_SOAK_PAIRS` WRITE+READ pairs of 4 KiB (20 000 by default, a few
-//!   seconds; set it to millions for hours) at full rate, every byte read back and compared;
-//!   both sides must show no needed retransmission, no ICRC error and nothing missed by the
-//!   ports.
+//! - A long run: `PORTICO_SOAK_PAIRS` WRITE+READ pairs of 4 KiB (20 000 by default in the
+//!   release profile, a few seconds; 5 000 in a debug build; set it to millions for hours) at
+//!   full rate, every byte read back and compared; both sides must show no needed
+//!   retransmission, no ICRC error and nothing missed by the ports.
 //! - Peers that come and go: one target serves `PORTICO_SOAK_CYCLES` initiators in turn (40 by
-//!   default, about 15 s), each a process that connects, runs its pairs and exits, then a few
-//!   that are killed mid-run, all while one spinning thread per CPU deschedules the target's
-//!   worker now and then. Every disconnect makes DPDK's memif unmap its rings on EAL's
-//!   interrupt thread while the worker polls; without `dataplane::unmap_guard`
-//!   (`PORTICO_UNMAP_GUARD=off`) this test's target died of SIGSEGV inside `eth_memif_rx`
-//!   after initiator 44 (and a script's after cycles 26 and 27); with it, 120 cycles pass.
-//!   The target must end with its summary and exit 0.
+//!   default in the release profile, about 15 s; 10 in a debug build), each a process that
+//!   connects, runs its pairs and exits, then a few that are killed mid-run, all while one
+//!   spinning thread per CPU deschedules the target's worker now and then. Every disconnect
+//!   makes DPDK's memif unmap its rings on EAL's interrupt thread while the worker polls;
+//!   without `dataplane::unmap_guard` (`PORTICO_UNMAP_GUARD=off`) this test's target died of
+//!   SIGSEGV inside `eth_memif_rx` after initiator 44 (and a script's after cycles 26 and 27);
+//!   with it, 120 cycles pass. The target must end with its summary and exit 0.
 //!
 //! Real processes, real EAL (no hugepages); every wait has a deadline; the processes are
 //! killed if the test fails.
@@ -33,6 +33,19 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const SIZE: u64 = 4096;
 /// The first PSN of the first initiator; the target's `peer_psn`.
 const FIRST_PSN: u32 = 0x12_3456;
+
+/// `make test` runs this test in both profiles. The release profile (what users run, and
+/// where the worker polls fastest, so where the unmap race is likeliest) gets the full counts;
+/// a debug build a quarter of them, enough for its debug assertions and overflow checks to
+/// see every path (the 40 cycles took about 30 s there, as much as the rest of a crate's
+/// tests). Either is overridden by its variable.
+fn default_count(release: u64) -> u64 {
+    if cfg!(debug_assertions) {
+        release / 4
+    } else {
+        release
+    }
+}
 
 fn env_count(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -183,7 +196,7 @@ fn assert_lossless(side: &str, v: &serde_json::Value) {
 #[test]
 fn a_long_run_at_full_rate_loses_nothing() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pairs = env_count("PORTICO_SOAK_PAIRS", 20_000);
+    let pairs = env_count("PORTICO_SOAK_PAIRS", default_count(20_000));
     let cores = portico::app::available_cores();
     let (c_init, c_target) = (cores[0], *cores.last().unwrap());
     let dir = child::temp_dir("soak-long");
@@ -234,7 +247,7 @@ fn a_long_run_at_full_rate_loses_nothing() {
 #[test]
 fn the_target_survives_its_peers_going_away_under_load() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cycles = env_count("PORTICO_SOAK_CYCLES", 40);
+    let cycles = env_count("PORTICO_SOAK_CYCLES", default_count(40));
     let kills = 3;
     let ops = 50;
     let cores = portico::app::available_cores();
