@@ -525,6 +525,45 @@ mod tests {
     }
 
     #[test]
+    fn each_flow_field_changed_alone_is_another_flow() {
+        let t = HeaderTemplate::new(&flow()).unwrap();
+        let changes: [(&str, fn(&mut RoceRepr)); 12] = [
+            ("src_mac", |r| r.src_mac.0[5] ^= 1),
+            ("dst_mac", |r| r.dst_mac.0[0] ^= 0x10),
+            ("src_addr", |r| r.ip.src_addr = Ipv4Addr::new(10, 0, 0, 9)),
+            ("dst_addr", |r| r.ip.dst_addr = Ipv4Addr::new(10, 0, 0, 9)),
+            ("dscp", |r| r.ip.dscp ^= 1),
+            ("ecn", |r| {
+                r.ip.ecn = if r.ip.ecn == Ecn::Ce {
+                    Ecn::Ect0
+                } else {
+                    Ecn::Ce
+                }
+            }),
+            ("ident", |r| r.ip.ident ^= 0x100),
+            ("dont_frag", |r| r.ip.dont_frag = !r.ip.dont_frag),
+            ("ttl", |r| r.ip.ttl ^= 1),
+            ("src_port", |r| r.src_port ^= 1),
+            ("pkey", |r| r.bth.pkey ^= 1),
+            ("dest_qp", |r| r.bth.dest_qp ^= 1),
+        ];
+        for (name, change) in changes {
+            let mut r = flow();
+            change(&mut r);
+            assert_ne!(r, flow(), "{name}: the change changes nothing");
+            assert!(!t.matches(&r), "{name}");
+        }
+        // What varies per packet does not make another flow.
+        let mut r = flow();
+        r.bth.opcode = Opcode::RdmaWriteOnly;
+        r.bth.psn = 0x12_3456;
+        r.bth.ack_req = true;
+        r.bth.solicited = true;
+        r.bth.becn = true;
+        assert!(t.matches(&with_headers(r)));
+    }
+
+    #[test]
     fn foreign_flows_and_wrong_headers_are_refused() {
         let t = HeaderTemplate::new(&flow()).unwrap();
         let mut buf = [0u8; 256];
