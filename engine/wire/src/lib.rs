@@ -93,7 +93,9 @@ pub use feth::{FethRepr, Placement, Selectivity};
 pub use immdt::ImmDtRepr;
 pub use ipv4::{Ecn, Ipv4Repr};
 pub use reth::RethRepr;
-pub use roce::{Checks, RoceIpv4, RocePacket, RoceRepr, emit_trailer, pad_for, parse_frame};
+pub use roce::{
+    Checks, RoceIpv4, RocePacket, RoceRepr, emit_trailer, frame_len, pad_for, parse_frame,
+};
 pub use tag::{TagHeader, TagKind};
 pub use udp::UdpRepr;
 

@@ -572,6 +572,13 @@ pub struct RoceIpv4 {
     pub ttl: u8,
 }
 
+/// Length of the whole frame of a packet with `opcode`, `payload_len` payload bytes and no
+/// CETH: [`RoceRepr::buffer_len`] of such a packet, known before its repr is built.
+#[inline]
+pub const fn frame_len(opcode: Opcode, payload_len: usize) -> usize {
+    BASE_HEADER_LEN + opcode.ext_len() + payload_len + pad_for(payload_len) as usize + ICRC_LEN
+}
+
 /// Everything meaningful in a RoCEv2 frame except the payload bytes.
 ///
 /// Derived on emit and therefore absent here: EtherType (IPv4), IP
@@ -704,7 +711,7 @@ impl RoceRepr {
 
     /// Length of the whole frame for a payload of `payload_len` bytes.
     pub const fn buffer_len(&self, payload_len: usize) -> usize {
-        self.header_len() + payload_len + pad_for(payload_len) as usize + ICRC_LEN
+        frame_len(self.bth.opcode, payload_len) + self.ceth_len()
     }
 
     /// Check that the headers present match the opcode, that the payload

@@ -525,6 +525,26 @@ mod tests {
     }
 
     #[test]
+    fn frame_len_is_the_emitted_length_for_every_opcode() {
+        let mut buf = vec![0u8; 8192];
+        for opcode in Opcode::ALL {
+            for len in (0..=70).chain([255, 256, 1024, 4096]) {
+                let mut r = flow();
+                r.bth.opcode = opcode;
+                let r = with_headers(r);
+                let payload = vec![0x5a; payload_len_for(opcode, len)];
+                let emitted = r.emit(&mut buf, &payload).unwrap();
+                assert_eq!(
+                    crate::roce::frame_len(opcode, payload.len()),
+                    emitted,
+                    "{opcode:?}, {} bytes",
+                    payload.len()
+                );
+            }
+        }
+    }
+
+    #[test]
     fn each_flow_field_changed_alone_is_another_flow() {
         let t = HeaderTemplate::new(&flow()).unwrap();
         let changes: [(&str, fn(&mut RoceRepr)); 12] = [

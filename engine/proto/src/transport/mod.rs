@@ -295,7 +295,8 @@ impl QpConfig {
     }
 
     /// Headers of one packet to the peer; the caller fills the extension
-    /// headers. Pad count is derived by `wire` on emit.
+    /// headers. Pad count is derived by `wire` on emit. The engine's own packets are
+    /// [`packet_header`]s of one of these, built once per queue pair.
     pub fn header(&self, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
         RoceRepr {
             src_mac: self.local_mac,
@@ -652,6 +653,23 @@ impl OutPacket {
     pub fn emit_headers(&self, buf: &mut [u8]) -> wire::Result<usize> {
         self.repr.emit_headers(buf, self.payload_len())
     }
+}
+
+/// The headers of one packet of a queue pair whose [`QpConfig::header`] is `flow` (built
+/// once, when the queue pair is): `flow` copied whole, with this packet's opcode, PSN and
+/// AckReq, and no extension headers. Copying a prepared 112-byte repr is a few vector moves;
+/// building it from the config's fields one by one was each field loaded, kept across the
+/// calls that account for the packet, and stored (callgrind: 35 instructions fewer a batched
+/// 64 B WRITE, 37 a lone one). The requester's packets are built this way. The responder's
+/// ACKs are not: built this way, a lone WRITE took 13 more (the ACK's congestion fields are
+/// patched after it is made, and the copy was then split field by field).
+#[inline(always)]
+pub(crate) fn packet_header(flow: &RoceRepr, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
+    let mut repr = *flow;
+    repr.bth.opcode = opcode;
+    repr.bth.psn = psn;
+    repr.bth.ack_req = ack_req;
+    repr
 }
 
 /// Budget of one pull of requests ([`QueuePair::poll_request`]): a packet is handed out only

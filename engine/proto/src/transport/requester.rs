@@ -33,7 +33,7 @@ use super::psn;
 use super::qp::QpStats;
 use super::rto::{Resent, RttEstimator};
 use super::sge::{Gather, LocalError, Spill};
-use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind};
+use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind, packet_header};
 use crate::cc::RateControl;
 
 /// A posted send work request with its PSN range.
@@ -214,6 +214,9 @@ pub struct Requester {
     pub(crate) cc: RateControl,
     /// Requester counters (the responder fields stay zero).
     pub(crate) stats: QpStats,
+    /// The queue pair's [`QpConfig::header`], which every request copies
+    /// ([`super::packet_header`]).
+    flow: RoceRepr,
 }
 
 impl Requester {
@@ -248,6 +251,7 @@ impl Requester {
             // The window's unit: a full packet's frame (headers, RETH, ICRC and all).
             cc: RateControl::new(&cfg.cc, cfg.pmtu.bytes() + 78),
             stats: QpStats::default(),
+            flow: cfg.header(Opcode::SendOnly, 0, false),
         }
     }
 
@@ -576,7 +580,7 @@ impl Requester {
         let w = &self.sq[i];
         if w.is_rendezvous() {
             // The envelope again (one SEND ONLY): a duplicate the target only ACKs.
-            let mut repr = cfg.header(Opcode::SendOnly, w.first_psn, true);
+            let mut repr = packet_header(&self.flow, Opcode::SendOnly, w.first_psn, true);
             repr.bth.ack_req = true;
             let payload = Some(PayloadRef::SendQueue {
                 wqe: i as u32,
@@ -610,7 +614,7 @@ impl Requester {
         let offset = (w.npsn - 1) * cfg.pmtu.bytes();
         let len = w.len - offset.min(w.len);
         let mut repr = if w.npsn == 1 {
-            let mut r = cfg.header(only, w.last_psn(), true);
+            let mut r = packet_header(&self.flow, only, w.last_psn(), true);
             r.reth = Some(RethRepr {
                 virtual_addr: remote_addr,
                 rkey,
@@ -618,7 +622,7 @@ impl Requester {
             });
             r
         } else {
-            cfg.header(last, w.last_psn(), true)
+            packet_header(&self.flow, last, w.last_psn(), true)
         };
         if let WrKind::Write { imm: Some(imm), .. } = w.kind {
             repr.immdt = Some(ImmDtRepr {
@@ -713,7 +717,8 @@ impl Requester {
                         // A retry after partial responses asks only for the rest (of its
                         // sub-request).
                         let skip = k * mtu;
-                        let mut repr = cfg.header(Opcode::RdmaReadRequest, psn, true);
+                        let mut repr =
+                            packet_header(&self.flow, Opcode::RdmaReadRequest, psn, true);
                         repr.reth = Some(RethRepr {
                             virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
                             rkey,
@@ -728,7 +733,7 @@ impl Requester {
                         placement,
                         selectivity,
                     } => {
-                        let mut repr = cfg.header(Opcode::Flush, psn, true);
+                        let mut repr = packet_header(&self.flow, Opcode::Flush, psn, true);
                         repr.feth = Some(FethRepr {
                             selectivity,
                             placement,
@@ -741,7 +746,7 @@ impl Requester {
                         repr
                     }
                     WrKind::AtomicWrite { remote_addr, rkey } => {
-                        let mut repr = cfg.header(Opcode::AtomicWrite, psn, true);
+                        let mut repr = packet_header(&self.flow, Opcode::AtomicWrite, psn, true);
                         repr.reth = Some(RethRepr {
                             virtual_addr: remote_addr,
                             rkey,
@@ -809,27 +814,28 @@ impl Requester {
                         .unrequested_since
                         .is_some_and(|t| now.saturating_sub(t) >= self.rtt.rto(cfg) / 4)
                     || outstanding + 1 >= max_in_flight;
-                let mut repr = cfg.header(opcode, psn, ack_req);
-                if first
-                    && let WrKind::Write {
+                let reth = match wqe.kind {
+                    WrKind::Write {
                         remote_addr, rkey, ..
                     }
                     | WrKind::DurableWrite {
                         remote_addr, rkey, ..
-                    } = wqe.kind
-                {
-                    repr.reth = Some(RethRepr {
+                    } if first => Some(RethRepr {
                         virtual_addr: remote_addr,
                         rkey,
                         dma_len: wqe.len,
-                    });
-                }
-                if last && let Some(imm) = imm {
-                    repr.immdt = Some(ImmDtRepr {
+                    }),
+                    _ => None,
+                };
+                let immdt = match imm {
+                    Some(imm) if last => Some(ImmDtRepr {
                         data: imm.to_be_bytes(),
-                    });
-                }
-                let frame_len = repr.buffer_len(len as usize);
+                    }),
+                    _ => None,
+                };
+                // The repr is built where it is returned, from the prepared flow
+                // (`packet_header`); its length is known from the opcode before.
+                let frame_len = wire::frame_len(opcode, len as usize);
                 // A packet that asks for its ACK pulls that ACK in.
                 let back = if ack_req { ack_frame(cfg) } else { 0 };
                 if !budget.offer(frame_len, back) {
@@ -855,6 +861,9 @@ impl Requester {
                 // one, which would lengthen the sample.
                 self.note_sent(now, cfg, psn, 1, ack_req);
                 self.cc.on_sent(now, frame_len);
+                let mut repr = packet_header(&self.flow, opcode, psn, ack_req);
+                repr.reth = reth;
+                repr.immdt = immdt;
                 Some(OutPacket { repr, payload })
             }
         }

@@ -82,3 +82,29 @@ fn mtu_codes_are_the_ibta_s() {
         assert_eq!(Mtu::from_code(code), None, "{code}");
     }
 }
+
+#[test]
+fn a_packet_header_is_the_config_s_header_for_every_opcode() {
+    use wire::{EthernetAddress, Opcode};
+    let mut cfg = QpConfig::new(0x12, 0x345);
+    cfg.local_mac = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    cfg.remote_mac = EthernetAddress([2, 0, 0, 0, 0, 2]);
+    cfg.local_ip = core::net::Ipv4Addr::new(10, 1, 2, 3);
+    cfg.remote_ip = core::net::Ipv4Addr::new(10, 1, 2, 4);
+    cfg.dscp = 26;
+    cfg.ttl = 17;
+    cfg.udp_src_port = 0xc0de;
+    cfg.pkey = 0x8123;
+    let flow = cfg.header(Opcode::SendOnly, 0, false);
+    for opcode in Opcode::ALL {
+        for psn in [0, 1, 0x7f_ffff, 0xff_ffff] {
+            for ack_req in [false, true] {
+                assert_eq!(
+                    super::packet_header(&flow, opcode, psn, ack_req),
+                    cfg.header(opcode, psn, ack_req),
+                    "{opcode:?} {psn:#x} {ack_req}"
+                );
+            }
+        }
+    }
+}
