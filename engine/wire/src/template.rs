@@ -547,7 +547,8 @@ mod tests {
     #[test]
     fn each_flow_field_changed_alone_is_another_flow() {
         let t = HeaderTemplate::new(&flow()).unwrap();
-        let changes: [(&str, fn(&mut RoceRepr)); 12] = [
+        type Change = (&'static str, fn(&mut RoceRepr));
+        let changes: [Change; 12] = [
             ("src_mac", |r| r.src_mac.0[5] ^= 1),
             ("dst_mac", |r| r.dst_mac.0[0] ^= 0x10),
             ("src_addr", |r| r.ip.src_addr = Ipv4Addr::new(10, 0, 0, 9)),
