@@ -661,8 +661,8 @@ impl OutPacket {
 /// building it from the config's fields one by one was each field loaded, kept across the
 /// calls that account for the packet, and stored (callgrind: 35 instructions fewer a batched
 /// 64 B WRITE, 37 a lone one). The requester's packets are built this way. The responder's
-/// ACKs are not: built this way, a lone WRITE took 13 more (the ACK's congestion fields are
-/// patched after it is made, and the copy was then split field by field).
+/// are not: with its ACKs built this way, a lone WRITE took 13 more (an ACK's congestion
+/// fields are patched after it is made, and the copy was then split field by field).
 #[inline(always)]
 pub(crate) fn packet_header(flow: &RoceRepr, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
     let mut repr = *flow;
