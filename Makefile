@@ -43,8 +43,8 @@ lint: deps
 
 # Every test: formatting and lints; the toolchain (scripts/toolchain-check.sh); unit tests and
 # integration tests on real EAL with vdevs (debug profile); the release profile, which users
-# run: every crate's unit tests but the benchmark harness's (its code is run in release by
-# every bench operation with --verify), the memif soak, the libfabric programs, the MPI job and
+# run: every crate's unit tests but the benchmark harness's (every bench operation with
+# --verify runs what of it they reach), the memif soak, the libfabric programs, the MPI job and
 # the 100 000 operations under injected faults (10 000 in the debug run) from the release
 # binary (docs/toolchain.md); the node and transport tests under valgrind's
 # memcheck (scripts/valgrind.sh); then each fuzz target for FUZZ_SECONDS (30 s) from its seed
