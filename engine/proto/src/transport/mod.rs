@@ -660,9 +660,10 @@ impl OutPacket {
 /// AckReq, and no extension headers. Copying a prepared 112-byte repr is a few vector moves;
 /// building it from the config's fields one by one was each field loaded, kept across the
 /// calls that account for the packet, and stored (callgrind: 35 instructions fewer a batched
-/// 64 B WRITE, 37 a lone one). The requester's packets are built this way. The responder's
-/// are not: with its ACKs built this way, a lone WRITE took 13 more (an ACK's congestion
-/// fields are patched after it is made, and the copy was then split field by field).
+/// 64 B WRITE, 37 a lone one). The requester's packets are built this way, and the
+/// responder's ACKs and NAKs, whose congestion state is set as they are made (patched in
+/// after, it split the copy field by field: 13 more a lone WRITE; set as they are made, 25
+/// fewer). Its READ responses and durable ACKs are still built from the config.
 #[inline(always)]
 pub(crate) fn packet_header(flow: &RoceRepr, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
     let mut repr = *flow;

@@ -437,16 +437,7 @@ impl QueuePair {
         }
         // A READ response the pacer holds: nothing that would acknowledge it may pass it.
         let held = answering && (reads_held || self.resp.peek_read_response(&self.cfg).is_some());
-        let mut p = self.resp.poll_control(&self.cfg, held)?;
-        if p.repr.bth.opcode == Opcode::Acknowledge && self.notifier.carries_state() {
-            let (becn, ceth) = self.notifier.ack_state();
-            p.repr.bth.becn = becn;
-            p.repr.ceth = ceth;
-            if becn {
-                self.stats.becn_acks_sent += 1;
-            }
-        }
-        Some(p)
+        self.resp.poll_control(&self.cfg, held, &mut self.notifier)
     }
 
     /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,

@@ -49,7 +49,8 @@ use super::psn;
 use super::qp::QpStats;
 use super::sge::{Gather, Spill};
 use super::tagged::{Next, TagTarget};
-use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal};
+use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal, packet_header};
+use crate::cc::Notifier;
 
 use checks::{Kind, Op, Pos, Stop};
 use execute::Checked;
@@ -162,6 +163,9 @@ pub struct Responder {
     pub(crate) tag_orphan: Option<u64>,
     /// Responder counters (the requester fields stay zero).
     pub(crate) stats: QpStats,
+    /// The queue pair's [`QpConfig::header`], which its ACKs copy
+    /// ([`super::packet_header`]).
+    flow: RoceRepr,
 }
 
 impl Responder {
@@ -187,6 +191,7 @@ impl Responder {
             tag_orphan: None,
             dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
             stats: QpStats::default(),
+            flow: cfg.header(Opcode::SendOnly, 0, false),
         }
     }
 
@@ -340,7 +345,16 @@ impl Responder {
     /// READ is still being answered: either would acknowledge the READ's PSNs before its data
     /// went. A plain ACK is capped below the READ as always.
     #[inline]
-    pub(crate) fn poll_control(&mut self, cfg: &QpConfig, reads_held: bool) -> Option<OutPacket> {
+    ///
+    /// `cc` gives an ACK or NAK its congestion state (BECN and a CETH) where the queue pair
+    /// carries it in ACKs (`cc = ack`), as the ACK is made: patched in after, it split the
+    /// copy of the prepared header field by field (callgrind).
+    pub(crate) fn poll_control(
+        &mut self,
+        cfg: &QpConfig,
+        reads_held: bool,
+        cc: &mut Notifier,
+    ) -> Option<OutPacket> {
         // READ responses held back: only the ACK capped below them may go.
         let reads_block = reads_held && !self.reads.is_empty();
         if !reads_block && let Some((code, nak_psn)) = self.nak {
@@ -349,7 +363,7 @@ impl Responder {
             let before = psn::sub(nak_psn, 1);
             if self.receipt_sent != Some(before) && self.dur.receipt_owed(before) {
                 self.stats.acks_sent += 1;
-                return Some(self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, before));
+                return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, before, cc));
             }
             // A standard requester's WRITE into a durable region there, not durable yet: the
             // NAK would vouch for it as an ACK would, so it waits for the hold to lift (the
@@ -368,11 +382,11 @@ impl Responder {
             // Any NAK also acknowledges everything before its PSN.
             self.ack_due = false;
             self.unacked = 0;
-            return Some(self.ack_packet(cfg, code, nak_psn));
+            return Some(self.ack_packet(code, nak_psn, cc));
         }
         if let Some(psn) = self.ack_to_send() {
             self.stats.acks_sent += 1;
-            return Some(self.ack_packet(cfg, Syndrome::ACK_UNLIMITED, psn));
+            return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, psn, cc));
         }
         if reads_block {
             return None;
@@ -392,19 +406,31 @@ impl Responder {
 
     /// An ACK or NAK naming `psn`; an ACK that covers a WRITE still owed its durable ACK is a
     /// receipt ACK (0xE3), which promises that durable ACK through `psn`.
-    #[inline]
-    fn ack_packet(&mut self, cfg: &QpConfig, syndrome: Syndrome, psn: u32) -> OutPacket {
+    #[inline(always)]
+    fn ack_packet(&mut self, syndrome: Syndrome, psn: u32, cc: &mut Notifier) -> OutPacket {
         let mut opcode = Opcode::Acknowledge;
         if matches!(syndrome, Syndrome::Ack { .. }) && self.dur.receipt_owed(psn) {
             opcode = Opcode::ReceiptAcknowledge;
             self.receipt_sent = Some(psn);
             self.stats.receipt_acks_sent += 1;
         }
-        let mut repr = cfg.header(opcode, psn, false);
+        // With `cc = ack` every ACK and NAK (not a receipt ACK) carries the congestion
+        // state: BECN and a CETH while congested, neither once clear.
+        let (becn, ceth) = if opcode == Opcode::Acknowledge && cc.carries_state() {
+            cc.ack_state()
+        } else {
+            (false, None)
+        };
+        if becn {
+            self.stats.becn_acks_sent += 1;
+        }
+        let mut repr = packet_header(&self.flow, opcode, psn, false);
+        repr.bth.becn = becn;
         repr.aeth = Some(AethRepr {
             syndrome,
             msn: self.msn,
         });
+        repr.ceth = ceth;
         OutPacket {
             repr,
             payload: None,
