@@ -344,11 +344,11 @@ impl Responder {
     /// responses wait for a traffic shaper or the pacer) a NAK or durable ACK waits while a
     /// READ is still being answered: either would acknowledge the READ's PSNs before its data
     /// went. A plain ACK is capped below the READ as always.
-    #[inline]
     ///
     /// `cc` gives an ACK or NAK its congestion state (BECN and a CETH) where the queue pair
     /// carries it in ACKs (`cc = ack`), as the ACK is made: patched in after, it split the
     /// copy of the prepared header field by field (callgrind).
+    #[inline]
     pub(crate) fn poll_control(
         &mut self,
         cfg: &QpConfig,
