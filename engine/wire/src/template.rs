@@ -158,6 +158,14 @@ impl HeaderTemplate {
         })
     }
 
+    /// The repr the template was built from, with the per-packet fields cleared (SEND ONLY,
+    /// PSN 0, no flags, no extension headers): a packet made from a copy of it, its per-packet
+    /// fields set, [`HeaderTemplate::matches`] the template.
+    #[inline]
+    pub fn flow(&self) -> &RoceRepr {
+        &self.flow
+    }
+
     /// Whether `repr` belongs to this template's flow (every field the template fixes is
     /// equal), so that [`HeaderTemplate::emit`] may build its frame.
     pub fn matches(&self, repr: &RoceRepr) -> bool {

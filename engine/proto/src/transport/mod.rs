@@ -295,8 +295,8 @@ impl QpConfig {
     }
 
     /// Headers of one packet to the peer; the caller fills the extension
-    /// headers. Pad count is derived by `wire` on emit. The engine's own packets are
-    /// [`packet_header`]s of one of these, built once per queue pair.
+    /// headers. Pad count is derived by `wire` on emit. The engine's own packets copy one of
+    /// these, made once per queue pair (its header template's flow), instead of calling this.
     pub fn header(&self, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
         RoceRepr {
             src_mac: self.local_mac,
@@ -655,15 +655,18 @@ impl OutPacket {
     }
 }
 
-/// The headers of one packet of a queue pair whose [`QpConfig::header`] is `flow` (built
-/// once, when the queue pair is): `flow` copied whole, with this packet's opcode, PSN and
-/// AckReq, and no extension headers. Copying a prepared 112-byte repr is a few vector moves;
+/// The headers of one packet of a queue pair whose prepared header is `flow` (its template's
+/// [`wire::template::HeaderTemplate::flow`], built once from [`QpConfig::header`] when the
+/// queue pair is): `flow` copied whole, with this packet's opcode, PSN and AckReq, and no
+/// extension headers. Copying a prepared 112-byte repr is a few vector moves;
 /// building it from the config's fields one by one was each field loaded, kept across the
 /// calls that account for the packet, and stored (callgrind: 35 instructions fewer a batched
 /// 64 B WRITE, 37 a lone one). The requester's packets are built this way, and the
 /// responder's ACKs and NAKs, whose congestion state is set as they are made (patched in
 /// after, it split the copy field by field: 13 more a lone WRITE; set as they are made, 25
-/// fewer). Its READ responses and durable ACKs are still built from the config.
+/// fewer). Its READ responses and durable ACKs are still built from the config. (The
+/// requester and the responder each kept a copy of their own at first; read from the
+/// template, the one copy there is, a lone WRITE takes 5 more.)
 #[inline(always)]
 pub(crate) fn packet_header(flow: &RoceRepr, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
     let mut repr = *flow;

@@ -437,7 +437,8 @@ impl QueuePair {
         }
         // A READ response the pacer holds: nothing that would acknowledge it may pass it.
         let held = answering && (reads_held || self.resp.peek_read_response(&self.cfg).is_some());
-        self.resp.poll_control(&self.cfg, held, &mut self.notifier)
+        self.resp
+            .poll_control(&self.cfg, self.template.flow(), held, &mut self.notifier)
     }
 
     /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
@@ -447,7 +448,8 @@ impl QueuePair {
         if self.state == QpState::Error {
             return None;
         }
-        self.req.poll_request(now, &self.cfg, budget)
+        self.req
+            .poll_request(now, &self.cfg, self.template.flow(), budget)
     }
 
     /// The request [`QueuePair::poll_request`] would hand out now given room: its frame bytes

@@ -214,9 +214,6 @@ pub struct Requester {
     pub(crate) cc: RateControl,
     /// Requester counters (the responder fields stay zero).
     pub(crate) stats: QpStats,
-    /// The queue pair's [`QpConfig::header`], which every request copies
-    /// ([`super::packet_header`]).
-    flow: RoceRepr,
 }
 
 impl Requester {
@@ -251,7 +248,6 @@ impl Requester {
             // The window's unit: a full packet's frame (headers, RETH, ICRC and all).
             cc: RateControl::new(&cfg.cc, cfg.pmtu.bytes() + 78),
             stats: QpStats::default(),
-            flow: cfg.header(Opcode::SendOnly, 0, false),
         }
     }
 
@@ -575,12 +571,12 @@ impl Requester {
 
     /// The last packet of the oldest held durable WRITE again, with AckReq: the responder
     /// takes it as a duplicate and repeats its durable ACK once the data is durable.
-    fn probe_packet(&self, cfg: &QpConfig) -> Option<OutPacket> {
+    fn probe_packet(&self, cfg: &QpConfig, flow: &RoceRepr) -> Option<OutPacket> {
         let i = self.sq.iter().take(self.head).position(|w| w.waits())?;
         let w = &self.sq[i];
         if w.is_rendezvous() {
             // The envelope again (one SEND ONLY): a duplicate the target only ACKs.
-            let mut repr = packet_header(&self.flow, Opcode::SendOnly, w.first_psn, true);
+            let mut repr = packet_header(flow, Opcode::SendOnly, w.first_psn, true);
             repr.bth.ack_req = true;
             let payload = Some(PayloadRef::SendQueue {
                 wqe: i as u32,
@@ -614,7 +610,7 @@ impl Requester {
         let offset = (w.npsn - 1) * cfg.pmtu.bytes();
         let len = w.len - offset.min(w.len);
         let mut repr = if w.npsn == 1 {
-            let mut r = packet_header(&self.flow, only, w.last_psn(), true);
+            let mut r = packet_header(flow, only, w.last_psn(), true);
             r.reth = Some(RethRepr {
                 virtual_addr: remote_addr,
                 rkey,
@@ -622,7 +618,7 @@ impl Requester {
             });
             r
         } else {
-            packet_header(&self.flow, last, w.last_psn(), true)
+            packet_header(flow, last, w.last_psn(), true)
         };
         if let WrKind::Write { imm: Some(imm), .. } = w.kind {
             repr.immdt = Some(ImmDtRepr {
@@ -640,11 +636,13 @@ impl Requester {
 
     /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
     /// allow one. Nothing changes unless a packet is handed out, and what is handed out is
-    /// charged to `budget`.
+    /// charged to `budget`. `flow` is the queue pair's prepared header (its template's
+    /// [`wire::template::HeaderTemplate::flow`]), which every request copies ([`packet_header`]).
     pub(crate) fn poll_request(
         &mut self,
         now: u64,
         cfg: &QpConfig,
+        flow: &RoceRepr,
         budget: &mut Budget,
     ) -> Option<OutPacket> {
         if let Some(until) = self.rnr_until {
@@ -654,7 +652,7 @@ impl Requester {
             self.rnr_until = None;
         }
         if self.probe {
-            if let Some(out) = self.probe_packet(cfg) {
+            if let Some(out) = self.probe_packet(cfg, flow) {
                 let frame_len = out.frame_len();
                 // A probe asks for its ACK (the durable one, once the data is durable).
                 if !self.cc.may_send(now) || !budget.offer(frame_len, ack_frame(cfg)) {
@@ -717,8 +715,7 @@ impl Requester {
                         // A retry after partial responses asks only for the rest (of its
                         // sub-request).
                         let skip = k * mtu;
-                        let mut repr =
-                            packet_header(&self.flow, Opcode::RdmaReadRequest, psn, true);
+                        let mut repr = packet_header(flow, Opcode::RdmaReadRequest, psn, true);
                         repr.reth = Some(RethRepr {
                             virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
                             rkey,
@@ -733,7 +730,7 @@ impl Requester {
                         placement,
                         selectivity,
                     } => {
-                        let mut repr = packet_header(&self.flow, Opcode::Flush, psn, true);
+                        let mut repr = packet_header(flow, Opcode::Flush, psn, true);
                         repr.feth = Some(FethRepr {
                             selectivity,
                             placement,
@@ -746,7 +743,7 @@ impl Requester {
                         repr
                     }
                     WrKind::AtomicWrite { remote_addr, rkey } => {
-                        let mut repr = packet_header(&self.flow, Opcode::AtomicWrite, psn, true);
+                        let mut repr = packet_header(flow, Opcode::AtomicWrite, psn, true);
                         repr.reth = Some(RethRepr {
                             virtual_addr: remote_addr,
                             rkey,
@@ -861,7 +858,7 @@ impl Requester {
                 // one, which would lengthen the sample.
                 self.note_sent(now, cfg, psn, 1, ack_req);
                 self.cc.on_sent(now, frame_len);
-                let mut repr = packet_header(&self.flow, opcode, psn, ack_req);
+                let mut repr = packet_header(flow, opcode, psn, ack_req);
                 repr.reth = reth;
                 repr.immdt = immdt;
                 Some(OutPacket { repr, payload })

@@ -163,9 +163,6 @@ pub struct Responder {
     pub(crate) tag_orphan: Option<u64>,
     /// Responder counters (the requester fields stay zero).
     pub(crate) stats: QpStats,
-    /// The queue pair's [`QpConfig::header`], which its ACKs copy
-    /// ([`super::packet_header`]).
-    flow: RoceRepr,
 }
 
 impl Responder {
@@ -191,7 +188,6 @@ impl Responder {
             tag_orphan: None,
             dur: Durability::new(cfg.max_send_wr + cfg.max_in_flight as usize),
             stats: QpStats::default(),
-            flow: cfg.header(Opcode::SendOnly, 0, false),
         }
     }
 
@@ -345,13 +341,15 @@ impl Responder {
     /// READ is still being answered: either would acknowledge the READ's PSNs before its data
     /// went. A plain ACK is capped below the READ as always.
     ///
-    /// `cc` gives an ACK or NAK its congestion state (BECN and a CETH) where the queue pair
-    /// carries it in ACKs (`cc = ack`), as the ACK is made: patched in after, it split the
-    /// copy of the prepared header field by field (callgrind).
+    /// An ACK or NAK is a copy of `flow`, the queue pair's prepared header (its template's
+    /// [`wire::template::HeaderTemplate::flow`], [`packet_header`]); `cc` gives it its congestion state (BECN
+    /// and a CETH) where the queue pair carries it in ACKs (`cc = ack`), as the ACK is made:
+    /// patched in after, it split the copy field by field (callgrind).
     #[inline]
     pub(crate) fn poll_control(
         &mut self,
         cfg: &QpConfig,
+        flow: &RoceRepr,
         reads_held: bool,
         cc: &mut Notifier,
     ) -> Option<OutPacket> {
@@ -363,7 +361,7 @@ impl Responder {
             let before = psn::sub(nak_psn, 1);
             if self.receipt_sent != Some(before) && self.dur.receipt_owed(before) {
                 self.stats.acks_sent += 1;
-                return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, before, cc));
+                return Some(self.ack_packet(flow, Syndrome::ACK_UNLIMITED, before, cc));
             }
             // A standard requester's WRITE into a durable region there, not durable yet: the
             // NAK would vouch for it as an ACK would, so it waits for the hold to lift (the
@@ -382,11 +380,11 @@ impl Responder {
             // Any NAK also acknowledges everything before its PSN.
             self.ack_due = false;
             self.unacked = 0;
-            return Some(self.ack_packet(code, nak_psn, cc));
+            return Some(self.ack_packet(flow, code, nak_psn, cc));
         }
         if let Some(psn) = self.ack_to_send() {
             self.stats.acks_sent += 1;
-            return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, psn, cc));
+            return Some(self.ack_packet(flow, Syndrome::ACK_UNLIMITED, psn, cc));
         }
         if reads_block {
             return None;
@@ -407,7 +405,13 @@ impl Responder {
     /// An ACK or NAK naming `psn`; an ACK that covers a WRITE still owed its durable ACK is a
     /// receipt ACK (0xE3), which promises that durable ACK through `psn`.
     #[inline(always)]
-    fn ack_packet(&mut self, syndrome: Syndrome, psn: u32, cc: &mut Notifier) -> OutPacket {
+    fn ack_packet(
+        &mut self,
+        flow: &RoceRepr,
+        syndrome: Syndrome,
+        psn: u32,
+        cc: &mut Notifier,
+    ) -> OutPacket {
         let mut opcode = Opcode::Acknowledge;
         if matches!(syndrome, Syndrome::Ack { .. }) && self.dur.receipt_owed(psn) {
             opcode = Opcode::ReceiptAcknowledge;
@@ -424,7 +428,7 @@ impl Responder {
         if becn {
             self.stats.becn_acks_sent += 1;
         }
-        let mut repr = packet_header(&self.flow, opcode, psn, false);
+        let mut repr = packet_header(flow, opcode, psn, false);
         repr.bth.becn = becn;
         repr.aeth = Some(AethRepr {
             syndrome,

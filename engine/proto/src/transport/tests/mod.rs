@@ -95,12 +95,15 @@ fn a_packet_header_is_the_config_s_header_for_every_opcode() {
     cfg.ttl = 17;
     cfg.udp_src_port = 0xc0de;
     cfg.pkey = 0x8123;
-    let flow = cfg.header(Opcode::SendOnly, 0, false);
+    // The prepared header a queue pair's packets copy: its template's flow.
+    let template =
+        wire::template::HeaderTemplate::new(&cfg.header(Opcode::SendOnly, 0, false)).unwrap();
+    let flow = template.flow();
     for opcode in Opcode::ALL {
         for psn in [0, 1, 0x7f_ffff, 0xff_ffff] {
             for ack_req in [false, true] {
                 assert_eq!(
-                    super::packet_header(&flow, opcode, psn, ack_req),
+                    super::packet_header(flow, opcode, psn, ack_req),
                     cfg.header(opcode, psn, ack_req),
                     "{opcode:?} {psn:#x} {ack_req}"
                 );
