@@ -965,19 +965,43 @@ impl RdmaNode {
         let qp = &mut e.qp;
         // A request is offered only while its queue has room; a post is then refused only
         // when full, so its result carries nothing more.
+        let sq_lists = &mut e.rings.sq.lists;
         let (sends, short_s) = take_from(
-            &mut e.rings.sq,
+            &mut e.rings.sq.entries,
             &mut self.cqs[e.send_cq as usize],
             &mut self.counters,
             |wr| wr.kind.completions(),
-            |wr| qp.send_queue_has_room() && qp.post_send(wr, mem, staged).is_ok(),
+            |wr| {
+                let Some(sges) = wr.pieces(sq_lists) else {
+                    return false;
+                };
+                let took = qp.send_queue_has_room()
+                    && qp
+                        .post_send_pieces(wr.wr_id, wr.kind, sges, mem, staged)
+                        .is_ok();
+                if took {
+                    wr.taken(sq_lists);
+                }
+                took
+            },
         );
+        let rq_lists = &mut e.rings.rq.lists;
         let (recvs, short_r) = take_from(
-            &mut e.rings.rq,
+            &mut e.rings.rq.entries,
             &mut self.cqs[e.recv_cq as usize],
             &mut self.counters,
             |_| 1,
-            |wr| qp.recv_queue_has_room() && qp.post_recv(wr, mem, staged).is_ok(),
+            |wr| {
+                let Some(sges) = wr.pieces(rq_lists) else {
+                    return false;
+                };
+                let took = qp.recv_queue_has_room()
+                    && qp.post_recv_pieces(wr.wr_id, sges, mem, staged).is_ok();
+                if took {
+                    wr.taken(rq_lists);
+                }
+                took
+            },
         );
         let short = short_s || short_r;
         let took = (sends + recvs) as u64;

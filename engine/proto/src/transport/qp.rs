@@ -18,11 +18,11 @@ use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
 use super::requester::{Outcome, Requester};
 use super::responder::{Responder, Verdict};
-use super::sge::LocalError;
+use super::sge::{LocalError, Sge};
 use super::tagged::{Next, NoTags, TagTarget};
 use super::{
     Budget, ConfigError, Inadmissible, OutPacket, PayloadRef, PostError, QpConfig, RecvRequest,
-    Refusal, WorkRequest, pkey_matches,
+    Refusal, WorkRequest, WrKind, pkey_matches,
 };
 
 /// The QP states this transport distinguishes. (Reset/Init/RTR are the
@@ -271,16 +271,31 @@ impl QueuePair {
         mem: &MemoryTable,
         cq: &mut StagedCompletions,
     ) -> Result<(), PostError> {
-        let opcode = wr.wc_opcode();
+        self.post_send_pieces(wr.wr_id, wr.kind, wr.sgl.as_slice(), mem, cq)
+    }
+
+    /// [`QueuePair::post_send`] of a request given by its parts, its list borrowed: an
+    /// engine's host ring carries a request's one piece inline and a longer list apart, and
+    /// hands them over without building a [`WorkRequest`] (its list is a fixed array of
+    /// [`MAX_SGE`](super::MAX_SGE) pieces, 264 bytes).
+    pub fn post_send_pieces(
+        &mut self,
+        wr_id: u64,
+        kind: WrKind,
+        sges: &[Sge],
+        mem: &MemoryTable,
+        cq: &mut StagedCompletions,
+    ) -> Result<(), PostError> {
+        let opcode = kind.wc_opcode();
         if self.state == QpState::Error {
-            self.complete(cq, wr.wr_id, opcode, WcStatus::WrFlushError);
+            self.complete(cq, wr_id, opcode, WcStatus::WrFlushError);
             return Ok(());
         }
-        match self.req.post(&self.cfg, wr, mem) {
+        match self.req.post(&self.cfg, wr_id, kind, sges, mem) {
             Ok(()) => Ok(()),
             Err(Refusal::Full) => Err(PostError::SendQueueFull),
             Err(Refusal::Local(e)) => {
-                self.complete(cq, wr.wr_id, opcode, local_status(e));
+                self.complete(cq, wr_id, opcode, local_status(e));
                 self.enter_error(None, cq);
                 Ok(())
             }
@@ -295,15 +310,27 @@ impl QueuePair {
         mem: &MemoryTable,
         cq: &mut StagedCompletions,
     ) -> Result<(), PostError> {
+        self.post_recv_pieces(wr.wr_id, wr.sgl.as_slice(), mem, cq)
+    }
+
+    /// [`QueuePair::post_recv`] of a request given by its parts, as
+    /// [`QueuePair::post_send_pieces`].
+    pub fn post_recv_pieces(
+        &mut self,
+        wr_id: u64,
+        sges: &[Sge],
+        mem: &MemoryTable,
+        cq: &mut StagedCompletions,
+    ) -> Result<(), PostError> {
         if self.state == QpState::Error {
-            self.complete(cq, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushError);
+            self.complete(cq, wr_id, WcOpcode::Recv, WcStatus::WrFlushError);
             return Ok(());
         }
-        match self.resp.post_recv(&self.cfg, wr, mem) {
+        match self.resp.post_recv(&self.cfg, wr_id, sges, mem) {
             Ok(()) => Ok(()),
             Err(Refusal::Full) => Err(PostError::RecvQueueFull),
             Err(Refusal::Local(e)) => {
-                self.complete(cq, wr.wr_id, WcOpcode::Recv, local_status(e));
+                self.complete(cq, wr_id, WcOpcode::Recv, local_status(e));
                 self.enter_error(None, cq);
                 Ok(())
             }

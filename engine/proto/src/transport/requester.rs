@@ -32,8 +32,8 @@ use super::mr::{Access, Location, MemoryTable};
 use super::psn;
 use super::qp::QpStats;
 use super::rto::{Resent, RttEstimator};
-use super::sge::{Gather, LocalError, Spill};
-use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WorkRequest, WrKind, packet_header};
+use super::sge::{Gather, LocalError, Sge, Spill};
+use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WrKind, packet_header};
 use crate::cc::RateControl;
 
 /// A posted send work request with its PSN range.
@@ -345,17 +345,19 @@ impl Requester {
     pub(crate) fn post(
         &mut self,
         cfg: &QpConfig,
-        wr: &WorkRequest,
+        wr_id: u64,
+        kind: WrKind,
+        sges: &[Sge],
         mem: &MemoryTable,
     ) -> Result<(), Refusal> {
         if !self.has_room(cfg) {
             return Err(Refusal::Full);
         }
-        let need = match wr.kind {
+        let need = match kind {
             WrKind::Read { .. } => Access::LOCAL_WRITE,
             _ => Access::NONE,
         };
-        let allowed = match wr.kind {
+        let allowed = match kind {
             WrKind::DurableWrite { .. } => cfg.durable_writes,
             WrKind::TaggedSend { .. } => cfg.tagged,
             // Only the engine posts these (`post_internal`).
@@ -367,9 +369,9 @@ impl Requester {
         if !allowed {
             return Err(Refusal::Local(LocalError::Operation));
         }
-        let local = Gather::resolve(mem, &wr.sgl, need, &mut self.spill).map_err(Refusal::Local)?;
+        let local = Gather::resolve(mem, sges, need, &mut self.spill).map_err(Refusal::Local)?;
         let mut len = local.len();
-        let len_ok = match wr.kind {
+        let len_ok = match kind {
             WrKind::AtomicWrite { .. } => len == 8,
             WrKind::Flush { .. } => len == 0,
             _ => true,
@@ -382,7 +384,7 @@ impl Requester {
             endpoint,
             match_bits,
             hdr_data,
-        } = wr.kind
+        } = kind
         {
             let mut h = TagHeader {
                 kind: TagKind::Eager,
@@ -411,7 +413,7 @@ impl Requester {
             }
             tag = Some(h);
         }
-        self.push(cfg, wr.wr_id, wr.kind, local, len, tag);
+        self.push(cfg, wr_id, kind, local, len, tag);
         Ok(())
     }
 

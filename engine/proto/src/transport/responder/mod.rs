@@ -47,9 +47,9 @@ use super::mr::{Access, Location, MemoryTable};
 use super::persist::Durability;
 use super::psn;
 use super::qp::QpStats;
-use super::sge::{Gather, Spill};
+use super::sge::{Gather, Sge, Spill};
 use super::tagged::{Next, TagTarget};
-use super::{OutPacket, PayloadRef, QpConfig, RecvRequest, Refusal, packet_header};
+use super::{OutPacket, PayloadRef, QpConfig, Refusal, packet_header};
 use crate::cc::Notifier;
 
 use checks::{Kind, Op, Pos, Stop};
@@ -246,18 +246,16 @@ impl Responder {
     pub(crate) fn post_recv(
         &mut self,
         cfg: &QpConfig,
-        wr: &RecvRequest,
+        wr_id: u64,
+        sges: &[Sge],
         mem: &MemoryTable,
     ) -> Result<(), Refusal> {
         if !self.has_room(cfg) {
             return Err(Refusal::Full);
         }
-        let local = Gather::resolve(mem, &wr.sgl, Access::LOCAL_WRITE, &mut self.spill)
+        let local = Gather::resolve(mem, sges, Access::LOCAL_WRITE, &mut self.spill)
             .map_err(Refusal::Local)?;
-        self.rq.push_back(RecvWqe {
-            wr_id: wr.wr_id,
-            local,
-        });
+        self.rq.push_back(RecvWqe { wr_id, local });
         Ok(())
     }
 
