@@ -849,7 +849,7 @@ pub fn run_target(
         json!({"type": "target_summary", "seconds": t0.elapsed().as_secs_f64(), "link": link.to_string(),
                "counters": counts(&reports), "ports": ports, "completions": completions,
                "region_head": hex(&head), "receive_head": hex(&recv_head), "persisted": persisted,
-               "captured": captured, "workers": report::worker_use(&reports),
+               "captured": captured, "workers": workers_json(&reports),
                "cm": served.map(|s| s.summary())})
     );
     Ok(())
@@ -954,6 +954,9 @@ pub struct InitiatorOpts {
     /// puts a [`RegionAd`] in its REP) at this address and port, instead of the config's
     /// queue pair and the keys above.
     pub connect: Option<(std::net::Ipv4Addr, u16)>,
+    /// Workers (`--cores N`, over `rdma.cores`): one queue pair each, QPN `rdma.qpn + i` on
+    /// worker *i* to the target's `rdma.peer_qpn + i`, each driven by its own host thread.
+    pub cores: Option<usize>,
 }
 
 /// The default message size of the WRITE+READ mode.
@@ -1031,19 +1034,42 @@ pub fn run_initiator(
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
     check_initiator_keys(&cfg).map_err(|e| field_error(path, e))?;
-    let workers = worker_cores(
-        "rdma.cores",
-        cfg.rdma.core,
-        cfg.rdma.cores.as_ref(),
-        &available_cores(),
-    )
-    .map_err(|e| field_error(path, e))?;
-    if workers.len() > 1 {
-        return Err(bad(
-            path,
+    let (workers, cores_key) = match o.cores {
+        Some(n) => (
+            worker_cores(
+                "--cores",
+                cfg.rdma.core,
+                Some(&CoresKey::Count(n)),
+                &available_cores(),
+            ),
+            "--cores",
+        ),
+        None => (
+            worker_cores(
+                "rdma.cores",
+                cfg.rdma.core,
+                cfg.rdma.cores.as_ref(),
+                &available_cores(),
+            ),
             "rdma.cores",
-            "portico initiator runs on one worker (portico target takes several)".into(),
-        ));
+        ),
+    };
+    let workers = workers.map_err(|e| field_error(path, e))?;
+    if workers.len() > 1 {
+        // The durable stream's lines come in the order of one queue pair's completions, and
+        // the CM connects one queue pair.
+        let alone = match (o.mode, o.connect) {
+            (InitiatorMode::Durable { .. }, _) => Some("--durable"),
+            (_, Some(_)) => Some("--connect"),
+            _ => None,
+        };
+        if let Some(option) = alone {
+            let message = format!("{option} runs on one worker; WRITE+READ pairs run on several");
+            return Err(match o.cores {
+                Some(_) => AppError::Usage(format!("--cores: {message}")),
+                None => bad(path, cores_key, message),
+            });
+        }
     }
     if matches!(o.mode, InitiatorMode::Durable { .. }) && !cfg.rdma.durable_writes {
         return Err(bad(
@@ -1076,6 +1102,14 @@ pub fn run_initiator(
     let slots = (half / size).max(1) as u64;
     if let InitiatorMode::Durable { qd } = o.mode {
         check_qd(qd, slots)?;
+    }
+    // Each queue pair writes its own slots (slot s belongs to queue pair s mod n), so that
+    // two never write the same bytes at once.
+    if slots < workers.len() as u64 {
+        return Err(AppError::Usage(format!(
+            "--size: {size} bytes leaves {slots} slots in half of rdma.region_len, fewer than the {} queue pairs",
+            workers.len()
+        )));
     }
     let file = choose_region_file(region_file, &cfg);
     check_region(path, &cfg, file.as_ref().map(|(f, k)| (f.as_path(), *k)))?;
@@ -1121,7 +1155,7 @@ pub fn run_initiator(
     };
     let o = &o;
     let base = json!({"type": "initiator_summary", "ops": o.ops, "size": size, "psn": peer.psn,
-                      "region": map.kind().to_string(),
+                      "region": map.kind().to_string(), "cores": peer.workers, "qps": peer.qps,
                       "cm": connected.as_ref().map(|c| json!({"id": c.id, "qpn": peer.qp.qpn(),
                           "rkey": c.ad.rkey, "addr": c.ad.addr, "len": c.ad.len,
                           "setup_us": c.setup.as_secs_f64() * 1e6}))});
@@ -1148,9 +1182,21 @@ pub fn run_initiator(
     fields.insert("counters".into(), json!(counts(&reports)));
     fields.insert("ports".into(), json!(ports));
     fields.insert("captured".into(), json!(captured));
-    fields.insert("workers".into(), report::worker_use(&reports));
+    fields.insert("workers".into(), workers_json(&reports));
     println!("{summary}");
     outcome.map_err(AppError::CheckFailed)
+}
+
+/// The summaries' `workers`: each worker's use of its core ([`report::worker_use`]) and the
+/// packets it delivered to its queue pairs.
+fn workers_json(reports: &[crate::runtime::WorkerReport]) -> serde_json::Value {
+    let mut list = report::worker_use(reports);
+    if let Some(list) = list.as_array_mut() {
+        for (w, r) in list.iter_mut().zip(reports) {
+            w["delivered"] = json!(r.counter("delivered").unwrap_or(0));
+        }
+    }
+    list
 }
 
 /// How long the initiator waits for the CM: its connection (ARP, REQ, REP) or its end.
@@ -1251,9 +1297,11 @@ pub fn disconnect_cm(
 /// How often the initiator's latency figures are published to telemetry.
 const PUBLISH_LATENCY: Duration = Duration::from_secs(1);
 
-/// The WRITE+READ mode: each message written, read back and compared, one pair at a time.
-/// Its summary fields, and a failure message if any operation failed or read back differently.
-/// The latency figures go to `slot` (`write_read`) once a second and at the end.
+/// The WRITE+READ mode: each message written, read back and compared, one pair at a time on
+/// each queue pair, every queue pair driven by its own host thread ([`pairs_on`]). Its
+/// summary fields (`per_qp`: each queue pair's share), and a failure message if any operation
+/// failed or read back differently. The latency figures of all the queue pairs go to `slot`
+/// (`write_read`) once a second and at the end.
 fn write_read(
     peer: &mut Peer,
     mr: &MemoryRegion,
@@ -1262,14 +1310,134 @@ fn write_read(
     slots: u64,
     slot: &LatencySlot,
 ) -> Result<(serde_json::Value, Result<(), String>), AppError> {
+    let n = 1 + peer.more.len();
+    let qpns: Vec<u32> = peer.qps.iter().map(|p| p.qpn).collect();
+    let ends = std::iter::once((&mut peer.qp, &mut peer.cq))
+        .chain(peer.more.iter_mut().map(|(qp, cq)| (qp, cq)));
+    // Each thread's latency so far, for the once-a-second figure of all of them.
+    let board = std::sync::Mutex::new(vec![Latency::new(); n]);
+    let runs: Vec<Result<PairsRun, AppError>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = ends
+            .enumerate()
+            .map(|(q, (qp, cq))| {
+                let share = Share { q, n, size, slots };
+                let board = &board;
+                std::thread::Builder::new()
+                    .name(format!("initiator{q}"))
+                    .spawn_scoped(scope, move || {
+                        pairs_on(share, qp, cq, mr, o, |latency| {
+                            let mut all = board.lock().unwrap_or_else(|e| e.into_inner());
+                            all[q] = latency.clone();
+                            slot.publish("write_read", &merged(all.iter()));
+                        })
+                    })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| match t {
+                Ok(t) => t.join().unwrap_or_else(|_| {
+                    Err(AppError::Failed(
+                        "a host thread of the initiator panicked".into(),
+                    ))
+                }),
+                Err(e) => Err(AppError::Failed(format!("starting a host thread: {e}"))),
+            })
+            .collect()
+    });
+    let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let latency = merged(runs.iter().map(|r| &r.latency));
+    slot.publish("write_read", &latency);
+    let failed: u64 = runs.iter().map(|r| r.failed).sum();
+    let mismatched: u64 = runs.iter().map(|r| r.mismatched).sum();
+    let per_qp: Vec<serde_json::Value> = runs
+        .iter()
+        .zip(qpns)
+        .map(|(r, qpn)| {
+            json!({"qpn": qpn, "ops": r.ops, "failed": r.failed, "mismatched": r.mismatched,
+                   "write_read_latency_ns": r.latency.summary()})
+        })
+        .collect();
+    let summary = json!({"mode": "write_read", "failed": failed, "mismatched": mismatched,
+                         "write_read_latency_ns": latency.summary(), "per_qp": per_qp});
+    let outcome = if failed > 0 || mismatched > 0 {
+        Err(format!(
+            "{failed} operations failed, {mismatched} of {} read back differently",
+            o.ops
+        ))
+    } else {
+        Ok(())
+    };
+    Ok((summary, outcome))
+}
+
+/// One histogram of several.
+fn merged<'a>(all: impl IntoIterator<Item = &'a Latency>) -> Latency {
+    let mut m = Latency::new();
+    for l in all {
+        m.merge(l);
+    }
+    m
+}
+
+/// Which of the WRITE+READ pairs a queue pair makes, and where: queue pair `q` of `n` makes
+/// operations `q`, `q + n`, `q + 2n`... and writes its `k`-th into slot `(k mod slots / n)
+/// n + q`, so that the queue pairs' slots are disjoint (with one queue pair, operation `i`
+/// goes to slot `i mod slots`).
+#[derive(Clone, Copy)]
+struct Share {
+    q: usize,
+    n: usize,
+    size: usize,
+    slots: u64,
+}
+
+impl Share {
+    /// The operations of this queue pair, with their offsets in the lower half.
+    fn ops(self, total: u64) -> impl Iterator<Item = (u64, usize)> {
+        let own = (self.slots / self.n as u64).max(1);
+        (self.q as u64..total)
+            .step_by(self.n)
+            .enumerate()
+            .map(move |(k, i)| {
+                let slot = (k as u64 % own) * self.n as u64 + self.q as u64;
+                (i, slot as usize * self.size)
+            })
+    }
+}
+
+/// What one queue pair's thread did.
+struct PairsRun {
+    ops: u64,
+    failed: u64,
+    mismatched: u64,
+    latency: Latency,
+}
+
+/// The WRITE+READ pairs of one queue pair (`share`), one at a time: message `i` (byte `k`
+/// is `i * 31 + k * 7`) written into this side's region, WRITTEN to the same offset of the
+/// target's, READ back into the upper half of this side's and compared. `publish` gets the
+/// latency so far about once a second.
+fn pairs_on(
+    share: Share,
+    qp: &mut Qp,
+    cq: &mut Cq,
+    mr: &MemoryRegion,
+    o: &InitiatorOpts,
+    publish: impl Fn(&Latency),
+) -> Result<PairsRun, AppError> {
     let half = mr.len() / 2;
-    let mut latency = Latency::new();
+    let size = share.size;
+    let mut run = PairsRun {
+        ops: 0,
+        failed: 0,
+        mismatched: 0,
+        latency: Latency::new(),
+    };
     let mut published = Instant::now();
-    let (mut failed, mut mismatched) = (0u64, 0u64);
     let mut data = vec![0u8; size];
     let mut back = vec![0u8; size];
-    for i in 0..o.ops {
-        let off = ((i % slots) as usize) * size;
+    for (i, off) in share.ops(o.ops) {
         for (k, b) in data.iter_mut().enumerate() {
             *b = (i as usize * 31 + k * 7) as u8;
         }
@@ -1290,39 +1458,28 @@ fn write_read(
             o.remote_addr + off as u64,
             o.rkey,
         );
-        peer.qp
-            .post_send(&[write, read])
+        qp.post_send(&[write, read])
             .map_err(|e| AppError::Failed(format!("posting: {e}")))?;
         for _ in 0..2 {
-            match peer.cq.wait_one(Duration::from_secs(10)) {
+            match cq.wait_one(Duration::from_secs(10)) {
                 Some(wc) if wc.status == WcStatus::Success => {}
-                _ => failed += 1,
+                _ => run.failed += 1,
             }
         }
-        latency.record(started.elapsed().as_nanos() as u64);
+        run.latency.record(started.elapsed().as_nanos() as u64);
+        run.ops += 1;
         if published.elapsed() >= PUBLISH_LATENCY {
-            slot.publish("write_read", &latency);
+            publish(&run.latency);
             published = Instant::now();
         }
         // The READ's completion made the bytes visible in this process's own mapping.
         mr.read(half + off, &mut back)
             .map_err(|e| AppError::Failed(e.to_string()))?;
         if back != data {
-            mismatched += 1;
+            run.mismatched += 1;
         }
     }
-    slot.publish("write_read", &latency);
-    let summary = json!({"mode": "write_read", "failed": failed, "mismatched": mismatched,
-                         "write_read_latency_ns": latency.summary()});
-    let outcome = if failed > 0 || mismatched > 0 {
-        Err(format!(
-            "{failed} operations failed, {mismatched} of {} read back differently",
-            o.ops
-        ))
-    } else {
-        Ok(())
-    };
-    Ok((summary, outcome))
+    Ok(run)
 }
 
 /// How long the durable mode waits for a completion before it gives up.
@@ -1470,6 +1627,31 @@ mod tests {
                 ..PortStats::default()
             },
             drop_xstats: [("rx_q0_errors".to_string(), rx_q0_errors)].into(),
+        }
+    }
+
+    #[test]
+    fn each_queue_pair_makes_its_share_of_the_operations_in_slots_of_its_own() {
+        for (n, slots) in [(1, 128), (1, 7), (2, 2), (2, 7), (3, 128), (4, 9)] {
+            let size = 64;
+            let mut made = vec![0u32; 50];
+            for q in 0..n {
+                let share = Share { q, n, size, slots };
+                for (i, off) in share.ops(50) {
+                    made[i as usize] += 1;
+                    let slot = (off / size) as u64;
+                    assert!(slot < slots, "{n} {slots}: op {i} at slot {slot}");
+                    assert_eq!(
+                        slot as usize % n,
+                        q,
+                        "{n} {slots}: slot {slot} is another's"
+                    );
+                    if n == 1 {
+                        assert_eq!(slot, i % slots);
+                    }
+                }
+            }
+            assert!(made.iter().all(|&m| m == 1), "{n} {slots}: {made:?}");
         }
     }
 

@@ -204,6 +204,11 @@ struct InitiatorArgs {
     /// With --durable: durable WRITEs outstanding at once (1..=128, at most the slots).
     #[arg(long, requires = "durable")]
     qd: Option<usize>,
+    /// Workers (over rdma.cores): rdma.core and the cores after it, one RX/TX queue of
+    /// the port and one queue pair each (QPN rdma.qpn + i on worker i, to the target's
+    /// rdma.peer_qpn + i), each driven by its own host thread; WRITE+READ pairs only.
+    #[arg(long)]
+    cores: Option<usize>,
     /// Capture the port into this pcapng file (Wireshark).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
@@ -521,6 +526,7 @@ fn initiator(a: InitiatorArgs) -> Result<(), AppError> {
         ops: a.ops,
         size: a.size,
         mode,
+        cores: a.cores,
     };
     portico::peer::run_initiator(&a.config, a.region_file, &opts, &a.eal, a.pcap.as_deref())
 }

@@ -771,17 +771,30 @@ fn target_and_initiator_bounds_name_their_field_with_exit_2() {
     let args = target(&good, &["--cores", "17"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_bad(&args, "--cores", true);
-    // The initiator runs on one worker.
+    // The initiator runs WRITE+READ pairs on several workers, the durable stream and a CM
+    // connection on one; on several, each queue pair needs a slot of its own.
     let two = with("t16.toml", "core = 0", "core = 0\ncores = 2");
+    let keys = ["--rkey", "1", "--remote-addr", "0x1000"];
+    for (config, extra, field) in [
+        (&two, &["--durable"][..], "rdma.cores"),
+        (&good, &["--durable", "--cores", "2"], "--cores"),
+        (&two, &["--size", "524288"], "--size"),
+    ] {
+        let config = config.to_str().unwrap();
+        let args: Vec<&str> = ["initiator", "--config", config]
+            .into_iter()
+            .chain(keys)
+            .chain(extra.iter().copied())
+            .collect();
+        assert_bad(&args, field, true);
+    }
     assert_bad(
         &[
             "initiator",
             "--config",
             two.to_str().unwrap(),
-            "--rkey",
-            "1",
-            "--remote-addr",
-            "0x1000",
+            "--connect",
+            "10.9.0.2:7471",
         ],
         "rdma.cores",
         true,

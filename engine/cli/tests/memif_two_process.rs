@@ -54,11 +54,23 @@ struct Run {
 }
 
 /// Runs a target (with `target_args`) and an initiator against it over memif, then stops the
-/// target with SIGTERM. `init_extra` is appended to the initiator's config.
-fn run(tag: &str, dir: &Path, target_args: &[&str], init_extra: &str) -> Run {
+/// target with SIGTERM. `init_extra` is appended to the initiator's config. With `workers`
+/// above 1, both sides run on that many workers from the first core (`--cores`).
+fn run(tag: &str, dir: &Path, target_args: &[&str], init_extra: &str, workers: usize) -> Run {
     let sock = dir.join("memif.sock");
     let cores = portico::app::available_cores();
-    let (c_init, c_target) = (cores[0], *cores.last().unwrap());
+    let (c_init, c_target) = if workers > 1 {
+        (cores[0], cores[0])
+    } else {
+        (cores[0], *cores.last().unwrap())
+    };
+    let workers = workers.to_string();
+    let cores_args = ["--cores", workers.as_str()];
+    let cores_args = if workers == "1" {
+        &[][..]
+    } else {
+        &cores_args[..]
+    };
     let a = ("02:00:00:00:00:0a", "10.9.0.1", 0x11);
     let b = ("02:00:00:00:00:0b", "10.9.0.2", 0x22);
     let target_cfg = dir.join("target.toml");
@@ -90,6 +102,7 @@ fn run(tag: &str, dir: &Path, target_args: &[&str], init_extra: &str) -> Run {
     let mut target = Command::new(exe)
         .args(["target", "--config", target_cfg.to_str().unwrap()])
         .args(["--duration", "120"])
+        .args(cores_args)
         .args(target_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -119,6 +132,7 @@ fn run(tag: &str, dir: &Path, target_args: &[&str], init_extra: &str) -> Run {
         .args(["initiator", "--config", init_cfg.to_str().unwrap()])
         .args(["--rkey", &rkey, "--remote-addr", &format!("{addr:#x}")])
         .args(["--ops", &OPS.to_string(), "--size", &SIZE.to_string()])
+        .args(cores_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -208,7 +222,7 @@ fn message(i: u64) -> Vec<u8> {
 fn initiator_and_target_processes_over_memif() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = child::temp_dir("2p-anon");
-    let r = run("anon", &dir, &[], "");
+    let r = run("anon", &dir, &[], "", 1);
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
     assert!(r.ready["file"].is_null(), "{}", r.ready);
@@ -249,6 +263,7 @@ fn both_processes_polling_adaptively_complete_every_pair() {
         &dir,
         &["--polling", "adaptive", "--max-sleep-us", "100"],
         "\n[runtime]\npolling = \"adaptive\"\n",
+        1,
     );
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
@@ -278,11 +293,72 @@ fn both_processes_polling_adaptively_complete_every_pair() {
 }
 
 #[test]
+fn two_workers_a_side_each_queue_pair_on_its_own_worker() {
+    // Both processes on two workers (adaptive polling: four workers and two host threads
+    // share this machine's cores). The initiator's host thread q drives its queue pair q
+    // (QPN 0x11 + q, on worker q) against the target's 0x22 + q, which memif's queue q
+    // delivers to the target's worker q: every pair is read back equal, each queue pair
+    // made half of them, and no packet reached a worker that does not hold its queue pair.
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = child::temp_dir("2p-two-workers");
+    let adaptive = ["--polling", "adaptive", "--max-sleep-us", "100"];
+    let r = run(
+        "workers",
+        &dir,
+        &adaptive,
+        "\n[runtime]\npolling = \"adaptive\"\n",
+        2,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    check_summaries(&r);
+    let (s, t) = (&r.initiator, &r.target);
+    let per_qp = s["per_qp"].as_array().expect("each queue pair's share");
+    assert_eq!(per_qp.len(), 2, "{s}");
+    for (q, p) in per_qp.iter().enumerate() {
+        assert_eq!(p["qpn"], 0x11 + q, "{p}");
+        assert_eq!(p["ops"], OPS / 2, "{p}");
+        assert_eq!(
+            (&p["failed"], &p["mismatched"]),
+            (&0.into(), &0.into()),
+            "{p}"
+        );
+    }
+    assert_eq!(s["qps"].as_array().map(Vec::len), Some(2), "{s}");
+    for (side, v) in [("initiator", s), ("target", t)] {
+        assert_eq!(v["counters"]["wrong_core"], 0, "{side}: {v}");
+        let workers = v["workers"].as_array().expect("the workers");
+        assert_eq!(workers.len(), 2, "{side}: {v}");
+        let delivered: Vec<u64> = workers
+            .iter()
+            .map(|w| w["delivered"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            delivered.iter().sum::<u64>(),
+            v["counters"]["delivered"].as_u64().unwrap(),
+            "{side}: {v}"
+        );
+        // The target's worker q took queue pair q's WRITEs and READ requests, the
+        // initiator's its READ responses at least.
+        let least = if side == "target" { OPS } else { OPS / 2 };
+        assert!(
+            delivered.iter().all(|&d| d >= least),
+            "{side}: {delivered:?}"
+        );
+    }
+}
+
+#[test]
 fn a_file_region_is_persisted_and_holds_the_last_messages() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = child::temp_dir("2p-file");
     let file = dir.join("region.bin");
-    let r = run("file", &dir, &["--region-file", file.to_str().unwrap()], "");
+    let r = run(
+        "file",
+        &dir,
+        &["--region-file", file.to_str().unwrap()],
+        "",
+        1,
+    );
     let bytes = std::fs::read(&file).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
@@ -322,7 +398,7 @@ fn an_initiator_under_a_traffic_shaper_paces_its_reads_and_completes() {
     let dir = child::temp_dir("2p-shaped");
     let shaper = "\n[shaper]\nabsorb_gbps = 0.002\nabsorb_burst_bytes = 8192\n\
                   [[shaper.classes]]\nname = \"all\"\nceiling_gbps = 10\n";
-    let r = run("shaped", &dir, &[], shaper);
+    let r = run("shaped", &dir, &[], shaper, 1);
     let _ = std::fs::remove_dir_all(&dir);
     check_summaries(&r);
     let c = &r.initiator["counters"];
