@@ -185,6 +185,11 @@ pub struct QueuePair {
     ecnp_said: Option<(Level, u64, u32)>,
 }
 
+/// Payloads up to this long are copied into the frame first and folded into the ICRC with
+/// the extension headers in one call ([`QueuePair::emit`]); longer ones are folded as they
+/// are copied (one pass).
+const COPY_THEN_FOLD: usize = 256;
+
 /// The DSCP of CNPs, as ConnectX NICs send them (and NVIDIA's firmware default).
 pub const CNP_DSCP: u8 = 48;
 
@@ -543,14 +548,23 @@ impl QueuePair {
             (Some(t), Opcode::Cnp) => t,
             _ => &self.template,
         };
-        // The payload is folded into the ICRC as it is copied out of the application's
-        // memory: one pass over its bytes (`pmem::crc`).
+        // A payload longer than `COPY_THEN_FOLD` is folded into the ICRC as it is copied out
+        // of the application's memory: one pass over its bytes (`pmem::crc`). A shorter one
+        // is copied first, then folded with the extension headers in one call: a second read
+        // of a few lines just written, for one kernel call fewer (32 instructions a 64 B
+        // WRITE, callgrind).
         template.emit_folded(&pkt.repr, plen, buf, |tail, ext, reg| {
             let (headers, body) = tail.split_at_mut(ext);
-            let reg = pmem::crc::update(reg, headers);
             match &pkt.payload {
-                Some(p) => self.copy_payload_crc(p, mem, body, reg),
-                None => reg,
+                Some(p) if body.len() <= COPY_THEN_FOLD => {
+                    self.copy_payload(p, mem, body);
+                    pmem::crc::update(reg, tail)
+                }
+                Some(p) => {
+                    let reg = pmem::crc::update(reg, headers);
+                    self.copy_payload_crc(p, mem, body, reg)
+                }
+                None => pmem::crc::update(reg, headers),
             }
         })?;
         Ok(total)

@@ -1199,3 +1199,66 @@ fn many_piece_lists_at_full_depth_keep_their_pieces_while_the_ring_wraps() {
     assert_eq!(sim.a.done.len(), 20);
     assert!(sim.a.done.iter().all(|wc| wc.status == WcStatus::Success));
 }
+
+#[test]
+fn frames_carry_their_payload_and_icrc_on_both_sides_of_the_copy_then_fold_cut() {
+    // `QueuePair::emit` copies a payload of up to 256 bytes into the frame first and folds it
+    // into the ICRC with the extension headers in one call, and folds a longer one as it
+    // copies it. WRITEs (payload from the send queue) and READ responses (from a region) of
+    // lengths on both sides of the cut, of one packet and of several: every frame's ICRC
+    // verifies, and each message's payloads, joined, are its bytes.
+    let mut c = cfg();
+    c.pmtu = Mtu::M1024;
+    let (mut sim, a, b) = pair(c, Faults::NONE, 1, 1 << 16);
+    let mut frame = vec![0u8; 8192];
+    use crate::transport::{MemoryTable, OutPacket, QueuePair};
+    let mut emit_parse = |qp: &QueuePair, mem: &MemoryTable, pkt: &OutPacket| {
+        let n = qp.emit(pkt, mem, &mut frame).unwrap();
+        let (repr, payload) = wire::parse_frame(&frame[..n]).expect("its ICRC verifies");
+        (repr, payload.to_vec())
+    };
+    for (k, len) in [1usize, 3, 64, 255, 256, 257, 300, 1024, 1025, 1300, 4096]
+        .into_iter()
+        .enumerate()
+    {
+        let k = k as u64;
+        let data = pattern(k, len);
+        fill_a(&mut sim, a, 0, &data);
+        fill_b(&mut sim, b, 8192, &data);
+        let len = len as u32;
+        sim.a
+            .post_send(write(k, a.lkey, A_BASE, len, B_BASE, b.rkey, None));
+        sim.a.post_send(read(
+            100 + k,
+            a.lkey,
+            A_BASE + 8192,
+            len,
+            B_BASE + 8192,
+            b.rkey,
+        ));
+        let (mut written, mut read_back) = (Vec::new(), Vec::new());
+        while let Some(pkt) = sim.a.qp.poll_transmit(sim.now) {
+            let (repr, payload) = emit_parse(&sim.a.qp, &sim.a.mem, &pkt);
+            if repr.bth.opcode.is_request() && repr.bth.opcode != Opcode::RdmaReadRequest {
+                written.extend_from_slice(&payload);
+            }
+            let b_side = &mut sim.b;
+            b_side
+                .qp
+                .on_packet(sim.now, &repr, &payload, &mut b_side.mem, &mut b_side.cq);
+        }
+        while let Some(pkt) = sim.b.qp.poll_transmit(sim.now) {
+            let (repr, payload) = emit_parse(&sim.b.qp, &sim.b.mem, &pkt);
+            if repr.bth.opcode.is_read_response() {
+                read_back.extend_from_slice(&payload);
+            }
+            let a_side = &mut sim.a;
+            a_side
+                .qp
+                .on_packet(sim.now, &repr, &payload, &mut a_side.mem, &mut a_side.cq);
+        }
+        assert_eq!(written, data, "WRITE of {len} bytes");
+        assert_eq!(read_back, data, "READ of {len} bytes");
+        assert_eq!(a_bytes(&sim, a, 8192, data.len()), data);
+    }
+}
