@@ -644,8 +644,18 @@ impl BthRepr {
                 version: packet.tver(),
             });
         }
-        Ok(BthRepr {
-            opcode: packet.opcode()?,
+        Ok(BthRepr::with_opcode(packet, packet.opcode()?))
+    }
+
+    /// The fields of a view whose length, version and opcode were checked already (the
+    /// opcode is `opcode`): what [`BthRepr::parse`] gives, without checking them again.
+    #[inline]
+    pub(crate) fn with_opcode<T: AsRef<[u8]> + ?Sized>(
+        packet: &Packet<&T>,
+        opcode: Opcode,
+    ) -> BthRepr {
+        BthRepr {
+            opcode,
             solicited: packet.solicited(),
             migreq: packet.migreq(),
             pad_count: packet.pad_count(),
@@ -655,7 +665,7 @@ impl BthRepr {
             dest_qp: packet.dest_qp(),
             ack_req: packet.ack_req(),
             psn: packet.psn(),
-        })
+        }
     }
 
     pub const fn buffer_len(&self) -> usize {

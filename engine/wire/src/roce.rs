@@ -683,7 +683,8 @@ impl RoceRepr {
                 ttl: ip.ttl(),
             },
             src_port: udp.src_port(),
-            bth: BthRepr::parse(&packet.bth())?,
+            // `new_checked` checked the BTH's length, version and opcode.
+            bth: BthRepr::with_opcode(&packet.bth(), packet.layout.opcode),
             feth: packet.feth().map(|p| FethRepr::parse(&p)).transpose()?,
             reth: packet.reth().map(|p| RethRepr::parse(&p)).transpose()?,
             aeth: packet.aeth().map(|p| AethRepr::parse(&p)).transpose()?,
