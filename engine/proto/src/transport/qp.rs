@@ -798,7 +798,7 @@ fn cnp_header(cfg: &QpConfig) -> RoceRepr {
 fn local_status(e: LocalError) -> WcStatus {
     match e {
         LocalError::Protection { .. } => WcStatus::LocalProtectionError,
-        LocalError::Length => WcStatus::LocalLengthError,
+        LocalError::Length | LocalError::TooManyPieces => WcStatus::LocalLengthError,
         LocalError::Operation => WcStatus::LocalQpOperationError,
     }
 }

@@ -147,6 +147,10 @@ pub enum LocalError {
     /// The queue pair cannot carry the operation (verbs: local QP operation error).
     #[error("operation not supported on this queue pair")]
     Operation,
+    /// More than [`MAX_SGE`] pieces (only a list given as a slice can have them; an
+    /// [`SgList`] cannot).
+    #[error("more than {MAX_SGE} scatter/gather entries")]
+    TooManyPieces,
 }
 
 /// Where the resolved lists of more than one piece keep their pieces: a ring of whole lists,
@@ -221,7 +225,7 @@ impl Gather {
     }
 
     /// Check every piece of `list` against `mem` for `need` and resolve it; a list of more
-    /// than one piece claims a list of `spill`.
+    /// than one piece claims a list of `spill`. At most [`MAX_SGE`] pieces.
     pub fn resolve(
         mem: &MemoryTable,
         list: &[Sge],
@@ -238,6 +242,9 @@ impl Gather {
                 return Err(LocalError::Length);
             }
             return Ok(Gather::at(at, s.len));
+        }
+        if list.len() > MAX_SGE {
+            return Err(LocalError::TooManyPieces);
         }
         let mut g = Gather::EMPTY;
         let mut total = 0u64;
@@ -487,5 +494,22 @@ mod tests {
                 error: AccessError::Permission
             })
         ));
+    }
+
+    #[test]
+    fn a_slice_of_more_pieces_than_a_list_holds_is_refused_not_indexed_past() {
+        let map = Arc::new(pmem::Mapping::anonymous(4096).unwrap());
+        let mut mem = MemoryTable::new();
+        let k = mem.register_iova(map, 0, 4096, 0, Access::ALL).unwrap();
+        let pieces: Vec<Sge> = (0..MAX_SGE as u64 + 1)
+            .map(|i| Sge::new(k.lkey, i * 8, 8))
+            .collect();
+        let spill = &mut Spill::new(1);
+        assert_eq!(
+            Gather::resolve(&mem, &pieces, Access::NONE, spill),
+            Err(LocalError::TooManyPieces)
+        );
+        let g = Gather::resolve(&mem, &pieces[..MAX_SGE], Access::NONE, spill).unwrap();
+        assert_eq!(g.len(), 8 * MAX_SGE as u32);
     }
 }
