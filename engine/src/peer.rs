@@ -1155,7 +1155,9 @@ pub fn run_initiator(
     };
     let o = &o;
     let base = json!({"type": "initiator_summary", "ops": o.ops, "size": size, "psn": peer.psn,
-                      "region": map.kind().to_string(), "cores": peer.workers, "qps": peer.qps,
+                      "region": map.kind().to_string(), "cores": peer.workers,
+                      // Where the config's queue pairs are (the CM's is under "cm").
+                      "qps": connected.is_none().then_some(&peer.qps),
                       "cm": connected.as_ref().map(|c| json!({"id": c.id, "qpn": peer.qp.qpn(),
                           "rkey": c.ad.rkey, "addr": c.ad.addr, "len": c.ad.len,
                           "setup_us": c.setup.as_secs_f64() * 1e6}))});
@@ -1311,7 +1313,10 @@ fn write_read(
     slot: &LatencySlot,
 ) -> Result<(serde_json::Value, Result<(), String>), AppError> {
     let n = 1 + peer.more.len();
-    let qpns: Vec<u32> = peer.qps.iter().map(|p| p.qpn).collect();
+    // The queue pairs' own numbers (the CM's, when it made queue pair 0).
+    let qpns: Vec<u32> = std::iter::once(peer.qp.qpn())
+        .chain(peer.more.iter().map(|(qp, _)| qp.qpn()))
+        .collect();
     let ends = std::iter::once((&mut peer.qp, &mut peer.cq))
         .chain(peer.more.iter_mut().map(|(qp, cq)| (qp, cq)));
     // Each thread's latency so far, for the once-a-second figure of all of them.
@@ -1415,9 +1420,9 @@ struct PairsRun {
 }
 
 /// The WRITE+READ pairs of one queue pair (`share`), one at a time: message `i` (byte `k`
-/// is `i * 31 + k * 7`) written into this side's region, WRITTEN to the same offset of the
-/// target's, READ back into the upper half of this side's and compared. `publish` gets the
-/// latency so far about once a second.
+/// is `i * 31 + k * 7`) written into this side's region, sent by an RDMA WRITE to the same
+/// offset of the target's, READ back into the upper half of this side's and compared.
+/// `publish` gets the latency so far about once a second.
 fn pairs_on(
     share: Share,
     qp: &mut Qp,
