@@ -107,6 +107,10 @@ fn two_initiators_connect_through_the_cm_without_copied_keys() {
             cm["qpn"], 0x11,
             "a queue pair of the CM's, not the config's"
         );
+        // The pairs ran on that queue pair, and the summary names it.
+        assert_eq!(s["per_qp"][0]["qpn"], cm["qpn"], "{s}");
+        assert_eq!(s["per_qp"][0]["ops"], s["ops"], "{s}");
+        assert!(s["qps"].is_null(), "{s}");
         assert_eq!(s["counters"]["cm_established"], 1, "{s}");
         assert_eq!(s["counters"]["cm_disconnected"], 1, "{s}");
         assert_eq!(s["counters"]["arp_requests"], 1, "{s}");
