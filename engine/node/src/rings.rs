@@ -312,13 +312,15 @@ impl Qp {
 /// the entries, each ring with one commit. Returns how many were posted.
 fn post<R: Request>(ring: &mut HostRing<R::Kind>, wrs: &[R]) -> usize {
     let mut n = wrs.len().min(ring.entries.slots());
-    let room = ring.lists.slots();
+    // The list ring's room is read only for a list that needs it: it is the worker's index,
+    // a line the other core writes.
+    let mut room = None;
     let mut long = 0;
     for (k, wr) in wrs[..n].iter().enumerate() {
         if wr.list().len() > 1 {
             // Cannot happen (the list ring has the entry ring's room or more), but were it
             // so, the requests before this one are still posted whole.
-            if long == room {
+            if long == *room.get_or_insert_with(|| ring.lists.slots()) {
                 n = k;
                 break;
             }
