@@ -233,13 +233,21 @@ fn take_from<T>(
     let (a, b) = chunk.as_slices();
     let mut used = 0;
     let mut short = false;
+    // The completion ring's free slots, read once and counted down: the host only frees
+    // more meanwhile (reading them is a load of the host's index, a line the other core
+    // writes), so they are read again only before a request would be refused for want of
+    // them.
+    let mut free = cq.unreserved();
     for item in a.iter().chain(b) {
         let need = completions(item);
-        if cq.unreserved() < need {
-            cq.note_full();
-            counters.cq_full += 1;
-            short = true;
-            break;
+        if free < need {
+            free = cq.unreserved();
+            if free < need {
+                cq.note_full();
+                counters.cq_full += 1;
+                short = true;
+                break;
+            }
         }
         if !take(item) {
             short = true;
@@ -248,6 +256,7 @@ fn take_from<T>(
         for _ in 0..need {
             cq.reserve();
         }
+        free -= need;
         used += 1;
     }
     chunk.commit(used);
