@@ -23,14 +23,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::host::{Control, ControlReply};
 use super::parts::{Ctx, Parts};
-use super::rings::{self, Cq, CqWriter, Doorbells, HostSpin, MAX_QPS, Qp, QpRings};
+use super::rings::{
+    self, Cq, CqWriter, Doorbells, Entry, HostSpin, MAX_QPS, Qp, QpRings, WorkerRing,
+};
 use super::tagged::{TagConfig, TagPort, TagShard};
 use crate::Outlook;
 use crate::wake::Wake;
 use proto::shaper::{Shaper, ShaperConfig, ShaperError};
 use proto::transport::{
     Budget, ConfigError, Inadmissible, MemoryTable, MrKeys, OutPacket, QpConfig, QueuePair,
-    RegisterError, StagedCompletions, WcOpcode, WorkCompletion,
+    RegisterError, Sge, StagedCompletions, WcOpcode, WorkCompletion,
 };
 use wire::{self, EthernetAddress};
 
@@ -212,22 +214,24 @@ impl QpTable {
     }
 }
 
-/// Offers the requests waiting in `ring` to `take` (which posts one and says whether it
-/// did), each with as many slots reserved in `cq` as it will complete (`completions`: two for a
-/// durable WRITE that reports placement, otherwise one). Returns how many were taken, and
+/// Offers the requests waiting in `ring` to `take` with their pieces (which posts one and
+/// says whether it did), each with as many slots reserved in `cq` as it will complete
+/// (`completions`: two for a durable WRITE that reports placement, otherwise one); a request
+/// taken takes its list out of the list ring with it. Returns how many were taken, and
 /// whether some were left behind (the queue pair's queue or the completion queue was full).
-fn take_from<T>(
-    ring: &mut rtrb::Consumer<T>,
+fn take_from<K>(
+    ring: &mut WorkerRing<K>,
     cq: &mut CqWriter,
     counters: &mut NodeCounters,
-    completions: impl Fn(&T) -> usize,
-    mut take: impl FnMut(&T) -> bool,
+    completions: impl Fn(&Entry<K>) -> usize,
+    mut take: impl FnMut(&Entry<K>, &[Sge]) -> bool,
 ) -> (usize, bool) {
-    let waiting = ring.slots();
+    let WorkerRing { entries, lists } = ring;
+    let waiting = entries.slots();
     if waiting == 0 {
         return (0, false);
     }
-    let Ok(chunk) = ring.read_chunk(waiting) else {
+    let Ok(chunk) = entries.read_chunk(waiting) else {
         return (0, false);
     };
     let (a, b) = chunk.as_slices();
@@ -249,10 +253,13 @@ fn take_from<T>(
                 break;
             }
         }
-        if !take(item) {
+        // Its list was pushed before it; were it not visible yet, the request waits.
+        let taken = item.pieces(lists).is_some_and(|sges| take(item, sges));
+        if !taken {
             short = true;
             break;
         }
+        item.taken(lists);
         for _ in 0..need {
             cq.reserve();
         }
@@ -974,42 +981,25 @@ impl RdmaNode {
         let qp = &mut e.qp;
         // A request is offered only while its queue has room; a post is then refused only
         // when full, so its result carries nothing more.
-        let sq_lists = &mut e.rings.sq.lists;
         let (sends, short_s) = take_from(
-            &mut e.rings.sq.entries,
+            &mut e.rings.sq,
             &mut self.cqs[e.send_cq as usize],
             &mut self.counters,
             |wr| wr.kind.completions(),
-            |wr| {
-                let Some(sges) = wr.pieces(sq_lists) else {
-                    return false;
-                };
-                let took = qp.send_queue_has_room()
+            |wr, sges| {
+                qp.send_queue_has_room()
                     && qp
                         .post_send_pieces(wr.wr_id, wr.kind, sges, mem, staged)
-                        .is_ok();
-                if took {
-                    wr.taken(sq_lists);
-                }
-                took
+                        .is_ok()
             },
         );
-        let rq_lists = &mut e.rings.rq.lists;
         let (recvs, short_r) = take_from(
-            &mut e.rings.rq.entries,
+            &mut e.rings.rq,
             &mut self.cqs[e.recv_cq as usize],
             &mut self.counters,
             |_| 1,
-            |wr| {
-                let Some(sges) = wr.pieces(rq_lists) else {
-                    return false;
-                };
-                let took = qp.recv_queue_has_room()
-                    && qp.post_recv_pieces(wr.wr_id, sges, mem, staged).is_ok();
-                if took {
-                    wr.taken(rq_lists);
-                }
-                took
+            |wr, sges| {
+                qp.recv_queue_has_room() && qp.post_recv_pieces(wr.wr_id, sges, mem, staged).is_ok()
             },
         );
         let short = short_s || short_r;
