@@ -798,7 +798,7 @@ fn cnp_header(cfg: &QpConfig) -> RoceRepr {
 fn local_status(e: LocalError) -> WcStatus {
     match e {
         LocalError::Protection { .. } => WcStatus::LocalProtectionError,
-        LocalError::Length | LocalError::TooManyPieces => WcStatus::LocalLengthError,
+        LocalError::Length | LocalError::TooMany(_) => WcStatus::LocalLengthError,
         LocalError::Operation => WcStatus::LocalQpOperationError,
     }
 }

@@ -148,9 +148,9 @@ pub enum LocalError {
     #[error("operation not supported on this queue pair")]
     Operation,
     /// More than [`MAX_SGE`] pieces (only a list given as a slice can have them; an
-    /// [`SgList`] cannot).
-    #[error("more than {MAX_SGE} scatter/gather entries")]
-    TooManyPieces,
+    /// [`SgList`] refuses them with the same error).
+    #[error(transparent)]
+    TooMany(#[from] TooManySges),
 }
 
 /// Where the resolved lists of more than one piece keep their pieces: a ring of whole lists,
@@ -244,7 +244,7 @@ impl Gather {
             return Ok(Gather::at(at, s.len));
         }
         if list.len() > MAX_SGE {
-            return Err(LocalError::TooManyPieces);
+            return Err(TooManySges.into());
         }
         let mut g = Gather::EMPTY;
         let mut total = 0u64;
@@ -507,7 +507,7 @@ mod tests {
         let spill = &mut Spill::new(1);
         assert_eq!(
             Gather::resolve(&mem, &pieces, Access::NONE, spill),
-            Err(LocalError::TooManyPieces)
+            Err(LocalError::TooMany(TooManySges))
         );
         let g = Gather::resolve(&mem, &pieces[..MAX_SGE], Access::NONE, spill).unwrap();
         assert_eq!(g.len(), 8 * MAX_SGE as u32);
