@@ -578,8 +578,7 @@ impl Requester {
         let w = &self.sq[i];
         if w.is_rendezvous() {
             // The envelope again (one SEND ONLY): a duplicate the target only ACKs.
-            let mut repr = packet_header(flow, Opcode::SendOnly, w.first_psn, true);
-            repr.bth.ack_req = true;
+            let repr = packet_header(flow, Opcode::SendOnly, w.first_psn, true);
             let payload = Some(PayloadRef::SendQueue {
                 wqe: i as u32,
                 offset: 0,
