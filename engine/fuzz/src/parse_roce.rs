@@ -1,8 +1,9 @@
 //! The `parse_roce` fuzz harness: arbitrary bytes to the whole-frame RoCEv2 parser and to
 //! every header parser of `portico-wire`, QP1's frame, DETH, MAD header and CM messages and the
-//! PFC frame included. None
-//! of them may panic. When a frame parses, it is
-//! emitted again and must parse back to the same headers and payload.
+//! PFC frame included. None of them may panic. When a frame parses, it is emitted again and
+//! must parse back to the same headers and payload. The receive path's one-pass decode
+//! (`RxFrame`) must judge every input as the reference (`RocePacket`, then `RoceRepr::parse`)
+//! does.
 //!
 //! Shared, like `rdma_node.rs`, by the fuzz target and the replay test
 //! (`engine/node/tests/fuzz_regressions.rs`).
@@ -13,7 +14,7 @@ use wire::deth::DethRepr;
 use wire::mad::MadRepr;
 use wire::{
     AethRepr, BthRepr, Checks, EthernetRepr, FethRepr, ImmDtRepr, Ipv4Repr, RethRepr, RocePacket,
-    RoceRepr, UdpRepr, aeth, bth, cm, deth, ethernet, feth, immdt, ipv4, mad, parse_frame, reth,
+    RoceRepr, RxFrame, RxHeaders, UdpRepr, aeth, bth, cm, deth, ethernet, feth, immdt, ipv4, mad, parse_frame, reth,
     udp,
 };
 
@@ -46,6 +47,21 @@ pub fn run(data: &[u8]) {
     if let Ok(packet) = RocePacket::new_checked(data) {
         let _ = RoceRepr::parse_with(&packet, Checks::NONE);
         let _ = (packet.verify_icrc(), packet.payload(), packet.pad());
+    }
+    // The receive path's one-pass decode judges every frame as the reference does: the
+    // same refusal, or the same filter fields, headers and payload.
+    let mut headers = RxHeaders::default();
+    match (RxFrame::new(data, &mut headers), RocePacket::new_checked(data)) {
+        (Err(ours), Err(theirs)) => assert_eq!(ours, theirs),
+        (Ok(rx), Ok(p)) => {
+            assert_eq!(
+                (rx.dst_addr(), rx.dest_qp()),
+                (p.ipv4().dst_addr(), p.bth().dest_qp())
+            );
+            let ours = rx.verify().map(|(r, payload)| (*r, payload));
+            assert_eq!(ours, RoceRepr::parse(&p).map(|r| (r, p.payload())));
+        }
+        (ours, theirs) => panic!("RxFrame {ours:?}, the reference {theirs:?}"),
     }
 
     if let Ok(p) = ethernet::Packet::new_checked(data) {

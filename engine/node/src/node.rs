@@ -328,6 +328,8 @@ pub struct RdmaNode {
     /// QPNs of the engine's queue pairs homed on its other workers, sorted: looked at only
     /// for a packet no queue pair here takes, to count it as `wrong_core`.
     homed_elsewhere: Vec<u32>,
+    /// The headers of the frame [`RdmaNode::receive`] has in hand, decoded in place.
+    rx_headers: wire::RxHeaders,
     /// The offloads (`parts.rs`): ingress queue, tags, persistence, port ECN, shaper.
     parts: Parts,
     /// Queue pairs a part's hook called into, for the parts' `settle` hooks ([`Ctx::settle`]).
@@ -387,6 +389,7 @@ impl RdmaNode {
             deregs: Vec::new(),
             finished: Vec::new(),
             homed_elsewhere: Vec::new(),
+            rx_headers: wire::RxHeaders::default(),
             parts: Parts::default(),
             unsettled: Vec::new(),
             counters: NodeCounters::default(),
@@ -856,8 +859,10 @@ impl RdmaNode {
         // queue pair of ours) before the checksums and the ICRC: a packet for someone else is
         // dropped without reading it whole, which the IBTA allows (nothing is answered to a
         // packet that fails either check, whatever its ICRC).
-        let packet = match wire::RocePacket::new_checked(frame) {
-            Ok(p) => p,
+        // The structure and the headers in one pass (`wire::rx`), the integrity checks after
+        // the filters.
+        let rx = match wire::RxFrame::new(frame, &mut self.rx_headers) {
+            Ok(rx) => rx,
             Err(e) => {
                 // QP1's frames (another transport to the RC parser) and ARP replies go to
                 // the connection manager, when there is one.
@@ -870,11 +875,11 @@ impl RdmaNode {
             }
         };
         let c = &mut self.counters;
-        if packet.ipv4().dst_addr() != self.ip {
+        if rx.dst_addr() != self.ip {
             c.not_for_us += 1;
             return RxOutcome::Dropped;
         }
-        let dest_qp = packet.bth().dest_qp();
+        let dest_qp = rx.dest_qp();
         let Some(i) = self.qps.lookup(dest_qp) else {
             // Multi-core: a queue pair of this engine that another worker holds.
             match self.homed_elsewhere.binary_search(&dest_qp) {
@@ -884,17 +889,13 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         };
         let e = &mut self.qps.entries[i];
-        // Looked at where `parse` left it: moving the 112-byte `RoceRepr` out of its `Result`
-        // was 16 instructions a frame (callgrind).
-        let parsed = wire::RoceRepr::parse_cached_with(&packet, &mut e.rx_icrc, pmem::crc::update);
-        let repr = match &parsed {
-            Ok(r) => r,
+        let (repr, payload) = match rx.verify_cached(&mut e.rx_icrc, pmem::crc::update) {
+            Ok(parsed) => parsed,
             Err(e) => {
-                count_error(c, *e);
+                count_error(c, e);
                 return RxOutcome::Dropped;
             }
         };
-        let payload = packet.payload();
         if let Err(why) = e.qp.admit(repr) {
             *match why {
                 Inadmissible::PKey => &mut c.bad_pkey,

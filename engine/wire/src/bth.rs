@@ -518,6 +518,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// Destination queue pair number (24 bits).
+    #[inline(always)]
     pub fn dest_qp(&self) -> u32 {
         be::read_u24(&self.buffer.as_ref()[field::DEST_QP])
     }
@@ -533,6 +534,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// Packet sequence number (24 bits, wraps).
+    #[inline(always)]
     pub fn psn(&self) -> u32 {
         be::read_u24(&self.buffer.as_ref()[field::PSN])
     }
@@ -649,7 +651,7 @@ impl BthRepr {
 
     /// The fields of a view whose length, version and opcode were checked already (the
     /// opcode is `opcode`): what [`BthRepr::parse`] gives, without checking them again.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with_opcode<T: AsRef<[u8]> + ?Sized>(
         packet: &Packet<&T>,
         opcode: Opcode,

@@ -80,6 +80,7 @@ pub mod pfc;
 pub mod reth;
 pub mod roce;
 pub mod rss;
+pub mod rx;
 pub mod tag;
 pub mod template;
 pub mod udp;
@@ -96,6 +97,7 @@ pub use reth::RethRepr;
 pub use roce::{
     Checks, RoceIpv4, RocePacket, RoceRepr, emit_trailer, frame_len, pad_for, parse_frame,
 };
+pub use rx::{RxFrame, RxHeaders};
 pub use tag::{TagHeader, TagKind};
 pub use udp::UdpRepr;
 

@@ -170,7 +170,7 @@ pub(crate) fn locate_datagram(frame: &[u8]) -> Result<(usize, usize)> {
 /// and either accepts with the same ends or refuses with the error that names the layer.
 /// (Callgrind: 31 instructions fewer in the receive path of a batched WRITE, `docs/rdma.md`.)
 #[inline(always)]
-fn locate_plain_datagram(frame: &[u8]) -> Option<(usize, usize)> {
+pub(crate) fn locate_plain_datagram(frame: &[u8]) -> Option<(usize, usize)> {
     let h: &[u8; BTH_OFFSET] = frame.first_chunk()?;
     let ip_total = usize::from(u16::from_be_bytes([h[IP_OFFSET + 2], h[IP_OFFSET + 3]]));
     let udp_len = usize::from(u16::from_be_bytes([h[UDP_OFFSET + 4], h[UDP_OFFSET + 5]]));
@@ -394,6 +394,16 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
 
     fn bytes(&self) -> &[u8] {
         self.buffer.as_ref()
+    }
+
+    /// The bytes the ICRC covers (all but the ICRC itself), as [`RxIcrc::compute_with`] takes them.
+    pub(crate) fn covered(&self) -> &[u8] {
+        &self.bytes()[..self.layout.icrc]
+    }
+
+    /// Where the payload lies in the frame.
+    pub(crate) fn payload_range(&self) -> Range<usize> {
+        self.layout.payload.clone()
     }
 
     /// Bytes of the frame that belong to the packet (through the ICRC).
@@ -635,11 +645,11 @@ impl RoceRepr {
         fold: icrc::Fold,
     ) -> Result<RoceRepr> {
         Self::parse_checked(packet, Checks::ALL, |p| {
-            cache.compute_with(&p.bytes()[..p.layout.icrc], fold)
+            cache.compute_with(p.covered(), fold)
         })
     }
 
-    fn parse_checked<T: AsRef<[u8]> + ?Sized>(
+    pub(crate) fn parse_checked<T: AsRef<[u8]> + ?Sized>(
         packet: &RocePacket<&T>,
         checks: Checks,
         icrc_of: impl FnOnce(&RocePacket<&T>) -> u32,
@@ -669,28 +679,131 @@ impl RoceRepr {
             }
         }
 
-        let eth = packet.ethernet();
-        Ok(RoceRepr {
-            src_mac: eth.src_addr(),
-            dst_mac: eth.dst_addr(),
-            ip: RoceIpv4 {
-                src_addr: ip.src_addr(),
-                dst_addr: ip.dst_addr(),
-                dscp: ip.dscp(),
-                ecn: ip.ecn(),
-                ident: ip.ident(),
-                dont_frag: ip.dont_frag(),
-                ttl: ip.ttl(),
-            },
-            src_port: udp.src_port(),
-            // `new_checked` checked the BTH's length, version and opcode.
-            bth: BthRepr::with_opcode(&packet.bth(), packet.layout.opcode),
-            feth: packet.feth().map(|p| FethRepr::parse(&p)).transpose()?,
-            reth: packet.reth().map(|p| RethRepr::parse(&p)).transpose()?,
-            aeth: packet.aeth().map(|p| AethRepr::parse(&p)).transpose()?,
-            immdt: packet.immdt().map(|p| ImmDtRepr::parse(&p)).transpose()?,
-            ceth: packet.ceth().map(|p| CethRepr::parse(&p)).transpose()?,
-        })
+        let l = &packet.layout;
+        let ceth = l.ceth.map(|at| at..l.payload.start);
+        let mut repr = RoceRepr::UNSET;
+        RoceRepr::decode_fields(
+            packet.bytes(),
+            (l.ip_end, l.udp_end),
+            l.opcode,
+            [l.feth, l.reth, l.aeth, l.immdt],
+            ceth,
+            &mut repr,
+        )?;
+        Ok(repr)
+    }
+
+    /// A placeholder, for a repr that is written before it is read.
+    pub(crate) const UNSET: RoceRepr = RoceRepr {
+        src_mac: EthernetAddress([0; 6]),
+        dst_mac: EthernetAddress([0; 6]),
+        ip: RoceIpv4 {
+            src_addr: Ipv4Addr::UNSPECIFIED,
+            dst_addr: Ipv4Addr::UNSPECIFIED,
+            dscp: 0,
+            ecn: Ecn::NotEct,
+            ident: 0,
+            dont_frag: false,
+            ttl: 0,
+        },
+        src_port: 0,
+        bth: BthRepr {
+            opcode: Opcode::SendOnly,
+            solicited: false,
+            migreq: false,
+            pad_count: 0,
+            pkey: 0,
+            fecn: false,
+            becn: false,
+            dest_qp: 0,
+            ack_req: false,
+            psn: 0,
+        },
+        feth: None,
+        reth: None,
+        aeth: None,
+        immdt: None,
+        ceth: None,
+    };
+
+    /// Writes to `out` the headers of a frame whose layers were located (by
+    /// [`RocePacket::new_checked`] or the receive path's one-pass decode, [`crate::rx`]): the
+    /// IPv4 packet ends at `ends.0`, the UDP datagram at `ends.1`, the FETH, RETH, AETH and
+    /// ImmDt start at `ext` where present and a CETH lies at `ceth`. Every offset is inside
+    /// `frame`. The fields that can hold a value no header allows (FETH selectivity and
+    /// placement, AETH syndrome, CETH version) are decoded first and refused with the error
+    /// their parser gives, `out` left as it was; the rest is written in one assignment, which
+    /// the compiler makes in place (a `RoceRepr` returned in a `Result` and moved into `out`
+    /// was about 60 instructions more, callgrind).
+    #[inline(always)]
+    pub(crate) fn decode_fields(
+        frame: &[u8],
+        ends: (usize, usize),
+        opcode: Opcode,
+        ext: [Option<usize>; 4],
+        ceth: Option<Range<usize>>,
+        out: &mut RoceRepr,
+    ) -> Result<()> {
+        let (ip_end, udp_end) = ends;
+        let [feth, reth, aeth, immdt] = ext;
+        let at = |at: usize, len: usize| &frame[at..at + len];
+        let feth = match feth {
+            Some(a) => Some(FethRepr::parse(&feth::Packet::new_unchecked(at(
+                a,
+                feth::HEADER_LEN,
+            )))?),
+            None => None,
+        };
+        let reth = match reth {
+            Some(a) => Some(RethRepr::parse(&reth::Packet::new_unchecked(at(
+                a,
+                reth::HEADER_LEN,
+            )))?),
+            None => None,
+        };
+        let aeth = match aeth {
+            Some(a) => Some(AethRepr::parse(&aeth::Packet::new_unchecked(at(
+                a,
+                aeth::HEADER_LEN,
+            )))?),
+            None => None,
+        };
+        let immdt = match immdt {
+            Some(a) => Some(ImmDtRepr::parse(&immdt::Packet::new_unchecked(at(
+                a,
+                immdt::HEADER_LEN,
+            )))?),
+            None => None,
+        };
+        let ceth = match ceth {
+            Some(r) => Some(CethRepr::parse(&ceth::Packet::new_unchecked(&frame[r]))?),
+            None => None,
+        };
+        let eth = ethernet::Packet::new_unchecked(&frame[..ip_end]);
+        let ip = ipv4::Packet::new_unchecked(&frame[IP_OFFSET..ip_end]);
+        let udp = udp::Packet::new_unchecked(&frame[UDP_OFFSET..udp_end]);
+        let bth = bth::Packet::new_unchecked(&frame[BTH_OFFSET..udp_end]);
+        // Field by field: a struct expression is built on the stack and copied (callgrind).
+        out.src_mac = eth.src_addr();
+        out.dst_mac = eth.dst_addr();
+        out.ip = RoceIpv4 {
+            src_addr: ip.src_addr(),
+            dst_addr: ip.dst_addr(),
+            dscp: ip.dscp(),
+            ecn: ip.ecn(),
+            ident: ip.ident(),
+            dont_frag: ip.dont_frag(),
+            ttl: ip.ttl(),
+        };
+        out.src_port = udp.src_port();
+        // The structure check took the BTH's length, version and opcode.
+        out.bth = BthRepr::with_opcode(&bth, opcode);
+        out.feth = feth;
+        out.reth = reth;
+        out.aeth = aeth;
+        out.immdt = immdt;
+        out.ceth = ceth;
+        Ok(())
     }
 
     /// Length of all headers, Ethernet through the last extension header.
@@ -892,14 +1005,17 @@ pub fn emit_trailer(headers: &[u8], segments: &[&[u8]], trailer: &mut [u8]) -> R
 
 /// Check, verify and decode a frame in one call; returns the headers and the
 /// payload (without pad).
+///
+/// The same as [`RocePacket::new_checked`] then [`RoceRepr::parse`], by the receive path's
+/// one-pass decode ([`crate::rx`]).
 pub fn parse_frame(frame: &[u8]) -> Result<(RoceRepr, &[u8])> {
-    let packet = RocePacket::new_checked(frame)?;
-    let repr = RoceRepr::parse(&packet)?;
-    Ok((repr, &frame[packet.layout.payload]))
+    let mut headers = crate::rx::RxHeaders::default();
+    let (repr, payload) = crate::rx::RxFrame::new(frame, &mut headers)?.verify()?;
+    Ok((*repr, payload))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::aeth::{NakCode, Syndrome};
     use crate::feth::{Placement, Selectivity};
@@ -1232,7 +1348,7 @@ mod tests {
 
     /// An ACK that carries the congestion state (docs/wire.md §17): BECN set, a two-word CETH
     /// after the AETH (moderate, at the receiver, 5 of 32 marked, 48 000 bytes queued).
-    fn ack_with_ceth() -> RoceRepr {
+    pub(crate) fn ack_with_ceth() -> RoceRepr {
         let mut b = bth(Opcode::Acknowledge, 0x000111, false, 0x000a0b);
         b.becn = true;
         RoceRepr {
@@ -1741,7 +1857,7 @@ mod tests {
 
     // ---- property tests -------------------------------------------------
 
-    fn roce_strategy() -> impl Strategy<Value = (RoceRepr, Vec<u8>)> {
+    pub(crate) fn roce_strategy() -> impl Strategy<Value = (RoceRepr, Vec<u8>)> {
         use crate::aeth::tests::aeth_strategy;
         use crate::bth::tests::bth_strategy;
         use crate::feth::tests::feth_strategy;
@@ -1845,7 +1961,7 @@ mod tests {
         }
     }
 
-    fn golden_frames() -> Vec<Vec<u8>> {
+    pub(crate) fn golden_frames() -> Vec<Vec<u8>> {
         golden().into_iter().map(|(_, f, _, _)| f).collect()
     }
 
