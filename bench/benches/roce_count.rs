@@ -6,7 +6,9 @@
 //! the totals by the difference of the counts (`bench/roce_instructions.sh` does this). Cases:
 //! `write64`, `write4096` (one WRITE at a time, as `node/write` in the criterion benchmark),
 //! `write64x32` (batches of 32, per WRITE), `emit64` and `parse64` (one 64 B WRITE frame built
-//! from the queue pair's template, or checked and parsed). And the list-processing engine's
+//! from the queue pair's template and the packet's fields, as a queue pair builds it, or
+//! checked and parsed), `emit64r` (the same frame from a whole `RoceRepr`, the template's
+//! checked entry point for other callers). And the list-processing engine's
 //! per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
 //! tag port makes it): `lpe_match8` and `lpe_match1000` (a persistent receive matched among 8
 //! or 1 000 posted, one in ten ANY_SOURCE), `lpe_repost1000` (a use-once receive matched and
@@ -24,7 +26,7 @@ fn main() {
     let (case, n) = match args.as_slice() {
         [case, n] => (case.as_str(), n.parse::<usize>().expect("a count")),
         _ => {
-            eprintln!("usage: roce_count write64|write4096|write64x32|emit64|parse64 N");
+            eprintln!("usage: roce_count write64|write4096|write64x32|emit64|emit64r|parse64 N");
             std::process::exit(2);
         }
     };
@@ -49,13 +51,25 @@ fn main() {
                 p.writes(black_box(&wrs));
             }
         }
-        "emit64" | "parse64" => {
+        "emit64" | "emit64r" | "parse64" => {
             let frame = p.write_frame(64);
             let (repr, payload) = wire::parse_frame(&frame).expect("a valid frame");
             let template = HeaderTemplate::new(&repr).expect("a template");
             let mut out = vec![0u8; frame.len()];
+            let fields = wire::PacketFields::of(&repr);
             for _ in 0..n {
                 if case == "emit64" {
+                    let r = template.emit_fields(
+                        black_box(&fields),
+                        payload.len(),
+                        &mut out,
+                        |tail, ext, reg| {
+                            tail[ext..].copy_from_slice(payload);
+                            wire::icrc::fold_tables(reg, tail)
+                        },
+                    );
+                    black_box(r.is_ok());
+                } else if case == "emit64r" {
                     let r = template.emit(black_box(&repr), payload.len(), &mut out, |d| {
                         d.copy_from_slice(payload)
                     });

@@ -14,8 +14,8 @@ use wire::deth::DethRepr;
 use wire::mad::MadRepr;
 use wire::{
     AethRepr, BthRepr, Checks, EthernetRepr, FethRepr, ImmDtRepr, Ipv4Repr, RethRepr, RocePacket,
-    RoceRepr, RxFrame, RxHeaders, UdpRepr, aeth, bth, cm, deth, ethernet, feth, immdt, ipv4, mad, parse_frame, reth,
-    udp,
+    RoceRepr, RxFrame, RxHeaders, UdpRepr, aeth, bth, cm, deth, ethernet, feth, immdt, ipv4, mad,
+    parse_frame, reth, udp,
 };
 
 /// Runs one input; panics when an invariant breaks.
@@ -51,7 +51,10 @@ pub fn run(data: &[u8]) {
     // The receive path's one-pass decode judges every frame as the reference does: the
     // same refusal, or the same filter fields, headers and payload.
     let mut headers = RxHeaders::default();
-    match (RxFrame::new(data, &mut headers), RocePacket::new_checked(data)) {
+    match (
+        RxFrame::new(data, &mut headers),
+        RocePacket::new_checked(data),
+    ) {
         (Err(ours), Err(theirs)) => assert_eq!(ours, theirs),
         (Ok(rx), Ok(p)) => {
             assert_eq!(

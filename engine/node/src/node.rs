@@ -1610,7 +1610,7 @@ mod tests {
                 let len = a.node.emit(&tx, &mut frame).unwrap();
                 use wire::Opcode::*;
                 if matches!(
-                    tx.packet.repr.bth.opcode,
+                    tx.packet.fields.opcode,
                     RdmaReadResponseFirst
                         | RdmaReadResponseMiddle
                         | RdmaReadResponseLast

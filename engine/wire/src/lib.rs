@@ -95,7 +95,8 @@ pub use immdt::ImmDtRepr;
 pub use ipv4::{Ecn, Ipv4Repr};
 pub use reth::RethRepr;
 pub use roce::{
-    Checks, RoceIpv4, RocePacket, RoceRepr, emit_trailer, frame_len, pad_for, parse_frame,
+    Checks, PacketFields, RoceIpv4, RocePacket, RoceRepr, emit_trailer, frame_len, pad_for,
+    parse_frame,
 };
 pub use rx::{RxFrame, RxHeaders};
 pub use tag::{TagHeader, TagKind};

@@ -816,11 +816,7 @@ impl RoceRepr {
     /// inside its reserved bytes).
     #[inline]
     pub const fn ceth_len(&self) -> usize {
-        match &self.ceth {
-            Some(_) if matches!(self.bth.opcode, Opcode::Cnp) => 0,
-            Some(c) => c.buffer_len(),
-            None => 0,
-        }
+        ceth_len(self.bth.opcode, &self.ceth)
     }
 
     /// Length of the whole frame for a payload of `payload_len` bytes.
@@ -932,41 +928,8 @@ impl RoceRepr {
 
     /// Write the extension headers `self` carries, in wire order, at the start of `buf`
     /// (which holds at least `self.bth.opcode.headers().len()` bytes): what follows the BTH.
-    pub(super) fn write_ext_headers(&self, buf: &mut [u8]) {
-        let mut at = 0;
-        if let Some(r) = &self.feth {
-            r.emit(&mut feth::Packet::new_unchecked(
-                &mut buf[at..at + feth::HEADER_LEN],
-            ));
-            at += feth::HEADER_LEN;
-        }
-        if let Some(r) = &self.reth {
-            r.emit(&mut reth::Packet::new_unchecked(
-                &mut buf[at..at + reth::HEADER_LEN],
-            ));
-            at += reth::HEADER_LEN;
-        }
-        if let Some(r) = &self.aeth {
-            r.emit(&mut aeth::Packet::new_unchecked(
-                &mut buf[at..at + aeth::HEADER_LEN],
-            ));
-            at += aeth::HEADER_LEN;
-        }
-        if let Some(r) = &self.immdt {
-            r.emit(&mut immdt::Packet::new_unchecked(
-                &mut buf[at..at + immdt::HEADER_LEN],
-            ));
-            at += immdt::HEADER_LEN;
-        }
-        if self.bth.opcode.headers().cnp {
-            buf[at..at + bth::CNP_RESERVED_LEN].fill(0);
-            if let Some(c) = &self.ceth {
-                // An enhanced CNP: the CETH in the reserved bytes.
-                c.emit(&mut buf[at..at + c.buffer_len()]);
-            }
-        } else if let Some(c) = &self.ceth {
-            c.emit(&mut buf[at..at + c.buffer_len()]);
-        }
+    fn write_ext_headers(&self, buf: &mut [u8]) {
+        PacketFields::of(self).write_ext_headers(buf);
     }
 
     /// Write the whole frame (headers, payload, pad, ICRC) into `buf` and return
@@ -1001,6 +964,164 @@ pub fn emit_trailer(headers: &[u8], segments: &[&[u8]], trailer: &mut [u8]) -> R
     trailer[..pad].fill(0);
     trailer[pad..pad + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
     Ok(pad + ICRC_LEN)
+}
+
+/// Length of the CETH a packet of `opcode` carries after its other headers: 0 without one,
+/// and 0 for an enhanced CNP's, which lies inside its reserved bytes.
+#[inline]
+const fn ceth_len(opcode: Opcode, ceth: &Option<CethRepr>) -> usize {
+    match ceth {
+        Some(_) if matches!(opcode, Opcode::Cnp) => 0,
+        Some(c) => c.buffer_len(),
+        None => 0,
+    }
+}
+
+/// The fields of one packet that its flow does not fix: the BTH's opcode, PSN and flags, and
+/// the extension headers. The flow (addresses, TOS, TTL, UDP source port, P_Key, destination
+/// QP) is the sending queue pair's, held once in its [`crate::template::HeaderTemplate`],
+/// which writes a frame from these fields alone ([`HeaderTemplate::emit_fields`]): a
+/// transport that builds its packets this way neither copies the flow into each one nor has
+/// the template check that each carries it (a full [`RoceRepr`] cost both, about 60
+/// instructions a packet, callgrind). The pad count is derived from the payload's length.
+///
+/// [`HeaderTemplate::emit_fields`]: crate::template::HeaderTemplate::emit_fields
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketFields {
+    pub opcode: Opcode,
+    /// 24-bit packet sequence number.
+    pub psn: u32,
+    pub ack_req: bool,
+    pub solicited: bool,
+    pub migreq: bool,
+    pub fecn: bool,
+    pub becn: bool,
+    pub feth: Option<FethRepr>,
+    pub reth: Option<RethRepr>,
+    pub aeth: Option<AethRepr>,
+    pub immdt: Option<ImmDtRepr>,
+    /// The congestion extension header: only on an ACK with BECN set, or inside an enhanced
+    /// CNP's reserved bytes (Portico's extension).
+    pub ceth: Option<CethRepr>,
+}
+
+impl PacketFields {
+    /// A packet of `opcode` with `psn` and AckReq as given, no other flag and no extension
+    /// header.
+    #[inline(always)]
+    pub const fn new(opcode: Opcode, psn: u32, ack_req: bool) -> PacketFields {
+        PacketFields {
+            opcode,
+            psn,
+            ack_req,
+            solicited: false,
+            migreq: false,
+            fecn: false,
+            becn: false,
+            feth: None,
+            reth: None,
+            aeth: None,
+            immdt: None,
+            ceth: None,
+        }
+    }
+
+    /// The fields of `repr` that its flow does not fix.
+    pub fn of(repr: &RoceRepr) -> PacketFields {
+        let b = &repr.bth;
+        PacketFields {
+            opcode: b.opcode,
+            psn: b.psn,
+            ack_req: b.ack_req,
+            solicited: b.solicited,
+            migreq: b.migreq,
+            fecn: b.fecn,
+            becn: b.becn,
+            feth: repr.feth,
+            reth: repr.reth,
+            aeth: repr.aeth,
+            immdt: repr.immdt,
+            ceth: repr.ceth,
+        }
+    }
+
+    /// The whole headers of this packet in `flow` (a repr whose flow fields are the ones to
+    /// use; its per-packet fields are replaced): what a receiver parses from its frame, pad
+    /// count aside (the flow's).
+    pub fn with_flow(&self, flow: &RoceRepr) -> RoceRepr {
+        RoceRepr {
+            bth: BthRepr {
+                opcode: self.opcode,
+                solicited: self.solicited,
+                migreq: self.migreq,
+                fecn: self.fecn,
+                becn: self.becn,
+                ack_req: self.ack_req,
+                psn: self.psn,
+                ..flow.bth
+            },
+            feth: self.feth,
+            reth: self.reth,
+            aeth: self.aeth,
+            immdt: self.immdt,
+            ceth: self.ceth,
+            ..*flow
+        }
+    }
+
+    /// Length of the CETH after the other headers ([`RoceRepr::ceth_len`]).
+    #[inline]
+    pub const fn ceth_len(&self) -> usize {
+        ceth_len(self.opcode, &self.ceth)
+    }
+
+    /// Length of the whole frame for a payload of `payload_len` bytes
+    /// ([`RoceRepr::buffer_len`]).
+    #[inline]
+    pub const fn frame_len(&self, payload_len: usize) -> usize {
+        frame_len(self.opcode, payload_len) + self.ceth_len()
+    }
+
+    /// The extension headers (FETH, RETH, AETH, ImmDt, CETH where present), written in wire
+    /// order at the start of `buf`, which holds at least `opcode.headers().len()` bytes and
+    /// the CETH's: what follows the BTH.
+    #[inline(always)]
+    pub(crate) fn write_ext_headers(&self, buf: &mut [u8]) {
+        let mut at = 0;
+        if let Some(r) = &self.feth {
+            r.emit(&mut feth::Packet::new_unchecked(
+                &mut buf[at..at + feth::HEADER_LEN],
+            ));
+            at += feth::HEADER_LEN;
+        }
+        if let Some(r) = &self.reth {
+            r.emit(&mut reth::Packet::new_unchecked(
+                &mut buf[at..at + reth::HEADER_LEN],
+            ));
+            at += reth::HEADER_LEN;
+        }
+        if let Some(r) = &self.aeth {
+            r.emit(&mut aeth::Packet::new_unchecked(
+                &mut buf[at..at + aeth::HEADER_LEN],
+            ));
+            at += aeth::HEADER_LEN;
+        }
+        if let Some(r) = &self.immdt {
+            r.emit(&mut immdt::Packet::new_unchecked(
+                &mut buf[at..at + immdt::HEADER_LEN],
+            ));
+            at += immdt::HEADER_LEN;
+        }
+        if self.opcode.headers().cnp {
+            buf[at..at + bth::CNP_RESERVED_LEN].fill(0);
+            if let Some(c) = &self.ceth {
+                // An enhanced CNP: the CETH in the reserved bytes.
+                c.emit(&mut buf[at..at + c.buffer_len()]);
+            }
+        } else if let Some(c) = &self.ceth {
+            c.emit(&mut buf[at..at + c.buffer_len()]);
+        }
+    }
 }
 
 /// Check, verify and decode a frame in one call; returns the headers and the
@@ -2071,6 +2192,20 @@ pub(crate) mod tests {
             let (parsed, got) = parse_frame(&buf[..len]).unwrap();
             prop_assert_eq!(parsed, repr);
             prop_assert_eq!(got, &payload[..]);
+        }
+
+        /// A repr split into its packet's fields and put back into its own flow is itself;
+        /// put into another flow, it takes that flow's fields and keeps its own. The frame
+        /// length agrees either way.
+        #[test]
+        fn prop_packet_fields_split_and_join((repr, payload) in roce_strategy(), (other, _) in roce_strategy()) {
+            let fields = PacketFields::of(&repr);
+            prop_assert_eq!(fields.with_flow(&repr), repr);
+            prop_assert_eq!(fields.frame_len(payload.len()), repr.buffer_len(payload.len()));
+            let moved = fields.with_flow(&other);
+            prop_assert_eq!(PacketFields::of(&moved), fields);
+            let flow = |r: &RoceRepr| (r.src_mac, r.dst_mac, r.ip, r.src_port, r.bth.pkey, r.bth.dest_qp, r.bth.pad_count);
+            prop_assert_eq!(flow(&moved), flow(&other));
         }
     }
 }

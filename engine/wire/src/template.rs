@@ -26,7 +26,7 @@
 use super::bth::{self, Opcode};
 use super::icrc::{self, Crc32, ICRC_LEN, LRH_SEED};
 use super::ipv4;
-use super::roce::{BASE_HEADER_LEN, RoceRepr, pad_for};
+use super::roce::{BASE_HEADER_LEN, PacketFields, RoceRepr, pad_for};
 use super::udp;
 use super::{Error, Layer, Result, ensure_len};
 
@@ -220,16 +220,30 @@ impl HeaderTemplate {
                 value: u64::from(repr.bth.dest_qp),
             });
         }
-        let opcode = repr.bth.opcode;
+        self.emit_fields(&PacketFields::of(repr), payload_len, buf, fill)
+    }
+
+    /// [`HeaderTemplate::emit_folded`] of the packet of this template's flow with `fields`:
+    /// what a queue pair's transport hands out (it makes no packet of another flow, and so
+    /// none that could fail [`HeaderTemplate::matches`]).
+    #[inline]
+    pub fn emit_fields(
+        &self,
+        fields: &PacketFields,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8], usize, u32) -> u32,
+    ) -> Result<usize> {
+        let opcode = fields.opcode;
         let ext = opcode.headers();
-        if ext.feth != repr.feth.is_some()
-            || ext.reth != repr.reth.is_some()
-            || ext.aeth != repr.aeth.is_some()
-            || ext.immdt != repr.immdt.is_some()
-            || (repr.ceth.is_some() && (!opcode.may_carry_ceth() || !repr.bth.becn))
+        if ext.feth != fields.feth.is_some()
+            || ext.reth != fields.reth.is_some()
+            || ext.aeth != fields.aeth.is_some()
+            || ext.immdt != fields.immdt.is_some()
+            || (fields.ceth.is_some() && (!opcode.may_carry_ceth() || !fields.becn))
         {
             // The full check names the missing or extra header.
-            repr.validate(payload_len)?;
+            fields.with_flow(&self.flow).validate(payload_len)?;
         }
         if !ext.payload.allows(payload_len) {
             return Err(Error::BadPayloadLen {
@@ -237,7 +251,7 @@ impl HeaderTemplate {
                 len: payload_len,
             });
         }
-        let header_len = BASE_HEADER_LEN + opcode.ext_len() + repr.ceth_len();
+        let header_len = BASE_HEADER_LEN + opcode.ext_len() + fields.ceth_len();
         let pad = pad_for(payload_len);
         let total = header_len + payload_len + usize::from(pad) + ICRC_LEN;
         let ip_len = total - IP;
@@ -260,7 +274,7 @@ impl HeaderTemplate {
         frame[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
         frame[IP + 10..IP + 12].copy_from_slice(&checksum.to_be_bytes());
         frame[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
-        let b = &repr.bth;
+        let b = fields;
         let flags = u8::from(b.solicited) << 7 | u8::from(b.migreq) << 6 | pad << 4;
         let psn = (b.psn & bth::PSN_MASK).to_be_bytes();
         let varying = [
@@ -284,7 +298,7 @@ impl HeaderTemplate {
             reg ^= table[usize::from(byte)];
         }
 
-        repr.write_ext_headers(&mut frame[BASE_HEADER_LEN..header_len]);
+        fields.write_ext_headers(&mut frame[BASE_HEADER_LEN..header_len]);
 
         let (covered, trailer) = frame.split_at_mut(header_len + payload_len);
         let reg = fill(

@@ -6,7 +6,7 @@
 //! responder (PSN checking, NAK once per sequence error, duplicate handling,
 //! MSN, ACK coalescing, READ response segmentation, receive queue, rkey and
 //! bounds checks). Both are pure: they consume parsed [`RoceRepr`]s plus
-//! payload slices and produce [`OutPacket`]s (a `RoceRepr` plus a reference to
+//! payload slices and produce [`OutPacket`]s (a packet's `PacketFields` plus a reference to
 //! payload bytes in the application's registered memory, [`MemoryTable`]); time is the `now` argument in
 //! nanoseconds. No I/O, no threads, no clock, no `unsafe`.
 //!
@@ -41,7 +41,7 @@ use crate::cc::CcConfig;
 
 use wire::bth::DEFAULT_PKEY;
 use wire::feth::{Placement, Selectivity};
-use wire::{BthRepr, Ecn, EthernetAddress, Opcode, RoceIpv4, RoceRepr};
+use wire::{BthRepr, Ecn, EthernetAddress, Opcode, PacketFields, RoceIpv4, RoceRepr};
 
 pub use cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError, random_u32};
@@ -632,10 +632,11 @@ impl PayloadRef {
     }
 }
 
-/// One packet to transmit: complete headers plus where its payload lives.
+/// One packet to transmit: its headers' [`PacketFields`] (the flow's fields are the queue
+/// pair's template's, [`wire::template::HeaderTemplate`]) and where its payload lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutPacket {
-    pub repr: RoceRepr,
+    pub fields: PacketFields,
     pub payload: Option<PayloadRef>,
 }
 
@@ -646,34 +647,8 @@ impl OutPacket {
 
     /// Length of the whole frame.
     pub fn frame_len(&self) -> usize {
-        self.repr.buffer_len(self.payload_len())
+        self.fields.frame_len(self.payload_len())
     }
-
-    /// Write the headers only (for mbuf headroom); see `wire::emit_trailer`.
-    pub fn emit_headers(&self, buf: &mut [u8]) -> wire::Result<usize> {
-        self.repr.emit_headers(buf, self.payload_len())
-    }
-}
-
-/// The headers of one packet of a queue pair whose prepared header is `flow` (its template's
-/// [`wire::template::HeaderTemplate::flow`], built once from [`QpConfig::header`] when the
-/// queue pair is): `flow` copied whole, with this packet's opcode, PSN and AckReq, and no
-/// extension headers. Copying a prepared 112-byte repr is a few vector moves;
-/// building it from the config's fields one by one was each field loaded, kept across the
-/// calls that account for the packet, and stored (callgrind: 35 instructions fewer a batched
-/// 64 B WRITE, 37 a lone one). The requester's packets are built this way, and the
-/// responder's ACKs and NAKs, whose congestion state is set as they are made (patched in
-/// after, it split the copy field by field: 13 more a lone WRITE; set as they are made, 25
-/// fewer). Its READ responses and durable ACKs are still built from the config. (The
-/// requester and the responder each kept a copy of their own at first; read from the
-/// template, the one copy there is, a lone WRITE takes 5 more.)
-#[inline(always)]
-pub(crate) fn packet_header(flow: &RoceRepr, opcode: Opcode, psn: u32, ack_req: bool) -> RoceRepr {
-    let mut repr = *flow;
-    repr.bth.opcode = opcode;
-    repr.bth.psn = psn;
-    repr.bth.ack_req = ack_req;
-    repr
 }
 
 /// Budget of one pull of requests ([`QueuePair::poll_request`]): a packet is handed out only

@@ -12,7 +12,7 @@ use crate::cc::{CcMode, Notifier};
 use wire::bth::Opcode;
 use wire::ceth::Level;
 use wire::template::HeaderTemplate;
-use wire::{Ecn, RoceRepr};
+use wire::{Ecn, PacketFields, RoceRepr};
 
 use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::MemoryTable;
@@ -436,7 +436,11 @@ impl QueuePair {
     /// [`QueuePair::poll_response_but_reads`] (true), for a caller that decides at run time.
     pub fn poll_responses(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
         if self.cnp_due || self.ecnp_due {
-            let mut repr = cnp_header(&self.cfg);
+            // The CNP's flow is its own template's (`cnp_header`): BECN set, PSN 0.
+            let mut fields = PacketFields {
+                becn: true,
+                ..PacketFields::new(Opcode::Cnp, 0, false)
+            };
             if self.cnp_due {
                 self.cnp_due = false;
                 self.stats.cnps_sent += 1;
@@ -444,8 +448,8 @@ impl QueuePair {
                 // An enhanced CNP: the congestion of the READ responses, in a CETH.
                 self.ecnp_due = false;
                 self.stats.read_cnps_sent += 1;
-                repr.ceth = self.notifier.read_response_ceth();
-                if let Some(c) = &repr.ceth {
+                fields.ceth = self.notifier.read_response_ceth();
+                if let Some(c) = &fields.ceth {
                     let n = match self.ecnp_said {
                         Some((level, _, n)) if level == c.level => n + 1,
                         _ => 1,
@@ -454,7 +458,7 @@ impl QueuePair {
                 }
             }
             return Some(OutPacket {
-                repr,
+                fields,
                 payload: None,
             });
         }
@@ -469,8 +473,7 @@ impl QueuePair {
         }
         // A READ response the pacer holds: nothing that would acknowledge it may pass it.
         let held = answering && (reads_held || self.resp.peek_read_response(&self.cfg).is_some());
-        self.resp
-            .poll_control(&self.cfg, self.template.flow(), held, &mut self.notifier)
+        self.resp.poll_control(held, &mut self.notifier)
     }
 
     /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
@@ -480,8 +483,7 @@ impl QueuePair {
         if self.state == QpState::Error {
             return None;
         }
-        self.req
-            .poll_request(now, &self.cfg, self.template.flow(), budget)
+        self.req.poll_request(now, &self.cfg, budget)
     }
 
     /// The request [`QueuePair::poll_request`] would hand out now given room: its frame bytes
@@ -541,19 +543,13 @@ impl QueuePair {
             need: total,
             have,
         })?;
-        // Every packet this queue pair makes comes from `QpConfig::header`, the template's
-        // flow (CNPs from `cnp_header`, theirs); one that did not would be refused by the
-        // template's own check.
-        let template = match (&self.cnp_template, pkt.repr.bth.opcode) {
-            (Some(t), Opcode::Cnp) => t,
-            _ => &self.template,
-        };
+        let template = self.template_for(pkt.fields.opcode);
         // A payload longer than `COPY_THEN_FOLD` is folded into the ICRC as it is copied out
         // of the application's memory: one pass over its bytes (`pmem::crc`). A shorter one
         // is copied first, then folded with the extension headers in one call: a second read
         // of a few lines just written, for one kernel call fewer (32 instructions a 64 B
         // WRITE, callgrind).
-        template.emit_folded(&pkt.repr, plen, buf, |tail, ext, reg| {
+        template.emit_fields(&pkt.fields, plen, buf, |tail, ext, reg| {
             let (headers, body) = tail.split_at_mut(ext);
             match &pkt.payload {
                 Some(p) if body.len() <= COPY_THEN_FOLD => {
@@ -568,6 +564,23 @@ impl QueuePair {
             }
         })?;
         Ok(total)
+    }
+
+    /// The template a packet of `opcode` is written from: a packet is its fields, its flow
+    /// the template's (`QpConfig::header`), or the CNP template's (`cnp_header`) for a CNP.
+    #[inline(always)]
+    fn template_for(&self, opcode: Opcode) -> &HeaderTemplate {
+        match (&self.cnp_template, opcode) {
+            (Some(t), Opcode::Cnp) => t,
+            _ => &self.template,
+        }
+    }
+
+    /// The whole headers of `pkt` (handed out by this queue pair), as its frame carries them
+    /// but for the pad count: its fields in the flow of the template that writes it.
+    pub fn packet_repr(&self, pkt: &OutPacket) -> RoceRepr {
+        pkt.fields
+            .with_flow(self.template_for(pkt.fields.opcode).flow())
     }
 
     /// Whether any work request, message in progress or READ being answered uses region

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 
 use wire::aeth::{self, AethRepr, NakCode, Syndrome};
 use wire::feth::FethRepr;
-use wire::{ImmDtRepr, Opcode, RethRepr, RoceRepr, TagHeader, TagKind, tag};
+use wire::{ImmDtRepr, Opcode, PacketFields, RethRepr, RoceRepr, TagHeader, TagKind, tag};
 
 use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
@@ -33,7 +33,7 @@ use super::psn;
 use super::qp::QpStats;
 use super::rto::{Resent, RttEstimator};
 use super::sge::{Gather, LocalError, Sge, Spill};
-use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WrKind, packet_header};
+use super::{Budget, OutPacket, PayloadRef, QpConfig, Refusal, WrKind};
 use crate::cc::RateControl;
 
 /// A posted send work request with its PSN range.
@@ -573,18 +573,18 @@ impl Requester {
 
     /// The last packet of the oldest held durable WRITE again, with AckReq: the responder
     /// takes it as a duplicate and repeats its durable ACK once the data is durable.
-    fn probe_packet(&self, cfg: &QpConfig, flow: &RoceRepr) -> Option<OutPacket> {
+    fn probe_packet(&self, cfg: &QpConfig) -> Option<OutPacket> {
         let i = self.sq.iter().take(self.head).position(|w| w.waits())?;
         let w = &self.sq[i];
         if w.is_rendezvous() {
             // The envelope again (one SEND ONLY): a duplicate the target only ACKs.
-            let repr = packet_header(flow, Opcode::SendOnly, w.first_psn, true);
+            let fields = PacketFields::new(Opcode::SendOnly, w.first_psn, true);
             let payload = Some(PayloadRef::SendQueue {
                 wqe: i as u32,
                 offset: 0,
                 len: w.len,
             });
-            return Some(OutPacket { repr, payload });
+            return Some(OutPacket { fields, payload });
         }
         let (remote_addr, rkey, only, last) = match w.kind {
             WrKind::DurableWrite {
@@ -610,8 +610,8 @@ impl Requester {
         };
         let offset = (w.npsn - 1) * cfg.pmtu.bytes();
         let len = w.len - offset.min(w.len);
-        let mut repr = if w.npsn == 1 {
-            let mut r = packet_header(flow, only, w.last_psn(), true);
+        let mut fields = if w.npsn == 1 {
+            let mut r = PacketFields::new(only, w.last_psn(), true);
             r.reth = Some(RethRepr {
                 virtual_addr: remote_addr,
                 rkey,
@@ -619,31 +619,30 @@ impl Requester {
             });
             r
         } else {
-            packet_header(flow, last, w.last_psn(), true)
+            PacketFields::new(last, w.last_psn(), true)
         };
         if let WrKind::Write { imm: Some(imm), .. } = w.kind {
-            repr.immdt = Some(ImmDtRepr {
+            fields.immdt = Some(ImmDtRepr {
                 data: imm.to_be_bytes(),
             });
         }
-        repr.bth.ack_req = true;
+        fields.ack_req = true;
         let payload = (len > 0).then_some(PayloadRef::SendQueue {
             wqe: i as u32,
             offset,
             len,
         });
-        Some(OutPacket { repr, payload })
+        Some(OutPacket { fields, payload })
     }
 
     /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
     /// allow one. Nothing changes unless a packet is handed out, and what is handed out is
-    /// charged to `budget`. `flow` is the queue pair's prepared header (its template's
-    /// [`wire::template::HeaderTemplate::flow`]), which every request copies ([`packet_header`]).
+    /// charged to `budget`. A packet is its [`PacketFields`]: the flow is the queue pair's
+    /// template's.
     pub(crate) fn poll_request(
         &mut self,
         now: u64,
         cfg: &QpConfig,
-        flow: &RoceRepr,
         budget: &mut Budget,
     ) -> Option<OutPacket> {
         if let Some(until) = self.rnr_until {
@@ -653,7 +652,7 @@ impl Requester {
             self.rnr_until = None;
         }
         if self.probe {
-            if let Some(out) = self.probe_packet(cfg, flow) {
+            if let Some(out) = self.probe_packet(cfg) {
                 let frame_len = out.frame_len();
                 // A probe asks for its ACK (the durable one, once the data is durable).
                 if !self.cc.may_send(now) || !budget.offer(frame_len, ack_frame(cfg)) {
@@ -708,7 +707,7 @@ impl Requester {
                     return None;
                 }
                 let mut payload = None;
-                let repr = match wqe.kind {
+                let fields = match wqe.kind {
                     WrKind::Read { remote_addr, rkey }
                     | WrKind::TagPull {
                         remote_addr, rkey, ..
@@ -716,13 +715,13 @@ impl Requester {
                         // A retry after partial responses asks only for the rest (of its
                         // sub-request).
                         let skip = k * mtu;
-                        let mut repr = packet_header(flow, Opcode::RdmaReadRequest, psn, true);
-                        repr.reth = Some(RethRepr {
+                        let mut fields = PacketFields::new(Opcode::RdmaReadRequest, psn, true);
+                        fields.reth = Some(RethRepr {
                             virtual_addr: remote_addr.wrapping_add(u64::from(skip)),
                             rkey,
                             dma_len: wqe.len.min(end * mtu) - skip.min(wqe.len),
                         });
-                        repr
+                        fields
                     }
                     WrKind::Flush {
                         remote_addr,
@@ -731,21 +730,21 @@ impl Requester {
                         placement,
                         selectivity,
                     } => {
-                        let mut repr = packet_header(flow, Opcode::Flush, psn, true);
-                        repr.feth = Some(FethRepr {
+                        let mut fields = PacketFields::new(Opcode::Flush, psn, true);
+                        fields.feth = Some(FethRepr {
                             selectivity,
                             placement,
                         });
-                        repr.reth = Some(RethRepr {
+                        fields.reth = Some(RethRepr {
                             virtual_addr: remote_addr,
                             rkey,
                             dma_len: len,
                         });
-                        repr
+                        fields
                     }
                     WrKind::AtomicWrite { remote_addr, rkey } => {
-                        let mut repr = packet_header(flow, Opcode::AtomicWrite, psn, true);
-                        repr.reth = Some(RethRepr {
+                        let mut fields = PacketFields::new(Opcode::AtomicWrite, psn, true);
+                        fields.reth = Some(RethRepr {
                             virtual_addr: remote_addr,
                             rkey,
                             dma_len: 8,
@@ -755,11 +754,11 @@ impl Requester {
                             offset: 0,
                             len: 8,
                         });
-                        repr
+                        fields
                     }
                     _ => unreachable!("matched above"),
                 };
-                let frame_len = repr.buffer_len(payload.map_or(0, |p: PayloadRef| p.len()));
+                let frame_len = fields.frame_len(payload.map_or(0, |p: PayloadRef| p.len()));
                 let back = match wqe.kind {
                     WrKind::Read { .. } | WrKind::TagPull { .. } => {
                         read_response_frames(cfg, wqe.len.min(end * mtu) - (k * mtu).min(wqe.len))
@@ -780,7 +779,7 @@ impl Requester {
                 // Timed when its first response comes back.
                 self.note_sent(now, cfg, psn, psns, true);
                 self.cc.on_sent(now, frame_len);
-                Some(OutPacket { repr, payload })
+                Some(OutPacket { fields, payload })
             }
             WrKind::Send { .. }
             | WrKind::Write { .. }
@@ -831,8 +830,8 @@ impl Requester {
                     }),
                     _ => None,
                 };
-                // The repr is built where it is returned, from the prepared flow
-                // (`packet_header`); its length is known from the opcode before.
+                // The packet is built where it is returned; its length is known from the
+                // opcode before.
                 let frame_len = wire::frame_len(opcode, len as usize);
                 // A packet that asks for its ACK pulls that ACK in.
                 let back = if ack_req { ack_frame(cfg) } else { 0 };
@@ -859,10 +858,14 @@ impl Requester {
                 // one, which would lengthen the sample.
                 self.note_sent(now, cfg, psn, 1, ack_req);
                 self.cc.on_sent(now, frame_len);
-                let mut repr = packet_header(flow, opcode, psn, ack_req);
-                repr.reth = reth;
-                repr.immdt = immdt;
-                Some(OutPacket { repr, payload })
+                Some(OutPacket {
+                    fields: PacketFields {
+                        reth,
+                        immdt,
+                        ..PacketFields::new(opcode, psn, ack_req)
+                    },
+                    payload,
+                })
             }
         }
     }

@@ -40,7 +40,7 @@ mod tests;
 use std::collections::VecDeque;
 
 use wire::aeth::{AethRepr, NakCode, Syndrome};
-use wire::{ImmDtRepr, Opcode, RoceRepr};
+use wire::{ImmDtRepr, Opcode, PacketFields, RoceRepr};
 
 use super::cq::{StagedCompletions, WcOpcode, WcStatus, WorkCompletion};
 use super::mr::{Access, Location, MemoryTable};
@@ -49,7 +49,7 @@ use super::psn;
 use super::qp::QpStats;
 use super::sge::{Gather, Sge, Spill};
 use super::tagged::{Next, TagTarget};
-use super::{OutPacket, PayloadRef, QpConfig, Refusal, packet_header};
+use super::{OutPacket, PayloadRef, QpConfig, Refusal};
 use crate::cc::Notifier;
 
 use checks::{Kind, Op, Pos, Stop};
@@ -310,9 +310,9 @@ impl Responder {
                 (n, k) if k + 1 == n => Opcode::RdmaReadResponseLast,
                 _ => Opcode::RdmaReadResponseMiddle,
             };
-            let mut repr = cfg.header(opcode, psn::add(job.first_psn, k), false);
+            let mut fields = PacketFields::new(opcode, psn::add(job.first_psn, k), false);
             if opcode != Opcode::RdmaReadResponseMiddle {
-                repr.aeth = Some(AethRepr {
+                fields.aeth = Some(AethRepr {
                     syndrome: Syndrome::ACK_UNLIMITED,
                     msn: job.msn,
                 });
@@ -326,7 +326,7 @@ impl Responder {
                 self.reads.pop_front();
             }
             self.stats.read_responses_sent += 1;
-            return Some(OutPacket { repr, payload });
+            return Some(OutPacket { fields, payload });
         }
         None
     }
@@ -339,15 +339,11 @@ impl Responder {
     /// READ is still being answered: either would acknowledge the READ's PSNs before its data
     /// went. A plain ACK is capped below the READ as always.
     ///
-    /// An ACK or NAK is a copy of `flow`, the queue pair's prepared header (its template's
-    /// [`wire::template::HeaderTemplate::flow`], [`packet_header`]); `cc` gives it its congestion state (BECN
-    /// and a CETH) where the queue pair carries it in ACKs (`cc = ack`), as the ACK is made:
-    /// patched in after, it split the copy field by field (callgrind).
+    /// `cc` gives an ACK or NAK its congestion state (BECN and a CETH) where the queue pair
+    /// carries it in ACKs (`cc = ack`).
     #[inline]
     pub(crate) fn poll_control(
         &mut self,
-        cfg: &QpConfig,
-        flow: &RoceRepr,
         reads_held: bool,
         cc: &mut Notifier,
     ) -> Option<OutPacket> {
@@ -359,7 +355,7 @@ impl Responder {
             let before = psn::sub(nak_psn, 1);
             if self.receipt_sent != Some(before) && self.dur.receipt_owed(before) {
                 self.stats.acks_sent += 1;
-                return Some(self.ack_packet(flow, Syndrome::ACK_UNLIMITED, before, cc));
+                return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, before, cc));
             }
             // A standard requester's WRITE into a durable region there, not durable yet: the
             // NAK would vouch for it as an ACK would, so it waits for the hold to lift (the
@@ -378,24 +374,25 @@ impl Responder {
             // Any NAK also acknowledges everything before its PSN.
             self.ack_due = false;
             self.unacked = 0;
-            return Some(self.ack_packet(flow, code, nak_psn, cc));
+            return Some(self.ack_packet(code, nak_psn, cc));
         }
         if let Some(psn) = self.ack_to_send() {
             self.stats.acks_sent += 1;
-            return Some(self.ack_packet(flow, Syndrome::ACK_UNLIMITED, psn, cc));
+            return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, psn, cc));
         }
         if reads_block {
             return None;
         }
         let psn = self.dur.take_ack()?;
         self.stats.durable_acks_sent += 1;
-        let mut repr = cfg.header(Opcode::DurableAcknowledge, psn, false);
-        repr.aeth = Some(AethRepr {
-            syndrome: Syndrome::ACK_UNLIMITED,
-            msn: self.msn,
-        });
         Some(OutPacket {
-            repr,
+            fields: PacketFields {
+                aeth: Some(AethRepr {
+                    syndrome: Syndrome::ACK_UNLIMITED,
+                    msn: self.msn,
+                }),
+                ..PacketFields::new(Opcode::DurableAcknowledge, psn, false)
+            },
             payload: None,
         })
     }
@@ -403,13 +400,7 @@ impl Responder {
     /// An ACK or NAK naming `psn`; an ACK that covers a WRITE still owed its durable ACK is a
     /// receipt ACK (0xE3), which promises that durable ACK through `psn`.
     #[inline(always)]
-    fn ack_packet(
-        &mut self,
-        flow: &RoceRepr,
-        syndrome: Syndrome,
-        psn: u32,
-        cc: &mut Notifier,
-    ) -> OutPacket {
+    fn ack_packet(&mut self, syndrome: Syndrome, psn: u32, cc: &mut Notifier) -> OutPacket {
         let mut opcode = Opcode::Acknowledge;
         if matches!(syndrome, Syndrome::Ack { .. }) && self.dur.receipt_owed(psn) {
             opcode = Opcode::ReceiptAcknowledge;
@@ -426,15 +417,16 @@ impl Responder {
         if becn {
             self.stats.becn_acks_sent += 1;
         }
-        let mut repr = packet_header(flow, opcode, psn, false);
-        repr.bth.becn = becn;
-        repr.aeth = Some(AethRepr {
-            syndrome,
-            msn: self.msn,
-        });
-        repr.ceth = ceth;
         OutPacket {
-            repr,
+            fields: PacketFields {
+                becn,
+                aeth: Some(AethRepr {
+                    syndrome,
+                    msn: self.msn,
+                }),
+                ceth,
+                ..PacketFields::new(opcode, psn, false)
+            },
             payload: None,
         }
     }

@@ -208,7 +208,7 @@ fn portico_cnps_have_the_format_of_the_connectx_capture() {
     let (repr, payload) = wire::parse_frame(&frame[..len]).unwrap();
     ep.qp.on_packet(0, &repr, payload, &mut ep.mem, &mut ep.cq);
     let cnp = ep.qp.poll_response(0).expect("a CNP");
-    assert_eq!(cnp.repr.bth.opcode, Opcode::Cnp);
+    assert_eq!(cnp.fields.opcode, Opcode::Cnp);
     let mut ours = vec![0u8; 128];
     let n = ep.qp.emit(&cnp, &ep.mem, &mut ours).unwrap();
     assert_eq!(n, cx.len());

@@ -265,11 +265,12 @@ impl Sim {
                 let len = ep.qp.emit(&pkt, &ep.mem, &mut self.frame).expect("emit");
                 let slot = &mut self.max_in_flight[side as usize];
                 *slot = (*slot).max(in_flight);
+                let repr = ep.qp.packet_repr(&pkt);
                 if self.tracing {
-                    self.trace.push((side, pkt.repr, pkt.payload_len()));
+                    self.trace.push((side, repr, pkt.payload_len()));
                 }
                 let frame = self.frame[..len].to_vec();
-                self.send_frame(side, &pkt.repr, frame);
+                self.send_frame(side, &repr, frame);
             }
         }
     }

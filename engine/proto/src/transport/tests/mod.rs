@@ -103,7 +103,7 @@ fn a_packet_header_is_the_config_s_header_for_every_opcode() {
         for psn in [0, 1, 0x7f_ffff, 0xff_ffff] {
             for ack_req in [false, true] {
                 assert_eq!(
-                    super::packet_header(flow, opcode, psn, ack_req),
+                    wire::PacketFields::new(opcode, psn, ack_req).with_flow(flow),
                     cfg.header(opcode, psn, ack_req),
                     "{opcode:?} {psn:#x} {ack_req}"
                 );

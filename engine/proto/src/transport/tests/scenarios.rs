@@ -957,7 +957,7 @@ fn packets_for_other_qpns_are_ignored() {
     sim.a
         .post_send(write(1, a.lkey, A_BASE, 8, B_BASE, b.rkey, None));
     let pkt = sim.a.qp.poll_transmit(sim.now).unwrap();
-    let mut repr = pkt.repr;
+    let mut repr = sim.a.qp.packet_repr(&pkt);
     repr.bth.dest_qp = 0x999;
     let mut payload = vec![0u8; pkt.payload_len()];
     sim.a

@@ -36,7 +36,7 @@ fn a_peek_names_the_next_request_and_what_it_pulls_in_without_sending_it() {
             (None, None) => break,
             (Some((frame, back)), Some(p)) => {
                 assert_eq!(frame as usize, p.frame_len());
-                sizes.push((p.repr.bth.opcode, frame, back));
+                sizes.push((p.fields.opcode, frame, back));
             }
             other => panic!("peek and poll disagree: {other:?}"),
         }
@@ -108,7 +108,7 @@ fn packets_spaced_out_by_a_shaper_ask_for_their_ack_before_the_timer_could_expir
             .qp
             .poll_request(t0 + k * 100_000, &mut Budget::packets(1))
             .unwrap();
-        asks.push(p.repr.bth.ack_req);
+        asks.push(p.fields.ack_req);
     }
     // An unasked packet is followed 100 µs later (past 62.5 µs) by one that asks; that one
     // leaves nothing unasked, so the next goes unasked again.
@@ -121,7 +121,7 @@ fn packets_spaced_out_by_a_shaper_ask_for_their_ack_before_the_timer_could_expir
     let asks: Vec<bool> = (0..16)
         .map(|_| {
             let p = sim.a.qp.poll_request(now, &mut Budget::packets(1)).unwrap();
-            p.repr.bth.ack_req
+            p.fields.ack_req
         })
         .collect();
     assert_eq!(asks.iter().filter(|&&a| a).count(), 1);
