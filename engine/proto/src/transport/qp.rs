@@ -533,16 +533,10 @@ impl QueuePair {
 
     /// Write the whole frame of `pkt` (handed out by this QP since its last change) into
     /// `buf`: headers, the payload copied from the application's memory, pad and ICRC.
-    /// Returns the frame length; `buf` must hold [`OutPacket::frame_len`] bytes.
+    /// Returns the frame length; `buf` must hold [`OutPacket::frame_len`] bytes (the
+    /// template refuses a shorter one, `Truncated`, before it writes).
     pub fn emit(&self, pkt: &OutPacket, mem: &MemoryTable, buf: &mut [u8]) -> wire::Result<usize> {
         let plen = pkt.payload_len();
-        let total = pkt.frame_len();
-        let have = buf.len();
-        let buf = buf.get_mut(..total).ok_or(wire::Error::Truncated {
-            layer: wire::Layer::Buffer,
-            need: total,
-            have,
-        })?;
         let template = self.template_for(pkt.fields.opcode);
         // A payload longer than `COPY_THEN_FOLD` is folded into the ICRC as it is copied out
         // of the application's memory: one pass over its bytes (`pmem::crc`). A shorter one
@@ -562,8 +556,7 @@ impl QueuePair {
                 }
                 None => pmem::crc::update(reg, headers),
             }
-        })?;
-        Ok(total)
+        })
     }
 
     /// The template a packet of `opcode` is written from: a packet is its fields, its flow

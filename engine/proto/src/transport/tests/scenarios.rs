@@ -951,6 +951,37 @@ impl QueuePairCheck {
     }
 }
 
+/// A packet's frame written into a buffer one byte short is refused as truncated with the
+/// buffer untouched; into one of its length, it is the frame of the packet's whole headers
+/// (`QueuePair::packet_repr`) and payload.
+#[test]
+fn a_frame_is_written_whole_or_not_at_all() {
+    let (mut sim, a, b) = pair(cfg(), Faults::NONE, 1, 4096);
+    let sent: Vec<u8> = (1..=10).collect();
+    assert!(sim.a.mem.write(a.lkey, 0, &sent));
+    sim.a
+        .post_send(write(1, a.lkey, A_BASE, 10, B_BASE, b.rkey, None));
+    let pkt = sim.a.qp.poll_transmit(sim.now).unwrap();
+    let len = pkt.frame_len();
+    let mut short = vec![0xee; len - 1];
+    assert_eq!(
+        sim.a.qp.emit(&pkt, &sim.a.mem, &mut short),
+        Err(wire::Error::Truncated {
+            layer: wire::Layer::Buffer,
+            need: len,
+            have: len - 1
+        })
+    );
+    assert!(short.iter().all(|&b| b == 0xee));
+    let mut frame = vec![0; len];
+    assert_eq!(sim.a.qp.emit(&pkt, &sim.a.mem, &mut frame), Ok(len));
+    let (repr, payload) = wire::parse_frame(&frame).unwrap();
+    let mut expected = sim.a.qp.packet_repr(&pkt);
+    expected.bth.pad_count = wire::pad_for(10);
+    assert_eq!(repr, expected);
+    assert_eq!(payload, &sent[..]);
+}
+
 #[test]
 fn packets_for_other_qpns_are_ignored() {
     let (mut sim, a, b) = pair(cfg(), Faults::NONE, 1, 4096);
