@@ -167,6 +167,42 @@ fn a_frame_to_another_hosts_mac_is_dropped_even_with_our_ip() {
     s.assert_accepted(&frame);
 }
 
+/// An ARP request sent to our MAC (a unicast one, as a peer refreshing its cache sends) is
+/// answered, and counted as a reply, not as a frame for someone else; one for another
+/// address is dropped as not ours. (The node looks for ARP only in frames that are not
+/// RoCEv2.)
+#[test]
+fn a_unicast_arp_request_for_our_address_is_answered() {
+    let mut s = setup();
+    let (peer_mac, peer_ip) = (
+        EthernetAddress([2, 0, 0, 0, 0, 0x42]),
+        Ipv4Addr::new(10, 0, 0, 42),
+    );
+    let request = |target: Ipv4Addr, to: EthernetAddress| {
+        let mut f = vec![0u8; 64];
+        let n = wire::arp::request(peer_mac, peer_ip, target, &mut f).unwrap();
+        f.truncate(n);
+        f[..6].copy_from_slice(&to.0);
+        f
+    };
+    let (b_mac, b_ip) = (s.b.node.mac, s.b.node.ip);
+    let before = s.b.node.counters;
+    let RxOutcome::ArpReply(n) = s.b.node.receive(0, &request(b_ip, b_mac)) else {
+        panic!("a unicast ARP request for our address is answered");
+    };
+    let reply = wire::arp::parse_frame(s.b.node.arp_reply(n)).expect("an ARP frame");
+    assert_eq!(reply.op, wire::ArpOp::Reply);
+    assert_eq!((reply.sender_hw, reply.sender_ip), (b_mac, b_ip));
+    assert_eq!((reply.target_hw, reply.target_ip), (peer_mac, peer_ip));
+    let after = s.b.node.counters;
+    assert_eq!(after.arp_replies, before.arp_replies + 1);
+    assert_eq!(after.not_for_us, before.not_for_us);
+    let other = request(Ipv4Addr::new(10, 0, 0, 99), b_mac);
+    assert!(matches!(s.b.node.receive(0, &other), RxOutcome::Dropped));
+    assert_eq!(s.b.node.counters.arp_replies, before.arp_replies + 1);
+    assert_eq!(s.b.node.counters.not_for_us, before.not_for_us + 1);
+}
+
 #[test]
 fn vlan_tags_ip_options_and_fragments_have_their_own_counters() {
     let mut s = setup();
