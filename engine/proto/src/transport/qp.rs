@@ -647,8 +647,12 @@ impl QueuePair {
             if let Some(cookie) = self.resp.tag_done.take() {
                 self.req.rendezvous_done(&self.cfg, cookie, cq);
             }
-            let next = std::mem::replace(&mut self.resp.tag_next, Next::Nothing);
-            self.tag_next(next);
+            // Looked at here first: the call, for the `Nothing` of every untagged request, was
+            // 24 instructions a batched WRITE (callgrind).
+            if self.resp.tag_next != Next::Nothing {
+                let next = std::mem::replace(&mut self.resp.tag_next, Next::Nothing);
+                self.tag_next(next);
+            }
         } else if opcode.is_response() {
             if opcode.is_read_response() {
                 self.read_response_marks(now, repr.ip.ecn == Ecn::Ce);
