@@ -83,8 +83,10 @@ fn mtu_codes_are_the_ibta_s() {
     }
 }
 
+/// A packet's fields in its template's flow are the headers the config gives that packet
+/// (`QueuePair::packet_repr`, and what the template writes).
 #[test]
-fn a_packet_header_is_the_config_s_header_for_every_opcode() {
+fn a_packet_in_its_template_s_flow_has_the_config_s_header_for_every_opcode() {
     use wire::{EthernetAddress, Opcode};
     let mut cfg = QpConfig::new(0x12, 0x345);
     cfg.local_mac = EthernetAddress([2, 0, 0, 0, 0, 1]);
@@ -95,7 +97,7 @@ fn a_packet_header_is_the_config_s_header_for_every_opcode() {
     cfg.ttl = 17;
     cfg.udp_src_port = 0xc0de;
     cfg.pkey = 0x8123;
-    // The prepared header a queue pair's packets copy: its template's flow.
+    // The flow a queue pair's packets are written in: its template's.
     let template =
         wire::template::HeaderTemplate::new(&cfg.header(Opcode::SendOnly, 0, false)).unwrap();
     let flow = template.flow();
