@@ -124,15 +124,7 @@ impl GsiRepr {
         let repr = GsiRepr {
             src_mac: eth.src_addr(),
             dst_mac: eth.dst_addr(),
-            ip: RoceIpv4 {
-                src_addr: ip.src_addr(),
-                dst_addr: ip.dst_addr(),
-                dscp: ip.dscp(),
-                ecn: ip.ecn(),
-                ident: ip.ident(),
-                dont_frag: ip.dont_frag(),
-                ttl: ip.ttl(),
-            },
+            ip: RoceIpv4::read(&ip),
             src_port: u.src_port(),
             pkey: b.pkey(),
             dest_qp: b.dest_qp(),

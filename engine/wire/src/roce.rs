@@ -582,6 +582,22 @@ pub struct RoceIpv4 {
     pub ttl: u8,
 }
 
+impl RoceIpv4 {
+    /// The fields of a checked IPv4 header (a received frame's, or QP1's).
+    #[inline(always)]
+    pub(crate) fn read<T: AsRef<[u8]>>(ip: &ipv4::Packet<T>) -> RoceIpv4 {
+        RoceIpv4 {
+            src_addr: ip.src_addr(),
+            dst_addr: ip.dst_addr(),
+            dscp: ip.dscp(),
+            ecn: ip.ecn(),
+            ident: ip.ident(),
+            dont_frag: ip.dont_frag(),
+            ttl: ip.ttl(),
+        }
+    }
+}
+
 /// Length of the whole frame of a packet with `opcode`, `payload_len` payload bytes and no
 /// CETH: [`RoceRepr::buffer_len`] of such a packet, known before its repr is built.
 #[inline]
@@ -747,35 +763,31 @@ impl RoceRepr {
     ) -> Result<()> {
         let (ip_end, udp_end) = ends;
         let [feth, reth, aeth, immdt] = ext;
-        let at = |at: usize, len: usize| &frame[at..at + len];
-        let feth = match feth {
-            Some(a) => Some(FethRepr::parse(&feth::Packet::new_unchecked(at(
-                a,
-                feth::HEADER_LEN,
-            )))?),
-            None => None,
-        };
-        let reth = match reth {
-            Some(a) => Some(RethRepr::parse(&reth::Packet::new_unchecked(at(
-                a,
-                reth::HEADER_LEN,
-            )))?),
-            None => None,
-        };
-        let aeth = match aeth {
-            Some(a) => Some(AethRepr::parse(&aeth::Packet::new_unchecked(at(
-                a,
-                aeth::HEADER_LEN,
-            )))?),
-            None => None,
-        };
-        let immdt = match immdt {
-            Some(a) => Some(ImmDtRepr::parse(&immdt::Packet::new_unchecked(at(
-                a,
-                immdt::HEADER_LEN,
-            )))?),
-            None => None,
-        };
+        // The header of `len` bytes at `at`, where there is one, decoded by `parse`.
+        #[inline(always)]
+        fn header<'f, R>(
+            frame: &'f [u8],
+            at: Option<usize>,
+            len: usize,
+            parse: impl FnOnce(&'f [u8]) -> Result<R>,
+        ) -> Result<Option<R>> {
+            match at {
+                Some(a) => Ok(Some(parse(&frame[a..a + len])?)),
+                None => Ok(None),
+            }
+        }
+        let feth = header(frame, feth, feth::HEADER_LEN, |b| {
+            FethRepr::parse(&feth::Packet::new_unchecked(b))
+        })?;
+        let reth = header(frame, reth, reth::HEADER_LEN, |b| {
+            RethRepr::parse(&reth::Packet::new_unchecked(b))
+        })?;
+        let aeth = header(frame, aeth, aeth::HEADER_LEN, |b| {
+            AethRepr::parse(&aeth::Packet::new_unchecked(b))
+        })?;
+        let immdt = header(frame, immdt, immdt::HEADER_LEN, |b| {
+            ImmDtRepr::parse(&immdt::Packet::new_unchecked(b))
+        })?;
         let ceth = match ceth {
             Some(r) => Some(CethRepr::parse(&ceth::Packet::new_unchecked(&frame[r]))?),
             None => None,
@@ -786,15 +798,7 @@ impl RoceRepr {
         let bth = bth::Packet::new_unchecked(&frame[BTH_OFFSET..udp_end]);
         out.src_mac = eth.src_addr();
         out.dst_mac = eth.dst_addr();
-        out.ip = RoceIpv4 {
-            src_addr: ip.src_addr(),
-            dst_addr: ip.dst_addr(),
-            dscp: ip.dscp(),
-            ecn: ip.ecn(),
-            ident: ip.ident(),
-            dont_frag: ip.dont_frag(),
-            ttl: ip.ttl(),
-        };
+        out.ip = RoceIpv4::read(&ip);
         out.src_port = udp.src_port();
         // The structure check took the BTH's length, version and opcode.
         out.bth = BthRepr::with_opcode(&bth, opcode);
