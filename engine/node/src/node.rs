@@ -805,6 +805,15 @@ impl RdmaNode {
         RxOutcome::Dropped
     }
 
+    /// The answer to `frame` if it is an ARP request for our address (its sender learnt by
+    /// the connection manager, when there is one).
+    fn arp_request(&mut self, now: u64, frame: &[u8]) -> Option<RxOutcome> {
+        let len = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp)?;
+        self.counters.arp_replies += 1;
+        self.cm_learn(now, frame);
+        Some(RxOutcome::ArpReply(len))
+    }
+
     /// Handles one received frame.
     ///
     /// The checks come in the order a NIC makes them, each refusal counted under its own
@@ -825,11 +834,9 @@ impl RdmaNode {
             }
             // Broadcast or multicast: only an ARP request for our address is ours.
             if dst == [0xff; 6]
-                && let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp)
+                && let Some(reply) = self.arp_request(now, frame)
             {
-                self.counters.arp_replies += 1;
-                self.cm_learn(now, frame);
-                return RxOutcome::ArpReply(len);
+                return reply;
             }
             if dst == wire::pfc::MAC_CONTROL_ADDRESS.0 {
                 return self.mac_control(now, frame);
@@ -850,21 +857,17 @@ impl RdmaNode {
                 _ => &mut c.malformed,
             } += 1;
         };
-        // The structure first (lengths, layers), then the cheap filters (our address, a
-        // queue pair of ours) before the checksums and the ICRC: a packet for someone else is
-        // dropped without reading it whole, which the IBTA allows (nothing is answered to a
-        // packet that fails either check, whatever its ICRC).
-        // The structure and the headers in one pass (`wire::rx`), the integrity checks after
-        // the filters.
+        // The structure and the headers first, in one pass (`wire::rx`), then the cheap
+        // filters (our address, a queue pair of ours) before the checksums and the ICRC: a
+        // packet for someone else is dropped without reading it whole, which the IBTA allows
+        // (nothing is answered to a packet that fails either check, whatever its ICRC).
         let rx = match wire::RxFrame::new(frame, &mut self.rx_headers) {
             Ok(rx) => rx,
             Err(e) => {
                 // Not RoCEv2: an ARP request for our address is answered (looked for only
                 // here, not before every RoCEv2 frame: about 20 instructions a frame, callgrind).
-                if let Some(len) = wire::arp::answer(frame, self.mac, self.ip, &mut self.arp) {
-                    self.counters.arp_replies += 1;
-                    self.cm_learn(now, frame);
-                    return RxOutcome::ArpReply(len);
+                if let Some(reply) = self.arp_request(now, frame) {
+                    return reply;
                 }
                 // QP1's frames (another transport to the RC parser) and ARP replies go to
                 // the connection manager, when there is one.
