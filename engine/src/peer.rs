@@ -1034,27 +1034,12 @@ pub fn run_initiator(
 ) -> Result<(), AppError> {
     let cfg = load(path)?;
     check_initiator_keys(&cfg).map_err(|e| field_error(path, e))?;
-    let (workers, cores_key) = match o.cores {
-        Some(n) => (
-            worker_cores(
-                "--cores",
-                cfg.rdma.core,
-                Some(&CoresKey::Count(n)),
-                &available_cores(),
-            ),
-            "--cores",
-        ),
-        None => (
-            worker_cores(
-                "rdma.cores",
-                cfg.rdma.core,
-                cfg.rdma.cores.as_ref(),
-                &available_cores(),
-            ),
-            "rdma.cores",
-        ),
+    let (cores_key, cores) = match o.cores {
+        Some(n) => ("--cores", Some(CoresKey::Count(n))),
+        None => ("rdma.cores", cfg.rdma.cores.clone()),
     };
-    let workers = workers.map_err(|e| field_error(path, e))?;
+    let workers = worker_cores(cores_key, cfg.rdma.core, cores.as_ref(), &available_cores())
+        .map_err(|e| field_error(path, e))?;
     if workers.len() > 1 {
         // The durable stream's lines come in the order of one queue pair's completions, and
         // the CM connects one queue pair.
