@@ -133,8 +133,7 @@ impl<'a, 'r> RxFrame<'a, 'r> {
 
     #[cold]
     #[inline(never)]
-    fn reference(self, icrc_of: impl FnMut(&[u8]) -> u32) -> Result<(&'r RoceRepr, &'a [u8])> {
-        let mut icrc_of = icrc_of;
+    fn reference(self, mut icrc_of: impl FnMut(&[u8]) -> u32) -> Result<(&'r RoceRepr, &'a [u8])> {
         let packet = RocePacket::new_checked(self.frame)?;
         *self.headers = RoceRepr::parse_checked(&packet, Checks::ALL, |p| icrc_of(p.covered()))?;
         Ok((self.headers, &self.frame[packet.payload_range()]))
