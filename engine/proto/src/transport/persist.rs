@@ -233,6 +233,12 @@ impl Durability {
         self.pending.front().map(|o| o.psn)
     }
 
+    /// Whether a durable ACK is due ([`Durability::take_ack`] would take it).
+    #[inline(always)]
+    pub(crate) fn ack_due(&self) -> bool {
+        self.ack_due
+    }
+
     /// The durable ACK owed, if any, without taking it.
     pub(crate) fn ack_owed(&self) -> Option<u32> {
         if self.ack_due { self.durable_psn } else { None }

@@ -635,6 +635,14 @@ impl Requester {
         Some(OutPacket { fields, payload })
     }
 
+    /// Whether [`Requester::poll_request`] would find no packet whatever the window and the
+    /// budget: no RNR wait to end, no probe, every request's packets handed out. It would then
+    /// return `None` and change nothing.
+    #[inline(always)]
+    pub(crate) fn nothing_to_send(&self) -> bool {
+        self.rnr_until.is_none() && !self.probe && self.tx_idx >= self.sq.len()
+    }
+
     /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
     /// allow one. Nothing changes unless a packet is handed out, and what is handed out is
     /// charged to `budget`. A packet is its [`PacketFields`]: the flow is the queue pair's

@@ -276,6 +276,14 @@ impl Responder {
         self.fatal(NakCode::RemoteOperationalError, psn);
     }
 
+    /// Whether [`Responder::poll_control`] and the READ responses have nothing to send: no
+    /// READ being answered, no NAK, no ACK and no durable ACK due. Then they would return
+    /// `None` and change nothing, whatever their arguments.
+    #[inline(always)]
+    pub(crate) fn quiet(&self) -> bool {
+        !self.ack_due && self.nak.is_none() && self.reads.is_empty() && !self.dur.ack_due()
+    }
+
     /// Whether a READ (or FLUSH, ATOMIC WRITE) is still being answered.
     #[inline]
     pub(crate) fn answering_reads(&self) -> bool {
