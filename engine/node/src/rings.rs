@@ -336,6 +336,11 @@ fn post<R: Request>(ring: &mut HostRing<R::Kind>, wrs: &[R]) -> usize {
     if n == 0 {
         return 0;
     }
+    // One request with its piece in the entry (a lone operation): `push`, 32 instructions
+    // fewer than the chunk's two-slice iterator (callgrind, a lone WRITE).
+    if let ([wr], 0) = (&wrs[..n], long) {
+        return usize::from(ring.entries.push(wr.entry()).is_ok());
+    }
     // Both chunks are taken before either is committed, so that no list is ever published
     // without its entry (were one, the next long request's entry would take it).
     let Ok(entries) = ring.entries.write_chunk_uninit(n) else {
@@ -448,6 +453,11 @@ impl CqWriter {
         }
         self.reserved = self.reserved.saturating_sub(wcs.len());
         self.pushed = true;
+        // One completion (a lone operation's) goes in by `push`: through the chunk's two-slice
+        // iterator it was 40 instructions more (callgrind, a lone WRITE).
+        if let [wc] = wcs {
+            return usize::from(self.ring.push(*wc).is_err());
+        }
         let n = wcs.len().min(self.ring.slots());
         if let Ok(chunk) = self.ring.write_chunk_uninit(n) {
             chunk.fill_from_iter(wcs[..n].iter().copied());
