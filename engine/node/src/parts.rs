@@ -388,26 +388,12 @@ impl Offload for Tags {
 
     /// Host commands to the shard, and what they ask of queue pairs (the pulls and done
     /// messages of the unexpected messages they claimed).
+    ///
+    /// Called every iteration: without a shard it returns inline, not after a call.
+    #[inline(always)]
     fn poll_host(&mut self, cx: &mut Ctx) {
-        let Some(tags) = &mut self.shard else {
-            return;
-        };
-        tags.serve_commands(cx.mem);
-        while let Some((qpn, next)) = tags.take_action() {
-            let carried = match cx.qps.lookup(qpn) {
-                Some(i) => {
-                    let ok = cx.qp(i as u32).tag_next(next);
-                    if ok {
-                        cx.make_ready(i as u32);
-                    }
-                    ok
-                }
-                None => false,
-            };
-            // The queue pair failed (or is gone): the claimed message cannot be pulled.
-            if !carried && let Next::Pull(p) = next {
-                tags.undeliverable(p.token, cx.mem);
-            }
+        if let Some(tags) = &mut self.shard {
+            tags_poll_host(tags, cx);
         }
     }
 
@@ -680,47 +666,75 @@ impl Offload for ShaperPart {
     }
 
     /// The request or READ response the shaper picks next, if any may go now.
-    #[inline]
+    ///
+    /// Called every time the ready queue pairs have nothing more: without a shaper it returns
+    /// inline, not after a call.
+    #[inline(always)]
     fn transmit(&mut self, now: u64, cx: &mut Ctx) -> Option<(u32, OutPacket)> {
-        let sh = self.shaper.as_mut()?;
-        let entries = &mut cx.qps.entries;
-        // A miss spends the pick's tokens, so misses cannot go on for ever; a few per call at
-        // most all the same, should a peek and a send ever keep disagreeing.
-        for _ in 0..4 {
-            let pick = sh.next_with(now, |q| match q.checked_sub(MAX_QPS) {
-                None => {
-                    let (out, back) = entries[q].qp.peek_request(now)?;
-                    Some(Packet { out, back })
-                }
-                Some(slot) => {
-                    let out = entries[slot].qp.peek_read_response(now)?;
-                    Some(Packet { out, back: 0 })
-                }
-            })?;
-            let (slot, response) = match pick.queue.checked_sub(MAX_QPS) {
-                None => (pick.queue, false),
-                Some(slot) => (slot, true),
-            };
-            let e = &mut entries[slot];
-            let packet = if response {
-                e.qp.poll_read_response(now)
-            } else {
-                e.qp.poll_request(now, &mut Budget::packets(1))
-            };
-            sync_streams(sh, slot, &e.qp);
-            match packet {
-                Some(packet) if response => {
-                    cx.counters.shaper_read_responses += 1;
-                    return Some((slot as u32, packet));
-                }
-                Some(packet) => {
-                    cx.counters.shaper_picks += 1;
-                    return Some((slot as u32, packet));
-                }
-                None => cx.counters.shaper_misses += 1,
+        shaper_transmit(self.shaper.as_mut()?, now, cx)
+    }
+}
+
+/// [`ShaperPart`]'s `transmit` with a shaper.
+fn shaper_transmit(sh: &mut Shaper, now: u64, cx: &mut Ctx) -> Option<(u32, OutPacket)> {
+    let entries = &mut cx.qps.entries;
+    // A miss spends the pick's tokens, so misses cannot go on for ever; a few per call at
+    // most all the same, should a peek and a send ever keep disagreeing.
+    for _ in 0..4 {
+        let pick = sh.next_with(now, |q| match q.checked_sub(MAX_QPS) {
+            None => {
+                let (out, back) = entries[q].qp.peek_request(now)?;
+                Some(Packet { out, back })
             }
+            Some(slot) => {
+                let out = entries[slot].qp.peek_read_response(now)?;
+                Some(Packet { out, back: 0 })
+            }
+        })?;
+        let (slot, response) = match pick.queue.checked_sub(MAX_QPS) {
+            None => (pick.queue, false),
+            Some(slot) => (slot, true),
+        };
+        let e = &mut entries[slot];
+        let packet = if response {
+            e.qp.poll_read_response(now)
+        } else {
+            e.qp.poll_request(now, &mut Budget::packets(1))
+        };
+        sync_streams(sh, slot, &e.qp);
+        match packet {
+            Some(packet) if response => {
+                cx.counters.shaper_read_responses += 1;
+                return Some((slot as u32, packet));
+            }
+            Some(packet) => {
+                cx.counters.shaper_picks += 1;
+                return Some((slot as u32, packet));
+            }
+            None => cx.counters.shaper_misses += 1,
         }
-        None
+    }
+    None
+}
+
+/// [`Tags`]' `poll_host` with a shard.
+fn tags_poll_host(tags: &mut TagShard, cx: &mut Ctx) {
+    tags.serve_commands(cx.mem);
+    while let Some((qpn, next)) = tags.take_action() {
+        let carried = match cx.qps.lookup(qpn) {
+            Some(i) => {
+                let ok = cx.qp(i as u32).tag_next(next);
+                if ok {
+                    cx.make_ready(i as u32);
+                }
+                ok
+            }
+            None => false,
+        };
+        // The queue pair failed (or is gone): the claimed message cannot be pulled.
+        if !carried && let Next::Pull(p) = next {
+            tags.undeliverable(p.token, cx.mem);
+        }
     }
 }
 
