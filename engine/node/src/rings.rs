@@ -514,6 +514,15 @@ impl Cq {
         if n == 0 {
             return 0;
         }
+        // One (a lone operation's): `pop`, where the chunk copied its two slices with two
+        // calls to `memcpy`.
+        if n == 1 {
+            let Ok(wc) = self.ring.pop() else {
+                return 0;
+            };
+            out[0] = wc;
+            return 1;
+        }
         let Ok(chunk) = self.ring.read_chunk(n) else {
             return 0;
         };
