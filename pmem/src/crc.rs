@@ -111,6 +111,17 @@ pub fn kernel() -> Kernel {
     }
 }
 
+/// The kernel, once the first call has chosen it.
+#[inline(always)]
+fn chosen() -> Option<Kernel> {
+    match CHOSEN.load(Ordering::Relaxed) {
+        1 => Some(Kernel::Portable),
+        2 => Some(Kernel::Pclmul),
+        3 => Some(Kernel::Vpclmul),
+        _ => None,
+    }
+}
+
 #[cold]
 fn choose() -> Kernel {
     let asked = std::env::var("PORTICO_CRC").unwrap_or_default();
@@ -144,7 +155,13 @@ const LONG_FROM: usize = 128;
 #[inline]
 pub fn update(reg: u32, data: &[u8]) -> u32 {
     let (src, len) = (data.as_ptr(), data.len());
-    match kernel() {
+    // The first call chooses, out of line and in tail position: a choice inline here made
+    // every call save and restore three registers around it (6 instructions a call, on
+    // frames of a few dozen bytes).
+    let Some(k) = chosen() else {
+        return update_first(reg, data);
+    };
+    match k {
         // Long runs without a copy: `crc32fast`, which folds 512 bits at a time where the CPU
         // has AVX-512 (this crate's widest kernel folds 256).
         Kernel::Pclmul | Kernel::Vpclmul if len >= LONG_FROM => update_long(reg, data),
@@ -156,6 +173,14 @@ pub fn update(reg: u32, data: &[u8]) -> u32 {
         },
         _ => portable_update(reg, data),
     }
+}
+
+/// [`update`] when no kernel is chosen yet.
+#[cold]
+#[inline(never)]
+fn update_first(reg: u32, data: &[u8]) -> u32 {
+    choose();
+    update(reg, data)
 }
 
 /// [`update`]'s long runs, out of line: the short ones (frame headers) keep a lean call.
