@@ -378,6 +378,12 @@ impl RxIcrc {
         let Some(base) = covered.get(IP..BASE_HEADER_LEN) else {
             return 0;
         };
+        // The varying bytes' part first: then one register is live across the flow check,
+        // not the ten bytes (12 instructions a frame of saves and spills, callgrind).
+        let mut delta = 0;
+        for (table, &at) in DELTA.iter().zip(&VARYING) {
+            delta ^= table[usize::from(base[at])];
+        }
         let mut key = [0u64; 5];
         for (k, (word, mask)) in key.iter_mut().zip(base.chunks_exact(8).zip(INVARIANT)) {
             let mut w = [0u8; 8];
@@ -387,26 +393,31 @@ impl RxIcrc {
         // Compared word by word and or-ed: an array `!=` here is a call to `memcmp`.
         let differs = key.iter().zip(&self.key).fold(0, |d, (a, b)| d | (a ^ b));
         if !self.valid || differs != 0 {
-            let mut flow = [0u8; COVERED];
-            for (i, chunk) in flow.chunks_exact_mut(8).enumerate() {
-                chunk.copy_from_slice(&key[i].to_le_bytes());
-            }
-            for i in super::roce::ICRC_MASKED {
-                flow[i] = 0xff;
-            }
-            let mut crc = Crc32::from_register(LRH_SEED);
-            crc.update(&flow);
-            *self = RxIcrc {
-                key,
-                reg: crc.register(),
-                valid: true,
-            };
+            self.cache(key);
         }
-        let mut reg = self.reg;
-        for (table, &at) in DELTA.iter().zip(&VARYING) {
-            reg ^= table[usize::from(base[at])];
+        !fold(self.reg ^ delta, &covered[BASE_HEADER_LEN..])
+    }
+
+    /// Makes the flow whose invariant bytes are `key` the cached one. Out of line: a flow
+    /// changes rarely, and inline its work kept the common path's values in saved registers
+    /// (callgrind: 12 instructions a frame more for the saves and restores).
+    #[cold]
+    #[inline(never)]
+    fn cache(&mut self, key: [u64; 5]) {
+        let mut flow = [0u8; COVERED];
+        for (i, chunk) in flow.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&key[i].to_le_bytes());
         }
-        !fold(reg, &covered[BASE_HEADER_LEN..])
+        for i in super::roce::ICRC_MASKED {
+            flow[i] = 0xff;
+        }
+        let mut crc = Crc32::from_register(LRH_SEED);
+        crc.update(&flow);
+        *self = RxIcrc {
+            key,
+            reg: crc.register(),
+            valid: true,
+        };
     }
 }
 
