@@ -908,6 +908,7 @@ impl Requester {
         pmem::crc::update(reg, dst)
     }
 
+    #[inline(never)]
     fn copy_tagged(
         &self,
         mem: &MemoryTable,
