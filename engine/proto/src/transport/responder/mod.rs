@@ -483,7 +483,27 @@ impl Responder {
     /// `pipelined`: the requester speaks the durable-write extension, so a plain WRITE into a
     /// durable region gets a receipt ACK at once and its durable ACK later; to any other
     /// requester no ACK names it before it is durable.
+    ///
+    /// A plain WRITE into a region that is neither persisted nor durable (the common one)
+    /// is told apart inline; the rest is out of line, so that its call saves no registers.
+    #[inline(always)]
     fn written(
+        &mut self,
+        mem: &mut MemoryTable,
+        at: Location,
+        len: u32,
+        psn: u32,
+        durable: bool,
+        pipelined: bool,
+    ) {
+        // (A durable region is one that persists writes.)
+        if durable || mem.persists_writes(at) {
+            self.written_durably(mem, at, len, psn, durable, pipelined);
+        }
+    }
+
+    #[inline(never)]
+    fn written_durably(
         &mut self,
         mem: &mut MemoryTable,
         at: Location,
