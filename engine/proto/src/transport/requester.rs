@@ -1033,6 +1033,7 @@ impl Requester {
     /// The WQE at `head` is done on the wire: complete it, or hold it (a durable WRITE until
     /// its durable ACK; anything behind a held WQE until that one completes, so completions
     /// stay in posting order). Returns whether it left the queue.
+    #[inline(always)]
     fn finish(&mut self, now: u64, cfg: &QpConfig, cq: &mut StagedCompletions) -> bool {
         // By reference: a WQE is over a hundred bytes, and this runs once per request.
         let w = &self.sq[self.head];
