@@ -779,14 +779,23 @@ impl RdmaNode {
 
     /// Puts the deadline of the queue pair in `slot` in the heap, if it is earlier than the
     /// one it has there.
+    ///
+    /// Inline where the heap is read: most calls find the deadline in the heap already (or
+    /// none), and the push is out of line, so that the check saves no registers.
+    #[inline(always)]
     fn arm_now(&mut self, slot: u32) {
         let e = &mut self.qps.entries[slot as usize];
         if let Some(d) = e.qp.next_deadline()
             && e.armed.is_none_or(|a| d < a)
         {
-            e.armed = Some(d);
-            self.timers.push(Reverse((d, slot)));
+            self.arm_at(slot, d);
         }
+    }
+
+    #[inline(never)]
+    fn arm_at(&mut self, slot: u32, due: u64) {
+        self.qps.entries[slot as usize].armed = Some(due);
+        self.timers.push(Reverse((due, slot)));
     }
 
     /// A frame to the MAC control address: a PFC frame pauses (or resumes) the shaper's
