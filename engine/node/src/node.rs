@@ -1175,7 +1175,10 @@ impl RdmaNode {
 
     /// [`RdmaNode::flush_completions`] of the one staged completion.
     fn flush_one(&mut self) {
-        let wc = self.staged.as_slice()[0];
+        let Some(wc) = self.staged.poll() else {
+            return;
+        };
+        // Empty again, and (cleared) from its front: the runs read it as one slice.
         self.staged.clear();
         let Some(i) = self.qps.lookup(wc.qpn) else {
             // As in the runs: a completion of no queue pair of this node counts, lost.
