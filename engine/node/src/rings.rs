@@ -509,20 +509,27 @@ impl Cq {
     }
 
     /// Takes up to `out.len()` completions, oldest first; returns how many.
+    ///
+    /// Inline in the caller for none or one (a lone operation's: `pop`, where the chunk
+    /// copied its two slices with two calls to `memcpy`); more are copied out of line.
+    #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let n = out.len().min(self.ring.slots());
-        if n == 0 {
-            return 0;
+        match n {
+            0 => 0,
+            1 => match self.ring.pop() {
+                Ok(wc) => {
+                    out[0] = wc;
+                    1
+                }
+                Err(_) => 0,
+            },
+            _ => self.poll_chunk(out, n),
         }
-        // One (a lone operation's): `pop`, where the chunk copied its two slices with two
-        // calls to `memcpy`.
-        if n == 1 {
-            let Ok(wc) = self.ring.pop() else {
-                return 0;
-            };
-            out[0] = wc;
-            return 1;
-        }
+    }
+
+    #[inline(never)]
+    fn poll_chunk(&mut self, out: &mut [WorkCompletion], n: usize) -> usize {
         let Ok(chunk) = self.ring.read_chunk(n) else {
             return 0;
         };
