@@ -103,12 +103,7 @@ static CHOSEN: AtomicU8 = AtomicU8::new(0);
 /// narrower one (`portable`, `pclmul`).
 #[inline]
 pub fn kernel() -> Kernel {
-    match CHOSEN.load(Ordering::Relaxed) {
-        1 => Kernel::Portable,
-        2 => Kernel::Pclmul,
-        3 => Kernel::Vpclmul,
-        _ => choose(),
-    }
+    chosen().unwrap_or_else(choose)
 }
 
 /// The kernel, once the first call has chosen it.
