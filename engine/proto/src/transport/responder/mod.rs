@@ -502,6 +502,8 @@ impl Responder {
         }
     }
 
+    /// [`Responder::written`] of a durable WRITE, or of one into a region that persists
+    /// writes.
     #[inline(never)]
     fn written_durably(
         &mut self,
@@ -512,10 +514,8 @@ impl Responder {
         durable: bool,
         pipelined: bool,
     ) {
-        if durable || mem.persists_writes(at) {
-            let p = mem.persist(at, u64::from(len));
-            self.dur.note(p);
-        }
+        let p = mem.persist(at, u64::from(len));
+        self.dur.note(p);
         if durable {
             self.dur.durable_write(psn);
         } else if mem.access_at(at).contains(Access::DURABLE) {
