@@ -65,7 +65,8 @@ impl Doorbells {
     }
 
     /// The next doorbell. Most calls find none (the worker asks every iteration): that is two
-    /// loads here, where the queue's `pop` is a compare-and-swap loop's set-up.
+    /// loads here, where the queue's `pop` of nothing was about a dozen instructions more
+    /// (callgrind: 24 a lone WRITE, whose two iterations find the queue empty twice).
     #[inline]
     pub(crate) fn pop(&self) -> Option<u32> {
         if self.queue.is_empty() {
