@@ -637,7 +637,8 @@ impl Requester {
 
     /// Whether [`Requester::poll_request`] would find no packet whatever the window and the
     /// budget: no RNR wait to end, no probe, every request's packets handed out. It would then
-    /// return `None` and change nothing.
+    /// return `None` and change nothing. (A new reason for it to send must clear this too:
+    /// `QueuePair::poll_request` skips it when this holds.)
     #[inline(always)]
     pub(crate) fn nothing_to_send(&self) -> bool {
         self.rnr_until.is_none() && !self.probe && self.tx_idx >= self.sq.len()

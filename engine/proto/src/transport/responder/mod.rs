@@ -278,7 +278,8 @@ impl Responder {
 
     /// Whether [`Responder::poll_control`] and the READ responses have nothing to send: no
     /// READ being answered, no NAK, no ACK and no durable ACK due. Then they would return
-    /// `None` and change nothing, whatever their arguments.
+    /// `None` and change nothing, whatever their arguments. (A new reason for them to send
+    /// must clear this too: `QueuePair::poll_responses` skips them when it holds.)
     #[inline(always)]
     pub(crate) fn quiet(&self) -> bool {
         !self.ack_due && self.nak.is_none() && self.reads.is_empty() && !self.dur.ack_due()
