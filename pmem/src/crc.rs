@@ -170,6 +170,54 @@ pub fn update(reg: u32, data: &[u8]) -> u32 {
     }
 }
 
+/// Length of the prefix [`update_masked`] covers as masked: a RoCEv2 frame's dummy LRH (8
+/// bytes) and base headers (IPv4, UDP, BTH: 40).
+pub const MASKED_PREFIX: usize = 48;
+
+/// [`update`] over `data` as if its first [`MASKED_PREFIX`] bytes were or-ed with `mask`: the
+/// bytes a CRC covers as all-ones (a RoCEv2 ICRC's dummy LRH and variant header fields) taken
+/// from the frame as it is, with no copy. A run of a short frame's length is folded in one
+/// pass, the masked blocks or-ed as they are loaded; a longer one (or a shorter `data`, masked
+/// as far as it goes) in two.
+#[inline]
+pub fn update_masked(reg: u32, data: &[u8], mask: &[u8; MASKED_PREFIX]) -> u32 {
+    let len = data.len();
+    match chosen() {
+        // SAFETY: `Pclmul` and `Vpclmul` are chosen only where `pclmul::available()` found the
+        // CPU features the kernel is compiled for; `data` is valid for `len` reads, `len` is at
+        // least the prefix.
+        Some(Kernel::Pclmul | Kernel::Vpclmul)
+            if (MASKED_PREFIX..MASKED_PREFIX + LONG_FROM).contains(&len) =>
+        unsafe { pclmul::fold_masked(reg, data.as_ptr(), len, mask) },
+        Some(Kernel::Pclmul | Kernel::Vpclmul) if len >= MASKED_PREFIX => {
+            update_masked_long(reg, data, mask)
+        }
+        _ => update_masked_split(reg, data, mask),
+    }
+}
+
+/// [`update_masked`] of a long run: the prefix by the kernel, the rest by `crc32fast`
+/// ([`update`]'s long runs). Out of line, as `update_long`.
+#[inline(never)]
+fn update_masked_long(reg: u32, data: &[u8], mask: &[u8; MASKED_PREFIX]) -> u32 {
+    let (head, rest) = data.split_at(MASKED_PREFIX);
+    // SAFETY: only called with the PCLMULQDQ kernel chosen (`update_masked`), which is only
+    // where `pclmul::available()` found its CPU features; `head` is 48 readable bytes.
+    let reg = unsafe { pclmul::fold_masked(reg, head.as_ptr(), MASKED_PREFIX, mask) };
+    update_long(reg, rest)
+}
+
+/// [`update_masked`] in two runs: the masked prefix from a copy, then the rest.
+#[inline(never)]
+fn update_masked_split(reg: u32, data: &[u8], mask: &[u8; MASKED_PREFIX]) -> u32 {
+    let n = data.len().min(MASKED_PREFIX);
+    let mut head = [0u8; MASKED_PREFIX];
+    for ((h, d), m) in head.iter_mut().zip(&data[..n]).zip(mask) {
+        *h = d | m;
+    }
+    update(update(reg, &head[..n]), &data[n..])
+}
+
 /// [`update`] when no kernel is chosen yet.
 #[cold]
 #[inline(never)]
@@ -387,6 +435,37 @@ mod pclmul {
         unsafe { finish::<COPY>(x, at, src, dst, len) }
     }
 
+    /// [`super::update_masked`]'s one pass: the three masked blocks or-ed with `mask` as they
+    /// are loaded and carried over each other, then the rest as [`fold`] does.
+    ///
+    /// # Safety
+    /// The CPU has PCLMULQDQ and SSE4.1; `len >= 48`; `src` is readable for `len` bytes.
+    #[target_feature(enable = "pclmulqdq,sse4.1,avx")]
+    pub(super) unsafe fn fold_masked(
+        reg: u32,
+        src: *const u8,
+        len: usize,
+        mask: &[u8; super::MASKED_PREFIX],
+    ) -> u32 {
+        debug_assert!(len >= super::MASKED_PREFIX);
+        let m = mask.as_ptr();
+        // SAFETY: `len >= 48`, so the three blocks lie in `src`'s range; `mask` is 48 bytes;
+        // `loadu` takes unaligned addresses.
+        let [b0, b1, b2] = unsafe {
+            [0, 16, 32].map(|at| {
+                _mm_or_si128(
+                    _mm_loadu_si128(src.add(at).cast()),
+                    _mm_loadu_si128(m.add(at).cast()),
+                )
+            })
+        };
+        let k = _mm_set_epi64x(K128_HI, K128_LO);
+        let x = _mm_xor_si128(b0, _mm_cvtsi32_si128(reg as i32));
+        let x = carry(carry(x, k, b1), k, b2);
+        // SAFETY: the caller's range; `16 <= 48 <= len`; nothing is written without `COPY`.
+        unsafe { finish::<false>(x, super::MASKED_PREFIX, src, std::ptr::null_mut(), len) }
+    }
+
     /// The 128-bit remainder `x` of the first `at` bytes carried over the rest of the run:
     /// 16 bytes a step, then reduced to the 32-bit register, and the last 0-15 bytes by the
     /// tables.
@@ -562,6 +641,16 @@ mod pclmul {
     ) -> u32 {
         unreachable!("no PCLMULQDQ kernel on this architecture")
     }
+
+    /// Never called: `available` is false.
+    pub(super) unsafe fn fold_masked(
+        _reg: u32,
+        _src: *const u8,
+        _len: usize,
+        _mask: &[u8; super::MASKED_PREFIX],
+    ) -> u32 {
+        unreachable!("no PCLMULQDQ kernel on this architecture")
+    }
 }
 
 #[cfg(test)]
@@ -656,6 +745,49 @@ mod tests {
                             assert!(dst[da + len..].iter().all(|&b| b == 0x5a), "wrote past dst");
                         }
                         assert_eq!(update(reg, s), want);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The masked update against the bitwise CRC of a copy with the prefix or-ed in: every
+    /// length to 300 and a few long ones (each of `update_masked`'s three ways), several
+    /// alignments and registers, a RoCEv2-like mask and a random one, the kernel and the
+    /// split path both.
+    #[test]
+    fn the_masked_update_equals_the_bitwise_crc_of_the_masked_bytes() {
+        let src = data(4096 + 64);
+        let mut roce = [0u8; MASKED_PREFIX];
+        for i in [0, 1, 2, 3, 4, 5, 6, 7, 9, 16, 18, 19, 34, 35, 40] {
+            roce[i] = 0xff;
+        }
+        let random: [u8; MASKED_PREFIX] =
+            std::array::from_fn(|i| (i as u8).wrapping_mul(73) ^ 0x3c);
+        let pclmul = cfg!(target_arch = "x86_64") && pclmul::available();
+        let lens = (0..=300).chain([
+            MASKED_PREFIX + LONG_FROM - 1,
+            MASKED_PREFIX + LONG_FROM,
+            1500,
+            4096,
+        ]);
+        for len in lens {
+            for sa in [0, 1, 6, 15] {
+                for mask in [&roce, &random] {
+                    for reg in [0xffff_ffff, 0, 0xdebb_20e3] {
+                        let s = &src[sa..sa + len];
+                        let mut masked = s.to_vec();
+                        for (b, m) in masked.iter_mut().zip(mask) {
+                            *b |= m;
+                        }
+                        let want = bitwise(reg, &masked);
+                        assert_eq!(update_masked(reg, s, mask), want, "len {len} align {sa}");
+                        assert_eq!(update_masked_split(reg, s, mask), want, "split len {len}");
+                        if pclmul && len >= MASKED_PREFIX {
+                            // SAFETY: the CPU has the features; `s` is `len >= 48` bytes.
+                            let got = unsafe { pclmul::fold_masked(reg, s.as_ptr(), len, mask) };
+                            assert_eq!(got, want, "pclmul len {len} align {sa}");
+                        }
                     }
                 }
             }

@@ -145,8 +145,6 @@ pub(crate) struct QpEntry {
     armed: Option<u64>,
     /// On the list of queue pairs whose deadline is looked at before the heap is next read.
     arm_due: bool,
-    /// The ICRC register of the flow this queue pair receives (its peer's packets).
-    rx_icrc: wire::template::RxIcrc,
     /// False once destroyed ([`RdmaNode::destroy_qp`]): the slot waits for a new queue pair.
     pub(crate) live: bool,
 }
@@ -596,7 +594,6 @@ impl RdmaNode {
             backlog: false,
             armed: None,
             arm_due: false,
-            rx_icrc: Default::default(),
             live: true,
         };
         if let Some(old) = self.qps.entries.get(slot) {
@@ -903,7 +900,7 @@ impl RdmaNode {
             return RxOutcome::Dropped;
         };
         let e = &mut self.qps.entries[i];
-        let (repr, payload) = match rx.verify_cached(&mut e.rx_icrc, pmem::crc::update) {
+        let (repr, payload) = match rx.verify_masked(pmem::crc::update_masked) {
             Ok(parsed) => parsed,
             Err(e) => {
                 count_error(c, e);

@@ -186,6 +186,56 @@ const UDP_MASKED: [usize; 2] = [6, 7];
 /// BTH offset the ICRC replaces with 0xFF: FECN, BECN, reserved.
 const BTH_MASKED: [usize; 1] = [super::bth::ICRC_MASKED_BYTE];
 
+/// Length of the prefix a [`MaskedFold`] masks: the dummy LRH and the base headers (IPv4,
+/// UDP, BTH) after it. A frame's bytes from [`LRH_LEN`] before its IPv4 header stand in for
+/// the LRH, all of them masked.
+pub const MASKED_PREFIX_LEN: usize = LRH_LEN + 20 + 8 + 12;
+
+/// Ones at the bytes of the prefix the ICRC covers as all-ones: the whole dummy LRH, and the
+/// variant fields of the IPv4 header, the UDP header and the BTH.
+pub const PREFIX_MASK: [u8; MASKED_PREFIX_LEN] = prefix_mask();
+
+const fn prefix_mask() -> [u8; MASKED_PREFIX_LEN] {
+    let mut m = [0u8; MASKED_PREFIX_LEN];
+    let mut i = 0;
+    while i < LRH_LEN {
+        m[i] = 0xff;
+        i += 1;
+    }
+    let layers: [(usize, &[usize]); 3] = [
+        (LRH_LEN, &IPV4_MASKED),
+        (LRH_LEN + 20, &UDP_MASKED),
+        (LRH_LEN + 28, &BTH_MASKED),
+    ];
+    let mut l = 0;
+    while l < layers.len() {
+        let (at, masked) = layers[l];
+        let mut j = 0;
+        while j < masked.len() {
+            m[at + masked[j]] = 0xff;
+            j += 1;
+        }
+        l += 1;
+    }
+    m
+}
+
+/// A kernel that continues a raw CRC-32 register over bytes whose first
+/// [`MASKED_PREFIX_LEN`] are or-ed with a mask ([`PREFIX_MASK`]): a received frame's ICRC in
+/// one pass over the frame as it lies (`pmem::crc::update_masked` where the CPU has
+/// PCLMULQDQ).
+pub type MaskedFold = fn(u32, &[u8], &[u8; MASKED_PREFIX_LEN]) -> u32;
+
+/// [`MaskedFold`] by this module's tables: the prefix masked in a copy, then the rest.
+pub fn fold_masked_tables(reg: u32, data: &[u8], mask: &[u8; MASKED_PREFIX_LEN]) -> u32 {
+    let n = data.len().min(MASKED_PREFIX_LEN);
+    let mut head = [0u8; MASKED_PREFIX_LEN];
+    for ((h, d), m) in head.iter_mut().zip(&data[..n]).zip(mask) {
+        *h = d | m;
+    }
+    fold_tables(fold_tables(reg, &head[..n]), &data[n..])
+}
+
 /// An ICRC under construction. Feed the layers in wire order:
 /// [`Icrc::ipv4_header`], [`Icrc::udp_header`], [`Icrc::bth`], then
 /// [`Icrc::update`] for everything up to the ICRC (possibly in several
@@ -295,6 +345,23 @@ mod tests {
                 assert_eq!(crc.finish(), table, "len {len} split {split}");
             }
         }
+    }
+
+    /// The mask byte by byte: the dummy LRH, then IPv4 TOS (9), TTL (16) and checksum (18,
+    /// 19), the UDP checksum (34, 35) and the BTH's FECN/BECN byte (40), counted from the
+    /// LRH's first byte.
+    #[test]
+    fn the_prefix_mask_covers_the_lrh_and_the_variant_fields() {
+        let ones: Vec<usize> = (0..MASKED_PREFIX_LEN)
+            .filter(|&i| PREFIX_MASK[i] != 0)
+            .collect();
+        assert_eq!(ones, [0, 1, 2, 3, 4, 5, 6, 7, 9, 16, 18, 19, 34, 35, 40]);
+        assert!(PREFIX_MASK.iter().all(|&b| b == 0 || b == 0xff));
+        // Over the LRH alone, from the usual start: the register rxe starts from.
+        assert_eq!(
+            fold_masked_tables(0xffff_ffff, &[0; 8], &PREFIX_MASK),
+            LRH_SEED
+        );
     }
 
     #[test]

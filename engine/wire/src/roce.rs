@@ -42,7 +42,6 @@ use super::icrc::{self, ICRC_LEN, Icrc};
 use super::immdt::{self, ImmDtRepr};
 use super::ipv4::{self, Ecn, PROTOCOL_UDP};
 use super::reth::{self, RethRepr};
-use super::template::RxIcrc;
 use super::udp::{self, ROCEV2_PORT};
 use super::{Error, Layer, Result, Unsupported, checksum, ensure_len};
 
@@ -396,7 +395,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         self.buffer.as_ref()
     }
 
-    /// The bytes the ICRC covers (all but the ICRC itself), as [`RxIcrc::compute_with`] takes them.
+    /// The bytes the ICRC covers (all but the ICRC itself), as [`icrc_masked`] takes them.
     pub(crate) fn covered(&self) -> &[u8] {
         &self.bytes()[..self.layout.icrc]
     }
@@ -525,6 +524,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RocePacket<T> {
     }
 }
 
+/// The ICRC of `covered` (a frame from its Ethernet header up to its ICRC, at least
+/// [`BASE_HEADER_LEN`] bytes: shorter gives 0, which no caller passes) in one pass of `fold`
+/// over the frame as it lies, the bytes before the IPv4 header standing in for the dummy LRH
+/// and the variant fields masked as they are read.
+#[inline(always)]
+pub fn icrc_masked(covered: &[u8], fold: icrc::MaskedFold) -> u32 {
+    match covered.get(IP_OFFSET - icrc::LRH_LEN..) {
+        Some(from_lrh) if covered.len() >= BASE_HEADER_LEN => {
+            !fold(0xffff_ffff, from_lrh, &icrc::PREFIX_MASK)
+        }
+        _ => 0,
+    }
+}
+
 /// ICRC over `headers` (a frame prefix starting at the Ethernet header, at least
 /// through the BTH), then `segments`, then `zeros` zero pad bytes.
 pub(crate) fn icrc_over(headers: &[u8], segments: &[&[u8]], zeros: usize) -> u32 {
@@ -641,28 +654,6 @@ impl RoceRepr {
         checks: Checks,
     ) -> Result<RoceRepr> {
         Self::parse_checked(packet, checks, |p| p.compute_icrc())
-    }
-
-    /// Parse a checked frame with every integrity check on, the ICRC continued from `cache`,
-    /// the cached register of the flow the frame is expected to belong to (a receiving queue
-    /// pair keeps one; see [`RxIcrc`]). Same result as [`RoceRepr::parse`].
-    pub fn parse_cached<T: AsRef<[u8]> + ?Sized>(
-        packet: &RocePacket<&T>,
-        cache: &mut RxIcrc,
-    ) -> Result<RoceRepr> {
-        Self::parse_cached_with(packet, cache, icrc::fold_tables)
-    }
-
-    /// [`RoceRepr::parse_cached`] with `fold` as the CRC kernel for the bytes after the base
-    /// headers ([`RxIcrc::compute_with`]).
-    pub fn parse_cached_with<T: AsRef<[u8]> + ?Sized>(
-        packet: &RocePacket<&T>,
-        cache: &mut RxIcrc,
-        fold: icrc::Fold,
-    ) -> Result<RoceRepr> {
-        Self::parse_checked(packet, Checks::ALL, |p| {
-            cache.compute_with(p.covered(), fold)
-        })
     }
 
     pub(crate) fn parse_checked<T: AsRef<[u8]> + ?Sized>(

@@ -32,7 +32,6 @@ use super::ipv4;
 use super::roce::{
     self, BTH_OFFSET, Checks, EXT_OFFSET, IP_OFFSET, RocePacket, RoceRepr, UDP_OFFSET,
 };
-use super::template::RxIcrc;
 use super::{Result, aeth, checksum, feth, immdt, reth};
 
 /// Where a receive path keeps the headers of the frame in hand. [`RxFrame::new`] decodes
@@ -89,23 +88,18 @@ impl<'a, 'r> RxFrame<'a, 'r> {
         bth::Packet::new_unchecked(&self.frame[BTH_OFFSET..EXT_OFFSET]).dest_qp()
     }
 
-    /// Verifies the IPv4 checksum, a non-zero UDP checksum and the ICRC (continued from
-    /// `cache`, the flow's cached register, with `fold` as the kernel: see
-    /// [`RoceRepr::parse_cached_with`]) and hands out the headers and the payload (without
-    /// pad). The same result as that function gives the frame.
-    #[inline(always)]
-    pub fn verify_cached(
-        self,
-        cache: &mut RxIcrc,
-        fold: icrc::Fold,
-    ) -> Result<(&'r RoceRepr, &'a [u8])> {
-        self.verify_with(|covered| cache.compute_with(covered, fold))
-    }
-
-    /// [`RxFrame::verify_cached`] with the ICRC computed over the whole frame, as
-    /// [`RoceRepr::parse`] does.
+    /// Verifies the IPv4 checksum, a non-zero UDP checksum and the ICRC, computed over the
+    /// whole frame as [`RoceRepr::parse`] does, and hands out the headers and the payload
+    /// (without pad). The same result as that function gives the frame.
     pub fn verify(self) -> Result<(&'r RoceRepr, &'a [u8])> {
         self.verify_with(|covered| roce::icrc_over(covered, &[], 0))
+    }
+
+    /// [`RxFrame::verify`] with the ICRC computed by `fold` in one pass over the frame as it
+    /// lies ([`roce::icrc_masked`]). The same result as [`RoceRepr::parse`] gives the frame.
+    #[inline(always)]
+    pub fn verify_masked(self, fold: icrc::MaskedFold) -> Result<(&'r RoceRepr, &'a [u8])> {
+        self.verify_with(|covered| roce::icrc_masked(covered, fold))
     }
 
     #[inline(always)]
