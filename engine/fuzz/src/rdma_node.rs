@@ -443,7 +443,7 @@ impl Harness {
                 sent <= MAX_TX_PER_STEP,
                 "more than {MAX_TX_PER_STEP} frames in one step"
             );
-            let want = tx.frame_len();
+            let want = self.node.frame_len(&tx);
             assert!(want <= self.tx.len(), "a {want}-byte frame");
             let len = self
                 .node

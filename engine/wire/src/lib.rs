@@ -192,6 +192,11 @@ pub enum Error {
         found: u16,
     },
 
+    /// An engine's handle of a packet to write that no longer stands for it: another packet
+    /// was handed out since (`portico_node::Tx`). Nothing is written.
+    #[error("stale transmit handle: another packet was handed out since")]
+    StaleHandle,
+
     /// The RoCEv2 invariant CRC does not match the packet contents.
     #[error("bad ICRC, computed {expected:#010x}, found {found:#010x}")]
     BadIcrc { expected: u32, found: u32 },

@@ -65,7 +65,7 @@ impl Setup {
         self.a.qp.post_send(&[wr]).unwrap();
         self.a.node.service(0);
         let tx = self.a.node.poll_transmit(0).expect("the WRITE");
-        let mut frame = vec![0u8; tx.frame_len()];
+        let mut frame = vec![0u8; self.a.node.frame_len(&tx)];
         self.a.node.emit(&tx, &mut frame).unwrap();
         frame
     }
@@ -284,7 +284,7 @@ fn atomics_are_answered_with_nak_invalid_request_and_touch_nothing() {
         let n = repr.emit(&mut atomic, &atomic_eth).unwrap();
         assert_eq!(s.b.node.receive(0, &atomic[..n]), RxOutcome::Delivered);
         let tx = s.b.node.poll_transmit(0).expect("a NAK");
-        let mut nak = vec![0u8; tx.frame_len()];
+        let mut nak = vec![0u8; s.b.node.frame_len(&tx)];
         s.b.node.emit(&tx, &mut nak).unwrap();
         let (nak, _) = wire::parse_frame(&nak).unwrap();
         assert_eq!(nak.bth.opcode, Opcode::Acknowledge);
@@ -353,7 +353,7 @@ fn a_zero_length_write_request_on_the_wire_is_acknowledged() {
     let n = repr.emit(&mut empty, &[]).unwrap();
     assert_eq!(s.b.node.receive(0, &empty[..n]), RxOutcome::Delivered);
     let tx = s.b.node.poll_transmit(0).expect("an ACK");
-    let mut ack = vec![0u8; tx.frame_len()];
+    let mut ack = vec![0u8; s.b.node.frame_len(&tx)];
     s.b.node.emit(&tx, &mut ack).unwrap();
     let (ack, _) = wire::parse_frame(&ack).unwrap();
     assert_eq!(ack.bth.opcode, Opcode::Acknowledge);
@@ -447,7 +447,7 @@ mod zero_length {
         assert_eq!(s.b.node.receive(0, frame), RxOutcome::Delivered);
         s.b.node.service(0);
         let tx = s.b.node.poll_transmit(0).expect("an answer");
-        let mut out = vec![0u8; tx.frame_len()];
+        let mut out = vec![0u8; s.b.node.frame_len(&tx)];
         s.b.node.emit(&tx, &mut out).unwrap();
         let (repr, payload) = wire::parse_frame(&out).unwrap();
         Answer {

@@ -641,6 +641,13 @@ pub struct OutPacket {
 }
 
 impl OutPacket {
+    /// A placeholder for a slot [`QueuePair::poll_request_into`] writes: an empty SEND ONLY
+    /// of PSN 0, never handed out as it is.
+    pub const UNSET: OutPacket = OutPacket {
+        fields: PacketFields::new(wire::bth::Opcode::SendOnly, 0, false),
+        payload: None,
+    };
+
     pub fn payload_len(&self) -> usize {
         self.payload.map_or(0, |p| p.len())
     }

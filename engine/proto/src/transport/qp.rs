@@ -434,19 +434,33 @@ impl QueuePair {
 
     /// [`QueuePair::poll_response`] (`reads_held` false) or
     /// [`QueuePair::poll_response_but_reads`] (true), for a caller that decides at run time.
+    #[inline]
+    pub fn poll_responses(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
+        let mut slot = OutPacket::UNSET;
+        self.poll_responses_into(now, reads_held, &mut slot)
+            .then_some(slot)
+    }
+
+    /// [`QueuePair::poll_responses`] writing the packet into `slot` (true when there is one),
+    /// as [`QueuePair::poll_request_into`].
     ///
     /// Most calls find nothing to send (a requester's queue pair, or a responder's after its
     /// ACK went): that is looked at inline first, from five flags, before the call.
     #[inline]
-    pub fn poll_responses(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
+    pub fn poll_responses_into(
+        &mut self,
+        now: u64,
+        reads_held: bool,
+        slot: &mut OutPacket,
+    ) -> bool {
         if !self.cnp_due && !self.ecnp_due && self.resp.quiet() {
-            return None;
+            return false;
         }
-        self.poll_responses_due(now, reads_held)
+        self.poll_responses_due(now, reads_held, slot)
     }
 
     #[inline(never)]
-    fn poll_responses_due(&mut self, now: u64, reads_held: bool) -> Option<OutPacket> {
+    fn poll_responses_due(&mut self, now: u64, reads_held: bool, slot: &mut OutPacket) -> bool {
         if self.cnp_due || self.ecnp_due {
             let mut fields = CNP;
             if self.cnp_due {
@@ -465,10 +479,11 @@ impl QueuePair {
                     self.ecnp_said = Some((c.level, now, n));
                 }
             }
-            return Some(OutPacket {
+            *slot = OutPacket {
                 fields,
                 payload: None,
-            });
+            };
+            return true;
         }
         // With no READ being answered (the common case: SEND and WRITE traffic) there is
         // nothing to send or hold back here.
@@ -477,11 +492,12 @@ impl QueuePair {
             && !reads_held
             && let Some(p) = self.poll_read_response(now)
         {
-            return Some(p);
+            *slot = p;
+            return true;
         }
         // A READ response the pacer holds: nothing that would acknowledge it may pass it.
         let held = answering && (reads_held || self.resp.peek_read_response(&self.cfg).is_some());
-        self.resp.poll_control(held, &mut self.notifier)
+        self.resp.poll_control(held, &mut self.notifier, slot)
     }
 
     /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
@@ -492,15 +508,30 @@ impl QueuePair {
     /// is told apart inline, before the call.
     #[inline]
     pub fn poll_request(&mut self, now: u64, budget: &mut Budget) -> Option<OutPacket> {
+        let mut slot = OutPacket::UNSET;
+        self.poll_request_into(now, budget, &mut slot)
+            .then_some(slot)
+    }
+
+    /// [`QueuePair::poll_request`] writing the packet into `slot` (true when there is one):
+    /// built where the caller keeps it, not moved out of an `Option` (an `OutPacket` is 136
+    /// bytes; callgrind: 18 instructions a WRITE, 14 an ACK).
+    #[inline]
+    pub fn poll_request_into(
+        &mut self,
+        now: u64,
+        budget: &mut Budget,
+        slot: &mut OutPacket,
+    ) -> bool {
         if self.state == QpState::Error || self.req.nothing_to_send() {
-            return None;
+            return false;
         }
-        self.poll_request_due(now, budget)
+        self.poll_request_due(now, budget, slot)
     }
 
     #[inline(never)]
-    fn poll_request_due(&mut self, now: u64, budget: &mut Budget) -> Option<OutPacket> {
-        self.req.poll_request(now, &self.cfg, budget)
+    fn poll_request_due(&mut self, now: u64, budget: &mut Budget, slot: &mut OutPacket) -> bool {
+        self.req.poll_request(now, &self.cfg, budget, slot)
     }
 
     /// The request [`QueuePair::poll_request`] would hand out now given room: its frame bytes

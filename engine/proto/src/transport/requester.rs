@@ -645,18 +645,19 @@ impl Requester {
     }
 
     /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
-    /// allow one. Nothing changes unless a packet is handed out, and what is handed out is
-    /// charged to `budget`. A packet is its [`PacketFields`]: the flow is the queue pair's
-    /// template's.
+    /// allow one: written to `slot`, and true. Nothing changes unless a packet is handed out
+    /// (`slot` neither), and what is handed out is charged to `budget`. A packet is its
+    /// [`PacketFields`]: the flow is the queue pair's template's.
     pub(crate) fn poll_request(
         &mut self,
         now: u64,
         cfg: &QpConfig,
         budget: &mut Budget,
-    ) -> Option<OutPacket> {
+        slot: &mut OutPacket,
+    ) -> bool {
         if let Some(until) = self.rnr_until {
             if now < until {
-                return None;
+                return false;
             }
             self.rnr_until = None;
         }
@@ -665,7 +666,7 @@ impl Requester {
                 let frame_len = out.frame_len();
                 // A probe asks for its ACK (the durable one, once the data is durable).
                 if !self.cc.may_send(now) || !budget.offer(frame_len, ack_frame(cfg)) {
-                    return None;
+                    return false;
                 }
                 budget.charge(frame_len);
                 self.cc.on_sent(now, frame_len);
@@ -673,13 +674,16 @@ impl Requester {
                 self.stats.tx_requests += 1;
                 self.stats.retransmissions += 1;
                 self.stats.durable_probes += 1;
-                return Some(out);
+                *slot = out;
+                return true;
             }
             self.probe = false;
         }
-        let wqe = self.sq.get(self.tx_idx)?;
+        let Some(wqe) = self.sq.get(self.tx_idx) else {
+            return false;
+        };
         if !self.cc.may_send(now) {
-            return None;
+            return false;
         }
         let psn = self.tx_psn;
         let outstanding = psn::diff(psn, self.snd_una).max(0) as u32;
@@ -695,8 +699,8 @@ impl Requester {
         };
         let k = psn::diff(psn, wqe.first_psn).max(0) as u32;
         let mtu = cfg.pmtu.bytes();
-        // Each arm builds its packet where it returns it: an `OutPacket` is 136 bytes, and
-        // moving one made in a local is a call to `memcpy`.
+        // Each arm builds its packet in `slot`: an `OutPacket` is 136 bytes, and moving one
+        // made in a local is a call to `memcpy`.
         match wqe.kind {
             WrKind::Read { .. }
             | WrKind::TagPull { .. }
@@ -710,10 +714,10 @@ impl Requester {
                 let psns = end - k;
                 // A READ larger than the whole window may go alone.
                 if outstanding > 0 && outstanding + psns > max_in_flight {
-                    return None;
+                    return false;
                 }
                 if self.reads_outstanding(cfg, k) >= cfg.max_rd_atomic {
-                    return None;
+                    return false;
                 }
                 let mut payload = None;
                 let fields = match wqe.kind {
@@ -776,7 +780,7 @@ impl Requester {
                     _ => ack_frame(cfg),
                 };
                 if !budget.offer(frame_len, back) {
-                    return None;
+                    return false;
                 }
                 budget.charge(frame_len);
                 self.since_ack_req = 0;
@@ -788,7 +792,8 @@ impl Requester {
                 // Timed when its first response comes back.
                 self.note_sent(now, cfg, psn, psns, true);
                 self.cc.on_sent(now, frame_len);
-                Some(OutPacket { fields, payload })
+                *slot = OutPacket { fields, payload };
+                true
             }
             WrKind::Send { .. }
             | WrKind::Write { .. }
@@ -800,7 +805,7 @@ impl Requester {
                     _ => None,
                 };
                 if outstanding >= max_in_flight {
-                    return None;
+                    return false;
                 }
                 let offset = k * mtu;
                 let len = (wqe.len - offset).min(mtu);
@@ -845,7 +850,7 @@ impl Requester {
                 // A packet that asks for its ACK pulls that ACK in.
                 let back = if ack_req { ack_frame(cfg) } else { 0 };
                 if !budget.offer(frame_len, back) {
-                    return None;
+                    return false;
                 }
                 budget.charge(frame_len);
                 let payload = (len > 0).then_some(PayloadRef::SendQueue {
@@ -867,14 +872,15 @@ impl Requester {
                 // one, which would lengthen the sample.
                 self.note_sent(now, cfg, psn, 1, ack_req);
                 self.cc.on_sent(now, frame_len);
-                Some(OutPacket {
+                *slot = OutPacket {
                     fields: PacketFields {
                         reth,
                         immdt,
                         ..PacketFields::new(opcode, psn, ack_req)
                     },
                     payload,
-                })
+                };
+                true
             }
         }
     }

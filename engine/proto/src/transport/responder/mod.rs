@@ -349,13 +349,15 @@ impl Responder {
     /// went. A plain ACK is capped below the READ as always.
     ///
     /// `cc` gives an ACK or NAK its congestion state (BECN and a CETH) where the queue pair
-    /// carries it in ACKs (`cc = ack`).
+    /// carries it in ACKs (`cc = ack`). The packet is written to `slot` (true when there is
+    /// one; `slot` is left as it is otherwise).
     #[inline]
     pub(crate) fn poll_control(
         &mut self,
         reads_held: bool,
         cc: &mut Notifier,
-    ) -> Option<OutPacket> {
+        slot: &mut OutPacket,
+    ) -> bool {
         // READ responses held back: only the ACK capped below them may go.
         let reads_block = reads_held && !self.reads.is_empty();
         if !reads_block && let Some((code, nak_psn)) = self.nak {
@@ -364,7 +366,8 @@ impl Responder {
             let before = psn::sub(nak_psn, 1);
             if self.receipt_sent != Some(before) && self.dur.receipt_owed(before) {
                 self.stats.acks_sent += 1;
-                return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, before, cc));
+                *slot = self.ack_packet(Syndrome::ACK_UNLIMITED, before, cc);
+                return true;
             }
             // A standard requester's WRITE into a durable region there, not durable yet: the
             // NAK would vouch for it as an ACK would, so it waits for the hold to lift (the
@@ -372,7 +375,7 @@ impl Responder {
             if let Some(limit) = self.dur.ack_limit()
                 && psn::before(limit, before)
             {
-                return None;
+                return false;
             }
             self.nak = None;
             match code {
@@ -383,18 +386,22 @@ impl Responder {
             // Any NAK also acknowledges everything before its PSN.
             self.ack_due = false;
             self.unacked = 0;
-            return Some(self.ack_packet(code, nak_psn, cc));
+            *slot = self.ack_packet(code, nak_psn, cc);
+            return true;
         }
         if let Some(psn) = self.ack_to_send() {
             self.stats.acks_sent += 1;
-            return Some(self.ack_packet(Syndrome::ACK_UNLIMITED, psn, cc));
+            *slot = self.ack_packet(Syndrome::ACK_UNLIMITED, psn, cc);
+            return true;
         }
         if reads_block {
-            return None;
+            return false;
         }
-        let psn = self.dur.take_ack()?;
+        let Some(psn) = self.dur.take_ack() else {
+            return false;
+        };
         self.stats.durable_acks_sent += 1;
-        Some(OutPacket {
+        *slot = OutPacket {
             fields: PacketFields {
                 aeth: Some(AethRepr {
                     syndrome: Syndrome::ACK_UNLIMITED,
@@ -403,7 +410,8 @@ impl Responder {
                 ..PacketFields::new(Opcode::DurableAcknowledge, psn, false)
             },
             payload: None,
-        })
+        };
+        true
     }
 
     /// An ACK or NAK naming `psn`; an ACK that covers a WRITE still owed its durable ACK is a
