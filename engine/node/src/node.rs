@@ -411,7 +411,7 @@ impl RdmaNode {
         // Two streams per queue pair: its requests and its READ responses.
         cfg.flow_queues = 2 * MAX_QPS;
         cfg.flow_queue_depth = 1;
-        self.parts.shaper.shaper = Some(Shaper::new(cfg)?);
+        self.parts.shaper.shaper = Some(Box::new(Shaper::new(cfg)?));
         Ok(())
     }
 
@@ -431,7 +431,7 @@ impl RdmaNode {
 
     /// The traffic shaper, if the engine has one (its counters per class and per MCU).
     pub fn shaper(&self) -> Option<&Shaper> {
-        self.parts.shaper.shaper.as_ref()
+        self.parts.shaper.shaper.as_deref()
     }
 
     /// Persist on the calling thread instead of a flusher thread: deterministic, for tests

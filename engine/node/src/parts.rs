@@ -617,7 +617,10 @@ impl Persistence {
 /// CNPs never wait for it.
 #[derive(Default)]
 pub(crate) struct ShaperPart {
-    pub shaper: Option<Shaper>,
+    /// Boxed: the worker's loop asks whether there is one several times a packet, and a
+    /// pointer is one compare where the inline value's niche was a 16-byte one (callgrind:
+    /// 9 instructions a batched WRITE, 36 a lone one).
+    pub shaper: Option<Box<Shaper>>,
 }
 
 impl Offload for ShaperPart {
