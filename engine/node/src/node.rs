@@ -728,8 +728,22 @@ impl RdmaNode {
         &self.arp[..len]
     }
 
+    /// Puts the queue pair in `slot` on the ready list, unless it is there.
+    ///
+    /// The check inline, the push out of line: most calls (every frame after the first of a
+    /// burst) find it there (callgrind: 13 instructions fewer a batched WRITE; 3 more a lone
+    /// one, whose calls all push).
+    #[inline(always)]
     fn make_ready(&mut self, slot: u32) {
-        wake_up(&mut self.qps, &mut self.ready, slot);
+        if !self.qps.entries[slot as usize].ready {
+            self.make_ready_now(slot);
+        }
+    }
+
+    #[inline(never)]
+    fn make_ready_now(&mut self, slot: u32) {
+        self.qps.entries[slot as usize].ready = true;
+        self.ready.push_back(slot);
     }
 
     /// The parts, and the rest of the node as they see it.
