@@ -12,11 +12,10 @@
 //! what the call left (the tag shard hears of the tagged messages it cut off), in the order
 //! the calls were made.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::flusher::Flusher;
-use super::node::{AddQpError, NodeCounters, QpTable, wake_up};
+use super::node::{AddQpError, NodeCounters, QpTable, ReadyList, wake_up};
 use super::rings::MAX_QPS;
 use super::tagged::TagShard;
 use crate::wake::Wake;
@@ -29,7 +28,7 @@ use proto::transport::{
 /// list, memory, the completions staged this iteration, the counters.
 pub(crate) struct Ctx<'a> {
     pub qps: &'a mut QpTable,
-    pub ready: &'a mut VecDeque<u32>,
+    pub ready: &'a mut ReadyList,
     pub mem: &'a mut MemoryTable,
     pub staged: &'a mut StagedCompletions,
     pub counters: &'a mut NodeCounters,
