@@ -23,6 +23,10 @@
 //! at a time where the CPU has AVX-512; below that `crc32fast` uses tables, and `pclmul` is
 //! faster.
 //!
+//! [`update_masked`] continues the register over bytes whose first 48 are or-ed with a mask
+//! as they are loaded: a received RoCEv2 frame's ICRC (a dummy LRH and header fields taken as
+//! all-ones) in one pass over the frame as it lies, with no copy.
+//!
 //! `PORTICO_CRC=portable` or `=pclmul` in the environment narrows the choice (for
 //! comparisons); [`kernel`] says which one runs. The tests compare every kernel the CPU runs
 //! with a bit-at-a-time CRC for every length up to 300 (and longer ones) at several
