@@ -1330,7 +1330,7 @@ pub(crate) fn wake_up(qps: &mut QpTable, ready: &mut ReadyList, slot: u32) {
 /// The queue pairs with something to send, in turn: a ring of [`MAX_QPS`] slots. A queue pair
 /// is on it at most once (`QpEntry::ready`), so it never overflows; a power-of-two ring
 /// wraps with a mask, where a `VecDeque` compares with its capacity at every step (callgrind:
-/// 46 instructions a lone WRITE, 5 a batched one).
+/// 46 instructions fewer a lone WRITE, 5 fewer a batched one).
 pub(crate) struct ReadyList {
     slots: Box<[u32; MAX_QPS]>,
     /// Where the first queue pair is, below `MAX_QPS`.

@@ -618,7 +618,7 @@ impl Persistence {
 pub(crate) struct ShaperPart {
     /// Boxed: the worker's loop asks whether there is one several times a packet, and a
     /// pointer is one compare where the inline value's niche was a 16-byte one (callgrind:
-    /// 9 instructions a batched WRITE, 36 a lone one).
+    /// 9 instructions fewer a batched WRITE, 36 fewer a lone one).
     pub shaper: Option<Box<Shaper>>,
 }
 
