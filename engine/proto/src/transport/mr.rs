@@ -464,6 +464,16 @@ impl MemoryTable {
         }
     }
 
+    /// How a peer names `at` (its address and the region's rkey) for as long as the region
+    /// holds the slot: while it is retired too, which [`MemoryTable::remote_name`] refuses.
+    /// For what was named when its region was live (a queued rendezvous send's buffer).
+    pub(crate) fn name_of(&self, at: Location) -> Option<(u64, u32)> {
+        match self.regions.get(at.region as usize) {
+            Some(Some(r)) => Some((r.addr.wrapping_add(at.offset), r.rkey)),
+            _ => None,
+        }
+    }
+
     /// The address the application knows `at` by (its region's address plus the offset), or
     /// 0 for a location in no region.
     pub fn address_of(&self, at: Location) -> u64 {

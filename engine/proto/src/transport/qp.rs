@@ -563,7 +563,7 @@ impl QueuePair {
         match *p {
             PayloadRef::Region { at, .. } => mem.fetch(at, dst),
             PayloadRef::SendQueue { wqe, offset, .. } => {
-                self.req.copy_payload(mem, wqe, offset, dst)
+                self.req.copy_payload(&self.cfg, mem, wqe, offset, dst)
             }
         }
     }
@@ -573,9 +573,9 @@ impl QueuePair {
     fn copy_payload_crc(&self, p: &PayloadRef, mem: &MemoryTable, dst: &mut [u8], reg: u32) -> u32 {
         match *p {
             PayloadRef::Region { at, .. } => mem.fetch_crc(at, dst, reg),
-            PayloadRef::SendQueue { wqe, offset, .. } => {
-                self.req.copy_payload_crc(mem, wqe, offset, dst, reg)
-            }
+            PayloadRef::SendQueue { wqe, offset, .. } => self
+                .req
+                .copy_payload_crc(&self.cfg, mem, wqe, offset, dst, reg),
         }
     }
 

@@ -49,9 +49,10 @@ struct SendWqe {
     npsn: u32,
     /// READ only: response packets received and placed so far.
     read_done: u32,
-    /// Tagged sends and done messages: the tag header the message starts with (`len` counts
-    /// it; the local buffer follows it).
-    tag: Option<TagHeader>,
+    /// A tagged send by rendezvous (its tag header says where the target may READ it).
+    /// The tag header itself is not kept: [`SendWqe::tag_header`] writes it from the kind,
+    /// the buffer and the queue pair's rank (136 bytes a request kept, 88 without).
+    rendezvous: bool,
     /// A held WQE's reason to wait is over: its durable ACK came (durable WRITE), or the
     /// target's done message (rendezvous send).
     done: bool,
@@ -59,6 +60,9 @@ struct SendWqe {
     /// durable ACK through its PSN.
     owed_durable: bool,
 }
+
+// What the comment on `rendezvous` says; a field added to the request shows here.
+const _: () = assert!(size_of::<SendWqe>() == 88);
 
 impl SendWqe {
     fn last_psn(&self) -> u32 {
@@ -87,13 +91,68 @@ impl SendWqe {
 
     /// A rendezvous send: done on the wire when acknowledged, complete when the target says so.
     fn is_rendezvous(&self) -> bool {
+        self.rendezvous
+    }
+
+    /// Tagged sends and done messages: whether the message starts with a tag header (`len`
+    /// counts it; the local buffer follows it).
+    fn is_tagged(&self) -> bool {
         matches!(
-            self.tag,
-            Some(TagHeader {
-                kind: TagKind::Rendezvous { .. },
-                ..
-            })
-        ) && matches!(self.kind, WrKind::TaggedSend { .. })
+            self.kind,
+            WrKind::TaggedSend { .. } | WrKind::TagDone { .. }
+        )
+    }
+
+    /// The tag header a tagged send or done message starts with, as it was when posted: the
+    /// envelope from the kind, the sender's rank from `cfg`, a rendezvous's address and rkey
+    /// from its one local piece (its region stays registered while the request is queued,
+    /// `uses_region`), and its cookie, the request's first PSN.
+    fn tag_header(&self, cfg: &QpConfig, mem: &MemoryTable) -> Option<TagHeader> {
+        let (kind, endpoint, match_bits, hdr_data, length, cookie) = match self.kind {
+            WrKind::TaggedSend {
+                endpoint,
+                match_bits,
+                hdr_data,
+            } if self.rendezvous => {
+                let (addr, rkey) = self
+                    .local
+                    .single()
+                    .and_then(|(at, _)| mem.name_of(at))
+                    .unwrap_or((0, 0));
+                let kind = TagKind::Rendezvous { addr, rkey };
+                (
+                    kind,
+                    endpoint,
+                    match_bits,
+                    hdr_data,
+                    self.local.len(),
+                    self.first_psn,
+                )
+            }
+            WrKind::TaggedSend {
+                endpoint,
+                match_bits,
+                hdr_data,
+            } => (
+                TagKind::Eager,
+                endpoint,
+                match_bits,
+                hdr_data,
+                self.local.len(),
+                0,
+            ),
+            WrKind::TagDone { cookie, length } => (TagKind::Done, 0, 0, 0, length, cookie),
+            _ => return None,
+        };
+        Some(TagHeader {
+            kind,
+            endpoint,
+            initiator: cfg.tag_rank,
+            match_bits,
+            hdr_data,
+            length,
+            cookie,
+        })
     }
 
     /// Posted by the engine itself: completes with no completion for the host.
@@ -379,41 +438,24 @@ impl Requester {
         if !len_ok {
             return Err(Refusal::Local(LocalError::Length));
         }
-        let mut tag = None;
-        if let WrKind::TaggedSend {
-            endpoint,
-            match_bits,
-            hdr_data,
-        } = kind
-        {
-            let mut h = TagHeader {
-                kind: TagKind::Eager,
-                endpoint,
-                initiator: cfg.tag_rank,
-                match_bits,
-                hdr_data,
-                length: len,
-                cookie: 0,
-            };
+        let mut rendezvous = false;
+        if let WrKind::TaggedSend { .. } = kind {
             if len > cfg.rndv_threshold {
                 // The target READs the message where it is: one piece, remotely readable.
                 let (at, _) = local
                     .single()
                     .ok_or(Refusal::Local(LocalError::Operation))?;
-                let (addr, rkey) = mem
-                    .remote_name(at, Access::REMOTE_READ)
+                mem.remote_name(at, Access::REMOTE_READ)
                     .ok_or(Refusal::Local(LocalError::Operation))?;
-                h.kind = TagKind::Rendezvous { addr, rkey };
-                h.cookie = self.next_psn;
+                rendezvous = true;
                 // The envelope and what fits with it in the first packet.
                 let first = cfg.pmtu.bytes() - tag::RNDV_LEN as u32;
                 len = tag::RNDV_LEN as u32 + len.min(first);
             } else {
                 len += tag::SHORT_LEN as u32;
             }
-            tag = Some(h);
         }
-        self.push(cfg, wr_id, kind, local, len, tag);
+        self.push(cfg, wr_id, kind, local, len, rendezvous);
         Ok(())
     }
 
@@ -424,7 +466,7 @@ impl Requester {
         kind: WrKind,
         local: Gather,
         len: u32,
-        tag: Option<TagHeader>,
+        rendezvous: bool,
     ) {
         let npsn = cfg.pmtu.packets(len);
         self.sq.push_back(SendWqe {
@@ -435,7 +477,7 @@ impl Requester {
             first_psn: self.next_psn,
             npsn,
             read_done: 0,
-            tag,
+            rendezvous,
             done: false,
             owed_durable: false,
         });
@@ -458,23 +500,14 @@ impl Requester {
             token,
         };
         self.internal += 1;
-        self.push(cfg, 0, kind, Gather::at(local, len), len, None);
+        self.push(cfg, 0, kind, Gather::at(local, len), len, false);
     }
 
     /// The done message for the sender's rendezvous `cookie`.
     pub(crate) fn post_done(&mut self, cfg: &QpConfig, cookie: u32, length: u32) {
-        let h = TagHeader {
-            kind: TagKind::Done,
-            endpoint: 0,
-            initiator: cfg.tag_rank,
-            match_bits: 0,
-            hdr_data: 0,
-            length,
-            cookie,
-        };
         self.internal += 1;
         let kind = WrKind::TagDone { cookie, length };
-        self.push(cfg, 0, kind, Gather::EMPTY, tag::SHORT_LEN as u32, Some(h));
+        self.push(cfg, 0, kind, Gather::EMPTY, tag::SHORT_LEN as u32, false);
     }
 
     /// The target took the rendezvous message `cookie` names: its send completes, with what
@@ -887,18 +920,26 @@ impl Requester {
 
     /// Copy message bytes of the send work request at position `wqe` (from a
     /// [`PayloadRef::SendQueue`]) out of the application's memory.
-    pub(crate) fn copy_payload(&self, mem: &MemoryTable, wqe: u32, offset: u32, dst: &mut [u8]) {
+    pub(crate) fn copy_payload(
+        &self,
+        cfg: &QpConfig,
+        mem: &MemoryTable,
+        wqe: u32,
+        offset: u32,
+        dst: &mut [u8],
+    ) {
         let w = &self.sq[wqe as usize];
-        let Some(h) = w.tag else {
+        if !w.is_tagged() {
             return w.local.copy_out(mem, &self.spill, offset, dst);
-        };
-        self.copy_tagged(mem, w, h, offset, dst);
+        }
+        self.copy_tagged(cfg, mem, w, offset, dst);
     }
 
     /// [`Requester::copy_payload`] folding the bytes into the CRC register `reg` (one pass over
     /// the application's bytes); returns the register after them.
     pub(crate) fn copy_payload_crc(
         &self,
+        cfg: &QpConfig,
         mem: &MemoryTable,
         wqe: u32,
         offset: u32,
@@ -906,24 +947,27 @@ impl Requester {
         reg: u32,
     ) -> u32 {
         let w = &self.sq[wqe as usize];
-        let Some(h) = w.tag else {
+        if !w.is_tagged() {
             return w.local.copy_out_crc(mem, &self.spill, offset, dst, reg);
-        };
+        }
         // A tagged message (the engine's tag header, then the application's bytes) is copied
         // and then folded: two passes (tagged sends are not the fused path yet).
-        self.copy_tagged(mem, w, h, offset, dst);
+        self.copy_tagged(cfg, mem, w, offset, dst);
         pmem::crc::update(reg, dst)
     }
 
     #[inline(never)]
     fn copy_tagged(
         &self,
+        cfg: &QpConfig,
         mem: &MemoryTable,
         w: &SendWqe,
-        h: TagHeader,
         offset: u32,
         dst: &mut [u8],
     ) {
+        let Some(h) = w.tag_header(cfg, mem) else {
+            return;
+        };
         // The tag header, then the local buffer.
         let hlen = h.buffer_len() as u32;
         let mut start = 0;
@@ -1411,11 +1455,7 @@ impl Requester {
         if w.is_internal() {
             return self.complete_internal(status);
         }
-        let byte_len = if w.tag.is_some() {
-            w.local.len()
-        } else {
-            w.len
-        };
+        let byte_len = if w.is_tagged() { w.local.len() } else { w.len };
         cq.push(WorkCompletion {
             wr_id: w.wr_id,
             qpn: cfg.local_qpn,

@@ -1293,3 +1293,56 @@ fn frames_carry_their_payload_and_icrc_on_both_sides_of_the_copy_then_fold_cut()
         assert_eq!(a_bytes(&sim, a, 8192, data.len()), data);
     }
 }
+
+/// A rendezvous send's tag header is written from the request when its packet goes (the
+/// send queue keeps no copy): the envelope, the sender's rank, the buffer's address and rkey
+/// and the request's first PSN as its cookie, and so while its region is being deregistered
+/// (retired, held by the request) as when it was posted.
+#[test]
+fn a_rendezvous_header_names_its_buffer_while_the_region_is_retired() {
+    use crate::transport::SgList;
+    let mut c = cfg();
+    c.tagged = true;
+    c.tag_rank = 7;
+    c.rndv_threshold = 64;
+    let (mut sim, a, _b) = pair(c, Faults::NONE, 1, 4096);
+    // A first request moves the next PSN on, so that the cookie is not 0.
+    let eager = WorkRequest::tagged_send(1, SgList::one(a.lkey, A_BASE, 16), 3, 0xabc, 0x55);
+    sim.a.post_send(eager);
+    let rndv = WorkRequest::tagged_send(2, SgList::one(a.lkey, A_BASE + 256, 1000), 3, 0xdef, 9);
+    sim.a.post_send(rndv);
+    assert!(sim.a.mem.retire(a.lkey).is_some(), "retired, still held");
+    let mut headers = Vec::new();
+    while let Some(pkt) = sim.a.qp.poll_transmit(sim.now) {
+        let mut frame = vec![0; pkt.frame_len()];
+        assert_eq!(sim.a.qp.emit(&pkt, &sim.a.mem, &mut frame), Ok(frame.len()));
+        let (_, payload) = wire::parse_frame(&frame).unwrap();
+        headers.push(wire::tag::TagHeader::parse(payload).unwrap());
+    }
+    assert_eq!(
+        headers,
+        [
+            wire::tag::TagHeader {
+                kind: wire::tag::TagKind::Eager,
+                endpoint: 3,
+                initiator: 7,
+                match_bits: 0xabc,
+                hdr_data: 0x55,
+                length: 16,
+                cookie: 0,
+            },
+            wire::tag::TagHeader {
+                kind: wire::tag::TagKind::Rendezvous {
+                    addr: A_BASE + 256,
+                    rkey: a.rkey,
+                },
+                endpoint: 3,
+                initiator: 7,
+                match_bits: 0xdef,
+                hdr_data: 9,
+                length: 1000,
+                cookie: 1,
+            },
+        ]
+    );
+}
