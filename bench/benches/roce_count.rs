@@ -5,7 +5,7 @@
 //! twice under `valgrind --tool=callgrind` with two values of `n` and divide the difference of
 //! the totals by the difference of the counts (`bench/roce_instructions.sh` does this). Cases:
 //! `write64`, `write4096` (one WRITE at a time, as `node/write` in the criterion benchmark),
-//! `write64x32` (batches of 32, per WRITE), `emit64` and `parse64` (one 64 B WRITE frame built
+//! `write64x32` (batches of 32, per WRITE), `read64` (one 64 B READ at a time), `emit64` and `parse64` (one 64 B WRITE frame built
 //! from the queue pair's template and the packet's fields, as a queue pair builds it, or
 //! checked and parsed), `emit64r` (the same frame from a whole `RoceRepr`, the template's
 //! checked entry point for other callers). And the list-processing engine's
@@ -26,7 +26,9 @@ fn main() {
     let (case, n) = match args.as_slice() {
         [case, n] => (case.as_str(), n.parse::<usize>().expect("a count")),
         _ => {
-            eprintln!("usage: roce_count write64|write4096|write64x32|emit64|emit64r|parse64 N");
+            eprintln!(
+                "usage: roce_count write64|write4096|write64x32|read64|emit64|emit64r|parse64 N"
+            );
             std::process::exit(2);
         }
     };
@@ -35,6 +37,15 @@ fn main() {
         "write64" | "write4096" => {
             let size = if case == "write64" { 64 } else { 4096 };
             let wrs = p.requests(size);
+            for _ in 0..100 {
+                p.writes(&wrs[..1]);
+            }
+            for _ in 0..n {
+                p.writes(black_box(&wrs[..1]));
+            }
+        }
+        "read64" => {
+            let wrs = p.read_requests(64);
             for _ in 0..100 {
                 p.writes(&wrs[..1]);
             }

@@ -88,6 +88,21 @@ impl Pair {
             .collect()
     }
 
+    /// 32 READs of `size` bytes of B's region into A's, built once (`roce_count`'s `read64`).
+    #[allow(dead_code)] // Not used by the criterion benchmark, which includes this module too.
+    pub fn read_requests(&self, size: u32) -> Vec<WorkRequest> {
+        (0..32u64)
+            .map(|i| {
+                WorkRequest::read(
+                    i,
+                    SgList::one(self.src.lkey, 0x7f00_0000_0000 + i * 8192, size),
+                    0x7f10_0000_0000 + i * 8192,
+                    self.dst.rkey,
+                )
+            })
+            .collect()
+    }
+
     /// Posts `wrs` and runs both engines until A has their completions.
     pub fn writes(&mut self, wrs: &[WorkRequest]) {
         let n = wrs.len();
