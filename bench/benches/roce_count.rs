@@ -5,9 +5,10 @@
 //! twice under `valgrind --tool=callgrind` with two values of `n` and divide the difference of
 //! the totals by the difference of the counts (`bench/roce_instructions.sh` does this). Cases:
 //! `write64`, `write4096` (one WRITE at a time, as `node/write` in the criterion benchmark),
-//! `write64x32` (batches of 32, per WRITE), `read64` (one 64 B READ at a time), `emit64` and `parse64` (one 64 B WRITE frame built
-//! from the queue pair's template and the packet's fields, as a queue pair builds it, or
-//! checked and parsed), `emit64r` (the same frame from a whole `RoceRepr`, the template's
+//! `write65536` (one WRITE of 16 packets at a time: FIRST, 14 MIDDLE, LAST),
+//! `write64x32` (batches of 32, per WRITE), `read64` (one 64 B READ at a time), `emit64`
+//! and `parse64` (one 64 B WRITE frame built from the queue pair's template and the packet's
+//! fields, as a queue pair builds it, or checked and parsed), `emit64r` (the same frame from a whole `RoceRepr`, the template's
 //! checked entry point for other callers). And the list-processing engine's
 //! per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
 //! tag port makes it): `lpe_match8` and `lpe_match1000` (a persistent receive matched among 8
@@ -27,15 +28,15 @@ fn main() {
         [case, n] => (case.as_str(), n.parse::<usize>().expect("a count")),
         _ => {
             eprintln!(
-                "usage: roce_count write64|write4096|write64x32|read64|emit64|emit64r|parse64 N"
+                "usage: roce_count write64|write4096|write65536|write64x32|read64|emit64|emit64r|parse64 N"
             );
             std::process::exit(2);
         }
     };
     let mut p = pair();
     match case {
-        "write64" | "write4096" => {
-            let size = if case == "write64" { 64 } else { 4096 };
+        "write64" | "write4096" | "write65536" => {
+            let size = case["write".len()..].parse().expect("a size");
             let wrs = p.requests(size);
             for _ in 0..100 {
                 p.writes(&wrs[..1]);
