@@ -656,17 +656,24 @@ impl BthRepr {
         packet: &Packet<&T>,
         opcode: Opcode,
     ) -> BthRepr {
+        let b = packet.buffer.as_ref();
+        // Bytes 4 to 11 (FECN and BECN, the QP; AckReq, the PSN) in one load: read field by
+        // field, each 24-bit number was three loads and four instructions more (callgrind).
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[field::FECN_BECN..field::PSN.end]);
+        let w = u64::from_be_bytes(w);
+        let (hi, lo) = ((w >> 32) as u32, w as u32);
         BthRepr {
             opcode,
             solicited: packet.solicited(),
             migreq: packet.migreq(),
             pad_count: packet.pad_count(),
             pkey: packet.pkey(),
-            fecn: packet.fecn(),
-            becn: packet.becn(),
-            dest_qp: packet.dest_qp(),
-            ack_req: packet.ack_req(),
-            psn: packet.psn(),
+            fecn: hi & (u32::from(FECN) << 24) != 0,
+            becn: hi & (u32::from(BECN) << 24) != 0,
+            dest_qp: hi & QPN_MASK,
+            ack_req: lo & (u32::from(ACK_REQ) << 24) != 0,
+            psn: lo & PSN_MASK,
         }
     }
 

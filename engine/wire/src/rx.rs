@@ -85,7 +85,11 @@ impl<'a, 'r> RxFrame<'a, 'r> {
     /// The BTH's destination queue pair.
     #[inline]
     pub fn dest_qp(&self) -> u32 {
-        bth::Packet::new_unchecked(&self.frame[BTH_OFFSET..EXT_OFFSET]).dest_qp()
+        // Decoded already, where the one pass took the frame.
+        match self.decoded {
+            Some(_) => self.headers.bth.dest_qp,
+            None => bth::Packet::new_unchecked(&self.frame[BTH_OFFSET..EXT_OFFSET]).dest_qp(),
+        }
     }
 
     /// Verifies the IPv4 checksum, a non-zero UDP checksum and the ICRC, computed over the
