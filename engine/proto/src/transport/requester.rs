@@ -833,89 +833,143 @@ impl Requester {
             | WrKind::DurableWrite { .. }
             | WrKind::TaggedSend { .. }
             | WrKind::TagDone { .. } => {
-                let imm = match wqe.kind {
-                    WrKind::Send { imm } | WrKind::Write { imm, .. } => imm,
-                    _ => None,
-                };
-                if outstanding >= max_in_flight {
-                    return false;
-                }
-                let offset = k * mtu;
-                let len = (wqe.len - offset).min(mtu);
-                let (first, last) = (k == 0, k + 1 == wqe.npsn);
-                let opcode = match wqe.kind {
-                    WrKind::DurableWrite { .. } => durable_opcode(first, last),
-                    WrKind::Write { .. } => data_opcode(true, first, last, imm.is_some()),
-                    _ => data_opcode(false, first, last, imm.is_some()),
-                };
-                let since_ack_req = self.since_ack_req + 1;
-                // AckReq on a message's last packet, every `ack_req_every`
-                // packets, and on the packet that fills the window, so that
-                // the responder never sits on the ACK we are waiting for.
-                let ack_req = last
-                    || since_ack_req >= self.ack_req_every(cfg)
-                    || self
-                        .unrequested_since
-                        .is_some_and(|t| now.saturating_sub(t) >= self.rtt.rto(cfg) / 4)
-                    || outstanding + 1 >= max_in_flight;
-                let reth = match wqe.kind {
-                    WrKind::Write {
-                        remote_addr, rkey, ..
+                // The commonest packets, a WRITE of one packet without immediate data and
+                // the middle packets of a longer WRITE, with their opcode, headers and position
+                // constants (as the responder checks them). Callgrind: a batched 64 B WRITE
+                // 1 900.5 -> 1 828.1 instructions, a lone one 3 928 -> 3 858, a 64 KiB one
+                // 89 905 -> 89 500; a lone READ 4 290 -> 4 293.
+                let window = (outstanding, max_in_flight);
+                match wqe.kind {
+                    WrKind::Write { imm: None, .. } if wqe.npsn == 1 => {
+                        self.data_request(now, cfg, budget, slot, psn, k, window, Shape::OneWrite)
                     }
-                    | WrKind::DurableWrite {
-                        remote_addr, rkey, ..
-                    } if first => Some(RethRepr {
-                        virtual_addr: remote_addr,
-                        rkey,
-                        dma_len: wqe.len,
-                    }),
-                    _ => None,
-                };
-                let immdt = match imm {
-                    Some(imm) if last => Some(ImmDtRepr {
-                        data: imm.to_be_bytes(),
-                    }),
-                    _ => None,
-                };
-                // The packet is built where it is returned; its length is known from the
-                // opcode before.
-                let frame_len = wire::frame_len(opcode, len as usize);
-                // A packet that asks for its ACK pulls that ACK in.
-                let back = if ack_req { ack_frame(cfg) } else { 0 };
-                if !budget.offer(frame_len, back) {
-                    return false;
+                    WrKind::Write { .. } if k > 0 && k + 1 < wqe.npsn => self.data_request(
+                        now,
+                        cfg,
+                        budget,
+                        slot,
+                        psn,
+                        k,
+                        window,
+                        Shape::MiddleWrite,
+                    ),
+                    _ => self.data_request(now, cfg, budget, slot, psn, k, window, Shape::Any),
                 }
-                budget.charge(frame_len);
-                let payload = (len > 0).then_some(PayloadRef::SendQueue {
-                    wqe: self.tx_idx as u32,
-                    offset,
-                    len,
-                });
-                self.since_ack_req = if ack_req { 0 } else { since_ack_req };
-                self.unrequested_since = if ack_req {
-                    None
-                } else {
-                    self.unrequested_since.or(Some(now))
-                };
-                self.tx_psn = psn::add(psn, 1);
-                if last {
-                    self.tx_idx += 1;
-                }
-                // Timed only with AckReq: an ACK for a packet without it may wait for a later
-                // one, which would lengthen the sample.
-                self.note_sent(now, cfg, psn, 1, ack_req);
-                self.cc.on_sent(now, frame_len);
-                *slot = OutPacket {
-                    fields: PacketFields {
-                        reth,
-                        immdt,
-                        ..PacketFields::new(opcode, psn, ack_req)
-                    },
-                    payload,
-                };
-                true
             }
         }
+    }
+
+    /// [`Requester::poll_request`] of a SEND or WRITE packet (`k` packets into its request,
+    /// with `window`: the packets outstanding and the most allowed) of `shape` (called with
+    /// it a constant, so that the opcode and headers of a common shape fold into the code).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn data_request(
+        &mut self,
+        now: u64,
+        cfg: &QpConfig,
+        budget: &mut Budget,
+        slot: &mut OutPacket,
+        psn: u32,
+        k: u32,
+        window: (u32, u32),
+        shape: Shape,
+    ) -> bool {
+        let one_write = shape == Shape::OneWrite;
+        let middle_write = shape == Shape::MiddleWrite;
+        let (outstanding, max_in_flight) = window;
+        let mtu = cfg.pmtu.bytes();
+        let wqe = &self.sq[self.tx_idx];
+        let imm = match wqe.kind {
+            _ if one_write || middle_write => None,
+            WrKind::Send { imm } | WrKind::Write { imm, .. } => imm,
+            _ => None,
+        };
+        if outstanding >= max_in_flight {
+            return false;
+        }
+        let offset = if one_write { 0 } else { k * mtu };
+        let len = (wqe.len - offset).min(mtu);
+        let (first, last) = if one_write {
+            (true, true)
+        } else if middle_write {
+            (false, false)
+        } else {
+            (k == 0, k + 1 == wqe.npsn)
+        };
+        let opcode = match wqe.kind {
+            _ if one_write => Opcode::RdmaWriteOnly,
+            _ if middle_write => Opcode::RdmaWriteMiddle,
+            WrKind::DurableWrite { .. } => durable_opcode(first, last),
+            WrKind::Write { .. } => data_opcode(true, first, last, imm.is_some()),
+            _ => data_opcode(false, first, last, imm.is_some()),
+        };
+        let since_ack_req = self.since_ack_req + 1;
+        // AckReq on a message's last packet, every `ack_req_every`
+        // packets, and on the packet that fills the window, so that
+        // the responder never sits on the ACK we are waiting for.
+        let ack_req = last
+            || since_ack_req >= self.ack_req_every(cfg)
+            || self
+                .unrequested_since
+                .is_some_and(|t| now.saturating_sub(t) >= self.rtt.rto(cfg) / 4)
+            || outstanding + 1 >= max_in_flight;
+        let reth = match wqe.kind {
+            WrKind::Write {
+                remote_addr, rkey, ..
+            }
+            | WrKind::DurableWrite {
+                remote_addr, rkey, ..
+            } if first => Some(RethRepr {
+                virtual_addr: remote_addr,
+                rkey,
+                dma_len: wqe.len,
+            }),
+            _ => None,
+        };
+        let immdt = match imm {
+            Some(imm) if last => Some(ImmDtRepr {
+                data: imm.to_be_bytes(),
+            }),
+            _ => None,
+        };
+        // The packet is built where it is returned; its length is known from the
+        // opcode before.
+        let frame_len = wire::frame_len(opcode, len as usize);
+        // A packet that asks for its ACK pulls that ACK in.
+        let back = if ack_req { ack_frame(cfg) } else { 0 };
+        if !budget.offer(frame_len, back) {
+            return false;
+        }
+        budget.charge(frame_len);
+        let payload = (len > 0).then_some(PayloadRef::SendQueue {
+            wqe: self.tx_idx as u32,
+            offset,
+            len,
+        });
+        self.since_ack_req = if ack_req { 0 } else { since_ack_req };
+        self.unrequested_since = if ack_req {
+            None
+        } else {
+            self.unrequested_since.or(Some(now))
+        };
+        self.tx_psn = psn::add(psn, 1);
+        if last {
+            self.tx_idx += 1;
+        }
+        // Timed only with AckReq: an ACK for a packet without it may wait for a later
+        // one, which would lengthen the sample.
+        self.note_sent(now, cfg, psn, 1, ack_req);
+        self.cc.on_sent(now, frame_len);
+        *slot = OutPacket {
+            fields: PacketFields {
+                reth,
+                immdt,
+                ..PacketFields::new(opcode, psn, ack_req)
+            },
+            payload,
+        };
+        true
     }
 
     /// Copy message bytes of the send work request at position `wqe` (from a
@@ -1513,6 +1567,18 @@ fn durable_opcode(first: bool, last: bool) -> Opcode {
         (false, false) => Opcode::RdmaWriteMiddle,
         (false, true) => Opcode::RdmaWriteLast,
     }
+}
+
+/// Where a SEND or WRITE packet is in its request, where [`Requester::poll_request`] knows it
+/// before building the packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// The one packet of a WRITE without immediate data.
+    OneWrite,
+    /// A packet of a WRITE that is neither its first nor its last.
+    MiddleWrite,
+    /// Any other.
+    Any,
 }
 
 /// The opcode of one SEND or WRITE packet.
