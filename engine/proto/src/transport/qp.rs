@@ -675,12 +675,40 @@ impl QueuePair {
         cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) {
+        // A one-packet WRITE, the commonest request, and a longer WRITE's middle packets
+        // handled with their opcode a constant, down to the responder's opcode sequence check.
+        // (Callgrind: a batched 64 B WRITE 1 799.1 -> 1 760.1 instructions, a lone one 3 829
+        // -> 3 793, a 64 KiB one 89 471 -> 88 422; a lone READ 4 277 -> 4 282. With the
+        // one-packet arm alone: 1 757.1, 3 789, 89 263 and 4 268.)
+        match repr.bth.opcode {
+            Opcode::RdmaWriteOnly => {
+                self.on_packet_as(now, repr, Opcode::RdmaWriteOnly, payload, mem, cq, tags)
+            }
+            Opcode::RdmaWriteMiddle => {
+                self.on_packet_as(now, repr, Opcode::RdmaWriteMiddle, payload, mem, cq, tags)
+            }
+            opcode => self.on_packet_as(now, repr, opcode, payload, mem, cq, tags),
+        }
+    }
+
+    /// [`QueuePair::on_packet_with`] of a packet whose opcode is `opcode`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn on_packet_as(
+        &mut self,
+        now: u64,
+        repr: &RoceRepr,
+        opcode: Opcode,
+        payload: &[u8],
+        mem: &mut MemoryTable,
+        cq: &mut StagedCompletions,
+        tags: &mut dyn TagTarget,
+    ) {
         self.stats.rx_packets += 1;
         if repr.bth.dest_qp != self.cfg.local_qpn || self.state == QpState::Error {
             self.stats.rx_dropped += 1;
             return;
         }
-        let opcode = repr.bth.opcode;
         if opcode.is_request() {
             let ce = repr.ip.ecn == Ecn::Ce;
             if ce {
@@ -690,7 +718,7 @@ impl QueuePair {
             self.cnp_due |= notice.cnp;
             let verdict = self
                 .resp
-                .on_request(&self.cfg, repr, payload, mem, cq, tags);
+                .on_request(&self.cfg, repr, opcode, payload, mem, cq, tags);
             if verdict == Verdict::Fatal {
                 self.enter_error(None, cq);
                 return;

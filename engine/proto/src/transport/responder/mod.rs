@@ -538,16 +538,20 @@ impl Responder {
 
     /// Handle one request packet addressed to this QP: the checks of `checks`, in IBTA's
     /// order, then execution; the first check that fails decides the answer.
+    /// `opcode` is `repr`'s (a constant where the caller knows it).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_request(
         &mut self,
         cfg: &QpConfig,
         repr: &RoceRepr,
+        opcode: Opcode,
         payload: &[u8],
         mem: &mut MemoryTable,
         cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) -> Verdict {
-        match self.respond(cfg, repr, payload, mem, cq, tags) {
+        match self.respond(cfg, repr, opcode, payload, mem, cq, tags) {
             Ok(verdict) => verdict,
             Err(stop) => self.stop(cfg, repr.bth.psn, stop),
         }
@@ -557,17 +561,19 @@ impl Responder {
     /// written and no receive taken before `execute` (tag matching, which claims a tagged
     /// buffer, comes last for that reason).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn respond(
         &mut self,
         cfg: &QpConfig,
         repr: &RoceRepr,
+        opcode: Opcode,
         payload: &[u8],
         mem: &mut MemoryTable,
         cq: &mut StagedCompletions,
         tags: &mut dyn TagTarget,
     ) -> Result<Verdict, Stop> {
         self.check_psn(cfg, repr, mem)?;
-        let op = self.check_op_seq(cfg, repr.bth.opcode)?;
+        let op = self.check_op_seq(cfg, opcode)?;
         // Dispatched on once, here: each arm runs the same chain with the class (and, for the
         // commonest request, a one-packet WRITE, the position) a constant, so the checks' own
         // `match`es on them fold away when the chain is inlined. Without it the chain matched

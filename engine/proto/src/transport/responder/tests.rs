@@ -27,7 +27,15 @@ const BAD_RETH: RethRepr = RethRepr {
 fn deliver(cfg: &QpConfig, resp: &mut Responder, repr: &RoceRepr, payload: &[u8]) -> Verdict {
     let mut mem = MemoryTable::new();
     let mut cq = StagedCompletions::new(16);
-    resp.on_request(cfg, repr, payload, &mut mem, &mut cq, &mut NoTags)
+    resp.on_request(
+        cfg,
+        repr,
+        repr.bth.opcode,
+        payload,
+        &mut mem,
+        &mut cq,
+        &mut NoTags,
+    )
 }
 
 #[test]
