@@ -959,14 +959,19 @@ impl RdmaNode {
             // Queue pairs that are still short of room were pushed again behind the old list.
             self.backlog.drain(..n);
         }
-        let (parts, mut cx) = self.split();
-        parts.poll_host(&mut cx);
+        let parts_work = self.parts.iteration_work(&self.mem);
+        if parts_work {
+            let (parts, mut cx) = self.split();
+            parts.poll_host(&mut cx);
+        }
         self.run_timers(now);
         if !self.deregs.is_empty() {
             self.finish_deregistrations();
         }
-        let (parts, mut cx) = self.split();
-        parts.service(now, &mut cx);
+        if parts_work || self.parts.iteration_work(&self.mem) {
+            let (parts, mut cx) = self.split();
+            parts.service(now, &mut cx);
+        }
         self.settle_parts();
         if self.cm.is_some() {
             self.cm_service(now);
@@ -1093,6 +1098,9 @@ impl RdmaNode {
             self.arm(slot);
         }
         // Requests the parts let go (the shaper's picks).
+        if !self.parts.iteration_work(&self.mem) {
+            return None;
+        }
         let (parts, mut cx) = self.split();
         let (slot, packet) = parts.transmit(now, &mut cx)?;
         self.pending = packet;

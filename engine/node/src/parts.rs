@@ -114,6 +114,13 @@ pub(crate) trait Offload {
     #[inline]
     fn service(&mut self, _now: u64, _cx: &mut Ctx) {}
 
+    /// Whether [`Offload::poll_host`], [`Offload::service`] or [`Offload::transmit`] may have
+    /// anything to do now: the node builds the context they are given only when some part
+    /// says so (six pointers stored at every iteration otherwise; callgrind: 28 instructions
+    /// a lone WRITE). No default: every part says, so that one that overrides any of the
+    /// three is not left uncalled.
+    fn iteration_work(&self, mem: &MemoryTable) -> bool;
+
     /// `outlook`: holds work it could not finish (the worker must not sleep).
     #[inline]
     fn busy(&self, _mem: &MemoryTable) -> bool {
@@ -265,6 +272,14 @@ macro_rules! parts {
                 $(self.$name.service(now, cx);)*
             }
 
+            #[inline(always)]
+            pub fn iteration_work(&self, mem: &MemoryTable) -> bool {
+                $(if self.$name.iteration_work(mem) {
+                    return true;
+                })*
+                false
+            }
+
             #[inline]
             pub fn busy(&self, mem: &MemoryTable) -> bool {
                 $(if self.$name.busy(mem) {
@@ -331,6 +346,12 @@ pub(crate) struct IngressQueue {
 }
 
 impl Offload for IngressQueue {
+    /// Only per packet.
+    #[inline(always)]
+    fn iteration_work(&self, _mem: &MemoryTable) -> bool {
+        false
+    }
+
     #[inline(always)]
     fn before_packet(&mut self, _now: u64, qp: &mut QueuePair, _repr: &wire::RoceRepr) {
         if self.bytes.is_some() {
@@ -396,6 +417,11 @@ impl Offload for Tags {
         }
     }
 
+    #[inline(always)]
+    fn iteration_work(&self, _mem: &MemoryTable) -> bool {
+        self.shard.is_some()
+    }
+
     fn busy(&self, _mem: &MemoryTable) -> bool {
         self.shard.as_ref().is_some_and(|t| t.has_actions())
     }
@@ -440,6 +466,12 @@ pub(crate) struct PortEcn {
 }
 
 impl Offload for PortEcn {
+    /// Only per packet.
+    #[inline(always)]
+    fn iteration_work(&self, _mem: &MemoryTable) -> bool {
+        false
+    }
+
     fn qp_added(&mut self, slot: u32, qp: &QueuePair) {
         if qp.port_scoped_ecn() {
             self.qps.push(slot);
@@ -526,9 +558,14 @@ impl Offload for Persistence {
     }
 
     fn service(&mut self, _now: u64, cx: &mut Ctx) {
-        if !self.waiters.is_empty() || cx.mem.has_persist_jobs() {
+        if self.iteration_work(cx.mem) {
             self.persistence(cx);
         }
+    }
+
+    #[inline(always)]
+    fn iteration_work(&self, mem: &MemoryTable) -> bool {
+        !self.waiters.is_empty() || mem.has_persist_jobs()
     }
 
     fn busy(&self, mem: &MemoryTable) -> bool {
@@ -652,6 +689,11 @@ impl Offload for ShaperPart {
         self.shaper
             .as_ref()
             .is_some_and(|sh| sh.shapes_read_responses())
+    }
+
+    #[inline(always)]
+    fn iteration_work(&self, _mem: &MemoryTable) -> bool {
+        self.shaper.is_some()
     }
 
     /// Its requests and READ responses go when the shaper picks them: keep its streams in
