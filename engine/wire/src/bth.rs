@@ -352,6 +352,25 @@ impl Opcode {
         }
     }
 
+    /// `f(self)`, with the opcode a constant for the seven commonest (WRITE ONLY and MIDDLE,
+    /// SEND ONLY, ACKNOWLEDGE, READ request, READ RESPONSE ONLY and MIDDLE): `f`, inline,
+    /// is compiled once for each of them, so that what the opcode decides (extension headers'
+    /// offsets, the payload rule) folds into the code; any other opcode goes to one copy that
+    /// reads it at run time. The receive decode and the template dispatch through it.
+    #[inline(always)]
+    pub(crate) fn with_common<R>(self, f: impl FnOnce(Opcode) -> R) -> R {
+        match self {
+            Opcode::RdmaWriteOnly => f(Opcode::RdmaWriteOnly),
+            Opcode::SendOnly => f(Opcode::SendOnly),
+            Opcode::Acknowledge => f(Opcode::Acknowledge),
+            Opcode::RdmaReadRequest => f(Opcode::RdmaReadRequest),
+            Opcode::RdmaReadResponseOnly => f(Opcode::RdmaReadResponseOnly),
+            Opcode::RdmaWriteMiddle => f(Opcode::RdmaWriteMiddle),
+            Opcode::RdmaReadResponseMiddle => f(Opcode::RdmaReadResponseMiddle),
+            other => f(other),
+        }
+    }
+
     /// Bytes of extension headers after the BTH, [`ExtHeaders::len`] of
     /// [`Opcode::headers`], read from a table: every frame's length needs it, on the way out
     /// and in. With it (and `RoceRepr::header_len` inlined, which was a call of 29
