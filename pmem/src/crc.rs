@@ -170,6 +170,17 @@ pub fn update(reg: u32, data: &[u8]) -> u32 {
         Kernel::Pclmul | Kernel::Vpclmul if len >= FOLD_FROM => unsafe {
             pclmul::fold::<false>(reg, src, std::ptr::null_mut(), len)
         },
+        _ => short_update(reg, data),
+    }
+}
+
+/// [`portable_update`] with a run of four bytes (an ACK's AETH, sent, and the four bytes
+/// after a received ACK's masked prefix) folded inline: the call and its set-up were 30
+/// instructions for them (callgrind: a lone 64 B WRITE 3 751 -> 3 722, a READ 4 245 -> 4 217).
+#[inline(always)]
+fn short_update(reg: u32, data: &[u8]) -> u32 {
+    match data.first_chunk::<4>() {
+        Some(w) if data.len() == 4 => step4(reg, *w),
         _ => portable_update(reg, data),
     }
 }
@@ -541,7 +552,7 @@ mod pclmul {
         } else {
             // SAFETY: `at + rest == len`, inside the readable range; the engine's callers
             // pass a slice here (`update`), so no other thread writes it.
-            super::portable_update(reg, unsafe {
+            super::short_update(reg, unsafe {
                 std::slice::from_raw_parts(src.add(at), rest)
             })
         }
