@@ -151,7 +151,13 @@ const WIDE_FROM: usize = 256;
 const LONG_FROM: usize = 128;
 
 /// Continue the raw CRC-32 register `reg` over `data`.
-#[inline]
+///
+/// Always inline, as [`update_masked`]: the choice of kernel is a load and two compares,
+/// and as a call of its own (`#[inline]` left it one in the template's opcode arms, and the
+/// receive path passes `update_masked` as a function) it was 11 to 12 instructions a frame
+/// more. Callgrind: a batched 64 B WRITE 1 752.1 -> 1 740.5, a lone one 3 722 -> 3 694, a
+/// lone READ 4 217 -> 4 198, 4 KiB 7 766 -> 7 738, 64 KiB 88 292 -> 88 092.
+#[inline(always)]
 pub fn update(reg: u32, data: &[u8]) -> u32 {
     let (src, len) = (data.as_ptr(), data.len());
     // The first call chooses, out of line and in tail position: a choice inline here made
@@ -193,8 +199,8 @@ pub const MASKED_PREFIX: usize = 48;
 /// bytes a CRC covers as all-ones (a RoCEv2 ICRC's dummy LRH and variant header fields) taken
 /// from the frame as it is, with no copy. A run of a short frame's length is folded in one
 /// pass, the masked blocks or-ed as they are loaded; a longer one (or a shorter `data`, masked
-/// as far as it goes) in two.
-#[inline]
+/// as far as it goes) in two. Always inline, as [`update`].
+#[inline(always)]
 pub fn update_masked(reg: u32, data: &[u8], mask: &[u8; MASKED_PREFIX]) -> u32 {
     let len = data.len();
     match chosen() {
