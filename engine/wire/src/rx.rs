@@ -113,9 +113,11 @@ impl<'a, 'r> RxFrame<'a, 'r> {
     ) -> Result<(&'r RoceRepr, &'a [u8])> {
         if let Some((payload, icrc_at)) = &self.decoded {
             let f = self.frame;
-            let ip_sum = checksum::fold(checksum::sum(0, &f[IP_OFFSET..UDP_OFFSET]));
+            let ip_ok = f[IP_OFFSET..UDP_OFFSET]
+                .first_chunk()
+                .is_some_and(checksum::ipv4_header_verifies);
             let udp_sum = f[UDP_OFFSET + 6] | f[UDP_OFFSET + 7];
-            if ip_sum == 0xffff && udp_sum == 0 {
+            if ip_ok && udp_sum == 0 {
                 let found = f[*icrc_at..*icrc_at + ICRC_LEN]
                     .first_chunk()
                     .map_or(0, |b| icrc::from_wire(*b));
