@@ -402,7 +402,9 @@ impl Responder {
         if durable && target.len > 0 && !mem.persists_writes(target.at) {
             return Err(Stop::Nak(NakCode::RemoteAccessError));
         }
-        if (durable || mem.access_at(target.at).contains(Access::DURABLE)) && self.dur.full() {
+        // The durable queue's room first: it is a field, where the region's flags are a
+        // lookup in the memory table, which every WRITE made (callgrind: 9 instructions).
+        if self.dur.full() && (durable || mem.access_at(target.at).contains(Access::DURABLE)) {
             return Err(Stop::Rnr);
         }
         Ok(())
