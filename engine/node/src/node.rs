@@ -229,6 +229,30 @@ fn take_from<K>(
     if waiting == 0 {
         return (0, false);
     }
+    // One request (a lone operation's): peeked, then popped if taken, without the chunk's
+    // two slices and their iterator. The loop's steps below, written out again: shared with
+    // the loop as one function, they cost the loop 5 instructions a request. Callgrind: a lone
+    // 64 B WRITE 3 666 -> 3 630, a batched one 1 717.3 -> 1 720.6 (the loop's registers).
+    if waiting == 1 {
+        let Ok(item) = entries.peek() else {
+            return (0, false);
+        };
+        let need = completions(item);
+        if cq.unreserved() < need {
+            cq.note_full();
+            counters.cq_full += 1;
+            return (0, true);
+        }
+        if !item.pieces(lists).is_some_and(|sges| take(item, sges)) {
+            return (0, true);
+        }
+        item.taken(lists);
+        for _ in 0..need {
+            cq.reserve();
+        }
+        let _ = entries.pop();
+        return (1, false);
+    }
     let Ok(chunk) = entries.read_chunk(waiting) else {
         return (0, false);
     };
@@ -2007,6 +2031,48 @@ mod tests {
             (0..10).collect::<Vec<_>>(),
             "every one completes, in order"
         );
+        assert_eq!(a.node.counters.cq_overruns, 0);
+    }
+
+    /// One request at a time takes `take_from`'s path for a lone request: held while the
+    /// completion queue has no slot (counted), taken once the host frees one, and its bytes
+    /// land.
+    #[test]
+    fn a_lone_request_waits_for_a_completion_slot_and_goes_once_one_is_free() {
+        let (mut a, mut b) = pair_with_cq(1);
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        map.write(0, &[0x5a; 16]).unwrap();
+        let src = a.node.register(map.clone(), 0, 16, Access::ALL).unwrap();
+        let dst = b.node.register(map.clone(), 2048, 16, Access::ALL).unwrap();
+        let write = |i: u64| {
+            WorkRequest::write(
+                i,
+                proto::transport::SgList::one(src.lkey, src.addr, 8),
+                dst.addr + 8 * i,
+                dst.rkey,
+                None,
+            )
+        };
+        a.qp.post_send(&[write(0)]).unwrap();
+        pump(&mut a.node, &mut b.node, 0);
+        assert_eq!(a.node.counters.posted, 1);
+        // The first completion sits in the ring, unpolled: the second request waits.
+        a.qp.post_send(&[write(1)]).unwrap();
+        pump(&mut a.node, &mut b.node, 0);
+        assert_eq!(a.node.counters.posted, 1, "held for want of a slot");
+        assert!(a.node.counters.cq_full > 0);
+        let first: Vec<u64> = drain(&mut a.cq).iter().map(|w| w.wr_id).collect();
+        assert_eq!(first, [0]);
+        pump(&mut a.node, &mut b.node, 0);
+        assert_eq!(a.node.counters.posted, 2, "taken once the slot is free");
+        let second: Vec<(u64, WcStatus)> = drain(&mut a.cq)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+        assert_eq!(second, [(1, WcStatus::Success)]);
+        let mut landed = [0u8; 16];
+        map.read(2048, &mut landed).unwrap();
+        assert_eq!(landed, [0x5a; 16]);
         assert_eq!(a.node.counters.cq_overruns, 0);
     }
 
