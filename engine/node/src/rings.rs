@@ -460,8 +460,15 @@ impl CqWriter {
             return usize::from(self.ring.push(*wc).is_err());
         }
         let n = wcs.len().min(self.ring.slots());
-        if let Ok(chunk) = self.ring.write_chunk_uninit(n) {
-            chunk.fill_from_iter(wcs[..n].iter().copied());
+        // Copied a slice at a time (the slots' default values first, then `memcpy`): through
+        // `fill_from_iter`'s iterator a completion took 9 instructions more (callgrind: a
+        // batched 64 B WRITE 1 720.6 -> 1 711.3).
+        if let Ok(mut chunk) = self.ring.write_chunk(n) {
+            let (a, b) = chunk.as_mut_slices();
+            let (first, second) = wcs[..n].split_at(a.len());
+            a.copy_from_slice(first);
+            b.copy_from_slice(second);
+            chunk.commit_all();
         }
         wcs.len() - n
     }
@@ -602,7 +609,7 @@ impl Cq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::transport::MAX_SGE;
+    use proto::transport::{MAX_SGE, WcOpcode};
 
     fn wc(wr_id: u64) -> WorkCompletion {
         WorkCompletion {
@@ -749,5 +756,43 @@ mod tests {
         assert_eq!(w.unreserved(), 0, "both slots hold unpolled completions");
         assert_eq!(cq.poll_one().map(|c| c.wr_id), Some(1));
         assert_eq!(w.unreserved(), 1);
+    }
+
+    /// Runs of completions pushed at once, across the ring's wrap (the chunk's second
+    /// slice): every one comes out, whole and in order, and what does not fit is reported.
+    #[test]
+    fn runs_of_completions_cross_the_ring_s_wrap_whole_and_in_order() {
+        let (mut cq, mut w) = cq_ring(0, 8, HostSpin::default());
+        let full = |i: u64| WorkCompletion {
+            qpn: 0x11 + i as u32,
+            byte_len: 100 + i as u32,
+            imm_data: (i % 2 == 1).then_some(i as u32),
+            opcode: if i % 3 == 0 {
+                WcOpcode::Recv
+            } else {
+                WcOpcode::RdmaWrite
+            },
+            ..wc(i)
+        };
+        let mut next = 0u64;
+        let mut seen = Vec::new();
+        let mut out = [WorkCompletion::EMPTY; 8];
+        // Runs of 5 into 8 slots, polled in between: the head moves round, and from the
+        // second run on each one wraps.
+        for _ in 0..6 {
+            let run: Vec<WorkCompletion> = (next..next + 5).map(full).collect();
+            next += 5;
+            assert_eq!(w.push_all(&run), 0);
+            w.publish();
+            let n = cq.poll(&mut out);
+            seen.extend_from_slice(&out[..n]);
+        }
+        assert_eq!(seen, (0..next).map(full).collect::<Vec<_>>());
+        // 10 into 8 free slots: 2 refused, the 8 whole.
+        let run: Vec<WorkCompletion> = (100..110).map(full).collect();
+        assert_eq!(w.push_all(&run), 2);
+        w.publish();
+        assert_eq!(cq.poll(&mut out), 8);
+        assert_eq!(out.to_vec(), run[..8].to_vec());
     }
 }

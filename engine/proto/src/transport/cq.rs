@@ -84,6 +84,14 @@ impl WorkCompletion {
     };
 }
 
+/// [`WorkCompletion::EMPTY`]: what a ring's slots hold before a completion is copied in
+/// (the node crate's completion rings fill a run of slots with one copy).
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        WorkCompletion::EMPTY
+    }
+}
+
 /// A bounded FIFO of completions staged on the worker before they are published to the
 /// application's completion ring (`rdma::Cq`, the only thing called a CQ).
 #[derive(Debug)]
