@@ -1192,29 +1192,29 @@ impl RdmaNode {
                 counters.completions += wcs.len() as u64;
             }
         };
-        let mut last: Option<(u32, u32, u32)> = None;
+        // The queue pair of the last completion and its rings, in three plain variables: as
+        // an `Option` (of a tuple, or of the number) they were spilled and reloaded at every
+        // completion (callgrind: a batched 64 B WRITE 1 711.3 -> 1 701.4). `u32::MAX` is no
+        // queue pair's number (`QpConfig::validate` keeps them to 24 bits), so it stands for
+        // none yet.
+        let (mut last_qpn, mut send_cq, mut recv_cq) = (u32::MAX, 0, 0);
         let staged = self.staged.as_slice();
         let mut lost = 0;
         let (mut start, mut run_cq) = (0, 0);
         for (k, wc) in staged.iter().enumerate() {
-            let (send_cq, recv_cq) = match last {
-                Some((qpn, send_cq, recv_cq)) if qpn == wc.qpn => (send_cq, recv_cq),
-                _ => match self.qps.lookup(wc.qpn) {
-                    Some(i) => {
-                        let e = &self.qps.entries[i];
-                        last = Some((wc.qpn, e.send_cq, e.recv_cq));
-                        (e.send_cq, e.recv_cq)
-                    }
-                    None => {
-                        // Completions come only from this node's queue pairs; were one lost,
-                        // it counts.
-                        push(run_cq, &staged[start..k]);
-                        lost += 1;
-                        start = k + 1;
-                        continue;
-                    }
-                },
-            };
+            debug_assert!(wc.qpn <= 0xff_ffff, "a queue pair number of 24 bits");
+            if wc.qpn != last_qpn {
+                let Some(i) = self.qps.lookup(wc.qpn) else {
+                    // Completions come only from this node's queue pairs; were one lost, it
+                    // counts.
+                    push(run_cq, &staged[start..k]);
+                    lost += 1;
+                    start = k + 1;
+                    continue;
+                };
+                let e = &self.qps.entries[i];
+                (last_qpn, send_cq, recv_cq) = (wc.qpn, e.send_cq, e.recv_cq);
+            }
             let cq = ring_of(wc, send_cq, recv_cq);
             if k > start && cq != run_cq {
                 push(run_cq, &staged[start..k]);
