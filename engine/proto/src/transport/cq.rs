@@ -5,8 +5,6 @@
 //! creation; pushing into a full queue does not grow it (that would allocate
 //! on the packet path) but counts an overrun, as a verbs CQ overrun would.
 
-use std::collections::VecDeque;
-
 /// What kind of work finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcOpcode {
@@ -94,9 +92,17 @@ impl Default for WorkCompletion {
 
 /// A bounded FIFO of completions staged on the worker before they are published to the
 /// application's completion ring (`rdma::Cq`, the only thing called a CQ).
+///
+/// A vector read from `head`, not a ring: the engine empties it at every iteration
+/// ([`StagedCompletions::clear`]), so a push needs no wrap, and the completions are always
+/// one slice (callgrind, against a `VecDeque`: a batched 64 B WRITE 1 701.4 -> 1 696.0
+/// instructions, a lone one 3 630 -> 3 622). What was polled is given back when the queue
+/// empties, or moved out when a push finds it full.
 #[derive(Debug)]
 pub struct StagedCompletions {
-    entries: VecDeque<WorkCompletion>,
+    entries: Vec<WorkCompletion>,
+    /// The oldest completion not yet polled.
+    head: usize,
     capacity: usize,
     overruns: u64,
 }
@@ -104,50 +110,63 @@ pub struct StagedCompletions {
 impl StagedCompletions {
     pub fn new(capacity: usize) -> StagedCompletions {
         StagedCompletions {
-            entries: VecDeque::with_capacity(capacity),
+            entries: Vec::with_capacity(capacity),
+            head: 0,
             capacity,
             overruns: 0,
         }
     }
 
     /// Append a completion; a full queue drops it and counts an overrun.
+    #[inline]
     pub fn push(&mut self, wc: WorkCompletion) {
-        if self.entries.len() >= self.capacity {
+        if self.entries.len() >= self.capacity && !self.make_room() {
             self.overruns += 1;
-        } else {
-            self.entries.push_back(wc);
+            return;
         }
+        self.entries.push(wc);
+    }
+
+    /// Moves out what was polled; false when nothing was (the queue is full).
+    #[cold]
+    fn make_room(&mut self) -> bool {
+        if self.head == 0 {
+            return false;
+        }
+        self.entries.drain(..self.head);
+        self.head = 0;
+        true
     }
 
     /// Take the oldest completion.
     pub fn poll(&mut self) -> Option<WorkCompletion> {
-        self.entries.pop_front()
+        let wc = *self.entries.get(self.head)?;
+        self.head += 1;
+        if self.head == self.entries.len() {
+            self.clear();
+        }
+        Some(wc)
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() - self.head
     }
 
     /// The staged completions, oldest first, in one slice; taken by reading them and then
-    /// calling [`StagedCompletions::clear`] (after which the queue starts at its front again,
-    /// so the slice is made without moving anything).
+    /// calling [`StagedCompletions::clear`].
     #[inline]
     pub fn as_slice(&mut self) -> &[WorkCompletion] {
-        if self.entries.as_slices().1.is_empty() {
-            // The common case, without the call `make_contiguous` is.
-            self.entries.as_slices().0
-        } else {
-            self.entries.make_contiguous()
-        }
+        &self.entries[self.head..]
     }
 
     /// Drop every staged completion.
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.head = 0;
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
     /// Completions lost because the queue was full.
@@ -171,24 +190,48 @@ mod tests {
         }
     }
 
+    /// Pushes and polls interleaved past the capacity: what was polled makes room, the order
+    /// holds, and the slice is the completions not polled yet.
     #[test]
-    fn one_slice_keeps_the_order_when_the_queue_has_wrapped() {
+    fn polled_completions_make_room_and_the_order_holds() {
         let mut cq = StagedCompletions::new(4);
-        let n = cq.entries.capacity();
-        cq.capacity = n;
-        for i in 0..n as u64 {
+        for i in 0..4 {
             cq.push(wc(i));
         }
-        for _ in 0..n - 1 {
-            cq.poll();
+        for i in 0..3 {
+            assert_eq!(cq.poll().map(|w| w.wr_id), Some(i));
         }
+        // Full, but three were polled: they make room for two more.
         cq.push(wc(100));
         cq.push(wc(101));
-        assert!(!cq.entries.as_slices().1.is_empty(), "the queue wraps");
+        assert_eq!(cq.overruns(), 0);
+        assert_eq!(cq.len(), 3);
         let ids: Vec<_> = cq.as_slice().iter().map(|w| w.wr_id).collect();
-        assert_eq!(ids, [n as u64 - 1, 100, 101]);
-        cq.clear();
+        assert_eq!(ids, [3, 100, 101]);
+        cq.push(wc(102));
+        cq.push(wc(103));
+        assert_eq!(cq.overruns(), 1, "four waiting: the fifth is refused");
+        let ids: Vec<_> = std::iter::from_fn(|| cq.poll()).map(|w| w.wr_id).collect();
+        assert_eq!(ids, [3, 100, 101, 102]);
         assert!(cq.is_empty());
+        // A long run of one push and one poll never fills it.
+        for i in 0..100 {
+            cq.push(wc(i));
+            assert_eq!(cq.poll().map(|w| w.wr_id), Some(i));
+        }
+        assert_eq!(cq.overruns(), 1);
+        // One always waiting while others come and go: the polled ones are moved out when
+        // the vector fills.
+        cq.push(wc(0));
+        for i in 1..100 {
+            cq.push(wc(i));
+            assert_eq!(cq.poll().map(|w| w.wr_id), Some(i - 1));
+        }
+        assert_eq!(cq.overruns(), 1);
+        assert_eq!(cq.len(), 1);
+        cq.push(wc(7));
+        cq.clear();
+        assert!(cq.is_empty() && cq.as_slice().is_empty());
     }
 
     #[test]
