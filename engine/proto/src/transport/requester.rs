@@ -452,7 +452,45 @@ impl Requester {
         if !allowed {
             return Err(Refusal::Local(LocalError::Operation));
         }
-        let local = Gather::resolve(mem, sges, need, &mut self.spill).map_err(Refusal::Local)?;
+        // One piece, the common case, resolved here so that the list goes on in registers:
+        // where the longer lists' call joined it, it met them in a stack slot and was copied
+        // twice (callgrind: a batched 64 B WRITE 1 696.0 -> 1 673.0, a lone one 3 622 -> 3 599).
+        let local = match sges {
+            [s] => Gather::resolve_one(mem, s, need).map_err(Refusal::Local)?,
+            _ => return self.post_list(cfg, wr_id, kind, sges, mem, need, posted),
+        };
+        self.post_resolved(cfg, wr_id, kind, local, mem, posted)
+    }
+
+    /// [`Requester::post_kind`] of a list of other than one piece.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn post_list(
+        &mut self,
+        cfg: &QpConfig,
+        wr_id: u64,
+        kind: WrKind,
+        sges: &[Sge],
+        mem: &MemoryTable,
+        need: Access,
+        posted: Posted,
+    ) -> Result<(), Refusal> {
+        let local =
+            Gather::resolve_list(mem, sges, need, &mut self.spill).map_err(Refusal::Local)?;
+        self.post_resolved(cfg, wr_id, kind, local, mem, posted)
+    }
+
+    /// [`Requester::post_kind`] once the local list is resolved.
+    #[inline(always)]
+    fn post_resolved(
+        &mut self,
+        cfg: &QpConfig,
+        wr_id: u64,
+        kind: WrKind,
+        local: Gather,
+        mem: &MemoryTable,
+        posted: Posted,
+    ) -> Result<(), Refusal> {
         let mut len = local.len();
         let len_ok = match kind {
             _ if posted != Posted::Any => true,

@@ -237,19 +237,30 @@ impl Gather {
         // bookkeeping (callgrind: 133 instructions a batched WRITE before, 73 with it), and
         // inline, where the call saved and restored six registers.
         if let [s] = list {
-            let at = mem
-                .check_local(s.lkey, s.addr, u64::from(s.len), need)
-                .map_err(|error| LocalError::Protection { index: 0, error })?;
-            if s.len > 1 << 31 {
-                return Err(LocalError::Length);
-            }
-            return Ok(Gather::at(at, s.len));
+            return Gather::resolve_one(mem, s, need);
         }
         Gather::resolve_list(mem, list, need, spill)
     }
 
+    /// [`Gather::resolve`] of a list of the one piece `s`.
+    #[inline(always)]
+    pub(crate) fn resolve_one(
+        mem: &MemoryTable,
+        s: &Sge,
+        need: Access,
+    ) -> Result<Gather, LocalError> {
+        let at = mem
+            .check_local(s.lkey, s.addr, u64::from(s.len), need)
+            .map_err(|error| LocalError::Protection { index: 0, error })?;
+        if s.len > 1 << 31 {
+            return Err(LocalError::Length);
+        }
+        Ok(Gather::at(at, s.len))
+    }
+
+    /// [`Gather::resolve`] of a list of any other length.
     #[inline(never)]
-    fn resolve_list(
+    pub(crate) fn resolve_list(
         mem: &MemoryTable,
         list: &[Sge],
         need: Access,
