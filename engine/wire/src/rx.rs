@@ -127,17 +127,23 @@ impl<'a, 'r> RxFrame<'a, 'r> {
             }
         }
         // A frame the one pass did not take, a non-zero UDP checksum, or a failed check: the
-        // reference, which names the first check that fails.
-        self.reference(icrc_of)
+        // reference, which names the first check that fails. Given the frame and the headers,
+        // not `self`: a call that took the frame's struct made the hot path store it
+        // (callgrind: a batched 64 B WRITE 1 673.0 -> 1 659.7, a lone one 3 599 -> 3 576).
+        reference(self.frame, self.headers, icrc_of)
     }
+}
 
-    #[cold]
-    #[inline(never)]
-    fn reference(self, mut icrc_of: impl FnMut(&[u8]) -> u32) -> Result<(&'r RoceRepr, &'a [u8])> {
-        let packet = RocePacket::new_checked(self.frame)?;
-        *self.headers = RoceRepr::parse_checked(&packet, Checks::ALL, |p| icrc_of(p.covered()))?;
-        Ok((self.headers, &self.frame[packet.payload_range()]))
-    }
+#[cold]
+#[inline(never)]
+fn reference<'a, 'r>(
+    frame: &'a [u8],
+    headers: &'r mut RoceRepr,
+    mut icrc_of: impl FnMut(&[u8]) -> u32,
+) -> Result<(&'r RoceRepr, &'a [u8])> {
+    let packet = RocePacket::new_checked(frame)?;
+    *headers = RoceRepr::parse_checked(&packet, Checks::ALL, |p| icrc_of(p.covered()))?;
+    Ok((headers, &frame[packet.payload_range()]))
 }
 
 /// The one pass: the payload's range and the ICRC's offset, with the headers written to
