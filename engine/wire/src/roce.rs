@@ -773,9 +773,18 @@ impl RoceRepr {
         let reth = header(frame, reth, reth::HEADER_LEN, |b| {
             RethRepr::parse(&reth::Packet::new_unchecked(b))
         })?;
-        let aeth = header(frame, aeth, aeth::HEADER_LEN, |b| {
-            AethRepr::parse(&aeth::Packet::new_unchecked(b))
-        })?;
+        // Not through `header`: there its closure stayed a call (callgrind: 20 instructions
+        // an ACK, with its result through memory).
+        let aeth = match aeth {
+            Some(a) => {
+                let p = aeth::Packet::new_unchecked(&frame[a..a + aeth::HEADER_LEN]);
+                Some(AethRepr {
+                    syndrome: p.syndrome()?,
+                    msn: p.msn(),
+                })
+            }
+            None => None,
+        };
         let immdt = header(frame, immdt, immdt::HEADER_LEN, |b| {
             ImmDtRepr::parse(&immdt::Packet::new_unchecked(b))
         })?;
