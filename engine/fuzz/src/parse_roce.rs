@@ -14,8 +14,8 @@ use wire::deth::DethRepr;
 use wire::mad::MadRepr;
 use wire::{
     AethRepr, BthRepr, Checks, EthernetRepr, FethRepr, ImmDtRepr, Ipv4Repr, RethRepr, RocePacket,
-    RoceRepr, RxFrame, RxHeaders, UdpRepr, aeth, bth, cm, deth, ethernet, feth, immdt, ipv4, mad,
-    parse_frame, reth, udp,
+    RoceRepr, RxFrame, RxHeaders, TransportHeaders, UdpRepr, aeth, bth, cm, deth, ethernet, feth,
+    immdt, ipv4, mad, parse_frame, reth, udp,
 };
 
 /// Runs one input; panics when an invariant breaks.
@@ -50,7 +50,7 @@ pub fn run(data: &[u8]) {
     }
     // The receive path's one-pass decode judges every frame as the reference does: the
     // same refusal, or the same filter fields, headers and payload.
-    let mut headers = RxHeaders::default();
+    let mut headers: RxHeaders = RxHeaders::default();
     match (
         RxFrame::new(data, &mut headers),
         RocePacket::new_checked(data),
@@ -62,7 +62,17 @@ pub fn run(data: &[u8]) {
                 (p.ipv4().dst_addr(), p.bth().dest_qp())
             );
             let ours = rx.verify().map(|(r, payload)| (*r, payload));
-            assert_eq!(ours, RoceRepr::parse(&p).map(|r| (r, p.payload())));
+            let theirs = RoceRepr::parse(&p).map(|r| (r, p.payload()));
+            assert_eq!(ours, theirs);
+            // What a transport reads, decoded alone: the same, with the envelope cleared.
+            let mut transport = TransportHeaders::default();
+            let rx = RxFrame::new(data, &mut transport).expect("accepted above");
+            let ours = rx.verify().map(|(r, payload)| (*r, payload));
+            let cleared = theirs.map(|(mut r, payload)| {
+                r.clear_envelope();
+                (r, payload)
+            });
+            assert_eq!(ours, cleared);
         }
         (ours, theirs) => panic!("RxFrame {ours:?}, the reference {theirs:?}"),
     }

@@ -352,7 +352,7 @@ pub struct RdmaNode {
     /// for a packet no queue pair here takes, to count it as `wrong_core`.
     homed_elsewhere: Vec<u32>,
     /// The headers of the frame [`RdmaNode::receive`] has in hand, decoded in place.
-    rx_headers: wire::RxHeaders,
+    rx_headers: wire::TransportHeaders,
     /// The offloads (`parts.rs`): ingress queue, tags, persistence, port ECN, shaper.
     parts: Parts,
     /// Queue pairs a part's hook called into, for the parts' `settle` hooks ([`Ctx::settle`]).
@@ -414,7 +414,7 @@ impl RdmaNode {
             deregs: Vec::new(),
             finished: Vec::new(),
             homed_elsewhere: Vec::new(),
-            rx_headers: wire::RxHeaders::default(),
+            rx_headers: wire::TransportHeaders::default(),
             parts: Parts::default(),
             unsettled: Vec::new(),
             counters: NodeCounters::default(),

@@ -98,7 +98,7 @@ pub use roce::{
     Checks, PacketFields, RoceIpv4, RocePacket, RoceRepr, emit_trailer, frame_len, pad_for,
     parse_frame,
 };
-pub use rx::{RxFrame, RxHeaders};
+pub use rx::{RxFrame, RxHeaders, TransportHeaders};
 pub use tag::{TagHeader, TagKind};
 pub use udp::UdpRepr;
 

@@ -689,7 +689,7 @@ impl RoceRepr {
         let l = &packet.layout;
         let ceth = l.ceth.map(|at| at..l.payload.start);
         let mut repr = RoceRepr::UNSET;
-        RoceRepr::decode_fields(
+        RoceRepr::decode_fields::<true>(
             packet.bytes(),
             (l.ip_end, l.udp_end),
             l.opcode,
@@ -698,6 +698,23 @@ impl RoceRepr {
             &mut repr,
         )?;
         Ok(repr)
+    }
+
+    /// Sets the link and network fields a RoCEv2 transport does not read to their defaults
+    /// (zero, `0.0.0.0`, not DF): the MAC addresses, the IPv4 destination, DSCP,
+    /// identification, DF and TTL, and the UDP source port. What is left is what the
+    /// transport reads: the IPv4 source and ECN, the BTH and the extension headers.
+    /// ([`crate::RxFrame::new_transport`] decodes only those.)
+    pub fn clear_envelope(&mut self) {
+        let RoceIpv4 { src_addr, ecn, .. } = self.ip;
+        self.src_mac = RoceRepr::UNSET.src_mac;
+        self.dst_mac = RoceRepr::UNSET.dst_mac;
+        self.ip = RoceIpv4 {
+            src_addr,
+            ecn,
+            ..RoceRepr::UNSET.ip
+        };
+        self.src_port = RoceRepr::UNSET.src_port;
     }
 
     /// A placeholder, for a repr that is written before it is read.
@@ -742,9 +759,10 @@ impl RoceRepr {
     /// their parser gives, `out` left as it was; then `out` is written field by field.
     /// (Returned in a `Result` and moved into `out`, or assigned as one struct expression,
     /// the repr was built on the stack and copied: 9 and 21 instructions more a batched
-    /// WRITE, callgrind.)
+    /// WRITE, callgrind.) Without `ENVELOPE`, the fields [`RoceRepr::clear_envelope`] clears
+    /// are not written.
     #[inline(always)]
-    pub(crate) fn decode_fields(
+    pub(crate) fn decode_fields<const ENVELOPE: bool>(
         frame: &[u8],
         ends: (usize, usize),
         opcode: Opcode,
@@ -796,10 +814,15 @@ impl RoceRepr {
         let ip = ipv4::Packet::new_unchecked(&frame[IP_OFFSET..ip_end]);
         let udp = udp::Packet::new_unchecked(&frame[UDP_OFFSET..udp_end]);
         let bth = bth::Packet::new_unchecked(&frame[BTH_OFFSET..udp_end]);
-        out.src_mac = eth.src_addr();
-        out.dst_mac = eth.dst_addr();
-        out.ip = RoceIpv4::read(&ip);
-        out.src_port = udp.src_port();
+        if ENVELOPE {
+            out.src_mac = eth.src_addr();
+            out.dst_mac = eth.dst_addr();
+            out.ip = RoceIpv4::read(&ip);
+            out.src_port = udp.src_port();
+        } else {
+            out.ip.src_addr = ip.src_addr();
+            out.ip.ecn = ip.ecn();
+        }
         // The structure check took the BTH's length, version and opcode.
         out.bth = BthRepr::with_opcode(&bth, opcode);
         out.feth = feth;
@@ -1134,7 +1157,7 @@ impl PacketFields {
 /// The same as [`RocePacket::new_checked`] then [`RoceRepr::parse`], by the receive path's
 /// one-pass decode ([`crate::rx`]).
 pub fn parse_frame(frame: &[u8]) -> Result<(RoceRepr, &[u8])> {
-    let mut headers = crate::rx::RxHeaders::default();
+    let mut headers: crate::rx::RxHeaders = crate::rx::RxHeaders::default();
     let (repr, payload) = crate::rx::RxFrame::new(frame, &mut headers)?.verify()?;
     Ok((*repr, payload))
 }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 /// filters' fields, and the verified headers and payload, with the ICRC computed whole and
 /// by a masked fold over the frame as it lies. Returns whether the one pass took the frame.
 fn agree(frame: &[u8]) -> bool {
-    let mut headers = RxHeaders::default();
+    let mut headers: RxHeaders = RxHeaders::default();
     let reference = RocePacket::new_checked(frame);
     let rx = match (RxFrame::new(frame, &mut headers), &reference) {
         (Err(ours), Err(theirs)) => {
@@ -30,7 +30,7 @@ fn agree(frame: &[u8]) -> bool {
 
     // The one pass of a masked fold over the frame as it lies (`pmem::crc::update_masked`
     // checks its kernels against this one).
-    let mut again = RxHeaders::default();
+    let mut again: RxHeaders = RxHeaders::default();
     let rx = RxFrame::new(frame, &mut again).expect("accepted above");
     let ours = rx.verify_masked(icrc::fold_masked_tables);
     assert_eq!(
@@ -38,7 +38,26 @@ fn agree(frame: &[u8]) -> bool {
         theirs,
         "verify_masked"
     );
+
+    // What a transport reads, decoded alone: the reference's headers with the envelope at
+    // its defaults.
+    let mut transport = TransportHeaders::default();
+    let rx = RxFrame::new(frame, &mut transport).expect("accepted above");
+    let ours = rx.verify_masked(icrc::fold_masked_tables);
+    assert_eq!(
+        ours.map(|(r, pl)| (*r, pl.to_vec())),
+        cleared(theirs),
+        "transport"
+    );
     one_pass
+}
+
+/// A reference result with [`RoceRepr::clear_envelope`] applied.
+fn cleared(r: Result<(RoceRepr, Vec<u8>)>) -> Result<(RoceRepr, Vec<u8>)> {
+    r.map(|(mut repr, payload)| {
+        repr.clear_envelope();
+        (repr, payload)
+    })
 }
 
 fn emit(repr: &RoceRepr, payload: &[u8]) -> Vec<u8> {
@@ -122,6 +141,46 @@ proptest! {
     }
 }
 
+/// One `TransportHeaders` through the golden frames (each one as it is, and with a non-zero
+/// UDP checksum, which the reference path takes) and frames from other addresses: the
+/// envelope is never a frame's, the rest always the frame's own, in whatever order the two
+/// paths come.
+#[test]
+fn transport_headers_hold_no_envelope_whichever_path_decoded_the_last_frame() {
+    let mut frames = Vec::new();
+    for f in golden_frames() {
+        // A UDP checksum that is not zero: only the reference reads it (it is not checked
+        // against the pseudo-header there either, as RoCEv2 allows).
+        let mut other = f.clone();
+        other[UDP_OFFSET + 6] = 0x12;
+        other[UDP_OFFSET + 7] = 0x34;
+        if let Ok(mut p) = RocePacket::new_checked(&mut other[..]) {
+            p.fill_icrc();
+        }
+        // Another source MAC, IPv4 identification and UDP source port.
+        let mut moved = f.clone();
+        moved[6] ^= 0x5a;
+        moved[IP_OFFSET + 5] ^= 0x33;
+        moved[UDP_OFFSET + 1] ^= 0x0f;
+        if let Ok(mut p) = RocePacket::new_checked(&mut moved[..]) {
+            p.ipv4_mut().fill_checksum();
+            p.fill_icrc();
+        }
+        frames.extend([f, other, moved]);
+    }
+    let mut transport = TransportHeaders::default();
+    let mut paths = [0; 2];
+    for f in &frames {
+        let theirs = RocePacket::new_checked(&f[..])
+            .and_then(|p| RoceRepr::parse(&p).map(|r| (r, p.payload().to_vec())));
+        let rx = RxFrame::new(f, &mut transport).expect("the structure is sound");
+        paths[usize::from(rx.decoded.is_some())] += 1;
+        let ours = rx.verify().map(|(r, pl)| (*r, pl.to_vec()));
+        assert_eq!(ours, cleared(theirs));
+    }
+    assert!(paths[0] > 0 && paths[1] > 0, "both paths: {paths:?}");
+}
+
 #[test]
 fn every_golden_frame_but_the_cnp_takes_the_one_pass() {
     let frames = golden_frames();
@@ -145,7 +204,7 @@ fn a_bad_field_behind_a_bad_icrc_is_an_icrc_error_as_in_the_reference() {
     let mut both = bad_field.clone();
     let icrc_at = both.len() - ICRC_LEN;
     both[icrc_at] ^= 1;
-    let mut h = RxHeaders::default();
+    let mut h: RxHeaders = RxHeaders::default();
     let rx = RxFrame::new(&both, &mut h).expect("the structure is sound");
     assert!(rx.decoded.is_none());
     assert!(matches!(rx.verify(), Err(Error::BadIcrc { .. })));
@@ -174,7 +233,7 @@ fn ack_with_ceth_less() -> RoceRepr {
 #[test]
 fn each_integrity_check_is_refused_with_the_reference_error() {
     let frame = golden_frames()[2].clone();
-    let mut h = RxHeaders::default();
+    let mut h: RxHeaders = RxHeaders::default();
     assert!(RxFrame::new(&frame, &mut h).unwrap().verify().is_ok());
 
     // IPv4 checksum (the ICRC does not cover it).
@@ -226,7 +285,7 @@ fn each_integrity_check_is_refused_with_the_reference_error() {
 fn an_ack_with_a_ceth_comes_back_with_it() {
     let r = ack_with_ceth();
     let frame = emit(&r, &[]);
-    let mut h = RxHeaders::default();
+    let mut h: RxHeaders = RxHeaders::default();
     let rx = RxFrame::new(&frame, &mut h).unwrap();
     assert!(rx.decoded.is_none());
     let (back, payload) = rx.verify().unwrap();
