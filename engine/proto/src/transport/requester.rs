@@ -65,6 +65,25 @@ struct SendWqe {
 const _: () = assert!(size_of::<SendWqe>() == 88);
 
 impl SendWqe {
+    /// Its completion: `opcode`, `status` and `byte_len` as the caller found them.
+    #[inline(always)]
+    fn completion(
+        &self,
+        qpn: u32,
+        opcode: WcOpcode,
+        status: WcStatus,
+        byte_len: u32,
+    ) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: self.wr_id,
+            qpn,
+            opcode,
+            status,
+            byte_len,
+            imm_data: None,
+        }
+    }
+
     fn last_psn(&self) -> u32 {
         psn::add(self.first_psn, self.npsn - 1)
     }
@@ -1234,14 +1253,12 @@ impl Requester {
             && !plain
         {
             if placed {
-                cq.push(WorkCompletion {
-                    wr_id: w.wr_id,
-                    qpn: cfg.local_qpn,
-                    opcode: WcOpcode::DurablePlaced,
-                    status: WcStatus::Success,
-                    byte_len: w.len,
-                    imm_data: None,
-                });
+                cq.push(w.completion(
+                    cfg.local_qpn,
+                    WcOpcode::DurablePlaced,
+                    WcStatus::Success,
+                    w.len,
+                ));
             }
             if self.dur_deadline.is_none() {
                 self.dur_deadline = Some(now + self.durable_rto(cfg));
@@ -1402,6 +1419,17 @@ impl Requester {
             // A plain WRITE, the commonest request, finished with its kind a constant (no
             // response to wait for, nothing to hold it, its completion's opcode and length).
             let plain = matches!(w.kind, WrKind::Write { .. }) && !w.owed_durable;
+            if plain && self.head == 0 {
+                // At the front, nothing held before it: completed from the reference in hand
+                // (`finish_as` and `complete_front_as` looked it up twice more).
+                if !psn::before_eq(w.last_psn(), psn) {
+                    break;
+                }
+                cq.push(w.completion(cfg.local_qpn, WcOpcode::RdmaWrite, WcStatus::Success, w.len));
+                self.sq.pop_front();
+                popped += 1;
+                continue;
+            }
             if !plain && w.expects_response() && w.read_done < w.npsn {
                 let expect = psn::add(w.first_psn, w.read_done);
                 if psn::before_eq(expect, psn) {
@@ -1619,14 +1647,7 @@ impl Requester {
         } else {
             w.kind.wc_opcode()
         };
-        cq.push(WorkCompletion {
-            wr_id: w.wr_id,
-            qpn: cfg.local_qpn,
-            opcode,
-            status,
-            byte_len,
-            imm_data: None,
-        });
+        cq.push(w.completion(cfg.local_qpn, opcode, status, byte_len));
         self.sq.pop_front();
     }
 
