@@ -1034,7 +1034,7 @@ impl RdmaNode {
             |wr, sges| {
                 qp.send_queue_has_room()
                     && qp
-                        .post_send_pieces(wr.wr_id, wr.kind, sges, mem, staged)
+                        .post_send_pieces(wr.wr_id, &wr.kind, sges, mem, staged)
                         .is_ok()
             },
         );
