@@ -419,13 +419,7 @@ impl Mapping {
         self.check(offset, dst.len())?;
         // SAFETY: the range is inside the mapping (checked above), and `dst` is a Rust buffer
         // that cannot overlap it. The copy makes no reference into the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        unsafe { copy(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -445,9 +439,7 @@ impl Mapping {
         self.check(offset, src.len())?;
         // SAFETY: as for `read`. `src` cannot be a reference into this mapping made by safe code,
         // and the `unsafe` `slice` contract forbids holding one while the range is written.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
-        };
+        unsafe { copy(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
         Ok(())
     }
 
@@ -675,6 +667,33 @@ pub(crate) fn merge_runs(
     merged
 }
 
+/// Copies `len` bytes from `src` to `dst`. A run of 16 to 64 bytes (a small payload, a
+/// header) is two copies of a constant length, which overlap where `len` is not a power of
+/// two: moves inline, where a copy of a length the compiler does not know is a call to
+/// `memcpy` (callgrind, a 64 B WRITE fetched and placed: batched 1 614.3 -> 1 607.3, lone
+/// 3 492 -> 3 485).
+///
+/// # Safety
+/// `src` is valid for reads and `dst` for writes of `len` bytes, and the two do not overlap.
+#[inline(always)]
+unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY (every copy): the caller's ranges; each copy lies inside them (`len` is at
+    // least the constant, so `len - N` does not wrap and `len - N + N == len`).
+    unsafe {
+        match len {
+            32..=64 => {
+                std::ptr::copy_nonoverlapping(src, dst, 32);
+                std::ptr::copy_nonoverlapping(src.add(len - 32), dst.add(len - 32), 32);
+            }
+            16..=31 => {
+                std::ptr::copy_nonoverlapping(src, dst, 16);
+                std::ptr::copy_nonoverlapping(src.add(len - 16), dst.add(len - 16), 16);
+            }
+            _ => std::ptr::copy_nonoverlapping(src, dst, len),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,5 +795,37 @@ mod tests {
         m.read(0, &mut out).unwrap();
         assert!(out.iter().all(|&b| b == 0));
         assert_eq!(m.as_ptr() as usize % sys::page_size(), 0);
+    }
+
+    /// Every length to 130 (the short copies' two overlapping moves, and `memcpy` past them)
+    /// at several offsets: what `write` stores and `read` gives back is the bytes, and
+    /// nothing beside them changes.
+    #[test]
+    fn reads_and_writes_of_every_short_length_copy_exactly_their_bytes() {
+        let m = Mapping::anonymous(4096).unwrap();
+        let pattern: Vec<u8> = (0..200u32).map(|i| (i * 37 + 11) as u8).collect();
+        for len in 0..=130 {
+            for offset in [0, 1, 7, 64, 1000 - len % 3] {
+                m.write(0, &[0xee; 1200]).unwrap();
+                m.write(offset, &pattern[..len]).unwrap();
+                let mut all = vec![0u8; 1200];
+                m.read(0, &mut all).unwrap();
+                assert_eq!(
+                    &all[offset..offset + len],
+                    &pattern[..len],
+                    "{len} at {offset}"
+                );
+                assert!(
+                    all[..offset].iter().all(|&b| b == 0xee),
+                    "before, {len} at {offset}"
+                );
+                let after = &all[offset + len..];
+                assert!(after.iter().all(|&b| b == 0xee), "after, {len} at {offset}");
+                let mut back = vec![0x11u8; len + 2];
+                m.read(offset, &mut back[1..=len]).unwrap();
+                assert_eq!(&back[1..=len], &pattern[..len]);
+                assert_eq!((back[0], back[len + 1]), (0x11, 0x11), "{len} at {offset}");
+            }
+        }
     }
 }
