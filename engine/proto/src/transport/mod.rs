@@ -668,14 +668,15 @@ impl OutPacket {
 
 /// Budget of one pull of requests ([`QueuePair::poll_request`]): a packet is handed out only
 /// when both its count and its frame bytes fit, and whatever is handed out is charged here.
-/// The last packet offered is remembered, fitting or not: a budget of no packets
-/// ([`Budget::peek`]) asks what would go next without sending it (the traffic shaper's view
-/// of a queue pair).
+/// The last packet offered that did not fit is remembered: a budget of no packets
+/// ([`Budget::peek`]), which no packet fits, asks what would go next without sending it (the
+/// traffic shaper's view of a queue pair).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub packets: u32,
     pub bytes: u64,
-    /// The last packet offered: (frame bytes out, frame bytes its responses bring back).
+    /// The last packet offered that did not fit: (frame bytes out, frame bytes its
+    /// responses bring back).
     pub offered: Option<(u32, u32)>,
 }
 
@@ -699,11 +700,17 @@ impl Budget {
         self.packets > 0 && self.bytes >= frame_len as u64
     }
 
-    /// [`Budget::fits`], remembering the packet (and the response frame bytes `back` it will
-    /// pull in) as the one offered.
+    /// [`Budget::fits`], remembering a packet that does not fit (and the response frame
+    /// bytes `back` it will pull in) as the one offered. One that fits is not written down:
+    /// only a peek reads what was offered, and a peek fits nothing (callgrind: a batched 64 B
+    /// WRITE 1 607.3 -> 1 603.4, a lone one 3 485 -> 3 483).
+    #[inline]
     pub fn offer(&mut self, frame_len: usize, back: u32) -> bool {
-        self.offered = Some((frame_len as u32, back));
-        self.fits(frame_len)
+        let fits = self.fits(frame_len);
+        if !fits {
+            self.offered = Some((frame_len as u32, back));
+        }
+        fits
     }
 
     pub fn charge(&mut self, frame_len: usize) {
