@@ -757,6 +757,22 @@ impl RdmaNode {
         wake_up(&mut self.qps, &mut self.ready, slot);
     }
 
+    /// [`RdmaNode::make_ready`] and [`RdmaNode::arm`] with one look at the entry (the queue
+    /// pair a packet came for): each looking it up again was 4 instructions a frame
+    /// (callgrind: a batched 64 B WRITE 1 603.4 -> 1 602.2, a lone one 3 483 -> 3 477).
+    #[inline(always)]
+    fn make_ready_and_arm(&mut self, slot: u32) {
+        let e = &mut self.qps.entries[slot as usize];
+        if !e.ready {
+            e.ready = true;
+            self.ready.push_back(slot);
+        }
+        if !e.arm_due {
+            e.arm_due = true;
+            self.touched.push(slot);
+        }
+    }
+
     /// The parts, and the rest of the node as they see it.
     #[inline(always)]
     fn split(&mut self) -> (&mut Parts, Ctx<'_>) {
@@ -954,8 +970,7 @@ impl RdmaNode {
         // A packet that moved the queue pair to the error state may have cut off a tagged
         // message or a pull.
         self.settle(i as u32);
-        self.make_ready(i as u32);
-        self.arm(i as u32);
+        self.make_ready_and_arm(i as u32);
         let (parts, mut cx) = self.split();
         parts.after_packet(i as u32, &mut cx);
         RxOutcome::Delivered
