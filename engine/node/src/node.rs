@@ -1039,18 +1039,18 @@ impl RdmaNode {
         let e = &mut self.qps.entries[slot as usize];
         let (mem, staged) = (&self.mem, &mut self.staged);
         let qp = &mut e.qp;
-        // A request is offered only while its queue has room; a post is then refused only
-        // when full, so its result carries nothing more.
+        // A post is refused only when its queue is full (a request that fails its checks
+        // completes in error, and in the error state every request completes at once): then
+        // the request stays in the ring. (Asking the queue for room first asked twice:
+        // callgrind, a batched 64 B WRITE 1 602.2 -> 1 595.0, a lone one 3 477 -> 3 463.)
         let (sends, short_s) = take_from(
             &mut e.rings.sq,
             &mut self.cqs[e.send_cq as usize],
             &mut self.counters,
             |wr| wr.kind.completions(),
             |wr, sges| {
-                qp.send_queue_has_room()
-                    && qp
-                        .post_send_pieces(wr.wr_id, &wr.kind, sges, mem, staged)
-                        .is_ok()
+                qp.post_send_pieces(wr.wr_id, &wr.kind, sges, mem, staged)
+                    .is_ok()
             },
         );
         let (recvs, short_r) = take_from(
@@ -1058,9 +1058,7 @@ impl RdmaNode {
             &mut self.cqs[e.recv_cq as usize],
             &mut self.counters,
             |_| 1,
-            |wr, sges| {
-                qp.recv_queue_has_room() && qp.post_recv_pieces(wr.wr_id, sges, mem, staged).is_ok()
-            },
+            |wr, sges| qp.post_recv_pieces(wr.wr_id, sges, mem, staged).is_ok(),
         );
         let short = short_s || short_r;
         let took = (sends + recvs) as u64;
@@ -2047,6 +2045,63 @@ mod tests {
             "every one completes, in order"
         );
         assert_eq!(a.node.counters.cq_overruns, 0);
+    }
+
+    /// A send queue full of requests in flight: what the host posts meanwhile waits in its
+    /// ring (the post refused for want of room, the queue pair on the backlog), and every
+    /// request completes, in order, once the ACKs come.
+    #[test]
+    fn requests_wait_in_the_ring_while_the_send_queue_is_full_and_all_complete() {
+        let (mut a, mut b) = pair_with(256, |cfg| cfg.max_send_wr = 4);
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        map.write(0, &(0..64u8).collect::<Vec<_>>()).unwrap();
+        let src = a.node.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        let dst = b.node.register(map.clone(), 2048, 64, Access::ALL).unwrap();
+        let write = |i: u64| {
+            WorkRequest::write(
+                i,
+                proto::transport::SgList::one(src.lkey, src.addr + 8 * i, 8),
+                dst.addr + 8 * i,
+                dst.rkey,
+                None,
+            )
+        };
+        let first: Vec<WorkRequest> = (0..4).map(write).collect();
+        a.qp.post_send(&first).unwrap();
+        // A sends, B hears nothing yet: four requests in flight fill the send queue.
+        a.node.service(0);
+        while let Some(tx) = a.node.poll_transmit(0) {
+            let mut frame = vec![0u8; a.node.frame_len(&tx)];
+            a.node.emit(&tx, &mut frame).unwrap();
+        }
+        assert_eq!(a.node.counters.posted, 4);
+        let second: Vec<WorkRequest> = (4..8).map(write).collect();
+        a.qp.post_send(&second).unwrap();
+        a.node.service(1_000);
+        assert_eq!(
+            a.node.counters.posted, 4,
+            "the queue is full: the rest wait"
+        );
+        assert_eq!(a.node.backlog, [0], "the queue pair waits on the backlog");
+        // The copies in flight were lost; the timeout resends them, B answers, the rest go.
+        let mut moved = 0;
+        for round in 0..50u64 {
+            let now = 1_000_000_000 + round * 1_000_000;
+            carry(&mut a.node, &mut b.node, now, 0, &mut moved);
+            carry(&mut b.node, &mut a.node, now, 0, &mut moved);
+        }
+        assert_eq!(a.node.counters.posted, 8);
+        let done: Vec<(u64, WcStatus)> = drain(&mut a.cq)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+        assert_eq!(
+            done,
+            (0..8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+        );
+        let mut landed = [0u8; 64];
+        map.read(2048, &mut landed).unwrap();
+        assert_eq!(landed.to_vec(), (0..64u8).collect::<Vec<_>>());
     }
 
     /// One request at a time takes `take_from`'s path for a lone request: held while the
