@@ -767,7 +767,7 @@ mod tests {
             qpn: 0x11 + i as u32,
             byte_len: 100 + i as u32,
             imm_data: (i % 2 == 1).then_some(i as u32),
-            opcode: if i % 3 == 0 {
+            opcode: if i.is_multiple_of(3) {
                 WcOpcode::Recv
             } else {
                 WcOpcode::RdmaWrite

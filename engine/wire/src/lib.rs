@@ -371,7 +371,7 @@ pub mod checksum {
             .chunks_exact(4)
             .map(|q| u64::from(u32::from_ne_bytes([q[0], q[1], q[2], q[3]])))
             .sum();
-        sum != 0 && sum % 0xffff == 0
+        sum != 0 && sum.is_multiple_of(0xffff)
     }
 
     /// Fold the carries of a 32-bit accumulator into a 16-bit one's-complement sum.
