@@ -149,6 +149,26 @@ pub(crate) struct QpEntry {
     pub(crate) live: bool,
 }
 
+impl QpEntry {
+    /// Puts this queue pair, in `slot`, on the ready list, unless it is on it.
+    #[inline(always)]
+    fn wake_up(&mut self, ready: &mut ReadyList, slot: u32) {
+        if !self.ready {
+            self.ready = true;
+            ready.push_back(slot);
+        }
+    }
+
+    /// Notes that this queue pair, in `slot`, may have a new deadline, unless it is noted.
+    #[inline(always)]
+    fn arm(&mut self, touched: &mut Vec<u32>, slot: u32) {
+        if !self.arm_due {
+            self.arm_due = true;
+            touched.push(slot);
+        }
+    }
+}
+
 /// Queue pairs indexed by QPN: a direct-mapped table over the QPN's low bits, grown when two
 /// QPNs would share a slot, so a lookup is one index and one compare.
 pub(crate) struct QpTable {
@@ -763,14 +783,8 @@ impl RdmaNode {
     #[inline(always)]
     fn make_ready_and_arm(&mut self, slot: u32) {
         let e = &mut self.qps.entries[slot as usize];
-        if !e.ready {
-            e.ready = true;
-            self.ready.push_back(slot);
-        }
-        if !e.arm_due {
-            e.arm_due = true;
-            self.touched.push(slot);
-        }
+        e.wake_up(&mut self.ready, slot);
+        e.arm(&mut self.touched, slot);
     }
 
     /// The parts, and the rest of the node as they see it.
@@ -802,11 +816,7 @@ impl RdmaNode {
     /// between. A burst of 32 WRITEs arms the sending queue pair once, not once a packet.
     #[inline(always)]
     fn arm(&mut self, slot: u32) {
-        let e = &mut self.qps.entries[slot as usize];
-        if !e.arm_due {
-            e.arm_due = true;
-            self.touched.push(slot);
-        }
+        self.qps.entries[slot as usize].arm(&mut self.touched, slot);
     }
 
     /// Enters the deadlines of the queue pairs [`RdmaNode::arm`] noted: before the heap is read
@@ -1357,11 +1367,7 @@ fn ring_of(wc: &WorkCompletion, send_cq: u32, recv_cq: u32) -> u32 {
 /// the push out of line behind an inline check, a batched one level).
 #[inline(always)]
 pub(crate) fn wake_up(qps: &mut QpTable, ready: &mut ReadyList, slot: u32) {
-    let e = &mut qps.entries[slot as usize];
-    if !e.ready {
-        e.ready = true;
-        ready.push_back(slot);
-    }
+    qps.entries[slot as usize].wake_up(ready, slot);
 }
 
 /// The queue pairs with something to send, in turn: a ring of [`MAX_QPS`] slots. A queue pair

@@ -704,7 +704,7 @@ impl RoceRepr {
     /// (zero, `0.0.0.0`, not DF): the MAC addresses, the IPv4 destination, DSCP,
     /// identification, DF and TTL, and the UDP source port. What is left is what the
     /// transport reads: the IPv4 source and ECN, the BTH and the extension headers.
-    /// ([`crate::RxFrame::new_transport`] decodes only those.)
+    /// ([`crate::TransportHeaders`] are decoded with only those.)
     pub fn clear_envelope(&mut self) {
         let RoceIpv4 { src_addr, ecn, .. } = self.ip;
         self.src_mac = RoceRepr::UNSET.src_mac;

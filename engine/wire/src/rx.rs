@@ -109,13 +109,15 @@ impl<'a, 'r, const ENVELOPE: bool> RxFrame<'a, 'r, ENVELOPE> {
 
     /// Verifies the IPv4 checksum, a non-zero UDP checksum and the ICRC, computed over the
     /// whole frame as [`RoceRepr::parse`] does, and hands out the headers and the payload
-    /// (without pad). The same result as that function gives the frame.
+    /// (without pad). The same result as that function gives the frame (for
+    /// [`TransportHeaders`], with [`RoceRepr::clear_envelope`] applied to it).
     pub fn verify(self) -> Result<(&'r RoceRepr, &'a [u8])> {
         self.verify_with(|covered| roce::icrc_over(covered, &[], 0))
     }
 
     /// [`RxFrame::verify`] with the ICRC computed by `fold` in one pass over the frame as it
-    /// lies ([`roce::icrc_masked`]). The same result as [`RoceRepr::parse`] gives the frame.
+    /// lies ([`roce::icrc_masked`]). The same result as [`RoceRepr::parse`] gives the frame
+    /// (for [`TransportHeaders`], with [`RoceRepr::clear_envelope`] applied to it).
     #[inline(always)]
     pub fn verify_masked(self, fold: icrc::MaskedFold) -> Result<(&'r RoceRepr, &'a [u8])> {
         self.verify_with(|covered| roce::icrc_masked(covered, fold))
