@@ -1233,25 +1233,10 @@ impl Requester {
     /// stay in posting order). Returns whether it left the queue.
     #[inline(always)]
     fn finish(&mut self, now: u64, cfg: &QpConfig, cq: &mut StagedCompletions) -> bool {
-        self.finish_as(now, cfg, cq, false)
-    }
-
-    /// [`Requester::finish`]; `plain`: the WQE is a WRITE that owes no durable ACK (a
-    /// constant, for which the checks of the other kinds fold away).
-    #[inline(always)]
-    fn finish_as(
-        &mut self,
-        now: u64,
-        cfg: &QpConfig,
-        cq: &mut StagedCompletions,
-        plain: bool,
-    ) -> bool {
         // By reference: a WQE is over a hundred bytes, and this runs once per request.
         let w = &self.sq[self.head];
-        let waits = !plain && w.waits();
-        if let WrKind::DurableWrite { placed, .. } = w.kind
-            && !plain
-        {
+        let waits = w.waits();
+        if let WrKind::DurableWrite { placed, .. } = w.kind {
             if placed {
                 cq.push(w.completion(
                     cfg.local_qpn,
@@ -1274,7 +1259,7 @@ impl Requester {
             self.head += 1;
             return false;
         }
-        self.complete_front_as(cfg, WcStatus::Success, cq, plain);
+        self.complete_front(cfg, WcStatus::Success, cq);
         true
     }
 
@@ -1416,12 +1401,12 @@ impl Requester {
         let mut popped = 0;
         let mut new_una = psn::add(psn, 1);
         while let Some(w) = self.sq.get(self.head) {
-            // A plain WRITE, the commonest request, finished with its kind a constant (no
-            // response to wait for, nothing to hold it, its completion's opcode and length).
+            // A plain WRITE (no response to wait for, no durable ACK owed) at the front, with
+            // nothing held before it, the commonest case: completed from the reference in
+            // hand (`finish` and `complete_front` looked it up twice more; callgrind, a
+            // batched 64 B WRITE 1 629.5 -> 1 621.5, a lone one 3 510 -> 3 502).
             let plain = matches!(w.kind, WrKind::Write { .. }) && !w.owed_durable;
             if plain && self.head == 0 {
-                // At the front, nothing held before it: completed from the reference in hand
-                // (`finish_as` and `complete_front_as` looked it up twice more).
                 if !psn::before_eq(w.last_psn(), psn) {
                     break;
                 }
@@ -1443,12 +1428,7 @@ impl Requester {
             if !psn::before_eq(w.last_psn(), psn) {
                 break;
             }
-            let left = if plain {
-                self.finish_as(now, cfg, cq, true)
-            } else {
-                self.finish_as(now, cfg, cq, false)
-            };
-            if left {
+            if self.finish(now, cfg, cq) {
                 popped += 1;
             }
         }
@@ -1618,35 +1598,15 @@ impl Requester {
     /// not two (callgrind: 22 instructions fewer a WRITE).
     #[inline(always)]
     fn complete_front(&mut self, cfg: &QpConfig, status: WcStatus, cq: &mut StagedCompletions) {
-        self.complete_front_as(cfg, status, cq, false)
-    }
-
-    /// [`Requester::complete_front`]; `plain`: the front is a WRITE (a constant).
-    #[inline(always)]
-    fn complete_front_as(
-        &mut self,
-        cfg: &QpConfig,
-        status: WcStatus,
-        cq: &mut StagedCompletions,
-        plain: bool,
-    ) {
         // Read in place, then dropped: not moved out whole.
         let Some(w) = self.sq.front() else {
             return;
         };
-        if !plain && w.is_internal() {
+        if w.is_internal() {
             return self.complete_internal(status);
         }
-        let byte_len = if !plain && w.is_tagged() {
-            w.local.len()
-        } else {
-            w.len
-        };
-        let opcode = if plain {
-            WcOpcode::RdmaWrite
-        } else {
-            w.kind.wc_opcode()
-        };
+        let byte_len = if w.is_tagged() { w.local.len() } else { w.len };
+        let opcode = w.kind.wc_opcode();
         cq.push(w.completion(cfg.local_qpn, opcode, status, byte_len));
         self.sq.pop_front();
     }
