@@ -364,7 +364,8 @@ pub mod checksum {
     /// word's bytes multiplies it by 2^8, which is prime to 0xffff. So the header verifies
     /// exactly when the plain sum of its five words, in either byte order, is a non-zero
     /// multiple of 0xffff: a remainder by a constant, which the compiler makes a multiply.
-    /// (Callgrind: 6 instructions a received frame fewer than folding.)
+    /// (Callgrind, against folding: a batched 64 B WRITE 1 740.5 -> 1 735.3, a lone one
+    /// 3 694 -> 3 684.)
     #[inline]
     pub fn ipv4_header_verifies(header: &[u8; 20]) -> bool {
         let sum: u64 = header

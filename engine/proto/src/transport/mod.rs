@@ -337,8 +337,8 @@ impl QpConfig {
 /// of the two must be a full member (bit 15 set); two limited members do not talk.
 ///
 /// The commonest case first: a key equal to our own is accepted exactly when our own is a
-/// full member's valid key, above 0x8000 (callgrind: 6 instructions a received frame fewer
-/// than the general rule).
+/// full member's valid key, above 0x8000 (callgrind: a batched 64 B WRITE 1 617.4 -> 1 614.3,
+/// a lone one 3 498 -> 3 492).
 #[inline]
 pub const fn pkey_matches(received: u16, own: u16) -> bool {
     if received == own {

@@ -602,7 +602,8 @@ impl MemoryTable {
     /// allows persistent FLUSH or is durable).
     ///
     /// Answered from a count where no region persists (most engines): a WRITE asked it twice
-    /// with a lookup each (callgrind: 9 instructions a WRITE).
+    /// with a lookup each (callgrind: a batched 64 B WRITE 1 727.3 -> 1 717.3, a lone one
+    /// 3 676 -> 3 666).
     #[inline]
     pub fn persists_writes(&self, at: Location) -> bool {
         self.persisting != 0 && self.access_at(at).intersects(PERSISTS)

@@ -283,8 +283,8 @@ impl QueuePair {
     /// engine's host ring carries a request's one piece inline and a longer list apart, and
     /// hands them over without building a [`WorkRequest`] (its list is a fixed array of
     /// [`MAX_SGE`](super::MAX_SGE) pieces, 264 bytes). Its kind by reference: where it lies
-    /// in the ring, not copied to the caller's stack for the call (callgrind: 4 instructions
-    /// a request).
+    /// in the ring, not copied to the caller's stack for the call (callgrind: a batched 64 B
+    /// WRITE 1 621.5 -> 1 617.4, a lone one 3 502 -> 3 498).
     pub fn post_send_pieces(
         &mut self,
         wr_id: u64,

@@ -403,7 +403,8 @@ impl Responder {
             return Err(Stop::Nak(NakCode::RemoteAccessError));
         }
         // The durable queue's room first: it is a field, where the region's flags are a
-        // lookup in the memory table, which every WRITE made (callgrind: 9 instructions).
+        // lookup in the memory table, which every WRITE made (callgrind: a batched 64 B WRITE
+        // 1 735.3 -> 1 727.3, a lone one 3 684 -> 3 676).
         if self.dur.full() && (durable || mem.access_at(target.at).contains(Access::DURABLE)) {
             return Err(Stop::Rnr);
         }
