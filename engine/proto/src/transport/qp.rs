@@ -259,11 +259,6 @@ impl QueuePair {
         self.state == QpState::Error || self.req.has_room(&self.cfg)
     }
 
-    /// Whether the receive queue takes another receive request.
-    pub fn recv_queue_has_room(&self) -> bool {
-        self.state == QpState::Error || self.resp.has_room(&self.cfg)
-    }
-
     /// Queue a SEND, RDMA WRITE or RDMA READ. The local buffer is checked
     /// now (every scatter/gather entry: key, bounds, LOCAL_WRITE for a READ);
     /// a bad one completes the request with a local protection (or length)
