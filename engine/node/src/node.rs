@@ -1132,6 +1132,14 @@ impl RdmaNode {
                     && e.qp
                         .poll_request_into(now, &mut self.turn, &mut self.pending));
             if sent {
+                // A queue pair with nothing more to send (a lone operation's, an ACK's sender)
+                // ends its turn here, not in a call that would find nothing: anything new to
+                // send comes with a wake-up (a packet, a post, a timer).
+                if e.qp.has_nothing_to_send() {
+                    self.ready.pop_front();
+                    e.ready = false;
+                    self.turn = Budget::packets(TURN_PACKETS);
+                }
                 return Some(self.handed_out(slot));
             }
             // The turn is over: either nothing more to send now, or its budget is spent.
@@ -2108,6 +2116,90 @@ mod tests {
         let mut landed = [0u8; 64];
         map.read(2048, &mut landed).unwrap();
         assert_eq!(landed.to_vec(), (0..64u8).collect::<Vec<_>>());
+    }
+
+    /// A queue pair leaves the ready list with its last packet, not in a later call that
+    /// finds nothing; one that still has something to send (a request behind its ACK, the
+    /// rest of a burst) stays; new work brings it back.
+    #[test]
+    fn a_queue_pair_leaves_the_ready_list_with_its_last_packet_and_new_work_brings_it_back() {
+        let (mut a, mut b) = pair();
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        map.write(0, &(0..64u8).collect::<Vec<_>>()).unwrap();
+        let src_a = a.node.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        let dst_a = a.node.register(map.clone(), 1024, 64, Access::ALL).unwrap();
+        let src_b = b.node.register(map.clone(), 0, 64, Access::ALL).unwrap();
+        let dst_b = b.node.register(map.clone(), 2048, 64, Access::ALL).unwrap();
+        let write = |i: u64, src: &MrKeys, dst: &MrKeys| {
+            WorkRequest::write(
+                i,
+                proto::transport::SgList::one(src.lkey, src.addr + 8 * i, 8),
+                dst.addr + 8 * i,
+                dst.rkey,
+                None,
+            )
+        };
+        let mut frame = vec![0u8; 512];
+        let mut send = |from: &mut RdmaNode, to: &mut RdmaNode, now: u64| {
+            let tx = from.poll_transmit(now).expect("a packet");
+            let len = from.emit(&tx, &mut frame).unwrap();
+            assert_eq!(to.receive(now, &frame[..len]), RxOutcome::Delivered);
+        };
+        // A burst of two: the queue pair stays for the second, and leaves with it.
+        a.qp.post_send(&[write(0, &src_a, &dst_b), write(1, &src_a, &dst_b)])
+            .unwrap();
+        a.node.service(1_000);
+        send(&mut a.node, &mut b.node, 1_000);
+        assert_eq!(a.node.ready.front(), Some(0), "one more request to send");
+        send(&mut a.node, &mut b.node, 1_000);
+        assert!(a.node.ready.is_empty(), "left with its last packet");
+        assert!(!a.node.qps.entries[0].ready);
+        assert!(a.node.poll_transmit(1_000).is_none());
+        // B owes an ACK and has a request of its own: it stays after the ACK.
+        b.qp.post_send(&[write(0, &src_b, &dst_a)]).unwrap();
+        b.node.service(2_000);
+        send(&mut b.node, &mut a.node, 2_000);
+        assert_eq!(
+            a.node.qp(0x11).unwrap().requester().in_flight(),
+            0,
+            "the ACK"
+        );
+        assert_eq!(b.node.ready.front(), Some(0), "its WRITE is still to go");
+        send(&mut b.node, &mut a.node, 2_000);
+        assert!(b.node.ready.is_empty(), "left with its WRITE");
+        assert!(b.node.poll_transmit(2_000).is_none());
+        // A owes B an ACK now: it is back on the list, sends it and leaves.
+        a.node.service(3_000);
+        assert_eq!(a.node.ready.front(), Some(0));
+        send(&mut a.node, &mut b.node, 3_000);
+        assert!(a.node.ready.is_empty(), "left with its ACK");
+        // A new post brings A back.
+        a.qp.post_send(&[write(2, &src_a, &dst_b)]).unwrap();
+        a.node.service(4_000);
+        send(&mut a.node, &mut b.node, 4_000);
+        assert!(a.node.ready.is_empty());
+        b.node.service(4_000);
+        send(&mut b.node, &mut a.node, 4_000);
+        a.node.flush_completions();
+        b.node.flush_completions();
+        let ids = |cq: &mut Cq| {
+            drain(cq)
+                .iter()
+                .map(|w| (w.wr_id, w.status))
+                .collect::<Vec<_>>()
+        };
+        let ok = |ids: &[u64]| {
+            ids.iter()
+                .map(|&i| (i, WcStatus::Success))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&mut a.cq), ok(&[0, 1, 2]));
+        assert_eq!(ids(&mut b.cq), ok(&[0]));
+        let mut landed = [0u8; 24];
+        map.read(2048, &mut landed).unwrap();
+        assert_eq!(landed.to_vec(), (0..24u8).collect::<Vec<_>>());
+        map.read(1024, &mut landed[..8]).unwrap();
+        assert_eq!(landed[..8].to_vec(), (0..8u8).collect::<Vec<_>>());
     }
 
     /// One request at a time takes `take_from`'s path for a lone request: held while the

@@ -498,6 +498,20 @@ impl QueuePair {
         self.resp.poll_control(held, &mut self.notifier, slot)
     }
 
+    /// Whether both [`QueuePair::poll_responses_into`] and [`QueuePair::poll_request_into`]
+    /// would find nothing to send, at any time, until something else happens to the queue
+    /// pair (a packet, a post, a timer): the two inline checks of those calls.
+    ///
+    /// The requests are looked at first, and the send queue's end before the rest: in a burst
+    /// every packet but the last fails there.
+    #[inline(always)]
+    pub fn has_nothing_to_send(&self) -> bool {
+        (self.req.nothing_to_send() || self.state == QpState::Error)
+            && !self.cnp_due
+            && !self.ecnp_due
+            && self.resp.quiet()
+    }
+
     /// The next request packet (SEND, WRITE, READ request), if the window, the READ limit,
     /// the RNR timer and `budget` allow one. Nothing is committed unless a packet is handed
     /// out; what is handed out is charged to `budget`.

@@ -758,7 +758,7 @@ impl Requester {
     /// `QueuePair::poll_request` skips it when this holds.)
     #[inline(always)]
     pub(crate) fn nothing_to_send(&self) -> bool {
-        self.rnr_until.is_none() && !self.probe && self.tx_idx >= self.sq.len()
+        self.tx_idx >= self.sq.len() && self.rnr_until.is_none() && !self.probe
     }
 
     /// The next packet to send, if the window, the READ limit, the RNR timer and `budget`
