@@ -1090,6 +1090,7 @@ impl RdmaNode {
     /// is still due after its queue pair was served (the end of an RNR wait stays due until
     /// the queue pair next transmits) is armed again and seen in the next pass, not in a
     /// loop inside this one.
+    #[inline(always)]
     pub fn run_timers(&mut self, now: u64) {
         self.arm_touched();
         for _ in 0..self.timers.len() {
