@@ -40,16 +40,17 @@ run-loopback: build hugepages
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
-# Every test: formatting and lints; the toolchain (scripts/toolchain-check.sh); unit tests and
-# integration tests on real EAL with vdevs (debug profile); the release profile, which users
-# run: every crate's unit tests but the benchmark harness's (every bench operation with
-# --verify runs what of it they reach), the memif soak, the libfabric programs, the MPI job and
-# the 100 000 operations under injected faults (10 000 in the debug run) from the release
-# binary (docs/toolchain.md); the node and transport tests under valgrind's
-# memcheck (scripts/valgrind.sh); then each fuzz target for FUZZ_SECONDS (30 s) from its seed
-# corpus (scripts/fuzz.sh, docs/fuzzing.md). Ends with the fuzz summary and one line that adds
-# up every test binary's result.
+# Every test: formatting, lints and the API docs' links (cargo doc); the toolchain
+# (scripts/toolchain-check.sh); unit tests and integration tests on real EAL with vdevs (debug
+# profile); the release profile, which users run: every crate's unit tests but the benchmark
+# harness's (every bench operation with --verify runs what of it they reach), the memif soak,
+# the libfabric programs, the MPI job and the 100 000 operations under injected faults (10 000
+# in the debug run) from the release binary (docs/toolchain.md); the node and transport tests
+# under valgrind's memcheck (scripts/valgrind.sh); then each fuzz target for FUZZ_SECONDS (30 s)
+# from its seed corpus (scripts/fuzz.sh, docs/fuzzing.md). Ends with the fuzz summary and one
+# line that adds up every test binary's result.
 FUZZ_SECONDS ?= 30
 RELEASE_TESTS := --test bench_verify_every_op --test memif_soak --test programs --test mpi --test rdma_faults
 # scripts/valgrind.sh runs memcheck on the test binaries this line builds, so it is given the

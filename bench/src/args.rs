@@ -173,7 +173,7 @@ pub struct SideArgs {
     /// this side, exit.
     #[arg(long, requires_all = ["dev", "ip"], conflicts_with = "client")]
     pub server: bool,
-    /// Run against the server at ADDR[:PORT] (default port 18515) over this side's own DPDK
+    /// Run against the server at ADDR or ADDR:PORT (default port 18515) over this side's own DPDK
     /// port (--dev and --ip).
     #[arg(long, value_name = "ADDR:PORT", requires_all = ["dev", "ip"])]
     pub client: Option<String>,

@@ -217,7 +217,7 @@ fn counter_names() -> &'static [&'static str] {
 }
 
 /// An [`RdmaStage`] with an emulated bottleneck in front of one of its inputs and/or a probe
-/// of one engine's shaper. The bottleneck's counters named in [`PUBLISHED`] follow the
+/// of one engine's shaper. The bottleneck's counters named in `PUBLISHED` follow the
 /// engine's in the worker's stage slots: the library's stage knows nothing of them.
 pub struct Instrumented {
     // Declared before `inner` (which holds the mempool): the mbufs held here are freed first.

@@ -9,7 +9,7 @@
 //!
 //! A run is one point (a message size and a queue depth) or a sweep of them (`--sizes`,
 //! `--all-sizes`, a `--qd` list), run one after the other on the same engines by
-//! [`point::Runner`]. Each point lasts `--duration` seconds, or until Ctrl-C or SIGTERM when it
+//! `point::Runner`. Each point lasts `--duration` seconds, or until Ctrl-C or SIGTERM when it
 //! is 0; a signal ends the current point (it waits for what is outstanding) and the run, and
 //! everything measured until then is still printed and written (`--hlog`, `--plot`, `--csv`).
 //! The summary has the two `net_ring` ports' own counters (misses, errors, mbuf allocation

@@ -311,7 +311,7 @@ pub fn port_id(cfg: &PeerConfig) -> Result<u16, AppError> {
         .ok_or_else(|| AppError::Failed(format!("rdma.port: EAL probed no port named {name}")))
 }
 
-/// Starts the engine on `workers`, EAL already running ([`start`]), with `extras`.
+/// Starts the engine on `workers`, EAL already running (`start`), with `extras`.
 pub fn start_engine(
     cfg_path: &Path,
     cfg: &PeerConfig,

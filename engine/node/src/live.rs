@@ -1,7 +1,7 @@
 //! Live transport state of one worker's queue pairs, for readers outside the worker
 //! (telemetry): the worker copies each queue pair's PSNs, queue depths, RTT estimate and a few
 //! counters into relaxed atomics at most once per [`LIVE_EVERY_NS`] of its clock, from its poll
-//! ([`super::RdmaStage`]); nothing is written per packet, nothing allocates or locks.
+//! (the RDMA stage's); nothing is written per packet, nothing allocates or locks.
 //!
 //! The slots are made with the control path ([`super::RdmaHandle::sharded`]), one block per
 //! worker, [`LIVE_SLOTS`] queue pairs each; queue pairs past that are counted, not shown.

@@ -461,7 +461,7 @@ impl RdmaNode {
 
     /// Makes this engine's shaper worker `me` of a port whose configured rates are held across
     /// its workers (`proto::shaper::PortShares`: each worker's rates are the port's divided
-    /// among the workers with work, rebalanced every [`PORT_REBALANCE_NS`]). False without a
+    /// among the workers with work, rebalanced every `PORT_REBALANCE_NS`). False without a
     /// shaper.
     pub fn share_shaper_port(&mut self, shares: Arc<proto::shaper::PortShares>, me: usize) -> bool {
         match self.parts.shaper.shaper.as_mut() {

@@ -21,7 +21,7 @@
 //! worker places data in the application's memory before it publishes the completion that
 //! names it, so a host that polled a completion sees the data.
 //!
-//! A work request crosses its ring as an [`Entry`] of one cache line (64 bytes): its id, its
+//! A work request crosses its ring as an `Entry` of one cache line (64 bytes): its id, its
 //! kind and its one piece, as most requests have. The list of a request of more pieces goes
 //! into the queue pair's **list ring** just before its entry, and the worker takes it with
 //! the entry. (The rings held whole [`WorkRequest`]s before, 304 bytes each with their

@@ -1,13 +1,13 @@
 //! What the `portico` command runs. Each command is a file:
 //!
-//! - [`eal`]: the EAL command line (Portico's defaults, then the devices, then the user's
+//! - `eal`: the EAL command line (Portico's defaults, then the devices, then the user's
 //!   arguments), the cores this process may use, and the main core;
 //! - [`scenario`]: `portico run`, ports and workers set up from a [`Scenario`], and the
 //!   checkers' verdicts;
-//! - [`fwd`]: `portico fwd`, raw forwarding between the probed ports;
-//! - [`ports`]: `portico ports`, and the size of the mbuf pool for the ports a run opens;
-//! - [`threads`]: where the host, the workers and EAL's own threads run (`/proc/self/task`);
-//! - [`monitor`]: the loop every run shares: start the workers, print live stats, stop on the
+//! - `fwd`: `portico fwd`, raw forwarding between the probed ports;
+//! - `ports`: `portico ports`, and the size of the mbuf pool for the ports a run opens;
+//! - `threads`: where the host, the workers and EAL's own threads run (`/proc/self/task`);
+//! - `monitor`: the loop every run shares: start the workers, print live stats, stop on the
 //!   duration, a signal, finished work or a failed worker, drain, and collect the [`Summary`].
 //!
 //! What a run measured is plain data in [`crate::summary`], printed by [`crate::report`];

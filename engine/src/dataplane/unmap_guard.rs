@@ -11,18 +11,18 @@
 //!
 //! The fix is the classic grace period, with `munmap` as the reclamation point:
 //!
-//! - A worker that polls such a port brackets each RX and TX burst with [`enter`] and the drop
-//!   of its [`Inside`]: its slot's sequence number is odd while it is inside the PMD. That is
+//! - A worker that polls such a port brackets each RX and TX burst with `enter` and the drop
+//!   of its `Inside`: its slot's sequence number is odd while it is inside the PMD. That is
 //!   two stores to a cache line only that worker writes, and no fence (the fence is paid by
 //!   the rare unmapping side).
 //! - The process defines `munmap` itself ([`munmap`], exported to the PMDs that EAL loads by
-//!   `engine/cli/build.rs`). Before making the system call it runs [`before_unmap`]: a
+//!   `engine/cli/build.rs`). Before making the system call it runs `before_unmap`: a
 //!   process-wide memory barrier (`membarrier(PRIVATE_EXPEDITED)`), so that every worker's
 //!   stores are visible and the PMD's cleared flag is visible to every burst that starts after
 //!   it, then a wait until each worker that was inside a PMD call has left it. A burst that
 //!   starts later sees the flag cleared and returns without touching the ring.
 //!
-//! Any unmapping by any thread passes through [`before_unmap`]; with no worker registered (no
+//! Any unmapping by any thread passes through `before_unmap`; with no worker registered (no
 //! memif port) it is one load. Unmapping from a worker thread skips its own slot. A thread that
 //! stays inside a PMD call longer than [`MAX_WAIT`] is given up on (one line on standard
 //! error): the unmap goes ahead rather than hang the process.
@@ -224,7 +224,7 @@ pub(crate) fn before_unmap() {
     }
 }
 
-/// The process's `munmap`: [`before_unmap`], then the system call, as libc's wrapper makes it
+/// The process's `munmap`: `before_unmap`, then the system call, as libc's wrapper makes it
 /// (-1 and `errno` on failure). `engine/cli/build.rs` exports it, so that the PMDs EAL loads with
 /// `dlopen` bind to it rather than to libc's.
 ///

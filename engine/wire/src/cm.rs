@@ -553,7 +553,8 @@ impl DreqRepr {
 }
 
 /// rdma_cm's conventions on top of the CM: a connection to an IP port is a REQ to the service
-/// ID [`service_id`] of that port, and the REQ's private data starts with [`CmaHeader`].
+/// ID [`rdma_cm::service_id`] of that port, and the REQ's private data starts with a
+/// [`rdma_cm::CmaHeader`].
 pub mod rdma_cm {
     /// rdma_cm's port space of `RDMA_PS_TCP` (reliable connections): its service IDs are
     /// `0x0000000001060000 | port` (the IP spaces are `0x0000000001000000 | space << 16`).

@@ -13,7 +13,7 @@
 //! Both ends are pure and driven with times in ns: the receiver's [`Notifier`] (what to tell
 //! the sender, and when) and the sender's [`RateControl`] (a controller and the [`Pacer`]
 //! that holds the requests to its rate). The transport calls them; the worker's clock feeds
-//! them. [`bottleneck`] is the switch port they are measured through.
+//! them. The benchmarks' `bottleneck` (`portico-bench`) is the switch port they are measured through.
 
 pub mod ack;
 pub mod dcqcn;

@@ -357,7 +357,7 @@ pub const DEFAULT_LIST_ENTRIES: usize = 16 * 1024;
 
 impl Default for EndpointConfig {
     /// The seed's sizes: every list bounded by the engine's shared pool
-    /// ([`DEFAULT_LIST_ENTRIES`]); the software request list keeps the Portals reference
+    /// (`DEFAULT_LIST_ENTRIES`); the software request list keeps the Portals reference
     /// implementation's 1 024 (headers waiting for the host, outside the pool).
     fn default() -> Self {
         Self {

@@ -64,7 +64,7 @@ const BLANK_HDR: HdrNode = HdrNode {
 };
 
 /// Headers in arrival order, with per-match-bits bins. Its nodes are a
-/// [`Reserve`], as the entry lists' (`list::Slab`).
+/// `Reserve`, as the entry lists' (`list::Slab`).
 #[derive(Debug, Clone)]
 pub struct UnexpectedList {
     nodes: Reserve<HdrNode>,

@@ -15,7 +15,7 @@
 //! (LOCAL_WRITE) may do. Every check happens before a byte is touched, which is what lets the
 //! responder NAK a bad request with memory left intact.
 //!
-//! Bytes move in and out of a region only through [`MemoryTable::place`] and
+//! Bytes move in and out of a region only through [`MemoryTable::store`] and
 //! [`MemoryTable::fetch`] (copies through `pmem`, never references), because the application
 //! owns the same memory on another core. The contract is the verbs one: the application does
 //! not touch a buffer while an operation on it is outstanding, and a completion hands it back.

@@ -8,7 +8,7 @@
 //! complete in order (a watermark, [`crate::transport::MemoryTable::mark_persisted`]).
 //!
 //! This module keeps, per queue pair, what the responder promised to say once a ticket is
-//! done ([`Durability`]):
+//! done (`Durability`):
 //! * a **durable ACK** for a durable WRITE (Portico's extension): the receipt ACK goes out at
 //!   once as for any WRITE, and the durable ACK, opcode 0xE2 with the same PSN, when the
 //!   data is durable. Durable ACKs are cumulative, so one covers several writes;
