@@ -976,11 +976,21 @@ impl RdmaNode {
         {
             e.qp.on_packet(now, repr, payload, mem, staged);
         }
+        let request = repr.bth.opcode.is_send_write_or_read();
         c.delivered += 1;
         // A packet that moved the queue pair to the error state may have cut off a tagged
         // message or a pull.
         self.settle(i as u32);
-        self.make_ready_and_arm(i as u32);
+        // Only a response (an ACK, a NAK, a READ response, a CNP) moves the queue pair's
+        // deadlines, which are its requester's: a request leaves them as they were, or none
+        // when it moved the queue pair to the error state. So a request wakes the queue pair
+        // (it may owe an ACK) and arms nothing; the rarer requests (atomics, FLUSH, durable
+        // WRITEs) arm as before, since telling them apart costs more than their arming.
+        if request {
+            self.make_ready(i as u32);
+        } else {
+            self.make_ready_and_arm(i as u32);
+        }
         let (parts, mut cx) = self.split();
         parts.after_packet(i as u32, &mut cx);
         RxOutcome::Delivered
@@ -1127,11 +1137,20 @@ impl RdmaNode {
         let reads_held = self.parts.holds_read_responses();
         while let Some(slot) = self.ready.front() {
             let e = &mut self.qps.entries[slot as usize];
+            // A response moves none of the queue pair's deadlines (its requester's): it is
+            // handed out without arming.
+            if e.qp.poll_responses_into(now, reads_held, &mut self.pending) {
+                if e.qp.has_nothing_to_send() {
+                    self.ready.pop_front();
+                    e.ready = false;
+                    self.turn = Budget::packets(TURN_PACKETS);
+                }
+                return Some(self.handed_out_unarmed(slot));
+            }
             // A part (the shaper) may send the queue pair's requests instead, later.
-            let sent = e.qp.poll_responses_into(now, reads_held, &mut self.pending)
-                || (!self.parts.holds_requests(slot, &e.qp)
-                    && e.qp
-                        .poll_request_into(now, &mut self.turn, &mut self.pending));
+            let sent = !self.parts.holds_requests(slot, &e.qp)
+                && e.qp
+                    .poll_request_into(now, &mut self.turn, &mut self.pending);
             if sent {
                 // A queue pair with nothing more to send (a lone operation's, an ACK's sender)
                 // ends its turn here, not in a call that would find nothing: anything new to
@@ -1166,10 +1185,16 @@ impl RdmaNode {
     /// The handle of the packet of the queue pair in `slot` just written to `pending`.
     #[inline(always)]
     fn handed_out(&mut self, slot: u32) -> Tx {
-        self.counters.tx_packets += 1;
         // A request just sent may have started the retransmission timer; the turn may end
         // with the TX burst, before the QP is visited again.
         self.arm(slot);
+        self.handed_out_unarmed(slot)
+    }
+
+    /// [`RdmaNode::handed_out`] of a response, which starts no timer.
+    #[inline(always)]
+    fn handed_out_unarmed(&mut self, slot: u32) -> Tx {
+        self.counters.tx_packets += 1;
         self.pending_seq = self.pending_seq.wrapping_add(1);
         Tx {
             qp: slot,
@@ -2201,6 +2226,64 @@ mod tests {
         assert_eq!(landed.to_vec(), (0..24u8).collect::<Vec<_>>());
         map.read(1024, &mut landed[..8]).unwrap();
         assert_eq!(landed[..8].to_vec(), (0..8u8).collect::<Vec<_>>());
+    }
+
+    /// The timer heap hears of a queue pair after a request goes out (the retransmission
+    /// timer starts), not after a request comes in or a response goes out, which move no
+    /// deadline of its requester; a request lost on the wire is still sent again when its
+    /// timer expires, and completes once.
+    #[test]
+    fn requests_sent_arm_the_timer_and_requests_received_and_acks_sent_do_not() {
+        let (mut a, mut b) = pair();
+        let map = Arc::new(Mapping::anonymous(4096).unwrap());
+        map.write(0, &[0x3c; 16]).unwrap();
+        let src = a.node.register(map.clone(), 0, 16, Access::ALL).unwrap();
+        let dst = b.node.register(map.clone(), 2048, 16, Access::ALL).unwrap();
+        let write = WorkRequest::write(
+            7,
+            proto::transport::SgList::one(src.lkey, src.addr, 16),
+            dst.addr,
+            dst.rkey,
+            None,
+        );
+        let mut frame = vec![0u8; 512];
+        a.qp.post_send(&[write]).unwrap();
+        a.node.service(1_000);
+        let tx = a.node.poll_transmit(1_000).expect("the WRITE");
+        let len = a.node.emit(&tx, &mut frame).unwrap();
+        assert_eq!(
+            a.node.touched,
+            [0],
+            "a request went: its timer is to be armed"
+        );
+        // The frame is lost. The next iteration puts the deadline in the heap.
+        a.node.service(2_000);
+        assert!(a.node.touched.is_empty());
+        let (due, _) = a.node.timers.peek().expect("the retransmission timer").0;
+        assert!(due > 2_000);
+        // Past the deadline the WRITE goes again, and B hears it.
+        a.node.service(due);
+        let tx = a.node.poll_transmit(due).expect("the WRITE, again");
+        let again = a.node.emit(&tx, &mut frame).unwrap();
+        assert_eq!(again, len);
+        assert_eq!(b.node.receive(due, &frame[..len]), RxOutcome::Delivered);
+        assert!(b.node.touched.is_empty(), "a request received arms nothing");
+        assert_eq!(b.node.ready.front(), Some(0), "B owes an ACK");
+        b.node.service(due);
+        let tx = b.node.poll_transmit(due).expect("the ACK");
+        let len = b.node.emit(&tx, &mut frame).unwrap();
+        assert!(b.node.touched.is_empty(), "an ACK sent arms nothing");
+        assert!(b.node.timers.is_empty());
+        assert_eq!(a.node.receive(due, &frame[..len]), RxOutcome::Delivered);
+        a.node.flush_completions();
+        let done: Vec<(u64, WcStatus)> = drain(&mut a.cq)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+        assert_eq!(done, [(7, WcStatus::Success)]);
+        let mut landed = [0u8; 16];
+        map.read(2048, &mut landed).unwrap();
+        assert_eq!(landed, [0x3c; 16]);
     }
 
     /// One request at a time takes `take_from`'s path for a lone request: held while the

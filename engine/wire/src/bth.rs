@@ -406,6 +406,14 @@ impl Opcode {
         )
     }
 
+    /// True for the SEND, RDMA WRITE and RDMA READ request opcodes, RC's 0x00 to 0x0C: one
+    /// compare, where [`Opcode::is_request`] is a set. The other requests (the atomics,
+    /// FLUSH, ATOMIC WRITE, the durable WRITEs) are not among them.
+    #[inline]
+    pub const fn is_send_write_or_read(self) -> bool {
+        (self as u8) <= Opcode::RdmaReadRequest as u8
+    }
+
     /// The opcodes a CETH may come with (with BECN set): ACKNOWLEDGE, after its AETH, and the
     /// CNP, inside its reserved bytes (an enhanced CNP).
     pub const fn may_carry_ceth(self) -> bool {
@@ -881,6 +889,31 @@ pub(crate) mod tests {
                 "{op:?} is both request and response"
             );
         }
+        // The one compare names exactly the SEND, WRITE and READ requests, all requests.
+        let plain: Vec<Opcode> = Opcode::ALL
+            .into_iter()
+            .filter(|op| op.is_send_write_or_read())
+            .collect();
+        use Opcode::*;
+        assert_eq!(
+            plain,
+            [
+                SendFirst,
+                SendMiddle,
+                SendLast,
+                SendLastWithImmediate,
+                SendOnly,
+                SendOnlyWithImmediate,
+                RdmaWriteFirst,
+                RdmaWriteMiddle,
+                RdmaWriteLast,
+                RdmaWriteLastWithImmediate,
+                RdmaWriteOnly,
+                RdmaWriteOnlyWithImmediate,
+                RdmaReadRequest
+            ]
+        );
+        assert!(plain.iter().all(|op| op.is_request()));
     }
 
     pub(crate) fn opcode_strategy() -> impl Strategy<Value = Opcode> {
