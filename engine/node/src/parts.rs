@@ -485,8 +485,9 @@ impl Offload for PortEcn {
     #[inline(always)]
     fn before_packet(&mut self, now: u64, qp: &mut QueuePair, repr: &wire::RoceRepr) {
         // Requests and READ responses: both arrive through this node's ingress.
+        // The queue pair's setting first: one load, where the opcode's class is a set.
         let op = repr.bth.opcode;
-        if (op.is_request() || op.is_read_response()) && qp.port_scoped_ecn() {
+        if qp.port_scoped_ecn() && (op.is_request() || op.is_read_response()) {
             let cfg = &qp.config().cc.ack;
             let m = self
                 .monitor
