@@ -1501,6 +1501,16 @@ mod tests {
         std::iter::from_fn(|| cq.poll_one()).collect()
     }
 
+    /// The id and status of each completion waiting in `cq`, in order.
+    fn outcomes(cq: &mut Cq) -> Vec<(u64, WcStatus)> {
+        drain(cq).iter().map(|w| (w.wr_id, w.status)).collect()
+    }
+
+    /// `ids`, each a success.
+    fn succeeded(ids: impl IntoIterator<Item = u64>) -> Vec<(u64, WcStatus)> {
+        ids.into_iter().map(|i| (i, WcStatus::Success)).collect()
+    }
+
     #[test]
     fn staged_completions_reach_their_queue_pair_s_rings_in_order_and_a_stray_one_counts() {
         let mut node = RdmaNode::new(
@@ -2142,14 +2152,7 @@ mod tests {
             carry(&mut b.node, &mut a.node, now, 0, &mut moved);
         }
         assert_eq!(a.node.counters.posted, 8);
-        let done: Vec<(u64, WcStatus)> = drain(&mut a.cq)
-            .iter()
-            .map(|w| (w.wr_id, w.status))
-            .collect();
-        assert_eq!(
-            done,
-            (0..8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
-        );
+        assert_eq!(outcomes(&mut a.cq), succeeded(0..8));
         let mut landed = [0u8; 64];
         map.read(2048, &mut landed).unwrap();
         assert_eq!(landed.to_vec(), (0..64u8).collect::<Vec<_>>());
@@ -2219,19 +2222,8 @@ mod tests {
         send(&mut b.node, &mut a.node, 4_000);
         a.node.flush_completions();
         b.node.flush_completions();
-        let ids = |cq: &mut Cq| {
-            drain(cq)
-                .iter()
-                .map(|w| (w.wr_id, w.status))
-                .collect::<Vec<_>>()
-        };
-        let ok = |ids: &[u64]| {
-            ids.iter()
-                .map(|&i| (i, WcStatus::Success))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(ids(&mut a.cq), ok(&[0, 1, 2]));
-        assert_eq!(ids(&mut b.cq), ok(&[0]));
+        assert_eq!(outcomes(&mut a.cq), succeeded([0, 1, 2]));
+        assert_eq!(outcomes(&mut b.cq), succeeded([0]));
         let mut landed = [0u8; 24];
         map.read(2048, &mut landed).unwrap();
         assert_eq!(landed.to_vec(), (0..24u8).collect::<Vec<_>>());
@@ -2287,11 +2279,7 @@ mod tests {
         assert!(b.node.timers.is_empty());
         assert_eq!(a.node.receive(due, &frame[..len]), RxOutcome::Delivered);
         a.node.flush_completions();
-        let done: Vec<(u64, WcStatus)> = drain(&mut a.cq)
-            .iter()
-            .map(|w| (w.wr_id, w.status))
-            .collect();
-        assert_eq!(done, [(7, WcStatus::Success)]);
+        assert_eq!(outcomes(&mut a.cq), succeeded([7]));
         let mut landed = [0u8; 16];
         map.read(2048, &mut landed).unwrap();
         assert_eq!(landed, [0x3c; 16]);
@@ -2328,11 +2316,7 @@ mod tests {
         assert_eq!(first, [0]);
         pump(&mut a.node, &mut b.node, 0);
         assert_eq!(a.node.counters.posted, 2, "taken once the slot is free");
-        let second: Vec<(u64, WcStatus)> = drain(&mut a.cq)
-            .iter()
-            .map(|w| (w.wr_id, w.status))
-            .collect();
-        assert_eq!(second, [(1, WcStatus::Success)]);
+        assert_eq!(outcomes(&mut a.cq), succeeded([1]));
         let mut landed = [0u8; 16];
         map.read(2048, &mut landed).unwrap();
         assert_eq!(landed, [0x5a; 16]);
