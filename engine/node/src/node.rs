@@ -1232,9 +1232,11 @@ impl RdmaNode {
         if tx.seq != self.pending_seq {
             return Err(wire::Error::StaleHandle);
         }
-        self.qps.entries[tx.qp as usize]
-            .qp
-            .emit(&self.pending, &self.mem, buf)
+        let qp = &self.qps.entries[tx.qp as usize].qp;
+        if self.pending.fields.opcode == wire::Opcode::Acknowledge {
+            return qp.emit_ack(&self.pending, &self.mem, buf);
+        }
+        qp.emit(&self.pending, &self.mem, buf)
     }
 
     /// Hands the completions of this iteration to the host's completion rings: consecutive

@@ -91,7 +91,16 @@ pub struct HeaderTemplate {
     ip_sum: u32,
     /// ICRC register after the LRH and the covered base headers, varying bytes zero.
     icrc_reg: u32,
+    /// A plain ACKNOWLEDGE (an AETH, no CETH): `bytes` with the IPv4 total length and
+    /// checksum, the UDP length and the opcode it always has ...
+    ack_bytes: [u8; BASE_HEADER_LEN],
+    /// ... and `icrc_reg` with those bytes in: only the flags, the AckReq byte and the PSN
+    /// are left to fold per packet.
+    ack_reg: u32,
 }
+
+/// A plain ACKNOWLEDGE's frame: the base headers, its AETH and the ICRC.
+const ACK_FRAME_LEN: usize = BASE_HEADER_LEN + super::aeth::HEADER_LEN + ICRC_LEN;
 
 /// The repr with every field a template leaves to the packet cleared.
 fn flow_of(repr: &RoceRepr) -> RoceRepr {
@@ -150,11 +159,29 @@ impl HeaderTemplate {
         }
         let mut crc = Crc32::from_register(LRH_SEED);
         crc.update(&covered);
+        let icrc_reg = crc.register();
+        // A plain ACK's length is constant, and so are the fields that follow from it.
+        let ack_ip_len = (ACK_FRAME_LEN - IP) as u16;
+        let [len_hi, len_lo] = ack_ip_len.to_be_bytes();
+        let [udp_hi, udp_lo] = (ack_ip_len - ipv4::HEADER_LEN as u16).to_be_bytes();
+        let opcode = Opcode::Acknowledge.as_u8();
+        let mut ack_bytes = bytes;
+        ack_bytes[IP + 2..IP + 4].copy_from_slice(&[len_hi, len_lo]);
+        let checksum = !super::checksum::fold(ip_sum + u32::from(ack_ip_len));
+        ack_bytes[IP + 10..IP + 12].copy_from_slice(&checksum.to_be_bytes());
+        ack_bytes[UDP + 4..UDP + 6].copy_from_slice(&[udp_hi, udp_lo]);
+        ack_bytes[BTH] = opcode;
+        let mut ack_reg = icrc_reg;
+        for (table, byte) in DELTA.iter().zip([len_hi, len_lo, udp_hi, udp_lo, opcode]) {
+            ack_reg ^= table[usize::from(byte)];
+        }
         Ok(HeaderTemplate {
             flow,
             bytes,
             ip_sum,
-            icrc_reg: crc.register(),
+            icrc_reg,
+            ack_bytes,
+            ack_reg,
         })
     }
 
@@ -336,6 +363,74 @@ impl HeaderTemplate {
         trailer[pad..].copy_from_slice(&icrc::to_wire(crc.finish()));
         Ok(total)
     }
+
+    /// [`HeaderTemplate::emit_fields`] of an ACKNOWLEDGE (`fields.opcode`), which has no
+    /// payload. A plain one (its AETH, no CETH), the responder's commonest packet, is written
+    /// from prepared bytes: its lengths, IPv4 checksum and opcode are constant, and five of
+    /// the ten varying bytes are left to fold into the ICRC; any other goes the general way.
+    /// `fill` is as `emit_fields`'s, given the AETH (or AETH and CETH) to fold.
+    ///
+    /// Its own entry point, not an arm of `emit_fields`: there it changed the registers of
+    /// the other arms (a batched 64 B WRITE +9.4 instructions, callgrind). Through it, an ACK
+    /// is 128 instructions where it was about 210 (a lone 64 B WRITE 3 312 -> 3 225).
+    pub fn emit_ack(
+        &self,
+        fields: &PacketFields,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8], usize, u32) -> u32,
+    ) -> Result<usize> {
+        const AETH_END: usize = BASE_HEADER_LEN + super::aeth::HEADER_LEN;
+        if fields.opcode != Opcode::Acknowledge
+            || fields.aeth.is_none()
+            || fields.ceth.is_some()
+            || fields.feth.is_some()
+            || fields.reth.is_some()
+            || fields.immdt.is_some()
+        {
+            return self.emit_other_ack(fields, buf, fill);
+        }
+        ensure_len(Layer::Buffer, ACK_FRAME_LEN, buf.len())?;
+        let frame = &mut buf[..ACK_FRAME_LEN];
+        frame[..BASE_HEADER_LEN].copy_from_slice(&self.ack_bytes);
+        let b = fields;
+        let flags = u8::from(b.solicited) << 7 | u8::from(b.migreq) << 6;
+        let ack_req = u8::from(b.ack_req) << 7;
+        let psn = (b.psn & bth::PSN_MASK).to_be_bytes();
+        frame[BTH + 1] = flags;
+        frame[BTH + 4] = u8::from(b.fecn) << 7 | u8::from(b.becn) << 6;
+        frame[BTH + 8..BTH + 12].copy_from_slice(&[ack_req, psn[1], psn[2], psn[3]]);
+        // The flags, the AckReq byte and the PSN: `VARYING`'s last five.
+        let mut reg = self.ack_reg;
+        for (table, byte) in DELTA[5..]
+            .iter()
+            .zip([flags, ack_req, psn[1], psn[2], psn[3]])
+        {
+            reg ^= table[usize::from(byte)];
+        }
+        fields.write_ext_headers(&mut frame[BASE_HEADER_LEN..AETH_END]);
+        let (covered, trailer) = frame.split_at_mut(AETH_END);
+        let reg = fill(
+            &mut covered[BASE_HEADER_LEN..],
+            super::aeth::HEADER_LEN,
+            reg,
+        );
+        trailer.copy_from_slice(&icrc::to_wire(Crc32::from_register(reg).finish()));
+        Ok(ACK_FRAME_LEN)
+    }
+
+    /// [`HeaderTemplate::emit_ack`] of an ACK that is not plain (with a CETH), or of another
+    /// opcode: the general way, out of line, so that the plain ACK's path saves no registers
+    /// for it.
+    #[cold]
+    #[inline(never)]
+    fn emit_other_ack(
+        &self,
+        fields: &PacketFields,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8], usize, u32) -> u32,
+    ) -> Result<usize> {
+        self.emit_fields(fields, 0, buf, fill)
+    }
 }
 
 #[cfg(test)]
@@ -454,6 +549,19 @@ mod tests {
             folded[k..].iter().all(|&b| b == 0x55),
             "wrote past the frame"
         );
+
+        // The ACK's entry point: a plain ACK from its prepared bytes, anything else the
+        // general way; the same frame either way.
+        if payload.is_empty() {
+            let mut ack = vec![0x33u8; m + 7];
+            let k = t
+                .emit_ack(&PacketFields::of(repr), &mut ack, |tail, _, reg| {
+                    bytewise(reg, tail)
+                })
+                .unwrap();
+            assert_eq!(&ack[..k], &generic[..n], "emit_ack {:?}", repr.bth.opcode);
+            assert!(ack[k..].iter().all(|&b| b == 0x33), "wrote past the frame");
+        }
     }
 
     #[test]
@@ -569,6 +677,57 @@ mod tests {
         let mut bad = flow();
         bad.ip.dscp = 64;
         assert!(HeaderTemplate::new(&bad).is_err());
+    }
+
+    /// An ACK's every field that varies per packet, through `emit_ack`: the plain ACK's
+    /// prepared path, and with a CETH the general one; each frame the generic emitter's.
+    #[test]
+    fn acks_from_the_prepared_bytes_are_the_generic_emitter_s() {
+        use crate::ceth::{CethRepr, Level};
+        let mut ack = flow();
+        ack.bth.opcode = Opcode::Acknowledge;
+        let syndromes = [
+            Syndrome::Ack { credit_code: 0 },
+            Syndrome::Ack { credit_code: 31 },
+            Syndrome::RnrNak { timer_code: 14 },
+            Syndrome::Nak(crate::aeth::NakCode::RemoteAccessError),
+        ];
+        for (i, syndrome) in syndromes.into_iter().enumerate() {
+            for flags in 0u8..32 {
+                let mut r = ack;
+                r.bth.psn = [0, 1, 0x80_0000, 0xff_ffff][i] ^ u32::from(flags) << 9;
+                r.bth.ack_req = flags & 1 != 0;
+                r.bth.solicited = flags & 2 != 0;
+                r.bth.migreq = flags & 4 != 0;
+                r.bth.fecn = flags & 8 != 0;
+                r.bth.becn = flags & 16 != 0;
+                r.aeth = Some(AethRepr {
+                    syndrome,
+                    msn: 0x5a_5a5a ^ u32::from(flags),
+                });
+                same_as_generic(&r, &[]);
+                if r.bth.becn {
+                    r.ceth = Some(CethRepr {
+                        level: Level::Moderate,
+                        marked: flags,
+                        window: 32,
+                        ..CethRepr::default()
+                    });
+                    same_as_generic(&r, &[]);
+                }
+            }
+        }
+        // Too short a buffer: refused, nothing written.
+        let t = HeaderTemplate::new(&flow()).unwrap();
+        let mut r = ack;
+        r.aeth = Some(AethRepr {
+            syndrome: Syndrome::Ack { credit_code: 3 },
+            msn: 1,
+        });
+        let mut short = [0x77u8; ACK_FRAME_LEN - 1];
+        let fields = PacketFields::of(&r);
+        assert!(t.emit_ack(&fields, &mut short, |_, _, reg| reg).is_err());
+        assert!(short.iter().all(|&b| b == 0x77));
     }
 
     proptest! {
