@@ -1151,11 +1151,7 @@ impl RdmaNode {
             // A response moves none of the queue pair's deadlines (its requester's): it is
             // handed out without arming.
             if e.qp.poll_responses_into(now, reads_held, &mut self.pending) {
-                if e.qp.has_nothing_to_send() {
-                    self.ready.pop_front();
-                    e.ready = false;
-                    self.turn = Budget::packets(TURN_PACKETS);
-                }
+                leave_if_done(&mut self.ready, &mut self.turn, e);
                 return Some(self.handed_out_unarmed(slot));
             }
             // A part (the shaper) may send the queue pair's requests instead, later.
@@ -1163,14 +1159,7 @@ impl RdmaNode {
                 && e.qp
                     .poll_request_into(now, &mut self.turn, &mut self.pending);
             if sent {
-                // A queue pair with nothing more to send (a lone operation's, an ACK's sender)
-                // ends its turn here, not in a call that would find nothing: anything new to
-                // send comes with a wake-up (a packet, a post, a timer).
-                if e.qp.has_nothing_to_send() {
-                    self.ready.pop_front();
-                    e.ready = false;
-                    self.turn = Budget::packets(TURN_PACKETS);
-                }
+                leave_if_done(&mut self.ready, &mut self.turn, e);
                 return Some(self.handed_out(slot));
             }
             // The turn is over: either nothing more to send now, or its budget is spent.
@@ -1415,6 +1404,19 @@ fn ring_of(wc: &WorkCompletion, send_cq: u32, recv_cq: u32) -> u32 {
 #[inline(always)]
 pub(crate) fn wake_up(qps: &mut QpTable, ready: &mut ReadyList, slot: u32) {
     qps.entries[slot as usize].wake_up(ready, slot);
+}
+
+/// Ends the turn of the queue pair at the front of `ready` (`e`), which just handed out a
+/// packet, if it has nothing more to send (a lone operation's, an ACK's sender): here, not in
+/// a later `poll_transmit` that would find nothing. Anything new to send comes with a wake-up
+/// (a packet, a post, a timer).
+#[inline(always)]
+fn leave_if_done(ready: &mut ReadyList, turn: &mut Budget, e: &mut QpEntry) {
+    if e.qp.has_nothing_to_send() {
+        ready.pop_front();
+        e.ready = false;
+        *turn = Budget::packets(TURN_PACKETS);
+    }
 }
 
 /// The queue pairs with something to send, in turn: a ring of [`MAX_QPS`] slots. A queue pair
