@@ -5,7 +5,8 @@
 # the two totals over N2 - N1 is the cost of one operation, set-up excluded.
 #
 #   bench/roce_instructions.sh [CASES...]     default: write64 write64x32 write4096 emit64 parse64
-#                                             (also: write65536 read64 emit64r lpe_match8 lpe_match1000 lpe_repost1000)
+#                                             (also: write65536 read64 emit64r lpe_match8 lpe_match1000 lpe_repost1000
+#                                              tagged8 tagged8x32)
 #   BIN=path/to/roce_count bench/roce_instructions.sh   (a binary built elsewhere, for A/B)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -13,7 +13,11 @@
 //! per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
 //! tag port makes it): `lpe_match8` and `lpe_match1000` (a persistent receive matched among 8
 //! or 1 000 posted, one in ten ANY_SOURCE), `lpe_repost1000` (a use-once receive matched and
-//! the next one posted, as MPI does).
+//! the next one posted, as MPI does). And tagged messaging through both engines, as `portico bench
+//! tagged`'s eager part runs it at depth 1 000: `tagged8` (one 8 B tagged send at a time into
+//! one of 1 000 posted use-once receives, the target's host taking the put event and posting
+//! the receive again) and `tagged8x32` (batches of 32 sends to distinct receives, per
+//! message).
 
 use std::hint::black_box;
 
@@ -28,7 +32,7 @@ fn main() {
         [case, n] => (case.as_str(), n.parse::<usize>().expect("a count")),
         _ => {
             eprintln!(
-                "usage: roce_count write64|write4096|write65536|write64x32|read64|emit64|emit64r|parse64 N"
+                "usage: roce_count write64|write4096|write65536|write64x32|read64|emit64|emit64r|parse64|lpe_match8|lpe_match1000|lpe_repost1000|tagged8|tagged8x32 N"
             );
             std::process::exit(2);
         }
@@ -92,6 +96,7 @@ fn main() {
             }
         }
         "lpe_match8" | "lpe_match1000" | "lpe_repost1000" => lpe(case, n),
+        "tagged8" | "tagged8x32" => tagged(case == "tagged8x32", n),
         _ => {
             eprintln!("unknown case {case}");
             std::process::exit(2);
@@ -153,5 +158,20 @@ fn lpe(case: &str, n: usize) {
         if ring.len() >= 250 {
             ring.clear();
         }
+    }
+}
+
+/// The tagged cases: 1 000 use-once receives posted on B (quiet: one put event each, as MPI
+/// configures it), A's tagged sends of 8 B aimed at them in a fixed random order, each receive
+/// posted again when its put event reaches B's host; `batched` sends 32 at a time.
+fn tagged(batched: bool, n: usize) {
+    let mut t = common::tagged_pair(1000);
+    let batch = if batched { 32 } else { 1 };
+    let rounds = |n: usize| n / batch;
+    for _ in 0..rounds(3200) {
+        t.round(batch);
+    }
+    for _ in 0..rounds(n) {
+        black_box(t.round(black_box(batch)));
     }
 }

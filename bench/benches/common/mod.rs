@@ -30,6 +30,11 @@ pub struct Pair {
 }
 
 pub fn pair() -> Pair {
+    pair_with(|_| {})
+}
+
+/// [`pair`] with A's queue pair configured further by `tweak` (B's mirrors it).
+pub fn pair_with(tweak: impl FnOnce(&mut QpConfig)) -> Pair {
     let mut a = RdmaNode::new(MAC_A, IP_A);
     let mut b = RdmaNode::new(MAC_B, IP_B);
     let mut cfg = QpConfig::new(0x11, 0x22);
@@ -38,6 +43,7 @@ pub fn pair() -> Pair {
     cfg.pmtu = Mtu::M4096;
     cfg.max_send_wr = 64;
     cfg.max_recv_wr = 64;
+    tweak(&mut cfg);
     let mut cfg_b = cfg.mirrored();
     cfg_b.remote_mac = MAC_A;
     cfg_b.remote_ip = IP_A;
@@ -140,5 +146,132 @@ impl Pair {
         let tx = self.a.poll_transmit(self.now).expect("a frame");
         let len = self.a.emit(&tx, &mut self.buf).expect("emits");
         self.buf[..len].to_vec()
+    }
+}
+
+/// Two engines with tagged messaging between them (`roce_count`'s `tagged8` cases): B's host
+/// keeps `depth` use-once receives posted, A sends 8 B tagged messages to them.
+#[allow(dead_code)] // Not used by the criterion benchmark, which includes this module too.
+pub struct TaggedPair {
+    pair: Pair,
+    port: portico::rdma::TagPort,
+    depth: u64,
+    /// Which receive each send aims at: a fixed random order, 32 distinct in each window of 32.
+    order: Vec<u64>,
+    next: usize,
+    events: [portico::rdma::TagEvent; 64],
+    batch: Vec<WorkRequest>,
+}
+
+/// The receive `k` of a [`TaggedPair`]: its tag, and 64 bytes of B's region.
+#[allow(dead_code)]
+fn tagged_receive(p: &Pair, k: u64) -> portico::rdma::TagEntry {
+    let buf = portico::transport::Sge {
+        addr: p.dst.addr + k * 64,
+        len: 64,
+        lkey: p.dst.lkey,
+    };
+    portico::rdma::TagEntry::recv(k, buf, k).from_rank(0)
+}
+
+#[allow(dead_code)]
+pub fn tagged_pair(depth: u64) -> TaggedPair {
+    use portico::lpe::{EndpointConfig, EndpointIndex, EngineConfig, ListKind};
+    let mut pair = pair_with(|cfg| cfg.tagged = true);
+    let tags = portico::rdma::TagConfig {
+        endpoints: vec![(
+            EndpointIndex(0),
+            EndpointConfig {
+                max_priority: 4096,
+                max_unexpected: 4096,
+                ..EndpointConfig::default()
+            },
+        )],
+        engine: EngineConfig::default(),
+        event_depth: 16384,
+        command_depth: 8192,
+        max_messages: 4096,
+        quiet: true,
+    };
+    pair.a.enable_tags(&tags).expect("A's tags");
+    let mut port = pair.b.enable_tags(&tags).expect("B's tags");
+    for k in 0..depth {
+        port.append(0, ListKind::Priority, tagged_receive(&pair, k))
+            .expect("room");
+    }
+    pair.now += 1_000;
+    pair.b.service(pair.now);
+    // Windows of 32 distinct receives drawn at random, none from the window before: a
+    // receive's new post is served by B's next `service`, which comes after the next round's
+    // messages arrive, so a message must not aim at a receive of the round before.
+    let mut order: Vec<u64> = Vec::new();
+    let mut seed = 7u64;
+    while order.len() < 32 * 1024 {
+        let previous = order.len().saturating_sub(32);
+        let mut window: Vec<u64> = Vec::with_capacity(32);
+        while window.len() < 32 {
+            seed += 1;
+            let k = portico::rng::splitmix64(seed) % depth;
+            if !window.contains(&k) && !order[previous..].contains(&k) {
+                window.push(k);
+            }
+        }
+        order.extend(window);
+    }
+    TaggedPair {
+        pair,
+        port,
+        depth,
+        order,
+        next: 0,
+        events: [portico::rdma::TagEvent::EMPTY; 64],
+        batch: Vec::with_capacity(32),
+    }
+}
+
+#[allow(dead_code)]
+impl TaggedPair {
+    /// `n` (at most 32) tagged sends, run until A has their completions and B's host has
+    /// their put events and has posted their receives again; returns the puts.
+    pub fn round(&mut self, n: usize) -> usize {
+        use portico::lpe::ListKind;
+        use portico::rdma::TagEventKind;
+        self.batch.clear();
+        for _ in 0..n {
+            let k = self.order[self.next % self.order.len()];
+            self.next += 1;
+            let sgl = SgList::one(self.pair.src.lkey, self.pair.src.addr + k * 64, 8);
+            self.batch.push(WorkRequest::tagged_send(k, sgl, 0, k, 0));
+        }
+        self.pair.qp.post_send(&self.batch).expect("room");
+        let (mut done, mut puts) = (0, 0);
+        while done < n || puts < n {
+            let p = &mut self.pair;
+            p.now += 1_000;
+            p.a.service(p.now);
+            while let Some(tx) = &p.a.poll_transmit(p.now) {
+                let len = p.a.emit(tx, &mut p.buf).expect("emits");
+                p.b.receive(p.now, &p.buf[..len]);
+            }
+            p.b.service(p.now);
+            while let Some(tx) = &p.b.poll_transmit(p.now) {
+                let len = p.b.emit(tx, &mut p.buf).expect("emits");
+                p.a.receive(p.now, &p.buf[..len]);
+            }
+            p.a.flush_completions();
+            p.b.publish_tag_events();
+            done += p.cq.poll(&mut p.wcs);
+            let got = self.port.poll(&mut self.events);
+            for e in &self.events[..got] {
+                assert_eq!(e.kind, TagEventKind::Put, "{e:?}");
+                assert!(e.cookie < self.depth);
+                let entry = tagged_receive(p, e.cookie);
+                self.port
+                    .append(0, ListKind::Priority, entry)
+                    .expect("room");
+                puts += 1;
+            }
+        }
+        puts
     }
 }
