@@ -12,7 +12,8 @@
 //! - **`pclmul`** (x86-64 with PCLMULQDQ and SSE4.1): carry-less multiplication folds 128
 //!   bytes per step with eight accumulators (from 128 bytes on), then 16 bytes per step, then
 //!   reduces the 128-bit remainder to the 32-bit register by Barrett reduction. Runs of 16
-//!   bytes or more take it; the last 0-15 bytes go through the tables.
+//!   bytes or more take it; their last 1-15 bytes are one more block (the run's last 16
+//!   bytes loaded again, the folded part shuffled out).
 //! - **`vpclmul`** (VPCLMULQDQ and AVX2 as well): the same with eight 256-bit accumulators,
 //!   256 bytes per step, for runs of 256 bytes or more. Valgrind does not decode it and hides
 //!   it from the CPU's feature bits, so under valgrind the process runs `pclmul`.
