@@ -500,7 +500,9 @@ impl<L: MatchList> Endpoint<L> {
         if unlinked {
             self.list_mut(list).remove(id);
             self.held -= 1;
-            events.push_event(self.event_for(EventKind::AutoUnlink, list, entry.cookie));
+            if !entry.options.contains(Options::EVENT_UNLINK_DISABLE) {
+                events.push_event(self.event_for(EventKind::AutoUnlink, list, entry.cookie));
+            }
             match list {
                 ListKind::Overflow => self.unlink_overflow_account(id.slot, true, events),
                 ListKind::Priority => report.unlinked_priority = Some(id),
@@ -564,11 +566,13 @@ impl<L: MatchList> Endpoint<L> {
             self.release_account(uh.account, events);
             matched += 1;
             if use_once {
-                events.push_event(self.event_for(
-                    EventKind::AutoUnlink,
-                    ListKind::Priority,
-                    entry.cookie,
-                ));
+                if !entry.options.contains(Options::EVENT_UNLINK_DISABLE) {
+                    events.push_event(self.event_for(
+                        EventKind::AutoUnlink,
+                        ListKind::Priority,
+                        entry.cookie,
+                    ));
+                }
                 return Ok(Appended::ConsumedUnexpected);
             }
         }
@@ -579,7 +583,9 @@ impl<L: MatchList> Endpoint<L> {
             return Err(self.out_of_entries(events));
         };
         self.held += 1;
-        events.push_event(self.event_for(EventKind::Link, ListKind::Priority, entry.cookie));
+        if !entry.options.contains(Options::EVENT_LINK_DISABLE) {
+            events.push_event(self.event_for(EventKind::Link, ListKind::Priority, entry.cookie));
+        }
         Ok(Appended::Linked {
             handle: EntryHandle {
                 ep: self.index,
@@ -628,7 +634,9 @@ impl<L: MatchList> Endpoint<L> {
             self.overflow_account.resize(slot + 1, NO_ACCOUNT);
         }
         self.overflow_account[slot] = account;
-        events.push_event(self.event_for(EventKind::Link, ListKind::Overflow, entry.cookie));
+        if !entry.options.contains(Options::EVENT_LINK_DISABLE) {
+            events.push_event(self.event_for(EventKind::Link, ListKind::Overflow, entry.cookie));
+        }
         Ok(Appended::Linked {
             handle: EntryHandle {
                 ep: self.index,

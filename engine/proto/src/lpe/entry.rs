@@ -93,6 +93,11 @@ impl Options {
     pub const MANAGE_LOCAL: Options = Options(1 << 3);
     /// A message that does not fit is not truncated: the entry is skipped.
     pub const NO_TRUNCATE: Options = Options(1 << 4);
+    /// No `Link` event when the entry is linked (Portals' `PTL_ME_EVENT_LINK_DISABLE`).
+    pub const EVENT_LINK_DISABLE: Options = Options(1 << 5);
+    /// No `AutoUnlink` event when the entry unlinks itself (`PTL_ME_EVENT_UNLINK_DISABLE`):
+    /// an MPI library that posts use-once receives learns all it needs from their puts.
+    pub const EVENT_UNLINK_DISABLE: Options = Options(1 << 6);
 
     #[inline]
     pub const fn contains(self, other: Options) -> bool {
@@ -104,7 +109,7 @@ impl Options {
     }
 
     pub const fn from_bits(bits: u32) -> Self {
-        Options(bits & 0x1f)
+        Options(bits & 0x7f)
     }
 }
 
@@ -123,12 +128,14 @@ impl BitOrAssign for Options {
 
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(Options, &str); 5] = [
+        const NAMES: [(Options, &str); 7] = [
             (Options::OP_PUT, "OP_PUT"),
             (Options::OP_GET, "OP_GET"),
             (Options::USE_ONCE, "USE_ONCE"),
             (Options::MANAGE_LOCAL, "MANAGE_LOCAL"),
             (Options::NO_TRUNCATE, "NO_TRUNCATE"),
+            (Options::EVENT_LINK_DISABLE, "EVENT_LINK_DISABLE"),
+            (Options::EVENT_UNLINK_DISABLE, "EVENT_UNLINK_DISABLE"),
         ];
         let mut first = true;
         for (flag, name) in NAMES {

@@ -253,7 +253,9 @@ impl ReferenceEndpoint {
                     self.overflow.remove(pos);
                 }
             }
-            events.push_event(self.ev(EventKind::AutoUnlink, list, e.cookie));
+            if !e.options.contains(Options::EVENT_UNLINK_DISABLE) {
+                events.push_event(self.ev(EventKind::AutoUnlink, list, e.cookie));
+            }
             if list == ListKind::Overflow {
                 if self.unexpected.iter().any(|s| s.overflow_id == id) {
                     self.awaiting_free.push((id, e.cookie));
@@ -304,7 +306,9 @@ impl ReferenceEndpoint {
                 return Err(LpeError::ListFull(self.index));
             }
             self.overflow.push((id, e));
-            events.push_event(self.ev(EventKind::Link, ListKind::Overflow, e.cookie));
+            if !e.options.contains(Options::EVENT_LINK_DISABLE) {
+                events.push_event(self.ev(EventKind::Link, ListKind::Overflow, e.cookie));
+            }
             return Ok(RefAppended::Linked {
                 id,
                 unexpected_matched: 0,
@@ -326,7 +330,9 @@ impl ReferenceEndpoint {
             self.take_unexpected(i, events);
             matched += 1;
             if use_once {
-                events.push_event(self.ev(EventKind::AutoUnlink, ListKind::Priority, e.cookie));
+                if !e.options.contains(Options::EVENT_UNLINK_DISABLE) {
+                    events.push_event(self.ev(EventKind::AutoUnlink, ListKind::Priority, e.cookie));
+                }
                 return Ok(RefAppended::ConsumedUnexpected);
             }
         }
@@ -334,7 +340,9 @@ impl ReferenceEndpoint {
             return Err(self.list_full(events));
         }
         self.priority.push((id, e));
-        events.push_event(self.ev(EventKind::Link, ListKind::Priority, e.cookie));
+        if !e.options.contains(Options::EVENT_LINK_DISABLE) {
+            events.push_event(self.ev(EventKind::Link, ListKind::Priority, e.cookie));
+        }
         Ok(RefAppended::Linked {
             id,
             unexpected_matched: matched,

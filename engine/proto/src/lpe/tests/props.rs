@@ -46,12 +46,12 @@ fn entry_strategy() -> impl Strategy<Value = MatchEntry> {
         prop_oneof![8 => Just(0u8), 2 => 1u8..4, 1 => 4u8..7],
         prop_oneof![3 => 0u8..3, 1 => 3u8..5],
         0u64..48,
-        any::<[bool; 4]>(),
+        any::<[bool; 5]>(),
         0u64..16,
         prop_oneof![6 => Just(3u32), 1 => Just(1u32), 1 => Just(2u32)],
     )
         .prop_map(|(tag, ign, src, length, flags, min_free, perm)| {
-            let [use_once, manage_local, no_truncate, _] = flags;
+            let [use_once, manage_local, no_truncate, no_link, no_unlink] = flags;
             let mut options = Options::from_bits(perm);
             if use_once {
                 options |= Options::USE_ONCE;
@@ -61,6 +61,12 @@ fn entry_strategy() -> impl Strategy<Value = MatchEntry> {
             }
             if no_truncate {
                 options |= Options::NO_TRUNCATE;
+            }
+            if no_link {
+                options |= Options::EVENT_LINK_DISABLE;
+            }
+            if no_unlink {
+                options |= Options::EVENT_UNLINK_DISABLE;
             }
             MatchEntry::new(bits(tag), 0, length, 0)
                 .with_ignore(ignore(ign))

@@ -190,6 +190,54 @@ fn use_once_unlinks_and_persistent_stays() {
 }
 
 #[test]
+fn event_disables_leave_out_the_link_and_auto_unlink_events_only() {
+    let mut e = engine();
+    let once = Options::OP_PUT | Options::USE_ONCE;
+    let (no_link, no_unlink) = (Options::EVENT_LINK_DISABLE, Options::EVENT_UNLINK_DISABLE);
+    let mut ev = Vec::new();
+    // Each option alone, then both: which of Link and AutoUnlink each entry reports.
+    for (k, options, on_append, on_match) in [
+        (
+            1,
+            once,
+            &[EventKind::Link][..],
+            &[EventKind::Put, EventKind::AutoUnlink][..],
+        ),
+        (
+            2,
+            once | no_link,
+            &[],
+            &[EventKind::Put, EventKind::AutoUnlink],
+        ),
+        (3, once | no_unlink, &[EventKind::Link], &[EventKind::Put]),
+        (4, once | no_link | no_unlink, &[], &[EventKind::Put]),
+    ] {
+        ev.clear();
+        let entry = MatchEntry::new(k, 0x100 * k, 8, k).with_options(options);
+        e.append(EP, ListKind::Priority, entry, &mut ev).unwrap();
+        assert_eq!(kinds(&ev), on_append, "entry {k} appended");
+        ev.clear();
+        let d = delivered(e.match_incoming(EP, &put(0, k, 4), &mut ev));
+        assert!(d.unlinked && d.cookie == k);
+        assert_eq!(kinds(&ev), on_match, "entry {k} matched");
+    }
+    // A use-once receive that consumes an unexpected header: its claim, no AutoUnlink.
+    link(&mut e, ListKind::Overflow, catch_all(100, 0x10_0000, 4096));
+    ev.clear();
+    e.match_incoming(EP, &put(0, 9, 4), &mut ev);
+    ev.clear();
+    let quiet = MatchEntry::new(9, 0x900, 8, 9).with_options(once | no_link | no_unlink);
+    let r = e.append(EP, ListKind::Priority, quiet, &mut ev).unwrap();
+    assert!(matches!(r, Appended::ConsumedUnexpected), "{r:?}");
+    assert_eq!(kinds(&ev), [EventKind::PutOverflow]);
+    // The overflow list's Link too.
+    ev.clear();
+    let overflow = catch_all(101, 0x20_0000, 4096).with_options(Options::OP_PUT | no_link);
+    e.append(EP, ListKind::Overflow, overflow, &mut ev).unwrap();
+    assert!(ev.is_empty(), "{ev:?}");
+}
+
+#[test]
 fn manage_local_advances_and_min_free_unlinks_then_auto_free() {
     let mut e = engine();
     let ovf = catch_all(50, 0x4000, 100).with_min_free(30);
