@@ -21,6 +21,7 @@
 //! matching entry wins, exactly as in a linear walk.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 
 use super::entry::{IncomingHeader, MatchEntry};
@@ -223,30 +224,21 @@ impl MatchList for DeepList {
         if !self.slab.valid(id) {
             return None;
         }
-        let node = self.slab.nodes[id.slot as usize];
+        let node = &self.slab.nodes[id.slot as usize];
+        let (home, match_bits, source) = (node.home, node.entry.match_bits, node.entry.source);
         let nodes = &mut self.slab.nodes;
         self.order.unlink_order(nodes, id.slot);
-        match node.home {
+        match home {
             HOME_EXACT => {
                 let key = ExactKey {
-                    match_bits: node.entry.match_bits,
-                    nid: node.entry.source.nid,
-                    pid: node.entry.source.pid,
+                    match_bits,
+                    nid: source.nid,
+                    pid: source.pid,
                 };
-                if let Some(chain) = self.exact.get_mut(&key) {
-                    chain.unlink(nodes, id.slot);
-                    if chain.is_empty() {
-                        self.exact.remove(&key);
-                    }
-                }
+                unlink_from_bin(&mut self.exact, key, nodes, id.slot);
             }
             HOME_BITS => {
-                if let Some(chain) = self.by_bits.get_mut(&node.entry.match_bits) {
-                    chain.unlink(nodes, id.slot);
-                    if chain.is_empty() {
-                        self.by_bits.remove(&node.entry.match_bits);
-                    }
-                }
+                unlink_from_bin(&mut self.by_bits, match_bits, nodes, id.slot);
                 self.by_bits_len -= 1;
             }
             HOME_WILD => {
@@ -255,13 +247,7 @@ impl MatchList for DeepList {
             }
             class => {
                 let class = &mut self.masks[usize::from(class - HOME_MASK)];
-                let key = node.entry.match_bits & !class.ignore;
-                if let Some(chain) = class.bins.get_mut(&key) {
-                    chain.unlink(nodes, id.slot);
-                    if chain.is_empty() {
-                        class.bins.remove(&key);
-                    }
-                }
+                unlink_from_bin(&mut class.bins, match_bits & !class.ignore, nodes, id.slot);
                 class.len -= 1;
             }
         }
@@ -289,6 +275,25 @@ impl MatchList for DeepList {
 
     fn for_each_in_order(&self, f: &mut dyn FnMut(EntryId, &MatchEntry)) {
         self.slab.for_each_in_order(f);
+    }
+}
+
+/// Unlinks `slot` from the chain of `bins` under `key`, and drops the bin if that empties it:
+/// with one probe of the table (a lookup, then a removal by key, were two; with the node no
+/// longer copied whole, callgrind: `tagged8x32` 3 650.1 -> 3 566.0 a message,
+/// `lpe_repost1000` 1 024.1 -> 944.1).
+#[inline]
+fn unlink_from_bin<K: Hash + Eq>(
+    bins: &mut HashMap<K, Chain, BuildWordHasher>,
+    key: K,
+    nodes: &mut [super::list::Node],
+    slot: u32,
+) {
+    if let Entry::Occupied(mut bin) = bins.entry(key) {
+        bin.get_mut().unlink(nodes, slot);
+        if bin.get().is_empty() {
+            bin.remove();
+        }
     }
 }
 
