@@ -38,8 +38,8 @@ use super::rings::HostSpin;
 use crate::wake::{self, Wake};
 use proto::lpe::{
     Appended, DeepList, EndpointConfig, EndpointIndex, EndpointTable, EngineConfig, EngineId,
-    EntryHandle, Event, EventKind, EventRing, IncomingHeader, ListKind, LpeError, MatchEntry,
-    MatchId, MatchOutcome, MatchShard, NiFail, Options, ProcessId, SearchMode,
+    EntryHandle, Event, EventKind, EventRing, EventSink, IncomingHeader, ListKind, LpeError,
+    MatchEntry, MatchId, MatchOutcome, MatchShard, NiFail, Options, ProcessId, SearchMode,
 };
 use proto::transport::{Access, Landing, Location, MemoryTable, Next, Pull, Sge, TagTarget};
 use wire::{TagHeader, TagKind};
@@ -1202,6 +1202,27 @@ impl TagShard {
     }
 }
 
+/// The events of a message's match, written into its record: the first
+/// [`EVENTS_PER_MESSAGE`], the rest counted.
+struct Held<'a> {
+    events: &'a mut [Event; EVENTS_PER_MESSAGE],
+    n: u8,
+    extra: u64,
+}
+
+impl EventSink for Held<'_> {
+    #[inline]
+    fn push_event(&mut self, event: Event) {
+        match self.events.get_mut(usize::from(self.n)) {
+            Some(slot) => {
+                *slot = event;
+                self.n += 1;
+            }
+            None => self.extra += 1,
+        }
+    }
+}
+
 impl TagTarget for TagShard {
     fn arrive(&mut self, qpn: u32, hdr: &TagHeader, mem: &MemoryTable) -> Landing {
         let ep = EndpointIndex(hdr.endpoint);
@@ -1231,8 +1252,17 @@ impl TagTarget for TagShard {
         )
         .with_hdr_data(hdr.hdr_data)
         .with_token(token);
-        self.staging.clear();
-        let outcome = self.engine.match_incoming(ep, &ih, &mut self.staging);
+        // The match's events go straight into the message's record, where they wait for its
+        // data (through the staging ring they were copied twice more: callgrind,
+        // `tagged8x32`, 3 566.0 -> 3 495.9 a message).
+        let m = &mut self.msgs[i as usize];
+        let mut held = Held {
+            events: &mut m.events,
+            n: 0,
+            extra: 0,
+        };
+        let outcome = self.engine.match_incoming(ep, &ih, &mut held);
+        let (nev, extra) = (held.n, held.extra);
         let (at, room, unexpected) = match outcome {
             MatchOutcome::Delivered(d) => {
                 if d.list == ListKind::Priority {
@@ -1263,18 +1293,9 @@ impl TagTarget for TagShard {
         m.landed = false;
         m.received = 0;
         m.claim = None;
-        m.nev = 0;
-        let mut extra = 0u64;
-        while let Some(e) = self.staging.pop() {
-            if (m.nev as usize) < EVENTS_PER_MESSAGE {
-                m.events[m.nev as usize] = e;
-                m.nev += 1;
-            } else {
-                extra += 1;
-            }
-        }
-        self.owed += m.nev as usize;
-        self.counters.events_lost += extra + self.staging.lost();
+        m.nev = nev;
+        self.owed += usize::from(nev);
+        self.counters.events_lost += extra;
         Landing::Place { at, room, token }
     }
 
