@@ -433,6 +433,10 @@ impl Requester {
         match kind {
             WrKind::Write { .. } => self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Write),
             WrKind::Read { .. } => self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Read),
+            // And a tagged send, MPI's every message (callgrind, `tagged8x32`: 3 495.9 -> 3 480.9).
+            WrKind::TaggedSend { .. } => {
+                self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Tagged)
+            }
             _ => self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Any),
         }
     }
@@ -453,15 +457,15 @@ impl Requester {
             return Err(Refusal::Full);
         }
         let need = match kind {
-            _ if posted == Posted::Write => Access::NONE,
+            _ if posted == Posted::Write || posted == Posted::Tagged => Access::NONE,
             _ if posted == Posted::Read => Access::LOCAL_WRITE,
             WrKind::Read { .. } => Access::LOCAL_WRITE,
             _ => Access::NONE,
         };
         let allowed = match kind {
+            _ if posted == Posted::Tagged => cfg.tagged,
             _ if posted != Posted::Any => true,
             WrKind::DurableWrite { .. } => cfg.durable_writes,
-            WrKind::TaggedSend { .. } => cfg.tagged,
             // Only the engine posts these (`post_internal`).
             WrKind::TagPull { .. } | WrKind::TagDone { .. } => false,
             // A plain SEND would be taken for a tag header on a tagged queue pair.
@@ -521,9 +525,7 @@ impl Requester {
             return Err(Refusal::Local(LocalError::Length));
         }
         let mut rendezvous = false;
-        if let WrKind::TaggedSend { .. } = kind
-            && posted == Posted::Any
-        {
+        if posted == Posted::Tagged {
             if len > cfg.rndv_threshold {
                 // The target READs the message where it is: one piece, remotely readable.
                 let (at, _) = local
@@ -1664,6 +1666,7 @@ fn durable_opcode(first: bool, last: bool) -> Opcode {
 enum Posted {
     Write,
     Read,
+    Tagged,
     Any,
 }
 
