@@ -433,7 +433,8 @@ impl Requester {
         match kind {
             WrKind::Write { .. } => self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Write),
             WrKind::Read { .. } => self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Read),
-            // And a tagged send, MPI's every message (callgrind, `tagged8x32`: 3 495.9 -> 3 480.9).
+            // And a tagged send, MPI's every message (callgrind, `tagged8x32`: 3 495.9 ->
+            // 3 480.9).
             WrKind::TaggedSend { .. } => {
                 self.post_kind(cfg, wr_id, kind, sges, mem, Posted::Tagged)
             }
