@@ -9,8 +9,8 @@
 //! `write64x32` (batches of 32, per WRITE), `read64` (one 64 B READ at a time), `emit64`
 //! and `parse64` (one 64 B WRITE frame built from the queue pair's template and the packet's
 //! fields, as a queue pair builds it, or checked and parsed), `emit64r` (the same frame from a
-//! whole `RoceRepr`, the template's checked entry point for other callers). And the list-processing engine's
-//! per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
+//! whole `RoceRepr`, the template's checked entry point for other callers). And the
+//! list-processing engine's per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
 //! tag port makes it): `lpe_match8` and `lpe_match1000` (a persistent receive matched among 8
 //! or 1 000 posted, one in ten ANY_SOURCE), `lpe_repost1000` (a use-once receive matched and
 //! the next one posted, as MPI does). And tagged messaging through both engines, as `portico bench
