@@ -1112,7 +1112,13 @@ impl Requester {
         // The tag header, then the local buffer.
         let hlen = h.buffer_len() as u32;
         let mut start = 0;
-        if offset < hlen {
+        if offset == 0 && dst.len() >= hlen as usize {
+            // The whole header at the packet's start (every eager message's first packet):
+            // written in place, not into a scratch copy first (callgrind, `tagged8x32`: 3 480.9
+            // -> 3 458.8).
+            let _ = h.emit(dst);
+            start = hlen as usize;
+        } else if offset < hlen {
             let mut hb = [0u8; tag::RNDV_LEN];
             let _ = h.emit(&mut hb);
             let n = ((hlen - offset) as usize).min(dst.len());
