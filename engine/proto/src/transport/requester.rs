@@ -940,6 +940,11 @@ impl Requester {
                         window,
                         Shape::MiddleWrite,
                     ),
+                    // A tagged send of one packet (an eager message, MPI's commonest; callgrind,
+                    // `tagged8x32`: 3 458.8 -> 3 371.8; a batched 64 B WRITE 1 584.3 -> 1 586.1).
+                    WrKind::TaggedSend { .. } if wqe.npsn == 1 => {
+                        self.data_request(now, cfg, budget, slot, psn, k, window, Shape::OneTagged)
+                    }
                     _ => self.data_request(now, cfg, budget, slot, psn, k, window, Shape::Any),
                 }
             }
@@ -964,20 +969,21 @@ impl Requester {
     ) -> bool {
         let one_write = shape == Shape::OneWrite;
         let middle_write = shape == Shape::MiddleWrite;
+        let one_tagged = shape == Shape::OneTagged;
         let (outstanding, max_in_flight) = window;
         let mtu = cfg.pmtu.bytes();
         let wqe = &self.sq[self.tx_idx];
         let imm = match wqe.kind {
-            _ if one_write || middle_write => None,
+            _ if one_write || middle_write || one_tagged => None,
             WrKind::Send { imm } | WrKind::Write { imm, .. } => imm,
             _ => None,
         };
         if outstanding >= max_in_flight {
             return false;
         }
-        let offset = if one_write { 0 } else { k * mtu };
+        let offset = if one_write || one_tagged { 0 } else { k * mtu };
         let len = (wqe.len - offset).min(mtu);
-        let (first, last) = if one_write {
+        let (first, last) = if one_write || one_tagged {
             (true, true)
         } else if middle_write {
             (false, false)
@@ -987,6 +993,7 @@ impl Requester {
         let opcode = match wqe.kind {
             _ if one_write => Opcode::RdmaWriteOnly,
             _ if middle_write => Opcode::RdmaWriteMiddle,
+            _ if one_tagged => Opcode::SendOnly,
             WrKind::DurableWrite { .. } => durable_opcode(first, last),
             WrKind::Write { .. } => data_opcode(true, first, last, imm.is_some()),
             _ => data_opcode(false, first, last, imm.is_some()),
@@ -1002,6 +1009,7 @@ impl Requester {
                 .is_some_and(|t| now.saturating_sub(t) >= self.rtt.rto(cfg) / 4)
             || outstanding + 1 >= max_in_flight;
         let reth = match wqe.kind {
+            _ if one_tagged => None,
             WrKind::Write {
                 remote_addr, rkey, ..
             }
@@ -1685,6 +1693,8 @@ enum Shape {
     OneWrite,
     /// A packet of a WRITE that is neither its first nor its last.
     MiddleWrite,
+    /// The one packet of a tagged send.
+    OneTagged,
     /// Any other.
     Any,
 }
