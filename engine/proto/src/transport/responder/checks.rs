@@ -91,6 +91,8 @@ pub(super) struct Op {
 impl Op {
     /// The class of `opcode`, or `None` for an opcode this responder does not execute
     /// (responses, CmpSwap, FetchAdd, ...). SENDs are tagged on a tagged queue pair.
+    /// Always inline, as `QueuePair::read_response_marks`.
+    #[inline(always)]
     fn of(opcode: Opcode, tagged: bool) -> Option<Op> {
         let send = if tagged { Kind::Tagged } else { Kind::Send };
         let write = Kind::Write { durable: false };
