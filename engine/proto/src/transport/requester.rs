@@ -546,6 +546,9 @@ impl Requester {
         Ok(())
     }
 
+    /// Always inline: a call for the tagged sends' and the other kinds' posts (callgrind:
+    /// `tagged8x32` 3 271.8 -> 3 252.8, `write64x32` 1 590.2 -> 1 588.2).
+    #[inline(always)]
     fn push(
         &mut self,
         cfg: &QpConfig,
