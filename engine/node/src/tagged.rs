@@ -839,7 +839,10 @@ impl TagShard {
         !self.commands.is_empty()
     }
 
-    /// Emits a recorded message's held events with the final `mlength` on its put.
+    /// Emits a recorded message's held events with the final `mlength` on its put. Always
+    /// inline: a quiet shard's message holds one event, its put, and the call around that one
+    /// was 39 instructions (callgrind, `tagged8x32` 3 252.8 -> 3 213.9).
+    #[inline(always)]
     fn emit_held(&mut self, i: usize, mlength: u64, mem: &MemoryTable) {
         // The record's fields, not a copy of it: a `Msg` with its held events and claim is
         // about 600 bytes, and copying it whole here and in `landed` was 76 instructions of
