@@ -48,7 +48,7 @@ pub use mr::{Access, AccessError, Location, MemoryTable, MrKeys, RegisterError, 
 pub use persist::{Persist, PersistJob};
 pub use qp::{QpState, QpStats, QueuePair};
 pub use sge::{Gather, LocalError, MAX_SGE, SgList, Sge, Spill, TooManySges};
-pub use tagged::{Landing, Next, NoTags, Pull, TagTarget};
+pub use tagged::{Delivery, Landing, Next, NoTags, Pull, TagTarget, deliver_in_two};
 
 /// Path MTU: the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

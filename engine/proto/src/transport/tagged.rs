@@ -8,7 +8,8 @@
 //! is discarded: MPI truncation). After the last packet, [`TagTarget::landed`] says what is
 //! next: nothing, an RDMA READ of the rest of a rendezvous message ([`Pull`], issued by this
 //! queue pair's requester, with no host involvement), or a *done* message to the sender. The
-//! requester completes a rendezvous send only when the done message for it arrives.
+//! requester completes a rendezvous send only when the done message for it arrives. A message
+//! of one packet goes to [`TagTarget::deliver`] instead, which does all three at once.
 
 use wire::TagHeader;
 
@@ -49,6 +50,17 @@ pub enum Next {
     },
 }
 
+/// What became of a tagged message that arrived whole ([`TagTarget::deliver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Matched, its data placed (what fits) and its events written; then this.
+    Placed(Next),
+    /// As [`Landing::NotReady`].
+    NotReady,
+    /// As [`Landing::Refuse`].
+    Refuse,
+}
+
 /// The worker's side of tagged messaging, called by a tagged queue pair.
 pub trait TagTarget {
     /// The first packet of a tagged message (eager or rendezvous) arrived on queue pair `qpn`.
@@ -56,6 +68,31 @@ pub trait TagTarget {
     /// Its last packet landed: `received` data bytes arrived in all (those past the room were
     /// discarded).
     fn landed(&mut self, qpn: u32, token: u64, received: u32, mem: &MemoryTable) -> Next;
+    /// A message of one packet (a SEND ONLY) arrived whole with its data `data`: matched,
+    /// placed and reported in one call. By default as a first packet and a last one:
+    /// [`TagTarget::arrive`], the data stored, [`TagTarget::landed`].
+    fn deliver(&mut self, qpn: u32, hdr: &TagHeader, data: &[u8], mem: &MemoryTable) -> Delivery {
+        deliver_in_two(self, qpn, hdr, data, mem)
+    }
+}
+
+/// [`TagTarget::deliver`] as [`TagTarget::arrive`], the data stored where it landed (what
+/// fits), and [`TagTarget::landed`].
+pub fn deliver_in_two<T: TagTarget + ?Sized>(
+    target: &mut T,
+    qpn: u32,
+    hdr: &TagHeader,
+    data: &[u8],
+    mem: &MemoryTable,
+) -> Delivery {
+    match target.arrive(qpn, hdr, mem) {
+        Landing::Place { at, room, token } => {
+            mem.store(at, &data[..data.len().min(room as usize)]);
+            Delivery::Placed(target.landed(qpn, token, data.len() as u32, mem))
+        }
+        Landing::NotReady => Delivery::NotReady,
+        Landing::Refuse => Delivery::Refuse,
+    }
 }
 
 /// No tagged messaging on this engine: every tagged message is refused.

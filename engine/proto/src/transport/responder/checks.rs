@@ -21,7 +21,7 @@ use wire::{Opcode, RethRepr, RoceRepr, TagHeader, TagKind};
 use crate::transport::QpConfig;
 use crate::transport::mr::{Access, Location, MemoryTable};
 use crate::transport::psn;
-use crate::transport::tagged::{Landing, TagTarget};
+use crate::transport::tagged::{Delivery, Landing, Next, TagTarget};
 
 use super::{InMsg, Responder};
 
@@ -157,6 +157,8 @@ impl Target {
 pub(super) enum TagStep {
     /// A done message for one of our rendezvous sends, with its cookie.
     Done(u32),
+    /// A message of one packet, placed and reported already; then this.
+    Whole(Next),
     /// Data that lands at `at`, at most `room` bytes of it; it starts `skip` bytes into the
     /// payload, after the tag header.
     Land {
@@ -464,6 +466,16 @@ impl Responder {
                 return Err(INVALID);
             }
             return Ok(Some(TagStep::Done(hdr.cookie)));
+        }
+        if op.pos == Pos::Only {
+            // A message of one packet, matched, placed and reported in one call: the shard
+            // need keep no record of it between an arrival and a landing
+            // (`TagTarget::deliver`).
+            return match tags.deliver(cfg.local_qpn, &hdr, &payload[skip..], mem) {
+                Delivery::Placed(next) => Ok(Some(TagStep::Whole(next))),
+                Delivery::NotReady => Err(Stop::Rnr),
+                Delivery::Refuse => Err(INVALID),
+            };
         }
         match tags.arrive(cfg.local_qpn, &hdr, mem) {
             Landing::Place { at, room, token } => Ok(Some(TagStep::Land {

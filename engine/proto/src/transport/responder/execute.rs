@@ -122,6 +122,11 @@ impl Responder {
                 self.tag_done = Some(cookie);
                 return Ok(true);
             }
+            Some(TagStep::Whole(next)) => {
+                self.stats.tagged_received += 1;
+                self.tag_next = next;
+                return Ok(true);
+            }
             Some(TagStep::Land {
                 at,
                 room,
