@@ -565,6 +565,24 @@ impl RdmaNode {
         self.host_spin.store(ns, Ordering::Relaxed);
     }
 
+    /// The frames passed to [`RdmaNode::receive`] from now until
+    /// [`RdmaNode::end_rx_burst`] were taken off the wire together (one PMD burst): host
+    /// commands for the tag shard are looked for once for all of them, at the first tagged
+    /// message, instead of at each ([`TagShard::begin_burst`]). Without it every frame is a
+    /// burst of its own.
+    pub fn begin_rx_burst(&mut self) {
+        if let Some(t) = &mut self.parts.tags.shard {
+            t.begin_burst();
+        }
+    }
+
+    /// The burst [`RdmaNode::begin_rx_burst`] began is received.
+    pub fn end_rx_burst(&mut self) {
+        if let Some(t) = &mut self.parts.tags.shard {
+            t.end_burst();
+        }
+    }
+
     /// After an iteration: wakes a host waiting for tag events.
     pub fn publish_tag_events(&mut self) {
         self.parts.publish();

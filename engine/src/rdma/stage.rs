@@ -459,6 +459,8 @@ impl Stage for RdmaStage {
         let Some(e) = self.engines.get_mut(input) else {
             return;
         };
+        // Taken off the wire together: the tag shard looks for older host commands once.
+        e.node.begin_rx_burst();
         for m in burst.as_slice() {
             if let RxOutcome::ArpReply(len) = e.node.receive(now, m.data()) {
                 let reply = e.node.arp_reply(len);
@@ -473,6 +475,7 @@ impl Stage for RdmaStage {
                 }
             }
         }
+        e.node.end_rx_burst();
         // Consumed: the transport placed what it needed into registered memory.
         burst.clear();
     }

@@ -422,6 +422,83 @@ fn a_receive_posted_before_the_message_arrives_is_matched_even_if_not_yet_served
     assert_eq!(b.end.node.tags().unwrap().counters.dropped, 0);
 }
 
+/// A's frames for what it has to send now, as B would take them off the wire.
+fn frames_from(a: &mut Side) -> Vec<Vec<u8>> {
+    let node = &mut a.end.node;
+    node.service(0);
+    let mut out = Vec::new();
+    while let Some(tx) = node.poll_transmit(0) {
+        let mut frame = vec![0u8; node.frame_len(&tx)];
+        node.emit(&tx, &mut frame).unwrap();
+        out.push(frame);
+    }
+    out
+}
+
+#[test]
+fn a_burst_serves_the_commands_older_than_it_once_at_its_first_message() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    let ovf = TagEntry::recv(0, sge(&b, MIB, MIB), 500)
+        .with_ignore(u64::MAX)
+        .with_options(Options::MANAGE_LOCAL);
+    port.append(0, ListKind::Overflow, ovf).unwrap();
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    let (first, second) = (pattern(20, 40), pattern(21, 40));
+    send(&mut a, 1, 0, &first, 31);
+    send(&mut a, 2, 4096, &second, 32);
+    let frames = frames_from(&mut a);
+    assert_eq!(frames.len(), 2, "one packet a message");
+    // Posted before the burst was taken off the wire (not yet served): the burst's first
+    // message is matched against it.
+    port.append(0, ListKind::Priority, TagEntry::recv(31, sge(&b, 0, 64), 1))
+        .unwrap();
+    let later = TagEntry::recv(32, sge(&b, 8192, 64), 2);
+    let node = &mut b.end.node;
+    node.begin_rx_burst();
+    node.receive(0, &frames[0]);
+    // Posted while the burst is being received, after its frames were taken: its second
+    // message does not look for it, and goes to the overflow buffer.
+    port.append(0, ListKind::Priority, later).unwrap();
+    node.receive(0, &frames[1]);
+    node.end_rx_burst();
+    run(&mut a, &mut b);
+    let kinds: Vec<_> = events(&mut port)
+        .iter()
+        .map(|e| (e.kind, e.cookie))
+        .collect();
+    assert!(kinds.contains(&(TagEventKind::Put, 1)), "{kinds:?}");
+    assert!(
+        kinds.contains(&(TagEventKind::PutOverflow, 500)),
+        "{kinds:?}"
+    );
+    // The receive posted later claims it from the unexpected list: the data is whole.
+    assert!(
+        kinds.contains(&(TagEventKind::UnexpectedConsumed, 2)),
+        "{kinds:?}"
+    );
+    assert_eq!(bytes(&b, 0, 40), first);
+    assert_eq!(bytes(&b, 8192, 40), second);
+    // Out of a burst, every message looks: a receive posted after the previous frame is
+    // matched directly.
+    send(&mut a, 3, 0, &first, 33);
+    let frames = frames_from(&mut a);
+    port.append(
+        0,
+        ListKind::Priority,
+        TagEntry::recv(33, sge(&b, 16384, 64), 3),
+    )
+    .unwrap();
+    b.end.node.receive(0, &frames[0]);
+    run(&mut a, &mut b);
+    let kinds: Vec<_> = events(&mut port)
+        .iter()
+        .map(|e| (e.kind, e.cookie))
+        .collect();
+    assert!(kinds.contains(&(TagEventKind::Put, 3)), "{kinds:?}");
+    assert_eq!(bytes(&b, 16384, 40), first);
+}
+
 #[test]
 fn quiet_receives_cost_one_event_and_persistent_entries_unlink_by_handle() {
     let (mut a, mut b) = pair_with(256, |c| c.tagged = true);
