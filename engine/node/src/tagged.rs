@@ -1018,8 +1018,8 @@ impl TagShard {
                     return self.fail_command(endpoint, entry.cookie, TagCommandError::BadBuffer);
                 };
                 // Quiet: the list-processing engine writes no events the host would be
-                // spared (they were written, staged and dropped here: about 90 instructions a
-                // message, callgrind, `tagged8x32`).
+                // spared (they were written, staged and dropped here; callgrind, `tagged8x32`:
+                // 3 857.5 -> 3 650.1 a message).
                 let mut options = entry.options | Options::OP_PUT;
                 if self.quiet && entry.options.contains(Options::USE_ONCE) {
                     options |= Options::EVENT_LINK_DISABLE;
@@ -1256,8 +1256,8 @@ impl TagShard {
     }
 }
 
-/// The events of a message's match, written into its record: the first
-/// [`EVENTS_PER_MESSAGE`], the rest counted.
+/// The events of a message's match, written into its record (or, for `deliver`, the shard's
+/// scratch array): the first [`EVENTS_PER_MESSAGE`], the rest counted.
 struct Held<'a> {
     events: &'a mut [Event; EVENTS_PER_MESSAGE],
     n: u8,
@@ -1290,7 +1290,8 @@ impl TagShard {
         }
         // Every command the application pushed before this packet was taken off the wire is
         // carried out first, so a receive posted before the message arrived is matched (the
-        // library's block bit: a network request sees every older command).
+        // library's block bit: a network request sees every older command). In a burst, once
+        // for all of its packets (`begin_burst`).
         if self.burst != BurstCheck::Served {
             let served = self.commands.is_empty() || self.serve_commands(mem);
             if served && self.burst == BurstCheck::Unserved {
