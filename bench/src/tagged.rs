@@ -1307,6 +1307,27 @@ impl Collected {
 }
 
 /// Runs `bench tagged`.
+/// The tag shards' configuration of the tagged part (`roce_count`'s `tagged8` cases count
+/// the same): one endpoint with room for 4 096 posted receives and 4 096 unexpected headers,
+/// and one event per posted receive (its put), as an MPI library configures it.
+pub fn target_tags() -> TagConfig {
+    TagConfig {
+        endpoints: vec![(
+            EndpointIndex(0),
+            EndpointConfig {
+                max_priority: 4096,
+                max_unexpected: 4096,
+                ..EndpointConfig::default()
+            },
+        )],
+        engine: EngineConfig::default(),
+        event_depth: 16384,
+        command_depth: 8192,
+        max_messages: 4096,
+        quiet: true,
+    }
+}
+
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary, AppError> {
     if opts.mode.is_some() || opts.file.is_some() {
         return Err(usage(
@@ -1388,23 +1409,13 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
     if tagged_pair {
         let mut tq = qp.clone();
         tq.tagged = true;
-        let tags = TagConfig {
-            endpoints: vec![(
-                EndpointIndex(0),
-                EndpointConfig {
-                    max_priority: 4096,
-                    max_unexpected: 4096,
-                    ..EndpointConfig::default()
-                },
-            )],
-            engine: EngineConfig::default(),
-            event_depth: 16384,
-            command_depth: 8192,
-            max_messages: 4096,
-            // One event per posted receive (its put), as an MPI library configures it.
-            quiet: true,
-        };
-        let (ea, eb, running) = start_pair("tag", tq, Some(tags), engine_core, ["tag_a", "tag_b"])?;
+        let (ea, eb, running) = start_pair(
+            "tag",
+            tq,
+            Some(target_tags()),
+            engine_core,
+            ["tag_a", "tag_b"],
+        )?;
         let host = |e: portico::rdma::HostError| AppError::Failed(format!("host call: {e}"));
         let src_map = map(REGION_LEN)?;
         buffers = src_map.kind().to_string();

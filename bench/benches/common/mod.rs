@@ -176,23 +176,10 @@ fn tagged_receive(p: &Pair, k: u64) -> portico::rdma::TagEntry {
 
 #[allow(dead_code)]
 pub fn tagged_pair(depth: u64) -> TaggedPair {
-    use portico::lpe::{EndpointConfig, EndpointIndex, EngineConfig, ListKind};
+    use portico::lpe::ListKind;
     let mut pair = pair_with(|cfg| cfg.tagged = true);
-    let tags = portico::rdma::TagConfig {
-        endpoints: vec![(
-            EndpointIndex(0),
-            EndpointConfig {
-                max_priority: 4096,
-                max_unexpected: 4096,
-                ..EndpointConfig::default()
-            },
-        )],
-        engine: EngineConfig::default(),
-        event_depth: 16384,
-        command_depth: 8192,
-        max_messages: 4096,
-        quiet: true,
-    };
+    // As `portico bench tagged` configures its target.
+    let tags = portico_bench::tagged::target_tags();
     pair.a.enable_tags(&tags).expect("A's tags");
     let mut port = pair.b.enable_tags(&tags).expect("B's tags");
     for k in 0..depth {

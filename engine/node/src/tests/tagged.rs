@@ -39,6 +39,15 @@ fn side(mut e: End) -> Side {
     Side { end: e, map, keys }
 }
 
+/// A catch-all overflow buffer (cookie 500) of 1 MiB at `offset` of `b`'s memory, as MPI keeps
+/// one linked for unexpected messages.
+fn link_overflow(port: &mut TagPort, b: &Side, offset: usize) {
+    let ovf = TagEntry::recv(0, sge(b, offset, MIB), 500)
+        .with_ignore(u64::MAX)
+        .with_options(Options::MANAGE_LOCAL);
+    port.append(0, ListKind::Overflow, ovf).unwrap();
+}
+
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
@@ -145,10 +154,7 @@ fn truncation_keeps_what_fits_and_reports_the_rest() {
 #[test]
 fn unexpected_eager_then_append_copies_from_the_overflow_buffer() {
     let (mut a, mut b, mut port) = tagged_pair();
-    let ovf = TagEntry::recv(0, sge(&b, MIB, MIB), 500)
-        .with_ignore(u64::MAX)
-        .with_options(Options::MANAGE_LOCAL);
-    port.append(0, ListKind::Overflow, ovf).unwrap();
+    link_overflow(&mut port, &b, MIB);
     run(&mut a, &mut b);
     let data = pattern(3, 2500);
     send(&mut a, 1, 0, &data, 42);
@@ -209,10 +215,7 @@ fn rendezvous_into_a_posted_receive_is_pulled_by_the_target() {
 #[test]
 fn rendezvous_from_the_unexpected_list_starts_its_pull_on_append() {
     let (mut a, mut b, mut port) = tagged_pair();
-    let ovf = TagEntry::recv(0, sge(&b, 2 * MIB, MIB), 500)
-        .with_ignore(u64::MAX)
-        .with_options(Options::MANAGE_LOCAL);
-    port.append(0, ListKind::Overflow, ovf).unwrap();
+    link_overflow(&mut port, &b, 2 * MIB);
     run(&mut a, &mut b);
     let data = pattern(5, 200_000);
     send(&mut a, 1, 0, &data, 8);
@@ -266,10 +269,7 @@ fn wildcards_and_order_of_two_matching_messages() {
 #[test]
 fn search_and_delete_hands_over_an_unexpected_message() {
     let (mut a, mut b, mut port) = tagged_pair();
-    let ovf = TagEntry::recv(0, sge(&b, MIB, MIB), 500)
-        .with_ignore(u64::MAX)
-        .with_options(Options::MANAGE_LOCAL);
-    port.append(0, ListKind::Overflow, ovf).unwrap();
+    link_overflow(&mut port, &b, MIB);
     run(&mut a, &mut b);
     send(&mut a, 1, 0, &pattern(8, 64), 11);
     run(&mut a, &mut b);
@@ -438,10 +438,7 @@ fn frames_from(a: &mut Side) -> Vec<Vec<u8>> {
 #[test]
 fn a_burst_serves_the_commands_older_than_it_once_at_its_first_message() {
     let (mut a, mut b, mut port) = tagged_pair();
-    let ovf = TagEntry::recv(0, sge(&b, MIB, MIB), 500)
-        .with_ignore(u64::MAX)
-        .with_options(Options::MANAGE_LOCAL);
-    port.append(0, ListKind::Overflow, ovf).unwrap();
+    link_overflow(&mut port, &b, MIB);
     run(&mut a, &mut b);
     let _ = events(&mut port);
     let (first, second) = (pattern(20, 40), pattern(21, 40));
