@@ -47,10 +47,12 @@ INLINE=${INLINE:-}
 LOCK=${LOCK:-/tmp/portico-build.lock}
 
 if [ -z "${PORTICO_NO_BUILD:-}" ]; then
+    # The CLI's package: `cargo build` in engine/ builds the library only, and the runs below
+    # would use whatever target/release/portico was built last.
     if command -v flock >/dev/null; then
-        (cd engine && flock "$LOCK" cargo build --release -q)
+        flock "$LOCK" cargo build --release -q -p portico-cli
     else
-        (cd engine && cargo build --release -q)
+        cargo build --release -q -p portico-cli
     fi
 fi
 mkdir -p "$OUT"

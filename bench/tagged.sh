@@ -39,7 +39,9 @@ locked() {
 }
 
 if [ -z "${PORTICO_NO_BUILD:-}" ]; then
-    (cd engine && locked cargo build --release -q)
+    # The CLI's package: `cargo build` in engine/ builds the library only, and the runs below
+    # would use whatever target/release/portico was built last.
+    locked cargo build --release -q -p portico-cli
 fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.err
