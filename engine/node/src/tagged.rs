@@ -875,14 +875,21 @@ impl TagShard {
             matches!(m.hdr.kind, TagKind::Rendezvous { .. }),
         );
         for k in 0..nev {
-            let mut e = self.msgs[i].events[k];
-            if e.kind == EventKind::Put {
-                e.mlength = mlength;
-            }
-            self.emit(&e, mem, rndv);
+            let e = self.msgs[i].events[k];
+            self.emit_landed(e, mlength, mem, rndv);
         }
         self.owed -= nev;
         self.msgs[i].nev = 0;
+    }
+
+    /// Writes event `e`, held while its message arrived, once `mlength` bytes of it are in
+    /// place: a put says that many.
+    #[inline(always)]
+    fn emit_landed(&mut self, mut e: Event, mlength: u64, mem: &MemoryTable, rndv: bool) {
+        if e.kind == EventKind::Put {
+            e.mlength = mlength;
+        }
+        self.emit(&e, mem, rndv);
     }
 
     /// Copies `len` bytes inside registered memory (overflow buffer → appended buffer).
@@ -1444,11 +1451,8 @@ impl TagTarget for TagShard {
         mem.store(at, &data[..placed]);
         self.counters.events_lost += extra;
         for k in 0..usize::from(nev) {
-            let mut e = self.scratch[k];
-            if e.kind == EventKind::Put {
-                e.mlength = placed as u64;
-            }
-            self.emit(&e, mem, false);
+            let e = self.scratch[k];
+            self.emit_landed(e, placed as u64, mem, false);
         }
         Delivery::Placed(Next::Nothing)
     }
