@@ -115,20 +115,27 @@ impl Pair {
         self.qp.post_send(wrs).expect("room");
         let mut done = 0;
         while done < n {
-            self.now += 1_000;
-            self.a.service(self.now);
-            while let Some(tx) = &self.a.poll_transmit(self.now) {
-                let len = self.a.emit(tx, &mut self.buf).expect("emits");
-                self.b.receive(self.now, &self.buf[..len]);
-            }
-            self.b.service(self.now);
-            while let Some(tx) = &self.b.poll_transmit(self.now) {
-                let len = self.b.emit(tx, &mut self.buf).expect("emits");
-                self.a.receive(self.now, &self.buf[..len]);
-            }
-            self.a.flush_completions();
+            self.exchange();
             done += self.cq.poll(&mut self.wcs);
         }
+    }
+
+    /// One iteration of both engines: A's packets carried to B, then B's to A, and A's
+    /// completions published.
+    #[inline(always)]
+    fn exchange(&mut self) {
+        self.now += 1_000;
+        self.a.service(self.now);
+        while let Some(tx) = &self.a.poll_transmit(self.now) {
+            let len = self.a.emit(tx, &mut self.buf).expect("emits");
+            self.b.receive(self.now, &self.buf[..len]);
+        }
+        self.b.service(self.now);
+        while let Some(tx) = &self.b.poll_transmit(self.now) {
+            let len = self.b.emit(tx, &mut self.buf).expect("emits");
+            self.a.receive(self.now, &self.buf[..len]);
+        }
+        self.a.flush_completions();
     }
 
     /// The frame A sends for one WRITE of `size` bytes (B does not see it).
@@ -234,18 +241,7 @@ impl TaggedPair {
         let (mut done, mut puts) = (0, 0);
         while done < n || puts < n {
             let p = &mut self.pair;
-            p.now += 1_000;
-            p.a.service(p.now);
-            while let Some(tx) = &p.a.poll_transmit(p.now) {
-                let len = p.a.emit(tx, &mut p.buf).expect("emits");
-                p.b.receive(p.now, &p.buf[..len]);
-            }
-            p.b.service(p.now);
-            while let Some(tx) = &p.b.poll_transmit(p.now) {
-                let len = p.b.emit(tx, &mut p.buf).expect("emits");
-                p.a.receive(p.now, &p.buf[..len]);
-            }
-            p.a.flush_completions();
+            p.exchange();
             p.b.publish_tag_events();
             done += p.cq.poll(&mut p.wcs);
             let got = self.port.poll(&mut self.events);
