@@ -78,6 +78,11 @@ fn events(port: &mut TagPort) -> Vec<TagEvent> {
     out[..n].to_vec()
 }
 
+/// The kind and cookie of each event waiting on `port`, in order.
+fn kinds_and_cookies(port: &mut TagPort) -> Vec<(TagEventKind, u64)> {
+    events(port).iter().map(|e| (e.kind, e.cookie)).collect()
+}
+
 fn bytes(s: &Side, offset: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0; len];
     s.map.read(offset, &mut v).unwrap();
@@ -460,10 +465,7 @@ fn a_burst_serves_the_commands_older_than_it_once_at_its_first_message() {
     node.receive(0, &frames[1]);
     node.end_rx_burst();
     run(&mut a, &mut b);
-    let kinds: Vec<_> = events(&mut port)
-        .iter()
-        .map(|e| (e.kind, e.cookie))
-        .collect();
+    let kinds = kinds_and_cookies(&mut port);
     assert!(kinds.contains(&(TagEventKind::Put, 1)), "{kinds:?}");
     assert!(
         kinds.contains(&(TagEventKind::PutOverflow, 500)),
@@ -488,10 +490,7 @@ fn a_burst_serves_the_commands_older_than_it_once_at_its_first_message() {
     .unwrap();
     b.end.node.receive(0, &frames[0]);
     run(&mut a, &mut b);
-    let kinds: Vec<_> = events(&mut port)
-        .iter()
-        .map(|e| (e.kind, e.cookie))
-        .collect();
+    let kinds = kinds_and_cookies(&mut port);
     assert!(kinds.contains(&(TagEventKind::Put, 3)), "{kinds:?}");
     assert_eq!(bytes(&b, 16384, 40), first);
 }
@@ -531,10 +530,7 @@ fn quiet_receives_cost_one_event_and_persistent_entries_unlink_by_handle() {
             .unwrap();
     }
     pump(&mut a.node, &mut b.node, 0);
-    let kinds: Vec<_> = events(&mut port)
-        .iter()
-        .map(|e| (e.kind, e.cookie))
-        .collect();
+    let kinds = kinds_and_cookies(&mut port);
     assert_eq!(kinds, vec![(TagEventKind::Put, 1), (TagEventKind::Put, 2)]);
     port.unlink(handle).unwrap();
     pump(&mut a.node, &mut b.node, 0);
@@ -615,9 +611,8 @@ fn a_cancelled_receive_is_unlinked_by_its_cookie_and_takes_nothing_after() {
     // would have matched it lands in the second.
     port.cancel(0, 41).unwrap();
     run(&mut a, &mut b);
-    let ev = events(&mut port);
     assert_eq!(
-        ev.iter().map(|e| (e.kind, e.cookie)).collect::<Vec<_>>(),
+        kinds_and_cookies(&mut port),
         vec![(TagEventKind::AutoUnlink, 41)]
     );
     send(&mut a, 1, 0, &pattern(3, 64), 5);
