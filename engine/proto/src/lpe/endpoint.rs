@@ -258,6 +258,25 @@ impl<L: MatchList> Endpoint<L> {
         Event::bare(kind, self.index, list, cookie)
     }
 
+    /// Writes `entry`'s `Link` or `AutoUnlink` on `list`, unless the entry disables it
+    /// (`Options::EVENT_LINK_DISABLE`, `Options::EVENT_UNLINK_DISABLE`).
+    #[inline]
+    fn entry_event(
+        &self,
+        kind: EventKind,
+        list: ListKind,
+        entry: &MatchEntry,
+        events: &mut impl EventSink,
+    ) {
+        let disable = match kind {
+            EventKind::Link => Options::EVENT_LINK_DISABLE,
+            _ => Options::EVENT_UNLINK_DISABLE,
+        };
+        if !entry.options.contains(disable) {
+            events.push_event(self.event_for(kind, list, entry.cookie));
+        }
+    }
+
     fn header_event(
         &self,
         kind: EventKind,
@@ -500,9 +519,7 @@ impl<L: MatchList> Endpoint<L> {
         if unlinked {
             self.list_mut(list).remove(id);
             self.held -= 1;
-            if !entry.options.contains(Options::EVENT_UNLINK_DISABLE) {
-                events.push_event(self.event_for(EventKind::AutoUnlink, list, entry.cookie));
-            }
+            self.entry_event(EventKind::AutoUnlink, list, &entry, events);
             match list {
                 ListKind::Overflow => self.unlink_overflow_account(id.slot, true, events),
                 ListKind::Priority => report.unlinked_priority = Some(id),
@@ -566,13 +583,7 @@ impl<L: MatchList> Endpoint<L> {
             self.release_account(uh.account, events);
             matched += 1;
             if use_once {
-                if !entry.options.contains(Options::EVENT_UNLINK_DISABLE) {
-                    events.push_event(self.event_for(
-                        EventKind::AutoUnlink,
-                        ListKind::Priority,
-                        entry.cookie,
-                    ));
-                }
+                self.entry_event(EventKind::AutoUnlink, ListKind::Priority, &entry, events);
                 return Ok(Appended::ConsumedUnexpected);
             }
         }
@@ -583,9 +594,7 @@ impl<L: MatchList> Endpoint<L> {
             return Err(self.out_of_entries(events));
         };
         self.held += 1;
-        if !entry.options.contains(Options::EVENT_LINK_DISABLE) {
-            events.push_event(self.event_for(EventKind::Link, ListKind::Priority, entry.cookie));
-        }
+        self.entry_event(EventKind::Link, ListKind::Priority, &entry, events);
         Ok(Appended::Linked {
             handle: EntryHandle {
                 ep: self.index,
@@ -634,9 +643,7 @@ impl<L: MatchList> Endpoint<L> {
             self.overflow_account.resize(slot + 1, NO_ACCOUNT);
         }
         self.overflow_account[slot] = account;
-        if !entry.options.contains(Options::EVENT_LINK_DISABLE) {
-            events.push_event(self.event_for(EventKind::Link, ListKind::Overflow, entry.cookie));
-        }
+        self.entry_event(EventKind::Link, ListKind::Overflow, &entry, events);
         Ok(Appended::Linked {
             handle: EntryHandle {
                 ep: self.index,
