@@ -1306,7 +1306,6 @@ impl Collected {
     }
 }
 
-/// Runs `bench tagged`.
 /// The tag shards' configuration of the tagged part (`roce_count`'s `tagged8` cases count
 /// the same): one endpoint with room for 4 096 posted receives and 4 096 unexpected headers,
 /// and one event per posted receive (its put), as an MPI library configures it.
@@ -1328,6 +1327,7 @@ pub fn target_tags() -> TagConfig {
     }
 }
 
+/// Runs `bench tagged`.
 pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary, AppError> {
     if opts.mode.is_some() || opts.file.is_some() {
         return Err(usage(

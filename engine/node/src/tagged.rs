@@ -133,7 +133,8 @@ pub struct TagEntry {
     pub source: Option<u32>,
     /// Where matched data lands (lkey, address, length); LOCAL_WRITE is required.
     pub buf: Sge,
-    /// `USE_ONCE`, `MANAGE_LOCAL`, `NO_TRUNCATE` ([`Options`]); `OP_PUT` is implied.
+    /// `USE_ONCE`, `MANAGE_LOCAL`, `NO_TRUNCATE`, `EVENT_LINK_DISABLE`, `EVENT_UNLINK_DISABLE`
+    /// ([`Options`]; a quiet shard adds the last two to its receives); `OP_PUT` is implied.
     pub options: Options,
     /// With `MANAGE_LOCAL`: unlink once less than this is left.
     pub min_free: u64,
