@@ -1026,7 +1026,35 @@ impl RdmaNode {
     }
 
     /// Host-facing work of one iteration: doorbells, backlog, timers, deregistrations.
+    ///
+    /// An iteration with none of it (a busy worker's, mostly; the peer's, in a lone
+    /// operation's exchange) asks each source once, inline, and goes no further: the call,
+    /// its frame and the sources asked in turn by [`RdmaNode::serve`] were about 70
+    /// instructions (callgrind, a lone 64 B WRITE 3 224.1 -> 3 180.1).
+    #[inline]
     pub fn service(&mut self, now: u64) {
+        if self.service_due(now) {
+            self.serve(now);
+        }
+    }
+
+    /// Whether [`RdmaNode::service`] has something to do: each of the sources [`RdmaNode::serve`]
+    /// looks at, asked as it asks it.
+    #[inline(always)]
+    fn service_due(&self, now: u64) -> bool {
+        self.doorbells.pending()
+            || !self.backlog.is_empty()
+            || !self.touched.is_empty()
+            || self.timers.peek().is_some_and(|Reverse((due, _))| *due <= now)
+            || !self.deregs.is_empty()
+            || !self.unsettled.is_empty()
+            || self.cm.is_some()
+            || self.parts.iteration_work(&self.mem)
+    }
+
+    /// [`RdmaNode::service`]'s work, when there is some.
+    #[inline(never)]
+    fn serve(&mut self, now: u64) {
         while let Some(slot) = self.doorbells.pop() {
             let e = &mut self.qps.entries[slot as usize];
             e.rings.take_doorbell();
