@@ -317,7 +317,22 @@ impl Qp {
 
 /// Posts as many of `wrs` as the rings hold: the lists of more than one piece first, then
 /// the entries, each ring with one commit. Returns how many were posted.
+#[inline(always)]
 fn post<R: Request>(ring: &mut HostRing<R::Kind>, wrs: &[R]) -> usize {
+    // One request with its piece in the entry (a lone operation): `push`, 32 instructions
+    // fewer than the chunk's two-slice iterator, and before the list's walk and its frame
+    // (callgrind, a lone 64 B WRITE 3 180.1 -> 3 139.2).
+    if let [wr] = wrs
+        && wr.list().len() <= 1
+    {
+        return usize::from(ring.entries.push(wr.entry()).is_ok());
+    }
+    post_list(ring, wrs)
+}
+
+/// [`post`] of a list of requests, or of one with a list of pieces.
+#[inline(never)]
+fn post_list<R: Request>(ring: &mut HostRing<R::Kind>, wrs: &[R]) -> usize {
     let mut n = wrs.len().min(ring.entries.slots());
     // The list ring's room is read only for a list that needs it: it is the worker's index,
     // a line the other core writes.
@@ -336,11 +351,6 @@ fn post<R: Request>(ring: &mut HostRing<R::Kind>, wrs: &[R]) -> usize {
     }
     if n == 0 {
         return 0;
-    }
-    // One request with its piece in the entry (a lone operation): `push`, 32 instructions
-    // fewer than the chunk's two-slice iterator (callgrind, a lone WRITE).
-    if let ([wr], 0) = (&wrs[..n], long) {
-        return usize::from(ring.entries.push(wr.entry()).is_ok());
     }
     // Both chunks are taken before either is committed, so that no list is ever published
     // without its entry (were one, the next long request's entry would take it).
