@@ -1337,21 +1337,24 @@ impl RdmaNode {
 
     /// [`RdmaNode::flush_completions`] of the one staged completion.
     fn flush_one(&mut self) {
-        let Some(wc) = self.staged.poll() else {
+        // Pushed from where it is staged, not copied out first (callgrind, a lone 64 B WRITE
+        // 3 139.2 -> ...).
+        let Some(wc) = self.staged.as_slice().first() else {
             return;
         };
+        match self.qps.lookup(wc.qpn) {
+            Some(i) => {
+                let e = &self.qps.entries[i];
+                let cq = &mut self.cqs[ring_of(wc, e.send_cq, e.recv_cq) as usize];
+                self.counters.cq_overruns += cq.push_all(std::slice::from_ref(wc)) as u64;
+                self.counters.completions += 1;
+                cq.publish();
+            }
+            // As in the runs: a completion of no queue pair of this node counts, lost.
+            None => self.counters.cq_overruns += 1,
+        }
         // Empty again, and (cleared) from its front: the runs read it as one slice.
         self.staged.clear();
-        let Some(i) = self.qps.lookup(wc.qpn) else {
-            // As in the runs: a completion of no queue pair of this node counts, lost.
-            self.counters.cq_overruns += 1;
-            return;
-        };
-        let e = &self.qps.entries[i];
-        let cq = &mut self.cqs[ring_of(&wc, e.send_cq, e.recv_cq) as usize];
-        self.counters.cq_overruns += cq.push_all(&[wc]) as u64;
-        self.counters.completions += 1;
-        cq.publish();
     }
 
     /// Carries out a control request. A deregistration whose region is still in use is
