@@ -1338,7 +1338,7 @@ impl RdmaNode {
     /// [`RdmaNode::flush_completions`] of the one staged completion.
     fn flush_one(&mut self) {
         // Pushed from where it is staged, not copied out first (callgrind, a lone 64 B WRITE
-        // 3 139.2 -> ...).
+        // 3 139.2 -> 3 116.2).
         let Some(wc) = self.staged.as_slice().first() else {
             return;
         };
