@@ -1045,7 +1045,10 @@ impl RdmaNode {
         self.doorbells.pending()
             || !self.backlog.is_empty()
             || !self.touched.is_empty()
-            || self.timers.peek().is_some_and(|Reverse((due, _))| *due <= now)
+            || self
+                .timers
+                .peek()
+                .is_some_and(|Reverse((due, _))| *due <= now)
             || !self.deregs.is_empty()
             || !self.unsettled.is_empty()
             || self.cm.is_some()

@@ -29,11 +29,11 @@
 //! host.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use crossbeam::queue::ArrayQueue;
 use crossbeam::sync::{Parker, Unparker};
+use crossbeam::utils::CachePadded;
 use rtrb::{Consumer, Producer, RingBuffer};
 
 use crate::wake::Wake;
@@ -49,9 +49,20 @@ pub const SPIN_NS: u64 = 50_000;
 /// completion queues and its tag port, set from the worker's polling policy.
 pub(crate) type HostSpin = Arc<AtomicU64>;
 
-/// The engine's doorbell queue: slots of queue pairs with new work requests.
+/// The engine's doorbell queue: slots of queue pairs with new work requests, in the order
+/// they rang. Many hosts ring, one worker takes: a ring of [`MAX_QPS`] places, each taken by a
+/// host with one `fetch_add` of the tail and filled with the slot (plus one; 0 is an empty
+/// place), and emptied by the worker in order. A queue pair's flag keeps it in the queue at
+/// most once, so the places in use never exceed the queue pairs (were they ever, a doorbell
+/// would be lost, as a full queue's push is; never memory). It replaced crossbeam's
+/// `ArrayQueue`, whose compare-and-swap on both ends a single consumer does not need
+/// (callgrind, a lone 64 B WRITE 3 116.2 -> 3 089.2).
 pub(crate) struct Doorbells {
-    queue: ArrayQueue<u32>,
+    places: Box<[AtomicU32]>,
+    /// Places taken by hosts, ever.
+    tail: CachePadded<AtomicU64>,
+    /// Places emptied by the worker, ever: only it writes this (relaxed; its own index).
+    head: CachePadded<AtomicU64>,
     /// Wakes the worker when a doorbell is queued while it sleeps (adaptive polling).
     wake: Arc<Wake>,
 }
@@ -59,25 +70,44 @@ pub(crate) struct Doorbells {
 impl Doorbells {
     pub(crate) fn new() -> Arc<Doorbells> {
         Arc::new(Doorbells {
-            queue: ArrayQueue::new(MAX_QPS),
+            places: (0..MAX_QPS).map(|_| AtomicU32::new(0)).collect(),
+            tail: CachePadded::new(AtomicU64::new(0)),
+            head: CachePadded::new(AtomicU64::new(0)),
             wake: Arc::new(Wake::new()),
         })
     }
 
-    /// The next doorbell. Most calls find none (the worker asks every iteration): that is two
-    /// loads here, where the queue's `pop` of nothing was about a dozen instructions more
-    /// (callgrind: 24 a lone WRITE, whose two iterations find the queue empty twice).
+    /// Queues `slot` (a host's post). Release: the worker that takes it sees the requests
+    /// committed before.
     #[inline]
-    pub(crate) fn pop(&self) -> Option<u32> {
-        if self.queue.is_empty() {
-            return None;
-        }
-        self.queue.pop()
+    fn push(&self, slot: u32) {
+        let at = self.tail.fetch_add(1, Ordering::Relaxed);
+        self.places[at as usize % MAX_QPS].store(slot + 1, Ordering::Release);
     }
 
-    /// Doorbells are queued (the worker checks before it sleeps).
+    /// The place at the worker's head.
+    #[inline(always)]
+    fn place(&self, head: u64) -> &AtomicU32 {
+        &self.places[head as usize % MAX_QPS]
+    }
+
+    /// The next doorbell (the worker's, only). Most calls find none: one load.
+    #[inline]
+    pub(crate) fn pop(&self) -> Option<u32> {
+        let head = self.head.load(Ordering::Relaxed);
+        let place = self.place(head);
+        let slot = place.load(Ordering::Acquire).checked_sub(1)?;
+        place.store(0, Ordering::Relaxed);
+        self.head.store(head + 1, Ordering::Relaxed);
+        Some(slot)
+    }
+
+    /// Doorbells are queued (the worker checks before it sleeps, and every iteration).
+    #[inline]
     pub(crate) fn pending(&self) -> bool {
-        !self.queue.is_empty()
+        self.place(self.head.load(Ordering::Relaxed))
+            .load(Ordering::Acquire)
+            != 0
     }
 
     pub(crate) fn wake(&self) -> &Arc<Wake> {
@@ -284,7 +314,7 @@ impl Qp {
     fn ring(&self) {
         if !self.shared.rung.swap(true, Ordering::AcqRel) {
             // The flag admits one entry per queue pair, and the queue has a place for each.
-            let _ = self.doorbells.queue.push(self.slot);
+            self.doorbells.push(self.slot);
             self.doorbells.wake.notify();
         }
     }
@@ -643,6 +673,73 @@ mod tests {
         assert_eq!(doorbells.pop(), Some(3), "rings again once taken");
         assert_eq!(rings.sq.entries.slots(), 4);
         assert_eq!(rings.rq.entries.slots(), 1);
+    }
+
+    #[test]
+    fn doorbells_come_out_once_each_in_order_across_the_ring_s_wrap() {
+        let doorbells = Doorbells::new();
+        assert!(!doorbells.pending());
+        // Three times round the ring, a few in the queue at a time.
+        let mut next = 0u32;
+        for round in 0..3 * MAX_QPS / 5 {
+            for k in 0..5 {
+                doorbells.push(round as u32 * 5 + k);
+            }
+            for _ in 0..5 {
+                assert!(doorbells.pending());
+                assert_eq!(doorbells.pop(), Some(next));
+                next += 1;
+            }
+            assert!(!doorbells.pending());
+            assert_eq!(doorbells.pop(), None);
+        }
+        // A full queue: every queue pair rang.
+        for slot in 0..MAX_QPS as u32 {
+            doorbells.push(slot);
+        }
+        for slot in 0..MAX_QPS as u32 {
+            assert_eq!(doorbells.pop(), Some(slot));
+        }
+        assert_eq!(doorbells.pop(), None);
+    }
+
+    #[test]
+    fn doorbells_rung_by_many_hosts_at_once_each_come_out_once() {
+        // Each host rings as a queue pair does: again only once the worker has taken its last
+        // doorbell (its flag). A doorbell lost or taken twice stalls a host or over-counts.
+        const HOSTS: usize = 3;
+        const ROUNDS: u32 = 20_000;
+        let doorbells = Doorbells::new();
+        let rung: Vec<AtomicBool> = (0..HOSTS).map(|_| AtomicBool::new(false)).collect();
+        let mut taken = [0u32; HOSTS];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        std::thread::scope(|s| {
+            for h in 0..HOSTS {
+                let (d, rung) = (&doorbells, &rung);
+                s.spawn(move || {
+                    for _ in 0..ROUNDS {
+                        while rung[h].load(Ordering::Acquire) {
+                            assert!(Instant::now() < deadline, "host {h}'s doorbell was lost");
+                            std::thread::yield_now();
+                        }
+                        rung[h].store(true, Ordering::Release);
+                        d.push(h as u32);
+                    }
+                });
+            }
+            while taken.iter().sum::<u32>() < HOSTS as u32 * ROUNDS {
+                assert!(Instant::now() < deadline, "doorbells lost: {taken:?}");
+                match doorbells.pop() {
+                    Some(slot) => {
+                        taken[slot as usize] += 1;
+                        rung[slot as usize].store(false, Ordering::Release);
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+        });
+        assert_eq!(taken, [ROUNDS; HOSTS]);
+        assert_eq!(doorbells.pop(), None);
     }
 
     #[test]
