@@ -258,7 +258,7 @@ fn take_from<K>(
             return (0, false);
         };
         let need = completions(item);
-        if cq.unreserved() < need {
+        if !cq.has_room(need) {
             cq.note_full();
             counters.cq_full += 1;
             return (0, true);
