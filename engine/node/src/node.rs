@@ -375,6 +375,8 @@ pub struct RdmaNode {
     rx_headers: wire::TransportHeaders,
     /// The offloads (`parts.rs`): ingress queue, tags, persistence, port ECN, shaper.
     parts: Parts,
+    /// [`Parts::act_on_packets`], as of the last change of a part.
+    packet_parts: bool,
     /// Queue pairs a part's hook called into, for the parts' `settle` hooks ([`Ctx::settle`]).
     unsettled: Vec<u32>,
     pub counters: NodeCounters,
@@ -436,6 +438,7 @@ impl RdmaNode {
             homed_elsewhere: Vec::new(),
             rx_headers: wire::TransportHeaders::default(),
             parts: Parts::default(),
+            packet_parts: false,
             unsettled: Vec::new(),
             counters: NodeCounters::default(),
             arp: [0; 64],
@@ -490,6 +493,7 @@ impl RdmaNode {
     pub fn enable_tags(&mut self, cfg: &TagConfig) -> Result<TagPort, proto::lpe::LpeError> {
         let (shard, port) = TagShard::new(cfg, self.host_spin.clone())?;
         self.parts.tags.shard = Some(shard);
+        self.parts_changed();
         Ok(port)
     }
 
@@ -643,6 +647,7 @@ impl RdmaNode {
             .pop()
             .map_or(self.qps.entries.len(), |s| s as usize);
         self.parts.qp_added(slot as u32, &qp);
+        self.parts_changed();
         let (host, rings) = rings::qp_rings(
             qpn,
             slot as u32,
@@ -698,6 +703,7 @@ impl RdmaNode {
         self.qps.remove(qpn, i);
         self.qps.entries[i].live = false;
         self.parts.qp_removed(i as u32);
+        self.parts_changed();
         self.free_slots.push(i as u32);
         if !self.deregs.is_empty() {
             self.finish_deregistrations();
@@ -766,6 +772,12 @@ impl RdmaNode {
     /// The depth in bytes of the bottleneck in front of this engine's receive path, now.
     pub fn set_ingress_queue(&mut self, bytes: Option<u32>) {
         self.parts.ingress.bytes = bytes;
+        self.parts_changed();
+    }
+
+    /// A part was enabled or reconfigured, or a queue pair added or removed.
+    fn parts_changed(&mut self) {
+        self.packet_parts = self.parts.act_on_packets();
     }
 
     /// The queuing delay in ns of that bottleneck, now, where it knows its rate (the CETH's
@@ -997,11 +1009,17 @@ impl RdmaNode {
             } += 1;
             return RxOutcome::Dropped;
         }
-        self.parts.before_packet(now, &mut e.qp, repr);
         let (mem, staged) = (&mut self.mem, &mut self.staged);
-        if !self
-            .parts
-            .deliver(now, &mut e.qp, (repr, payload), mem, staged)
+        // The parts' hooks around the transport, where one may act (callgrind, a lone 64 B
+        // WRITE 3 064.3 -> 3 040.3, a batched one 1 585.2 -> 1 572.8).
+        let parts = self.packet_parts;
+        if parts {
+            self.parts.before_packet(now, &mut e.qp, repr);
+        }
+        if !(parts
+            && self
+                .parts
+                .deliver(now, &mut e.qp, (repr, payload), mem, staged))
         {
             e.qp.on_packet(now, repr, payload, mem, staged);
         }
@@ -1009,7 +1027,9 @@ impl RdmaNode {
         c.delivered += 1;
         // A packet that moved the queue pair to the error state may have cut off a tagged
         // message or a pull.
-        self.settle(i as u32);
+        if parts {
+            self.settle(i as u32);
+        }
         // Only a response (an ACK, a NAK, a READ response, a CNP) moves the queue pair's
         // deadlines, which are its requester's: a request leaves them as they were, or none
         // when it moved the queue pair to the error state. So a request wakes the queue pair

@@ -336,6 +336,16 @@ parts! {
     shaper: ShaperPart,
 }
 
+impl Parts {
+    /// Whether a part may act in [`Offload::before_packet`], [`Offload::deliver`] or
+    /// [`Offload::settle`]: the node asks it when a part changes, and skips the three hooks
+    /// (and the calls into the parts they are) while none may. A part that overrides one of
+    /// them says here when it acts.
+    pub(crate) fn act_on_packets(&self) -> bool {
+        self.ingress.bytes.is_some() || self.tags.shard.is_some() || !self.port_ecn.qps.is_empty()
+    }
+}
+
 /// The depth of a bottleneck in front of this engine's receive path, when one tells it (the
 /// CETH of `cc = ack` reports it).
 #[derive(Default)]
