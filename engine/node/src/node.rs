@@ -2486,6 +2486,53 @@ mod tests {
         assert_eq!(other.counters.delivered, 0);
     }
 
+    /// The ingress queue's depth the node is told reaches the queue pair at each packet, and
+    /// so the CETH of its ACK; with no depth told, none is reported.
+    #[test]
+    fn the_ingress_queue_s_depth_reaches_the_ceth_of_the_ack() {
+        use proto::cc::{CcMode, EcnScope};
+        for told in [None, Some(30_000)] {
+            let mut a = RdmaNode::new(
+                EthernetAddress([2, 0, 0, 0, 0, 1]),
+                Ipv4Addr::new(10, 9, 0, 1),
+            );
+            let mut b = RdmaNode::new(
+                EthernetAddress([2, 0, 0, 0, 0, 2]),
+                Ipv4Addr::new(10, 9, 0, 2),
+            );
+            let (cq_a, cq_b) = (a.create_cq(16), b.create_cq(16));
+            let mut cfg = QpConfig::new(0x11, 0x22);
+            (cfg.remote_mac, cfg.remote_ip) = (b.mac, b.ip);
+            cfg.cc.mode = CcMode::Ack;
+            cfg.cc.ack.scope = EcnScope::QueuePair;
+            let mut peer = cfg.mirrored();
+            (peer.remote_mac, peer.remote_ip) = (a.mac, a.ip);
+            let mut qa = a.add_qp(cfg, &cq_a, &cq_a).unwrap();
+            b.add_qp(peer, &cq_b, &cq_b).unwrap();
+            b.set_ingress_queue(told);
+            let src = register_anonymous(&mut a, 4096);
+            let dst = register_anonymous(&mut b, 4096);
+            let sgl = proto::transport::SgList::one(src.lkey, src.addr, 64);
+            qa.post_send(&[WorkRequest::write(1, sgl, dst.addr, dst.rkey, None)])
+                .unwrap();
+            let mut frame = vec![0u8; 9000];
+            a.service(0);
+            let tx = a.poll_transmit(0).expect("the WRITE");
+            let len = a.emit(&tx, &mut frame).unwrap();
+            // Marked: B's ACK says it is congested, with a CETH.
+            let mut p = wire::RocePacket::new_checked(&mut frame[..len]).unwrap();
+            p.ipv4_mut().set_ecn(wire::Ecn::Ce);
+            p.ipv4_mut().fill_checksum();
+            assert_eq!(b.receive(0, &frame[..len]), RxOutcome::Delivered);
+            b.service(0);
+            let tx = b.poll_transmit(0).expect("the ACK");
+            let len = b.emit(&tx, &mut frame).unwrap();
+            let (ack, _) = wire::parse_frame(&frame[..len]).unwrap();
+            let ceth = ack.ceth.expect("a CETH while congested");
+            assert_eq!(ceth.queue_bytes, told, "told {told:?}");
+        }
+    }
+
     #[test]
     fn a_change_of_the_ports_ecn_level_is_told_by_every_queue_pair_that_follows_the_port() {
         use proto::cc::CcMode;
