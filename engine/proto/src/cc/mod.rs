@@ -263,6 +263,13 @@ impl RateControl {
 
     /// The earliest time [`RateControl::on_timer`] has work: the pacer's ready time after it
     /// turned a packet away, or DCQCN's increase timer.
+    /// Whether [`RateControl::next_deadline`] has one.
+    #[inline(always)]
+    pub fn has_deadline(&self) -> bool {
+        self.paced_until.is_some()
+            || matches!(&self.ctl, Controller::Dcqcn(d) if d.next_deadline().is_some())
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         let timer = match &self.ctl {
             Controller::Dcqcn(d) => d.next_deadline(),

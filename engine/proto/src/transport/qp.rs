@@ -902,6 +902,12 @@ impl QueuePair {
         }
     }
 
+    /// Whether [`QueuePair::next_deadline`] has one: a question cheaper than the answer.
+    #[inline(always)]
+    pub fn has_deadline(&self) -> bool {
+        self.state != QpState::Error && self.req.has_deadline()
+    }
+
     /// The earliest `now` at which [`QueuePair::on_timer`] has work
     /// (retransmission timeout or end of an RNR wait).
     pub fn next_deadline(&self) -> Option<u64> {

@@ -667,6 +667,15 @@ impl Requester {
         &self.cc
     }
 
+    /// Whether [`Requester::next_deadline`] has one.
+    #[inline(always)]
+    pub(crate) fn has_deadline(&self) -> bool {
+        self.deadline.is_some()
+            || self.rnr_until.is_some()
+            || self.dur_deadline.is_some()
+            || self.cc.has_deadline()
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         // `None` as "never" (u64::MAX), then one minimum. The same result as
         // `[..].into_iter().flatten().min()`, which LLVM compiles (1.95, release) into
