@@ -1061,8 +1061,8 @@ impl RdmaNode {
     ///
     /// An iteration with none of it (a busy worker's, mostly; the peer's, in a lone
     /// operation's exchange) asks each source once, inline, and goes no further: the call,
-    /// its frame and the sources asked in turn by [`RdmaNode::serve`] were about 70
-    /// instructions (callgrind, a lone 64 B WRITE 3 224.1 -> 3 180.1).
+    /// its frame and the sources asked in turn by `serve` were about 70 instructions
+    /// (callgrind, a lone 64 B WRITE 3 224.1 -> 3 180.1).
     #[inline]
     pub fn service(&mut self, now: u64) {
         if self.service_due(now) {
