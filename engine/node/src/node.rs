@@ -2547,20 +2547,26 @@ mod tests {
         assert_eq!(other.counters.delivered, 0);
     }
 
+    /// Nodes A (10.9.0.1) and B (10.9.0.2), with no queue pair yet.
+    fn two_nodes() -> (RdmaNode, RdmaNode) {
+        let a = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            Ipv4Addr::new(10, 9, 0, 1),
+        );
+        let b = RdmaNode::new(
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            Ipv4Addr::new(10, 9, 0, 2),
+        );
+        (a, b)
+    }
+
     /// The ingress queue's depth the node is told reaches the queue pair at each packet, and
     /// so the CETH of its ACK; with no depth told, none is reported.
     #[test]
     fn the_ingress_queue_s_depth_reaches_the_ceth_of_the_ack() {
         use proto::cc::{CcMode, EcnScope};
         for told in [None, Some(30_000)] {
-            let mut a = RdmaNode::new(
-                EthernetAddress([2, 0, 0, 0, 0, 1]),
-                Ipv4Addr::new(10, 9, 0, 1),
-            );
-            let mut b = RdmaNode::new(
-                EthernetAddress([2, 0, 0, 0, 0, 2]),
-                Ipv4Addr::new(10, 9, 0, 2),
-            );
+            let (mut a, mut b) = two_nodes();
             let (cq_a, cq_b) = (a.create_cq(16), b.create_cq(16));
             let mut cfg = QpConfig::new(0x11, 0x22);
             (cfg.remote_mac, cfg.remote_ip) = (b.mac, b.ip);
@@ -2597,14 +2603,7 @@ mod tests {
     #[test]
     fn a_change_of_the_ports_ecn_level_is_told_by_every_queue_pair_that_follows_the_port() {
         use proto::cc::CcMode;
-        let mut a = RdmaNode::new(
-            EthernetAddress([2, 0, 0, 0, 0, 1]),
-            Ipv4Addr::new(10, 9, 0, 1),
-        );
-        let mut b = RdmaNode::new(
-            EthernetAddress([2, 0, 0, 0, 0, 2]),
-            Ipv4Addr::new(10, 9, 0, 2),
-        );
+        let (mut a, mut b) = two_nodes();
         let (cq_a, cq_b) = (a.create_cq(256), b.create_cq(256));
         let mut qps = Vec::new();
         for (local, remote) in [(0x11, 0x22), (0x13, 0x24)] {
