@@ -903,9 +903,13 @@ impl QueuePair {
     }
 
     /// Whether [`QueuePair::next_deadline`] has one: a question cheaper than the answer.
+    /// (Debug builds check it against the answer at every call, so every test of the
+    /// transport and the node checks it.)
     #[inline(always)]
     pub fn has_deadline(&self) -> bool {
-        self.state != QpState::Error && self.req.has_deadline()
+        let has = self.state != QpState::Error && self.req.has_deadline();
+        debug_assert_eq!(has, self.next_deadline().is_some(), "has_deadline");
+        has
     }
 
     /// The earliest `now` at which [`QueuePair::on_timer`] has work
