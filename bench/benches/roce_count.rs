@@ -10,11 +10,11 @@
 //! and `parse64` (one 64 B WRITE frame built from the queue pair's template and the packet's
 //! fields, as a queue pair builds it, or checked and parsed), `emit64r` (the same frame from a
 //! whole `RoceRepr`, the template's checked entry point for other callers). And the
-//! list-processing engine's per-packet call (`MatchShard::match_incoming`, an endpoint with the default sizes, as the
-//! tag port makes it): `lpe_match8` and `lpe_match1000` (a persistent receive matched among 8
-//! or 1 000 posted, one in ten ANY_SOURCE), `lpe_repost1000` (a use-once receive matched and
-//! the next one posted, as MPI does). And tagged messaging through both engines, as `portico bench
-//! tagged`'s eager part runs it at depth 1 000: `tagged8` (one 8 B tagged send at a time into
+//! list-processing engine's per-packet call (`MatchShard::match_incoming`, an endpoint with
+//! the default sizes, as the tag port makes it): `lpe_match8` and `lpe_match1000` (a
+//! persistent receive matched among 8 or 1 000 posted, one in ten ANY_SOURCE),
+//! `lpe_repost1000` (a use-once receive matched and the next one posted, as MPI does). And
+//! tagged messaging through both engines, as `portico bench tagged`'s eager part runs it at depth 1 000: `tagged8` (one 8 B tagged send at a time into
 //! one of 1 000 posted use-once receives, the target's host taking the put event and posting
 //! the receive again) and `tagged8x32` (batches of 32 sends to distinct receives, per
 //! message).

@@ -261,8 +261,6 @@ impl RateControl {
         true
     }
 
-    /// The earliest time [`RateControl::on_timer`] has work: the pacer's ready time after it
-    /// turned a packet away, or DCQCN's increase timer.
     /// Whether [`RateControl::next_deadline`] has one.
     #[inline(always)]
     pub fn has_deadline(&self) -> bool {
@@ -270,6 +268,8 @@ impl RateControl {
             || matches!(&self.ctl, Controller::Dcqcn(d) if d.next_deadline().is_some())
     }
 
+    /// The earliest time [`RateControl::on_timer`] has work: the pacer's ready time after it
+    /// turned a packet away, or DCQCN's increase timer.
     pub fn next_deadline(&self) -> Option<u64> {
         let timer = match &self.ctl {
             Controller::Dcqcn(d) => d.next_deadline(),
