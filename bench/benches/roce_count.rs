@@ -14,10 +14,10 @@
 //! the default sizes, as the tag port makes it): `lpe_match8` and `lpe_match1000` (a
 //! persistent receive matched among 8 or 1 000 posted, one in ten ANY_SOURCE),
 //! `lpe_repost1000` (a use-once receive matched and the next one posted, as MPI does). And
-//! tagged messaging through both engines, as `portico bench tagged`'s eager part runs it at depth 1 000: `tagged8` (one 8 B tagged send at a time into
-//! one of 1 000 posted use-once receives, the target's host taking the put event and posting
-//! the receive again) and `tagged8x32` (batches of 32 sends to distinct receives, per
-//! message).
+//! tagged messaging through both engines, as `portico bench tagged`'s eager part runs it at
+//! depth 1 000: `tagged8` (one 8 B tagged send at a time into one of 1 000 posted use-once
+//! receives, the target's host taking the put event and posting the receive again) and
+//! `tagged8x32` (batches of 32 sends to distinct receives, per message).
 
 use std::hint::black_box;
 
