@@ -1317,16 +1317,22 @@ impl TagShard {
         Ok(i)
     }
 
-    /// Matches the message `token` names, its match's events into `held`: where its data
-    /// goes, the room there, and whether that is an overflow buffer (the message unexpected).
+    /// Matches the message `token` names, its match's events into `events` (the message's
+    /// record, or the scratch array): where its data goes, the room there, and whether that is
+    /// an overflow buffer (the message unexpected); then the events held and those lost.
     #[inline(always)]
     fn match_message(
         engine: &mut MatchShard<DeepList>,
         counters: &mut TagCounters,
         token: u64,
         hdr: &TagHeader,
-        held: &mut Held,
-    ) -> (Location, u32, bool) {
+        events: &mut [Event; EVENTS_PER_MESSAGE],
+    ) -> ((Location, u32, bool), u8, u64) {
+        let mut held = Held {
+            events,
+            n: 0,
+            extra: 0,
+        };
         let ih = IncomingHeader::put(
             ProcessId::rank(hdr.initiator),
             hdr.match_bits,
@@ -1334,7 +1340,7 @@ impl TagShard {
         )
         .with_hdr_data(hdr.hdr_data)
         .with_token(token);
-        match engine.match_incoming(EndpointIndex(hdr.endpoint), &ih, held) {
+        let place = match engine.match_incoming(EndpointIndex(hdr.endpoint), &ih, &mut held) {
             MatchOutcome::Delivered(d) => {
                 if d.list == ListKind::Priority {
                     counters.matched_priority += 1;
@@ -1353,7 +1359,8 @@ impl TagShard {
                 counters.dropped += 1;
                 (Location::NOWHERE, 0, false)
             }
-        }
+        };
+        (place, held.n, held.extra)
     }
 
     /// Record `i` (taken) for a message being received: its header, where it lands, and
@@ -1395,15 +1402,13 @@ impl TagTarget for TagShard {
         // The match's events go straight into the message's record, where they wait for its
         // data (through the staging ring they were copied twice more: callgrind,
         // `tagged8x32`, 3 566.0 -> 3 495.9 a message).
-        let m = &mut self.msgs[i as usize];
-        let mut held = Held {
-            events: &mut m.events,
-            n: 0,
-            extra: 0,
-        };
-        let place =
-            Self::match_message(&mut self.engine, &mut self.counters, token, hdr, &mut held);
-        let (nev, extra) = (held.n, held.extra);
+        let (place, nev, extra) = Self::match_message(
+            &mut self.engine,
+            &mut self.counters,
+            token,
+            hdr,
+            &mut self.msgs[i as usize].events,
+        );
         self.record(i, qpn, hdr, place, nev, extra);
         Landing::Place {
             at: place.0,
@@ -1428,14 +1433,13 @@ impl TagTarget for TagShard {
             Err(_) => return Delivery::Refuse,
         };
         let token = self.token(i);
-        let mut held = Held {
-            events: &mut self.scratch,
-            n: 0,
-            extra: 0,
-        };
-        let place =
-            Self::match_message(&mut self.engine, &mut self.counters, token, hdr, &mut held);
-        let (nev, extra) = (held.n, held.extra);
+        let (place, nev, extra) = Self::match_message(
+            &mut self.engine,
+            &mut self.counters,
+            token,
+            hdr,
+            &mut self.scratch,
+        );
         let (at, room, unexpected) = place;
         if unexpected {
             self.free.pop();
