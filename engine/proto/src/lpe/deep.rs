@@ -20,13 +20,9 @@
 //! entries are older than the best candidate so far: the earliest posted
 //! matching entry wins, exactly as in a linear walk.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::hash::{Hash, Hasher};
-
 use super::entry::{IncomingHeader, MatchEntry};
-use super::hash::{BuildWordHasher, premix};
-use super::list::{Chain, EntryId, Lookup, MatchList, NIL, Slab};
+use super::hash::{mix, premix};
+use super::list::{Chain, EntryId, Lookup, MatchList, NIL, Node, Slab};
 
 const HOME_EXACT: u8 = 0;
 const HOME_BITS: u8 = 1;
@@ -40,38 +36,91 @@ pub const SHORT_LIST: usize = 6;
 /// Distinct ignore masks that get their own hashed class per list.
 pub const MAX_MASK_CLASSES: usize = 4;
 
+/// A part's bins: a fixed power-of-two table of chain ends, indexed by a hash of the part's
+/// key, with the chains threaded through the nodes' own `prev`/`next` links. Entries whose
+/// keys share a bin share its chain, in posting order, so a lookup skips the other keys'
+/// entries on the way; with at least as many bins as the list holds entries, a chain is short.
+///
+/// Linking and unlinking an entry touch its bin and its neighbours and nothing else: no probe
+/// sequence, no tombstones, never a rehash (a `HashMap` of chains was three probes a
+/// use-once match and re-post).
+#[derive(Debug, Clone)]
+struct Bins {
+    /// Per bin, its chain's first and last slot, each stored plus one (0: none), so that a new
+    /// table is zeroed memory, which the system maps as it is first written: an endpoint
+    /// sized for 16 K entries holds in memory the bins it has used.
+    ends: Box<[[u32; 2]]>,
+    mask: usize,
+}
+
+impl Bins {
+    fn with_capacity(entries: usize) -> Self {
+        let n = entries.max(1).next_power_of_two();
+        Self {
+            ends: vec![[0u32; 2]; n].into_boxed_slice(),
+            mask: n - 1,
+        }
+    }
+
+    #[inline(always)]
+    fn bin(&self, key: u64) -> usize {
+        mix(key) as usize & self.mask
+    }
+
+    /// The first slot of the chain `key`'s bin holds (`NIL` when empty).
+    #[inline(always)]
+    fn head(&self, key: u64) -> u32 {
+        self.ends[self.bin(key)][0].wrapping_sub(1)
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
+        let ends = &mut self.ends[mix(key) as usize & self.mask];
+        let mut chain = Chain {
+            head: ends[0].wrapping_sub(1),
+            tail: ends[1].wrapping_sub(1),
+        };
+        chain.push_back(nodes, slot);
+        *ends = [chain.head.wrapping_add(1), chain.tail.wrapping_add(1)];
+    }
+
+    #[inline(always)]
+    fn unlink(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
+        let ends = &mut self.ends[mix(key) as usize & self.mask];
+        let mut chain = Chain {
+            head: ends[0].wrapping_sub(1),
+            tail: ends[1].wrapping_sub(1),
+        };
+        chain.unlink(nodes, slot);
+        *ends = [chain.head.wrapping_add(1), chain.tail.wrapping_add(1)];
+    }
+}
+
 /// Entries sharing one ignore mask, binned on the bits the mask keeps.
 #[derive(Debug, Clone)]
 struct MaskClass {
     ignore: u64,
-    bins: HashMap<u64, Chain, BuildWordHasher>,
+    bins: Bins,
     len: usize,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ExactKey {
-    match_bits: u64,
-    nid: u32,
-    pid: u32,
-}
-
-impl Hash for ExactKey {
-    #[inline]
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(premix(self.match_bits, self.nid, self.pid));
-    }
+/// An exact entry's key, or an exact lookup's: match bits and source in one word.
+#[inline(always)]
+fn exact_key(match_bits: u64, nid: u32, pid: u32) -> u64 {
+    premix(match_bits, nid, pid)
 }
 
 /// Hashed bins on exact fields plus a sequence-merged wildcard chain.
 #[derive(Debug, Clone)]
 pub struct DeepList {
     slab: Slab,
-    exact: HashMap<ExactKey, Chain, BuildWordHasher>,
-    by_bits: HashMap<u64, Chain, BuildWordHasher>,
+    exact: Bins,
+    by_bits: Bins,
     masks: Vec<MaskClass>,
     wild: Chain,
     /// Every entry in posting order, for the short-list walk.
     order: Chain,
+    exact_len: usize,
     by_bits_len: usize,
     wild_len: usize,
 }
@@ -100,10 +149,9 @@ impl DeepList {
             return HOME_MASK + i as u8;
         }
         if self.masks.len() < MAX_MASK_CLASSES {
-            let table = self.slab.capacity().saturating_mul(2);
             self.masks.push(MaskClass {
                 ignore: entry.ignore_bits,
-                bins: HashMap::with_capacity_and_hasher(table, BuildWordHasher::default()),
+                bins: Bins::with_capacity(self.slab.capacity()),
                 len: 0,
             });
             return HOME_MASK + (self.masks.len() - 1) as u8;
@@ -116,29 +164,24 @@ impl DeepList {
         self.wild_len
     }
 
-    /// Walks `slot`'s chain while entries are older than `best_seq`; every
-    /// entry on it already agrees with the header's match bits.
+    /// Walks `slot`'s chain while entries are older than `best_seq` (a chain is in posting
+    /// order), for the first that accepts the header and fits it. A bin's chain also holds
+    /// the entries of other keys that share the bin, so each entry's key is checked.
     #[inline]
     fn walk_older(
-        nodes: &[super::list::Node],
+        nodes: &[Node],
         mut slot: u32,
         hdr: &IncomingHeader,
         best: &mut u32,
         best_seq: &mut u64,
         skip_seq: &mut u64,
-        check_bits: bool,
     ) {
         while slot != NIL {
             let node = &nodes[slot as usize];
             if node.seq >= *best_seq {
                 return;
             }
-            let key_ok = if check_bits {
-                node.entry.accepts_key(hdr.match_bits, hdr.initiator)
-            } else {
-                node.entry.source.accepts(hdr.initiator)
-            };
-            if key_ok {
+            if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
                 if node.entry.fits(hdr.rlength, hdr.remote_offset) {
                     *best = slot;
                     *best_seq = node.seq;
@@ -153,16 +196,14 @@ impl DeepList {
 
 impl MatchList for DeepList {
     fn with_capacity(capacity: usize) -> Self {
-        // Twice the entries so that tombstones left by removals are cleaned
-        // up in place and a later insert never has to grow the table.
-        let table = capacity.saturating_mul(2);
         Self {
             slab: Slab::with_capacity(capacity),
-            exact: HashMap::with_capacity_and_hasher(table, BuildWordHasher::default()),
-            by_bits: HashMap::with_capacity_and_hasher(table, BuildWordHasher::default()),
+            exact: Bins::with_capacity(capacity),
+            by_bits: Bins::with_capacity(capacity),
             masks: Vec::with_capacity(MAX_MASK_CLASSES),
             wild: Chain::EMPTY,
             order: Chain::EMPTY,
+            exact_len: 0,
             by_bits_len: 0,
             wild_len: 0,
         }
@@ -186,21 +227,12 @@ impl MatchList for DeepList {
         self.order.push_back_order(nodes, id.slot);
         match home {
             HOME_EXACT => {
-                let key = ExactKey {
-                    match_bits: entry.match_bits,
-                    nid: entry.source.nid,
-                    pid: entry.source.pid,
-                };
-                self.exact
-                    .entry(key)
-                    .or_insert(Chain::EMPTY)
-                    .push_back(nodes, id.slot);
+                let key = exact_key(entry.match_bits, entry.source.nid, entry.source.pid);
+                self.exact.push_back(key, nodes, id.slot);
+                self.exact_len += 1;
             }
             HOME_BITS => {
-                self.by_bits
-                    .entry(entry.match_bits)
-                    .or_insert(Chain::EMPTY)
-                    .push_back(nodes, id.slot);
+                self.by_bits.push_back(entry.match_bits, nodes, id.slot);
                 self.by_bits_len += 1;
             }
             HOME_WILD => {
@@ -211,9 +243,7 @@ impl MatchList for DeepList {
                 let class = &mut self.masks[usize::from(class - HOME_MASK)];
                 class
                     .bins
-                    .entry(entry.match_bits & !class.ignore)
-                    .or_insert(Chain::EMPTY)
-                    .push_back(nodes, id.slot);
+                    .push_back(entry.match_bits & !class.ignore, nodes, id.slot);
                 class.len += 1;
             }
         }
@@ -230,15 +260,12 @@ impl MatchList for DeepList {
         self.order.unlink_order(nodes, id.slot);
         match home {
             HOME_EXACT => {
-                let key = ExactKey {
-                    match_bits,
-                    nid: source.nid,
-                    pid: source.pid,
-                };
-                unlink_from_bin(&mut self.exact, key, nodes, id.slot);
+                let key = exact_key(match_bits, source.nid, source.pid);
+                self.exact.unlink(key, nodes, id.slot);
+                self.exact_len -= 1;
             }
             HOME_BITS => {
-                unlink_from_bin(&mut self.by_bits, match_bits, nodes, id.slot);
+                self.by_bits.unlink(match_bits, nodes, id.slot);
                 self.by_bits_len -= 1;
             }
             HOME_WILD => {
@@ -247,7 +274,9 @@ impl MatchList for DeepList {
             }
             class => {
                 let class = &mut self.masks[usize::from(class - HOME_MASK)];
-                unlink_from_bin(&mut class.bins, match_bits & !class.ignore, nodes, id.slot);
+                class
+                    .bins
+                    .unlink(match_bits & !class.ignore, nodes, id.slot);
                 class.len -= 1;
             }
         }
@@ -278,25 +307,6 @@ impl MatchList for DeepList {
     }
 }
 
-/// Unlinks `slot` from the chain of `bins` under `key`, and drops the bin if that empties it:
-/// with one probe of the table (a lookup, then a removal by key, were two; with the node no
-/// longer copied whole, callgrind: `tagged8x32` 3 650.1 -> 3 566.0 a message,
-/// `lpe_repost1000` 1 024.1 -> 944.1).
-#[inline]
-fn unlink_from_bin<K: Hash + Eq>(
-    bins: &mut HashMap<K, Chain, BuildWordHasher>,
-    key: K,
-    nodes: &mut [super::list::Node],
-    slot: u32,
-) {
-    if let Entry::Occupied(mut bin) = bins.entry(key) {
-        bin.get_mut().unlink(nodes, slot);
-        if bin.get().is_empty() {
-            bin.remove();
-        }
-    }
-}
-
 impl DeepList {
     #[inline(always)]
     fn find_short(&self, hdr: &IncomingHeader) -> Lookup {
@@ -311,69 +321,41 @@ impl DeepList {
         let mut best_seq = u64::MAX;
         let mut skip_seq = u64::MAX;
 
-        if !self.exact.is_empty() {
-            let key = ExactKey {
-                match_bits: hdr.match_bits,
-                nid: hdr.initiator.nid,
-                pid: hdr.initiator.pid,
-            };
-            if let Some(chain) = self.exact.get(&key) {
-                // Every entry in the bin accepts the key; only length can skip.
-                let mut slot = chain.head;
-                while slot != NIL {
-                    let node = &nodes[slot as usize];
+        if self.exact_len > 0 {
+            // The bin's first entry of the key that fits; an entry of the key that does not
+            // fit is a length skip.
+            let key = exact_key(hdr.match_bits, hdr.initiator.nid, hdr.initiator.pid);
+            let mut slot = self.exact.head(key);
+            while slot != NIL {
+                let node = &nodes[slot as usize];
+                if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
                     if node.entry.fits(hdr.rlength, hdr.remote_offset) {
                         best = slot;
                         best_seq = node.seq;
                         break;
                     }
                     skip_seq = skip_seq.min(node.seq);
-                    slot = node.next;
                 }
+                slot = node.next;
             }
         }
 
-        if self.by_bits_len > 0
-            && let Some(chain) = self.by_bits.get(&hdr.match_bits)
-        {
-            Self::walk_older(
-                nodes,
-                chain.head,
-                hdr,
-                &mut best,
-                &mut best_seq,
-                &mut skip_seq,
-                false,
-            );
+        if self.by_bits_len > 0 {
+            let head = self.by_bits.head(hdr.match_bits);
+            Self::walk_older(nodes, head, hdr, &mut best, &mut best_seq, &mut skip_seq);
         }
 
         for class in &self.masks {
             if class.len == 0 {
                 continue;
             }
-            if let Some(chain) = class.bins.get(&(hdr.match_bits & !class.ignore)) {
-                Self::walk_older(
-                    nodes,
-                    chain.head,
-                    hdr,
-                    &mut best,
-                    &mut best_seq,
-                    &mut skip_seq,
-                    false,
-                );
-            }
+            let head = class.bins.head(hdr.match_bits & !class.ignore);
+            Self::walk_older(nodes, head, hdr, &mut best, &mut best_seq, &mut skip_seq);
         }
 
         if self.wild_len > 0 {
-            Self::walk_older(
-                nodes,
-                self.wild.head,
-                hdr,
-                &mut best,
-                &mut best_seq,
-                &mut skip_seq,
-                true,
-            );
+            let head = self.wild.head;
+            Self::walk_older(nodes, head, hdr, &mut best, &mut best_seq, &mut skip_seq);
         }
 
         if best == NIL {
@@ -387,5 +369,44 @@ impl DeepList {
                 length_skip_before_hit: skip_seq < best_seq,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lpe::entry::{MatchId, ProcessId};
+
+    #[test]
+    fn keys_that_share_a_bin_are_told_apart_and_keep_posting_order() {
+        let from = ProcessId::rank(1);
+        let exact = |tag: u64, cookie: u64| {
+            MatchEntry::new(tag, 0, 64, cookie).with_source(MatchId::exact(from))
+        };
+        let mut list = DeepList::with_capacity(8);
+        let bins = Bins::with_capacity(8);
+        let bin = |tag: u64| bins.bin(exact_key(tag, from.nid, from.pid));
+        // A second tag in tag 1's bin (8 bins), and four in others.
+        let other = (2..).find(|&t| bin(t) == bin(1)).unwrap();
+        let fillers: Vec<u64> = (2..).filter(|&t| bin(t) != bin(1)).take(4).collect();
+        let first = list.push(exact(1, 10)).unwrap();
+        list.push(exact(other, 20)).unwrap();
+        list.push(exact(1, 30)).unwrap();
+        for t in fillers {
+            list.push(exact(t, t)).unwrap();
+        }
+        assert!(
+            list.len() > SHORT_LIST,
+            "the hashed lookup, not the short walk"
+        );
+        let cookie = |list: &DeepList, tag: u64| {
+            let hit = list.find(&IncomingHeader::put(from, tag, 8)).hit?;
+            list.get(hit).map(|e| e.cookie)
+        };
+        assert_eq!(cookie(&list, 1), Some(10));
+        assert_eq!(cookie(&list, other), Some(20));
+        list.remove(first).unwrap();
+        assert_eq!(cookie(&list, 1), Some(30));
+        assert_eq!(cookie(&list, other), Some(20));
     }
 }

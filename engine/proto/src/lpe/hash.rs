@@ -35,6 +35,13 @@ pub(crate) fn premix(match_bits: u64, nid: u32, pid: u32) -> u64 {
     match_bits ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17)
 }
 
+/// [`WordHasher`]'s hash of one word: the index of a deep list's bin is its low bits.
+#[inline]
+pub(crate) fn mix(word: u64) -> u64 {
+    let s = (word ^ (word >> 29)).wrapping_mul(K);
+    s ^ (s >> 32)
+}
+
 impl Hasher for WordHasher {
     #[inline]
     fn finish(&self) -> u64 {
@@ -100,5 +107,12 @@ mod tests {
         let tags: std::collections::HashSet<u64> =
             (0..64u64).map(|tag| hash(tag) & 0x3ff).collect();
         assert!(tags.len() > 48, "{}", tags.len());
+    }
+
+    #[test]
+    fn mix_is_the_hasher_s_hash_of_one_word() {
+        for word in [0, 1, 7, 1 << 48, u64::MAX, 0x1234_5678_9abc_def0] {
+            assert_eq!(mix(word), hash(word));
+        }
     }
 }

@@ -229,10 +229,6 @@ impl Chain {
         tail: NIL,
     };
 
-    pub fn is_empty(&self) -> bool {
-        self.head == NIL
-    }
-
     pub fn push_back(&mut self, nodes: &mut [Node], slot: u32) {
         nodes[slot as usize].prev = self.tail;
         nodes[slot as usize].next = NIL;
