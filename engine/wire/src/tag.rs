@@ -64,10 +64,12 @@ pub struct TagHeader {
     pub cookie: u32,
 }
 
+#[inline(always)]
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+#[inline(always)]
 fn be64(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
@@ -84,6 +86,14 @@ impl TagHeader {
     }
 
     /// Parses the header at the start of `payload`; the bytes after it are message data.
+    ///
+    /// Always inline, and its helpers too: out of line, it wrote the header to the caller's
+    /// stack field by field, and the caller copied it on at once 16 bytes at a time, loads
+    /// the core cannot forward from those stores. Each waited until the stores, and every
+    /// store before them, had reached the cache: with the host's core far (this VM's slow
+    /// level) it was 41 % of the worker's samples in `portico bench tagged` (see
+    /// `docs/rdma.md`, "Stores the core cannot forward").
+    #[inline(always)]
     pub fn parse(payload: &[u8]) -> Result<TagHeader> {
         ensure_len(Layer::Tag, SHORT_LEN, payload.len())?;
         let b = payload;
