@@ -251,8 +251,16 @@ impl MatchList for DeepList {
     }
 
     fn remove(&mut self, id: EntryId) -> Option<MatchEntry> {
+        let entry = *self.get(id)?;
+        self.unlink(id);
+        Some(entry)
+    }
+
+    /// The entry is not copied out: a use-once match discarded the copy (callgrind,
+    /// `tagged8x32`: 21 instructions a message).
+    fn unlink(&mut self, id: EntryId) -> bool {
         if !self.slab.valid(id) {
-            return None;
+            return false;
         }
         let node = &self.slab.nodes[id.slot as usize];
         let (home, match_bits, source) = (node.home, node.entry.match_bits, node.entry.source);
@@ -280,7 +288,8 @@ impl MatchList for DeepList {
                 class.len -= 1;
             }
         }
-        Some(self.slab.release(id.slot))
+        self.slab.release(id.slot);
+        true
     }
 
     #[inline]

@@ -517,7 +517,7 @@ impl<L: MatchList> Endpoint<L> {
             && entry.length.saturating_sub(new_offset) < entry.min_free;
         let unlinked = entry.is_use_once() || min_free_tripped;
         if unlinked {
-            self.list_mut(list).remove(id);
+            self.list_mut(list).unlink(id);
             self.held -= 1;
             self.entry_event(EventKind::AutoUnlink, list, &entry, events);
             match list {

@@ -49,6 +49,11 @@ pub trait MatchList {
     /// Links at the tail; `None` when the list is out of entries.
     fn push(&mut self, entry: MatchEntry) -> Option<EntryId>;
     fn remove(&mut self, id: EntryId) -> Option<MatchEntry>;
+    /// [`MatchList::remove`] without handing the entry back (a match that unlinks its entry
+    /// has read what it needs of it already); false when `id` is stale.
+    fn unlink(&mut self, id: EntryId) -> bool {
+        self.remove(id).is_some()
+    }
     fn get(&self, id: EntryId) -> Option<&MatchEntry>;
     /// Moves a manage-local entry's offset (the only field that changes while linked).
     fn set_offset(&mut self, id: EntryId, offset: u64);
@@ -140,11 +145,9 @@ impl Slab {
             .is_some_and(|n| n.live && n.generation == id.generation)
     }
 
-    pub fn release(&mut self, slot: u32) -> MatchEntry {
+    pub fn release(&mut self, slot: u32) {
         self.nodes.give(slot);
-        let node = &mut self.nodes[slot as usize];
-        node.live = false;
-        node.entry
+        self.nodes[slot as usize].live = false;
     }
 
     #[inline]
@@ -320,8 +323,10 @@ impl MatchList for LinearList {
         if !self.slab.valid(id) {
             return None;
         }
+        let entry = self.slab.nodes[id.slot as usize].entry;
         self.order.unlink(&mut self.slab.nodes, id.slot);
-        Some(self.slab.release(id.slot))
+        self.slab.release(id.slot);
+        Some(entry)
     }
 
     #[inline]
