@@ -73,26 +73,27 @@ impl Bins {
         self.ends[self.bin(key)][0].wrapping_sub(1)
     }
 
+    /// Runs `f` on the chain of `key`'s bin.
     #[inline(always)]
-    fn push_back(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
-        let ends = &mut self.ends[mix(key) as usize & self.mask];
+    fn on_chain(&mut self, key: u64, f: impl FnOnce(&mut Chain)) {
+        let bin = self.bin(key);
+        let ends = &mut self.ends[bin];
         let mut chain = Chain {
             head: ends[0].wrapping_sub(1),
             tail: ends[1].wrapping_sub(1),
         };
-        chain.push_back(nodes, slot);
+        f(&mut chain);
         *ends = [chain.head.wrapping_add(1), chain.tail.wrapping_add(1)];
     }
 
     #[inline(always)]
+    fn push_back(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
+        self.on_chain(key, |chain| chain.push_back(nodes, slot));
+    }
+
+    #[inline(always)]
     fn unlink(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
-        let ends = &mut self.ends[mix(key) as usize & self.mask];
-        let mut chain = Chain {
-            head: ends[0].wrapping_sub(1),
-            tail: ends[1].wrapping_sub(1),
-        };
-        chain.unlink(nodes, slot);
-        *ends = [chain.head.wrapping_add(1), chain.tail.wrapping_add(1)];
+        self.on_chain(key, |chain| chain.unlink(nodes, slot));
     }
 }
 
