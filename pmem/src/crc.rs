@@ -101,8 +101,12 @@ impl Kernel {
     }
 }
 
-/// 0 until the first call decides, then 1 + the kernel's index.
+/// 0 until the first call decides, then the chosen kernel's code below. The PCLMULQDQ
+/// kernels have the highest codes, so [`clmul_chosen`] is one compare.
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
+const CHOSEN_PORTABLE: u8 = 1;
+const CHOSEN_PCLMUL: u8 = 2;
+const CHOSEN_VPCLMUL: u8 = 3;
 
 /// The kernel this process uses: the widest the CPU has, unless `PORTICO_CRC` names a
 /// narrower one (`portable`, `pclmul`).
@@ -116,16 +120,16 @@ pub fn kernel() -> Kernel {
 /// batched one 1 573.7 -> 1 561.6, a lone READ 3 637.3 -> 3 628.3).
 #[inline(always)]
 fn clmul_chosen() -> bool {
-    CHOSEN.load(Ordering::Relaxed) >= 2
+    CHOSEN.load(Ordering::Relaxed) >= CHOSEN_PCLMUL
 }
 
 /// The kernel, once the first call has chosen it.
 #[inline(always)]
 fn chosen() -> Option<Kernel> {
     match CHOSEN.load(Ordering::Relaxed) {
-        1 => Some(Kernel::Portable),
-        2 => Some(Kernel::Pclmul),
-        3 => Some(Kernel::Vpclmul),
+        CHOSEN_PORTABLE => Some(Kernel::Portable),
+        CHOSEN_PCLMUL => Some(Kernel::Pclmul),
+        CHOSEN_VPCLMUL => Some(Kernel::Vpclmul),
         _ => None,
     }
 }
@@ -142,9 +146,9 @@ fn choose() -> Kernel {
     };
     CHOSEN.store(
         match k {
-            Kernel::Portable => 1,
-            Kernel::Pclmul => 2,
-            Kernel::Vpclmul => 3,
+            Kernel::Portable => CHOSEN_PORTABLE,
+            Kernel::Pclmul => CHOSEN_PCLMUL,
+            Kernel::Vpclmul => CHOSEN_VPCLMUL,
         },
         Ordering::Relaxed,
     );
