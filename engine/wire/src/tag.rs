@@ -91,7 +91,7 @@ impl TagHeader {
     /// stack field by field, and the caller copied it on at once 16 bytes at a time, loads
     /// the core cannot forward from those stores. Each waited until the stores, and every
     /// store before them, had reached the cache: with the host's core far (this VM's slow
-    /// level) it was 41 % of the worker's samples in `portico bench tagged` (see
+    /// level) it was 40 % of the worker's samples in `portico bench tagged` (see
     /// `docs/rdma.md`, "Stores the core cannot forward").
     #[inline(always)]
     pub fn parse(payload: &[u8]) -> Result<TagHeader> {
