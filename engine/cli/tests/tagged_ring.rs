@@ -1050,6 +1050,8 @@ fn carry(src: &mut RdmaNode, dst: &mut RdmaNode, now: u64, cut: bool) -> Vec<u8>
     }
     src.flush_completions();
     dst.flush_completions();
+    src.publish_tag_events();
+    dst.publish_tag_events();
     opcodes
 }
 

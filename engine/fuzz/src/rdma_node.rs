@@ -488,6 +488,8 @@ impl Harness {
             "{held} connections, bound {CM_CONNECTIONS}"
         );
         self.node.flush_completions();
+        // As a worker's iteration ends: the tag events made are shown to the host.
+        self.node.publish_tag_events();
         assert_eq!(self.node.counters.cq_overruns, 0, "no completion is lost");
         let mut deregistered = false;
         self.node.take_replies(|(_, reply)| {

@@ -580,14 +580,18 @@ impl RdmaNode {
         }
     }
 
-    /// The burst [`RdmaNode::begin_rx_burst`] began is received.
+    /// The burst [`RdmaNode::begin_rx_burst`] began is received: the host sees the tag events
+    /// its messages made.
     pub fn end_rx_burst(&mut self) {
         if let Some(t) = &mut self.parts.tags.shard {
             t.end_burst();
         }
     }
 
-    /// After an iteration: wakes a host waiting for tag events.
+    /// After an iteration: the host sees the tag events made since the last burst or
+    /// iteration, and is woken if it waits for them. A driver calls it once an iteration (as
+    /// it calls [`RdmaNode::flush_completions`]): events made outside a receive burst (by
+    /// host commands, timers, frames received one at a time) are not seen before.
     pub fn publish_tag_events(&mut self) {
         self.parts.publish();
     }

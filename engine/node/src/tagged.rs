@@ -30,7 +30,9 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam::utils::CachePadded;
 use std::time::{Duration, Instant};
 
 use rtrb::{Consumer, Producer, RingBuffer};
@@ -420,8 +422,11 @@ pub struct TagShard {
     actions: VecDeque<(u32, Next)>,
     pub counters: TagCounters,
     paths: Arc<TagWakes>,
-    /// Events pushed since the host was last told.
-    pushed: bool,
+    /// Events pushed into the ring, ever.
+    pushed: u64,
+    /// Of them, shown to the host ([`TagWakes::shown`]), and shown with a wake-up.
+    shown: u64,
+    woken: u64,
 }
 
 /// Where the shard is with the commands older than the frames it receives.
@@ -443,6 +448,9 @@ struct TagWakes {
     events: Arc<Wake>,
     /// How long [`TagPort::wait`] spins before it sleeps (the worker's policy sets it).
     spin_ns: HostSpin,
+    /// Events the host may take, ever: the worker raises it after a burst's frames and after
+    /// an iteration, not at each event (see [`TagShard::show_events`]).
+    shown: CachePadded<AtomicU64>,
 }
 
 /// The application's end: commands in, events out.
@@ -450,6 +458,8 @@ pub struct TagPort {
     commands: Producer<TagCommand>,
     events: Consumer<TagEvent>,
     paths: Arc<TagWakes>,
+    /// Events taken, ever.
+    taken: u64,
 }
 
 /// The command ring is full.
@@ -539,8 +549,10 @@ impl TagPort {
     }
 
     /// Moves up to `out.len()` events into `out`; returns how many.
+    #[inline]
     pub fn poll(&mut self, out: &mut [TagEvent]) -> usize {
-        let n = out.len().min(self.events.slots());
+        let shown = self.shown() - self.taken;
+        let n = out.len().min(shown as usize);
         if n == 0 {
             return 0;
         }
@@ -551,7 +563,14 @@ impl TagPort {
         out[..a.len()].copy_from_slice(a);
         out[a.len()..a.len() + b.len()].copy_from_slice(b);
         chunk.commit_all();
+        self.taken += n as u64;
         n
+    }
+
+    /// Events shown to the host, ever. Acquire: the events are in the ring before it.
+    #[inline]
+    fn shown(&self) -> u64 {
+        self.paths.shown.load(Ordering::Acquire)
     }
 
     /// The eventfd path the worker writes when it publishes events to a host waiting on it
@@ -562,7 +581,7 @@ impl TagPort {
 
     /// Whether events wait to be polled.
     pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
+        self.shown() != self.taken
     }
 
     /// Waits up to `timeout` for at least one event: spins for a short while (as
@@ -586,9 +605,9 @@ impl TagPort {
             }
             // Bounded, like every wait here; the fences make a missed wake-up impossible.
             let left = (timeout - waited).min(Duration::from_millis(10));
-            let events = &self.events;
-            wake::sleep(&[&self.paths.events], left.as_nanos() as u64, || {
-                !events.is_empty()
+            let (paths, taken) = (&self.paths, self.taken);
+            wake::sleep(&[&paths.events], left.as_nanos() as u64, || {
+                paths.shown.load(Ordering::Acquire) != taken
             });
         }
     }
@@ -655,12 +674,15 @@ impl TagShard {
                 actions: VecDeque::with_capacity(n),
                 counters: TagCounters::default(),
                 paths: paths.clone(),
-                pushed: false,
+                pushed: 0,
+                shown: 0,
+                woken: 0,
             },
             TagPort {
                 commands: cp,
                 events: ec,
                 paths,
+                taken: 0,
             },
         ))
     }
@@ -836,13 +858,27 @@ impl TagShard {
     fn push_event(&mut self, ev: TagEvent) {
         if self.events.push(ev).is_err() {
             self.counters.events_lost += 1;
+        } else {
+            self.pushed += 1;
         }
-        self.pushed = true;
     }
 
-    /// After an iteration's events: wakes a host sleeping in [`TagPort::wait`].
+    /// Shows the host the events pushed so far: one store to a line its polls read, where a
+    /// push, whose ring's write index the host polls as well, would take the line back from
+    /// the host's core at each event.
+    fn show_events(&mut self) {
+        if self.shown != self.pushed {
+            self.shown = self.pushed;
+            self.paths.shown.store(self.pushed, Ordering::Release);
+        }
+    }
+
+    /// After an iteration's events: shows them, and wakes a host sleeping in
+    /// [`TagPort::wait`].
     pub fn publish_events(&mut self) {
-        if std::mem::take(&mut self.pushed) {
+        self.show_events();
+        if self.woken != self.pushed {
+            self.woken = self.pushed;
             self.paths.events.notify();
         }
     }
@@ -992,6 +1028,7 @@ impl TagShard {
     /// older commands again.
     pub fn end_burst(&mut self) {
         self.burst = BurstCheck::Off;
+        self.show_events();
     }
 
     fn fail_command(&mut self, endpoint: u16, cookie: u64, error: TagCommandError) {

@@ -97,6 +97,9 @@ pub fn carry(
     }
     src.flush_completions();
     dst.flush_completions();
+    // As a worker's iteration ends: the tag events made are shown to the host.
+    src.publish_tag_events();
+    dst.publish_tag_events();
     any
 }
 

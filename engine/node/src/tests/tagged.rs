@@ -387,6 +387,8 @@ fn deregistering_a_region_unlinks_its_entries_and_nothing_lands_there_after() {
         .control(1, Control::Deregister { lkey: keys.lkey });
     let mut replies = Vec::new();
     b.end.node.take_replies(|r| replies.push(r));
+    // The iteration's end, as the worker's: the events are shown.
+    b.end.node.publish_tag_events();
     assert!(
         reply == Some((1, ControlReply::Deregistered(true)))
             || replies.contains(&(1, ControlReply::Deregistered(true))),
@@ -578,6 +580,7 @@ fn a_message_cut_off_by_the_error_state_is_reported_undeliverable() {
         .unwrap();
     b.end.node.service(0);
     b.end.node.flush_completions();
+    b.end.node.publish_tag_events();
     let put = events(&mut port)
         .into_iter()
         .find(|e| e.kind == TagEventKind::Put)
