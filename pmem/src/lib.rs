@@ -11,7 +11,9 @@
 //! machine without persistent memory, and even across a `SIGKILL`.
 //!
 //! This crate is the only place where Portico touches mapped memory with `unsafe`. Every
-//! `unsafe` block says why it is sound in a `SAFETY:` comment.
+//! `unsafe` block says why it is sound in a `SAFETY:` comment. It also holds the engine's
+//! other uses of CPU instructions that Rust reaches only through `unsafe`: the CRC kernels
+//! ([`crc`]) and a prefetch hint ([`prefetch()`]).
 //!
 //! # The contract
 //!
@@ -49,6 +51,7 @@ mod flush;
 mod hugepages;
 mod kind;
 mod mapping;
+mod prefetch;
 mod room;
 mod sys;
 
@@ -57,6 +60,7 @@ pub use flush::flush_instruction;
 pub use hugepages::{free_2mib_hugepages, meminfo_field};
 pub use kind::{Durability, FlushInstr, Kind};
 pub use mapping::{MapOptions, Mapping};
+pub use prefetch::prefetch;
 pub use room::{address_space_limit, fs_free_bytes};
 
 /// The unit of persistence: a store becomes durable one whole cache line at a time.
