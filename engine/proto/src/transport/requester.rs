@@ -1444,6 +1444,18 @@ impl Requester {
                 popped += 1;
                 continue;
             }
+            // An eager tagged send, likewise: nothing waits for it but this ACK (`finish`
+            // holds only rendezvous sends, `complete_front` takes engine-posted requests).
+            if matches!(w.kind, WrKind::TaggedSend { .. }) && !w.rendezvous && self.head == 0 {
+                if !psn::before_eq(w.last_psn(), psn) {
+                    break;
+                }
+                let len = w.local.len();
+                cq.push(w.completion(cfg.local_qpn, WcOpcode::TaggedSend, WcStatus::Success, len));
+                self.sq.pop_front();
+                popped += 1;
+                continue;
+            }
             if !plain && w.expects_response() && w.read_done < w.npsn {
                 let expect = psn::add(w.first_psn, w.read_done);
                 if psn::before_eq(expect, psn) {
