@@ -667,11 +667,12 @@ pub(crate) fn merge_runs(
     merged
 }
 
-/// Copies `len` bytes from `src` to `dst`. A run of 16 to 64 bytes (a small payload, a
+/// Copies `len` bytes from `src` to `dst`. A run of 8 to 64 bytes (a small payload, a
 /// header) is two copies of a constant length, which overlap where `len` is not a power of
 /// two: moves inline, where a copy of a length the compiler does not know is a call to
 /// `memcpy` (callgrind, a 64 B WRITE fetched and placed: batched 1 614.3 -> 1 607.3, lone
-/// 3 492 -> 3 485).
+/// 3 492 -> 3 485; 8 to 15 bytes, a tagged message's 8 fetched and placed: `tagged8x32`
+/// 2 976.5 -> 2 965.5).
 ///
 /// # Safety
 /// `src` is valid for reads and `dst` for writes of `len` bytes, and the two do not overlap.
@@ -688,6 +689,10 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
             16..=31 => {
                 std::ptr::copy_nonoverlapping(src, dst, 16);
                 std::ptr::copy_nonoverlapping(src.add(len - 16), dst.add(len - 16), 16);
+            }
+            8..=15 => {
+                std::ptr::copy_nonoverlapping(src, dst, 8);
+                std::ptr::copy_nonoverlapping(src.add(len - 8), dst.add(len - 8), 8);
             }
             _ => std::ptr::copy_nonoverlapping(src, dst, len),
         }
