@@ -759,3 +759,62 @@ fn a_disabled_endpoint_drops_until_enabled_and_software_mode_hands_headers_to_th
     );
     assert!(completions(&mut a).iter().all(|c| c.2 == WcStatus::Success));
 }
+
+/// The host sees the events of a burst of frames when the burst has been received
+/// (`end_rx_burst`), and those made outside a burst (here a host command's `Link`) when the
+/// iteration ends (`publish_tag_events`); not at each event, whose ring index is a line the
+/// host's polls would take back from the worker's core every time.
+#[test]
+fn a_burst_s_events_are_seen_when_it_is_received_and_a_command_s_when_the_iteration_ends() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    for (cookie, tag) in [(10, 1), (11, 2)] {
+        let recv = TagEntry::recv(tag, sge(&b, cookie as usize * 4096, 4096), cookie);
+        port.append(0, ListKind::Priority, recv).unwrap();
+    }
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    send(&mut a, 1, 0, &pattern(3, 100), 1);
+    send(&mut a, 2, 4096, &pattern(4, 100), 2);
+    a.end.node.service(0);
+    let mut frames = Vec::new();
+    while let Some(tx) = a.end.node.poll_transmit(0) {
+        let mut frame = vec![0u8; 9000];
+        let len = a.end.node.emit(&tx, &mut frame).unwrap();
+        frames.push(frame[..len].to_vec());
+    }
+    assert_eq!(frames.len(), 2);
+    let node = &mut b.end.node;
+    node.begin_rx_burst();
+    for f in &frames {
+        node.receive(0, f);
+    }
+    assert_eq!(
+        events(&mut port),
+        vec![],
+        "not yet: the burst is being received"
+    );
+    assert!(!port.has_events());
+    node.end_rx_burst();
+    assert!(port.has_events());
+    let puts = kinds_and_cookies(&mut port);
+    assert_eq!(
+        puts,
+        vec![
+            (TagEventKind::Put, 10),
+            (TagEventKind::AutoUnlink, 10),
+            (TagEventKind::Put, 11),
+            (TagEventKind::AutoUnlink, 11)
+        ],
+        "both, as soon as the burst is received"
+    );
+    assert_eq!(bytes(&b, 10 * 4096, 100), pattern(3, 100));
+    assert_eq!(bytes(&b, 11 * 4096, 100), pattern(4, 100));
+    // A persistent receive reports its link: served by the node's host work, outside a burst.
+    let persistent = TagEntry::recv(9, sge(&b, 12 * 4096, 64), 12).with_options(Options::NONE);
+    port.append(0, ListKind::Priority, persistent).unwrap();
+    b.end.node.service(0);
+    assert_eq!(b.end.node.tags().unwrap().counters.commands, 3, "served");
+    assert_eq!(events(&mut port), vec![], "not before the iteration ends");
+    b.end.node.publish_tag_events();
+    assert_eq!(kinds_and_cookies(&mut port), vec![(TagEventKind::Link, 12)]);
+}
