@@ -5,7 +5,10 @@
 //! tagged messages in flight or waiting on the unexpected list, and the worker's ends of two
 //! lock-free rings shared with the application's [`TagPort`]: host commands in (append,
 //! search, search-and-delete), events out (put, put-overflow, unexpected consumed, truncation
-//! reported in each).
+//! reported in each). The host sees the events of a burst of received frames when the burst
+//! has been received, and the others when the worker's iteration ends: one store of a count
+//! each time, not one of the ring's write index per event, a line the host's polls would take
+//! back from the worker's core at every event (`docs/rdma.md`, "Lines the other core polls").
 //!
 //! Per message, on the worker that owns its endpoint, with no allocation:
 //! - the first packet's tag header is matched against the endpoint's priority list, then its
@@ -31,10 +34,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use crossbeam::utils::CachePadded;
 use std::time::{Duration, Instant};
 
+use crossbeam::utils::CachePadded;
 use rtrb::{Consumer, Producer, RingBuffer};
 
 use super::rings::HostSpin;
@@ -428,8 +430,9 @@ pub struct TagShard {
     paths: Arc<TagWakes>,
     /// Events pushed into the ring, ever.
     pushed: u64,
-    /// Of them, shown to the host ([`TagWakes::shown`]), and shown with a wake-up.
+    /// Of them, those shown to the host ([`TagWakes::shown`]).
     shown: u64,
+    /// Of them, those a wake-up followed (`publish_events`).
     woken: u64,
 }
 
