@@ -105,12 +105,6 @@ struct MaskClass {
     len: usize,
 }
 
-/// An exact entry's key, or an exact lookup's: match bits and source in one word.
-#[inline(always)]
-fn exact_key(match_bits: u64, nid: u32, pid: u32) -> u64 {
-    premix(match_bits, nid, pid)
-}
-
 /// Hashed bins on exact fields plus a sequence-merged wildcard chain.
 #[derive(Debug, Clone)]
 pub struct DeepList {
@@ -228,7 +222,7 @@ impl MatchList for DeepList {
         self.order.push_back_order(nodes, id.slot);
         match home {
             HOME_EXACT => {
-                let key = exact_key(entry.match_bits, entry.source.nid, entry.source.pid);
+                let key = premix(entry.match_bits, entry.source.nid, entry.source.pid);
                 self.exact.push_back(key, nodes, id.slot);
                 self.exact_len += 1;
             }
@@ -269,7 +263,7 @@ impl MatchList for DeepList {
         self.order.unlink_order(nodes, id.slot);
         match home {
             HOME_EXACT => {
-                let key = exact_key(match_bits, source.nid, source.pid);
+                let key = premix(match_bits, source.nid, source.pid);
                 self.exact.unlink(key, nodes, id.slot);
                 self.exact_len -= 1;
             }
@@ -334,7 +328,7 @@ impl DeepList {
         if self.exact_len > 0 {
             // The bin's first entry of the key that fits; an entry of the key that does not
             // fit is a length skip.
-            let key = exact_key(hdr.match_bits, hdr.initiator.nid, hdr.initiator.pid);
+            let key = premix(hdr.match_bits, hdr.initiator.nid, hdr.initiator.pid);
             let mut slot = self.exact.head(key);
             while slot != NIL {
                 let node = &nodes[slot as usize];
@@ -395,7 +389,7 @@ mod tests {
         };
         let mut list = DeepList::with_capacity(8);
         let bins = Bins::with_capacity(8);
-        let bin = |tag: u64| bins.bin(exact_key(tag, from.nid, from.pid));
+        let bin = |tag: u64| bins.bin(premix(tag, from.nid, from.pid));
         // A second tag in tag 1's bin (8 bins), and four in others.
         let other = (2..).find(|&t| bin(t) == bin(1)).unwrap();
         let fillers: Vec<u64> = (2..).filter(|&t| bin(t) != bin(1)).take(4).collect();

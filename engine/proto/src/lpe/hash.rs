@@ -38,8 +38,9 @@ pub(crate) fn premix(match_bits: u64, nid: u32, pid: u32) -> u64 {
 /// [`WordHasher`]'s hash of one word: the index of a deep list's bin is its low bits.
 #[inline]
 pub(crate) fn mix(word: u64) -> u64 {
-    let s = (word ^ (word >> 29)).wrapping_mul(K);
-    s ^ (s >> 32)
+    let mut h = WordHasher::default();
+    h.add(word);
+    h.finish()
 }
 
 impl Hasher for WordHasher {
