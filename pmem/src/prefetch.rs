@@ -39,7 +39,7 @@ fn lines(start: usize, len: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{lines, prefetch};
+    use super::lines;
 
     #[test]
     fn the_lines_are_every_line_the_bytes_touch() {
@@ -61,17 +61,5 @@ mod tests {
         ] {
             assert_eq!(lines(start, len), want, "{start} + {len}");
         }
-    }
-
-    #[test]
-    fn any_slice_may_be_prefetched_and_is_left_as_it_was() {
-        let v: Vec<u64> = (0..100).collect();
-        for (a, b) in [(0, 0), (0, 1), (3, 50), (1, 100), (99, 100)] {
-            prefetch(&v[a..b]);
-        }
-        let odd = [7u8; 200];
-        prefetch(&odd[1..199]);
-        assert_eq!(v, (0..100).collect::<Vec<_>>());
-        assert!(odd.iter().all(|&b| b == 7));
     }
 }
