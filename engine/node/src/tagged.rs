@@ -351,7 +351,7 @@ portico_counters::counter_set! {
 
 /// Host commands wait in their ring while the event ring has fewer free slots than this.
 const COMMAND_EVENT_ROOM: usize = 256;
-/// Host commands whose slots [`TagShard::serve_commands`] prefetches, at most (about 36 cache
+/// Host commands whose slots [`TagShard::begin_burst`] prefetches, at most (about 36 cache
 /// lines, 2.3 KiB of a 32 KiB L1: a burst's re-posted receives, without flooding the cache
 /// when the host has pushed thousands).
 const PREFETCH_COMMANDS: usize = 32;
@@ -1010,9 +1010,6 @@ impl TagShard {
     /// Serves host commands while the event ring has room for what they may write. True
     /// when it served them all (false: some wait for room).
     pub fn serve_commands(&mut self, mem: &MemoryTable) -> bool {
-        if self.commands.slots() > 1 {
-            self.prefetch_commands();
-        }
         while self.event_room(self.owed + COMMAND_EVENT_ROOM) {
             let Ok(cmd) = self.commands.pop() else {
                 return true;
@@ -1023,14 +1020,13 @@ impl TagShard {
         false
     }
 
-    /// The slots of the commands waiting (up to [`PREFETCH_COMMANDS`]) are lines the host's
-    /// core wrote: asked for together, before the first is read, they come over side by side,
-    /// not one after another as each command is served. Out of line: a lone command, read at
-    /// once, does not need it.
+    /// The slots of the `ready` commands waiting (up to [`PREFETCH_COMMANDS`]) are lines the
+    /// host's core wrote: asked for together, before the first is read, they come over side
+    /// by side, not one after another as each command is served. Out of line: a lone command,
+    /// read at once, does not need it.
     #[inline(never)]
-    fn prefetch_commands(&mut self) {
-        let ready = self.commands.slots().min(PREFETCH_COMMANDS);
-        if let Ok(chunk) = self.commands.read_chunk(ready) {
+    fn prefetch_commands(&mut self, ready: usize) {
+        if let Ok(chunk) = self.commands.read_chunk(ready.min(PREFETCH_COMMANDS)) {
             let (a, b) = chunk.as_slices();
             pmem::prefetch(a);
             pmem::prefetch(b);
@@ -1050,10 +1046,14 @@ impl TagShard {
     /// of stalling the first match (one process, alternating pairs, eager 8 B at depth 1 000:
     /// ×1.166 in the VM's middle level, 15 of 16; ×1.007 in its fast level, 11 of 16). The
     /// commands served before the first match are still at least every one pushed before the
-    /// burst.
+    /// burst. The commands it finds have their lines prefetched here too
+    /// (`prefetch_commands`).
     pub fn begin_burst(&mut self) {
         self.burst = BurstCheck::Unserved;
-        let _ = self.commands.slots();
+        let ready = self.commands.slots();
+        if ready > 1 {
+            self.prefetch_commands(ready);
+        }
     }
 
     /// The burst [`TagShard::begin_burst`] began has been received: each message looks for
