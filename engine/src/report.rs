@@ -33,7 +33,16 @@ pub fn banner(info: &EalInfo, memory: &MemoryChoice, polling: Option<Polling>, j
     );
     human!(json, "EAL: {}", info.args[1..].join(" "));
     if let Some(p) = polling {
-        human!(json, "workers: {}", p.describe());
+        human!(
+            json,
+            "workers: {} · their wake-ups of a waiting host: {}",
+            p.describe(),
+            if node::wake::asymmetric() {
+                "a compiler fence, the host's membarrier"
+            } else {
+                "a fence on both sides (no membarrier, or PORTICO_FENCES=symmetric)"
+            }
+        );
         if matches!(p, Polling::Adaptive { .. }) {
             human!(
                 json,

@@ -11,7 +11,8 @@
 //!   finds its ring full and nothing is ever lost: a host that does not poll stalls its own
 //!   work (counted as `cq_full`) instead.
 //! - Waiting for completions spins, then parks; the worker wakes a parked host after it
-//!   publishes completions (a flag and a fence on both sides, so a wake-up is never missed).
+//!   publishes completions (a flag and a fence on both sides, so a wake-up is never missed;
+//!   the worker's is a compiler fence where the host's is `membarrier`, `crate::wake`).
 //!   How long it spins follows the worker's polling policy: 50 µs beside a busy worker, a
 //!   couple of microseconds beside an adaptive one (the host should not hold a shared core).
 //! - The reverse holds too: a worker that runs adaptive polling may sleep, and a post that
@@ -29,14 +30,14 @@
 //! host.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam::sync::{Parker, Unparker};
 use crossbeam::utils::CachePadded;
 use rtrb::{Consumer, Producer, RingBuffer};
 
-use crate::wake::Wake;
+use crate::wake::{self, Wake};
 use proto::transport::{RecvRequest, SgList, Sge, WorkCompletion, WorkRequest, WrKind};
 
 /// Queue pairs one engine can have: the doorbell queue holds each at most once.
@@ -445,11 +446,7 @@ pub(crate) fn cq_ring(id: u32, depth: usize, spin_ns: HostSpin) -> (Cq, CqWriter
         unparker: parker.unparker().clone(),
         full: AtomicU64::new(0),
         spin_ns,
-        events: {
-            let w = Wake::new();
-            w.arm();
-            Arc::new(w)
-        },
+        events: Arc::new(Wake::to_host()),
     });
     (
         Cq {
@@ -537,8 +534,9 @@ impl CqWriter {
         }
         self.pushed = false;
         // Pairs with the fence in `Cq::wait`: either the host sees the completions before it
-        // parks, or the worker sees that it is sleeping.
-        fence(Ordering::SeqCst);
+        // parks, or the worker sees that it is sleeping (a compiler fence where the host's is
+        // `membarrier`: `crate::wake`).
+        wake::publish_fence();
         if self.shared.sleeping.load(Ordering::Relaxed) {
             self.shared.unparker.unpark();
         }
@@ -636,7 +634,7 @@ impl Cq {
         let deadline = start + timeout;
         loop {
             self.shared.sleeping.store(true, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
+            wake::sleeper_fence();
             let n = self.poll(out);
             let now = Instant::now();
             if n > 0 || now >= deadline {

@@ -635,13 +635,14 @@ impl TagShard {
         }
         let (cp, cc) = RingBuffer::new(cfg.command_depth.max(1));
         let (ep, ec) = RingBuffer::new(cfg.event_depth.max(COMMAND_EVENT_ROOM * 2));
+        // The host always sleeps on its events (`Wake::to_host` is armed: the worker fences
+        // once per iteration with new events); the commands' path is armed by an adaptive
+        // worker.
         let paths = Arc::new(TagWakes {
             spin_ns,
+            events: Arc::new(Wake::to_host()),
             ..Default::default()
         });
-        // The host always sleeps on its events (the worker fences once per iteration with
-        // new events); the commands' path is armed by an adaptive worker.
-        paths.events.arm();
         let n = cfg.max_messages.max(1);
         let blank = Msg {
             generation: 0,

@@ -10,28 +10,86 @@
 //!
 //! The same doorbell serves the other direction: a host that waits for completions or tag
 //! events (the libfabric provider's `fi_cq_sread`, `FI_WAIT_FD`) raises the flag of the
-//! worker → host path, and the worker writes the eventfd when it publishes to a host that
-//! waits ([`crate::Cq::events`], [`crate::TagPort::events`]); [`prepare_external_wait`] and
-//! [`epoll_of`] are for a host that waits on the descriptors itself.
+//! worker → host path ([`Wake::to_host`]), and the worker writes the eventfd when it
+//! publishes to a host that waits ([`crate::Cq::events`], [`crate::TagPort::events`]);
+//! [`prepare_external_wait`] and [`epoll_of`] are for a host that waits on the descriptors
+//! itself.
+//!
+//! On those worker → host paths the fences are asymmetric where Linux has `membarrier`
+//! (`MEMBARRIER_CMD_PRIVATE_EXPEDITED`, 4.14 on): the worker, which publishes at every
+//! iteration, orders its publish before its look at the flag with a compiler fence only
+//! ([`publish_fence`]), and a host about to sleep, which is rare, runs `membarrier`
+//! ([`sleeper_fence`]), which makes every running thread of the process execute a full
+//! barrier. Either the barrier on the worker's core comes before its look at the flag, which
+//! then sees the flag raised, or after its publish, which the host then sees: the pairing of
+//! two sequentially consistent fences, with the cost on the side that is about to sleep
+//! anyway. A locked instruction at every iteration drained the worker's store buffer, which
+//! holds the lines of the host's rings it has just written (`portico bench tagged`, eager 8 B
+//! at depth 1 000: see `docs/rdma.md`). Without `membarrier` (or with `PORTICO_FENCES=
+//! symmetric`), both sides fence. The host → worker paths keep their fences on both sides:
+//! an adaptive worker may go to sleep often, and each `membarrier` interrupts the host's
+//! cores.
 //!
 //! Packets cannot wake a worker this way: the virtual PMDs CI uses (memif, ring, null) have no
 //! RX interrupts, so a sleeping worker sees a packet when its sleep ends. That is why sleeps
 //! are short and bounded (see `runtime::polling`).
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering, compiler_fence, fence};
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::thread::{MembarrierCommand, membarrier};
 
-/// One host → worker path's wake-up.
+/// One path's wake-up: host → worker ([`Wake::new`]), or worker → host ([`Wake::to_host`]).
 #[derive(Debug)]
 pub struct Wake {
     /// None when the process is out of descriptors: then a sleep only times out.
     fd: Option<OwnedFd>,
-    /// The worker is about to sleep, or sleeps.
+    /// The side that waits (the worker, or a host on a worker → host path) is about to sleep,
+    /// or sleeps.
     sleeping: AtomicBool,
-    /// The worker runs an adaptive policy (it may sleep): only then does a post fence.
+    /// The waiting side may sleep: only then does a post fence.
     armed: AtomicBool,
+    /// A worker → host path: the worker notifies with [`publish_fence`], a host sleeps with
+    /// [`sleeper_fence`].
+    to_host: bool,
+}
+
+/// Whether the worker → host paths fence asymmetrically (see the module's documentation):
+/// decided once, by the first call (a fence of either side, or a report), and never changed,
+/// so that both sides of every pairing use the same kind.
+pub fn asymmetric() -> bool {
+    static ASYMMETRIC: OnceLock<bool> = OnceLock::new();
+    *ASYMMETRIC.get_or_init(|| {
+        let symmetric = std::env::var_os("PORTICO_FENCES").is_some_and(|v| v == "symmetric");
+        !symmetric && membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok()
+    })
+}
+
+/// The worker's fence between publishing to a host (its rings' write indices, a count of
+/// events) and loading that host's sleeping flag: a compiler fence where the host's
+/// [`sleeper_fence`] is `membarrier`, a sequentially consistent one otherwise.
+#[inline]
+pub(crate) fn publish_fence() {
+    if asymmetric() {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// A host's fence between raising its sleeping flag on a worker → host path and its last look
+/// for what the worker published: `membarrier`, which runs a full barrier on every running
+/// thread of the process (the worker's among them), or a sequentially consistent fence
+/// where the worker fences too ([`publish_fence`]). The kernel fences the caller as well.
+pub(crate) fn sleeper_fence() {
+    // Registered, it is not refused (the errors are an unregistered process and an unknown
+    // command); were it refused, the waits it guards are bounded all the same (10 ms).
+    if asymmetric() && membarrier(MembarrierCommand::PrivateExpedited).is_ok() {
+        return;
+    }
+    fence(Ordering::SeqCst);
 }
 
 impl Wake {
@@ -42,7 +100,19 @@ impl Wake {
             fd: rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).ok(),
             sleeping: AtomicBool::new(false),
             armed: AtomicBool::new(false),
+            to_host: false,
         }
+    }
+
+    /// A worker → host path (completions, tag events), armed: a host may sleep on it at any
+    /// time, and the worker's notify fences with [`publish_fence`].
+    pub fn to_host() -> Wake {
+        let w = Wake {
+            to_host: true,
+            ..Wake::new()
+        };
+        w.arm();
+        w
     }
 
     /// Whether the path has its eventfd (see [`Wake::new`]).
@@ -67,9 +137,13 @@ impl Wake {
         if !self.armed.load(Ordering::Relaxed) {
             return false;
         }
-        // Pairs with the fence in `sleep`: the work published before it is seen by a worker
+        // Pairs with the fence in `sleep`: the work published before it is seen by a waiter
         // that raised its flag before this load.
-        fence(Ordering::SeqCst);
+        if self.to_host {
+            publish_fence();
+        } else {
+            fence(Ordering::SeqCst);
+        }
         if !self.sleeping.load(Ordering::Relaxed) {
             return false;
         }
@@ -125,7 +199,7 @@ pub fn sleep(wakes: &[&Wake], ns: u64, pending: impl FnOnce() -> bool) -> Woke {
         w.sleeping.store(true, Ordering::Relaxed);
     }
     // Pairs with the fence in `Wake::notify`.
-    fence(Ordering::SeqCst);
+    waiter_fence(wakes);
     let woke = if pending() {
         Woke::Pending
     } else {
@@ -173,6 +247,17 @@ pub fn sleep(wakes: &[&Wake], ns: u64, pending: impl FnOnce() -> bool) -> Woke {
     woke
 }
 
+/// The fence of a side that has raised the flags of `wakes` and looks for work once more:
+/// [`sleeper_fence`] when one of them is a worker → host path, else a sequentially consistent
+/// fence (as the host → worker paths' notifies).
+fn waiter_fence(wakes: &[&Wake]) {
+    if wakes.iter().any(|w| w.to_host) {
+        sleeper_fence();
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
 /// For a host that waits on the eventfds itself (libfabric's `fi_trywait`, then `poll` of an
 /// `FI_WAIT_FD`): raises the flags of `wakes` and empties their counters, then asks `pending`
 /// (work already published?). True: nothing was pending, so any publish from now on writes an
@@ -184,7 +269,7 @@ pub fn prepare_external_wait(wakes: &[&Wake], pending: impl FnOnce() -> bool) ->
         w.drain();
     }
     // Pairs with the fence in `Wake::notify` (and the worker's publish), as in `sleep`.
-    fence(Ordering::SeqCst);
+    waiter_fence(wakes);
     if pending() {
         finish_external_wait(wakes);
         return false;
@@ -263,6 +348,59 @@ mod tests {
         assert!(prepare_external_wait(&[&a, &b], || false));
         assert_eq!(poll(1_000_000), 0);
         finish_external_wait(&[&a, &b]);
+    }
+
+    /// A worker → host path, round after round: the host raises its flag and sleeps (its
+    /// fence `membarrier` where the kernel has it), the worker publishes a count and notifies
+    /// (its fence a compiler fence then). Every sleep ends because the work was there or the
+    /// eventfd was written, none by its timeout.
+    #[test]
+    fn a_host_sleeping_on_a_worker_s_path_is_woken_by_every_publish() {
+        use std::sync::atomic::AtomicU64;
+        const ROUNDS: u64 = 300;
+        let w = Arc::new(Wake::to_host());
+        let published = Arc::new(AtomicU64::new(0));
+        let taken = Arc::new(AtomicU64::new(0));
+        let (w2, p2, t2) = (w.clone(), published.clone(), taken.clone());
+        let worker = std::thread::spawn(move || {
+            for k in 1..=ROUNDS {
+                // The host has taken the last round's publish and raised its flag; a moment
+                // later it sleeps in `ppoll`, or is about to.
+                while t2.load(Ordering::Acquire) != k - 1 || !w2.is_sleeping() {
+                    std::hint::spin_loop();
+                }
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_micros(50) {
+                    std::hint::spin_loop();
+                }
+                p2.store(k, Ordering::Release);
+                w2.notify();
+            }
+        });
+        let mut outcomes = [0u64; 3];
+        for k in 1..=ROUNDS {
+            loop {
+                let woke = sleep(&[&w], 20_000_000_000, || {
+                    published.load(Ordering::Acquire) == k
+                });
+                outcomes[woke as usize] += 1;
+                assert_ne!(
+                    woke,
+                    Woke::Timeout,
+                    "round {k}: a publish did not wake the host"
+                );
+                if published.load(Ordering::Acquire) == k {
+                    break;
+                }
+            }
+            taken.store(k, Ordering::Release);
+        }
+        worker.join().unwrap();
+        assert_eq!(outcomes[Woke::Timeout as usize], 0);
+        assert!(
+            outcomes[Woke::Host as usize] > 0,
+            "no sleep was ended by the eventfd: {outcomes:?}"
+        );
     }
 
     #[test]

@@ -483,9 +483,13 @@ impl Stage for RdmaStage {
     fn on_poll(&mut self, out: &mut Outputs, c: &mut Counters) {
         let now = self.now_ns();
         for e in &mut self.engines {
-            for (id, request) in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
-                if let Some(reply) = e.node.control(id, request) {
-                    let _ = e.control.replies.send(reply);
+            // Looked at first: `try_recv` on an empty channel runs a sequentially consistent
+            // fence (crossbeam's), which drained the store buffer at every iteration.
+            if !e.control.requests.is_empty() {
+                for (id, request) in e.control.requests.try_iter().take(CONTROL_PER_POLL) {
+                    if let Some(reply) = e.node.control(id, request) {
+                        let _ = e.control.replies.send(reply);
+                    }
                 }
             }
             e.node.service(now);
