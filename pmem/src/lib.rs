@@ -60,7 +60,7 @@ pub use flush::flush_instruction;
 pub use hugepages::{free_2mib_hugepages, meminfo_field};
 pub use kind::{Durability, FlushInstr, Kind};
 pub use mapping::{MapOptions, Mapping};
-pub use prefetch::prefetch;
+pub use prefetch::{prefetch, prefetch_write};
 pub use room::{address_space_limit, fs_free_bytes};
 
 /// The unit of persistence: a store becomes durable one whole cache line at a time.

@@ -1,6 +1,9 @@
-//! A hint that brings memory toward the core before it is used: the worker's look ahead at
+//! Hints that bring memory toward the core before it is used: the worker's look ahead at
 //! ring slots the host's core has just written (the tag shard's host commands), whose cache
-//! lines would otherwise come over one at a time, each as its slot is read.
+//! lines would otherwise come over one at a time, each as its slot is read ([`prefetch`]);
+//! and at ring slots it is about to write that the host's core read last (the tag shard's
+//! events), whose lines it must own before its stores can leave the store buffer
+//! ([`prefetch_write`]).
 
 use crate::CACHE_LINE;
 
@@ -25,6 +28,50 @@ pub fn prefetch<T>(items: &[T]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = items;
+}
+
+/// Asks the core to fetch every cache line `items` touches in the state a write needs
+/// (PREFETCHW: owned, the other cores' copies invalidated), and returns at once: the lines of
+/// slots about to be written that another core read last come over together, rather than one
+/// at a time as each store reaches the head of the store buffer and waits for its line. A
+/// hint, as [`prefetch`]: it changes no byte and cannot fault. Where the CPU lacks PREFETCHW
+/// (CPUID `0x8000_0001`, ECX bit 8), and off x86_64, it does nothing.
+#[inline]
+pub fn prefetch_write<T>(items: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_prefetchw() {
+        let start = items.as_ptr().cast::<u8>();
+        let (lead, lines) = lines(start as usize, size_of_val(items));
+        let first = start.wrapping_sub(lead);
+        for i in 0..lines {
+            // SAFETY: PREFETCHW exists on this CPU (checked above). It is a hint: it writes
+            // nothing, reads nothing into a register, touches no flag or stack and never
+            // faults, whatever the address; the addresses are the lines `items` touches.
+            // Inline assembly, as Rust's `prfchw` target feature is not stable.
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{0}]",
+                    in(reg) first.wrapping_add(i * CACHE_LINE),
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = items;
+}
+
+/// Whether the CPU has PREFETCHW (AMD's since the K6-2, Intel's since Broadwell): asked of
+/// CPUID once.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_prefetchw() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        use std::arch::x86_64::__cpuid;
+        __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
+    })
 }
 
 /// The cache lines `len` bytes at address `start` touch: how far `start` lies into the first

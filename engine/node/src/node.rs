@@ -572,11 +572,11 @@ impl RdmaNode {
     /// The frames passed to [`RdmaNode::receive`] from now until
     /// [`RdmaNode::end_rx_burst`] were taken off the wire together (one PMD burst): host
     /// commands for the tag shard are looked for once for all of them, at the first tagged
-    /// message, instead of at each ([`TagShard::begin_burst`]). Without it every frame is a
-    /// burst of its own.
-    pub fn begin_rx_burst(&mut self) {
+    /// message, instead of at each ([`TagShard::begin_burst`]), and the event slots `frames`
+    /// messages fill are asked for ahead. Without it every frame is a burst of its own.
+    pub fn begin_rx_burst(&mut self, frames: usize) {
         if let Some(t) = &mut self.parts.tags.shard {
-            t.begin_burst();
+            t.begin_burst(frames);
         }
     }
 

@@ -1048,12 +1048,32 @@ impl TagShard {
     /// ×1.166 in the VM's middle level, 15 of 16; ×1.007 in its fast level, 11 of 16). The
     /// commands served before the first match are still at least every one pushed before the
     /// burst. The commands it finds have their lines prefetched here too
-    /// (`prefetch_commands`).
-    pub fn begin_burst(&mut self) {
+    /// (`prefetch_commands`), and so are the event slots the burst's `frames` messages fill
+    /// (`prefetch_events`).
+    pub fn begin_burst(&mut self, frames: usize) {
         self.burst = BurstCheck::Unserved;
         let ready = self.commands.slots();
         if ready > 1 {
             self.prefetch_commands(ready);
+        }
+        self.prefetch_events(frames);
+    }
+
+    /// The next event slots, one for each of a burst's `frames` messages (an eager message
+    /// makes one event), asked for writing (`pmem::prefetch_write`). They are lines the host's
+    /// core read last, as it took the events they held one lap of the ring ago: each event's
+    /// store waited at the head of the store buffer for its line, and the stores behind it
+    /// waited too (`perf`: the worker's samples in the VM's middle level sat on a store,
+    /// `match_incoming`'s first `push`). Asked for together, they come over side by side
+    /// (one process, alternating, eager 8 B at depth 1 000: see `docs/rdma.md`).
+    #[inline(never)]
+    fn prefetch_events(&mut self, frames: usize) {
+        let n = frames.min(self.events.slots());
+        if let Ok(mut chunk) = self.events.write_chunk_uninit(n) {
+            // Not committed: dropped, the chunk leaves the ring as it was.
+            let (a, b) = chunk.as_mut_slices();
+            pmem::prefetch_write(a);
+            pmem::prefetch_write(b);
         }
     }
 

@@ -460,7 +460,7 @@ impl Stage for RdmaStage {
             return;
         };
         // Taken off the wire together: the tag shard looks for older host commands once.
-        e.node.begin_rx_burst();
+        e.node.begin_rx_burst(burst.len());
         for m in burst.as_slice() {
             if let RxOutcome::ArpReply(len) = e.node.receive(now, m.data()) {
                 let reply = e.node.arp_reply(len);

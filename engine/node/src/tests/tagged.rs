@@ -459,7 +459,7 @@ fn a_burst_serves_the_commands_older_than_it_once_at_its_first_message() {
         .unwrap();
     let later = TagEntry::recv(32, sge(&b, 8192, 64), 2);
     let node = &mut b.end.node;
-    node.begin_rx_burst();
+    node.begin_rx_burst(2);
     node.receive(0, &frames[0]);
     // Posted while the burst is being received, after its frames were taken: its second
     // message does not look for it, and goes to the overflow buffer.
@@ -784,7 +784,7 @@ fn a_burst_s_events_are_seen_when_it_is_received_and_a_command_s_when_the_iterat
     }
     assert_eq!(frames.len(), 2);
     let node = &mut b.end.node;
-    node.begin_rx_burst();
+    node.begin_rx_burst(frames.len());
     for f in &frames {
         node.receive(0, f);
     }
