@@ -528,6 +528,7 @@ impl CqWriter {
     }
 
     /// After a batch of pushes: wake the host if it parked waiting.
+    #[inline(always)]
     pub(crate) fn publish(&mut self) {
         if !self.pushed {
             return;
