@@ -18,8 +18,8 @@
 //! On those worker → host paths the fences are asymmetric where Linux has `membarrier`
 //! (`MEMBARRIER_CMD_PRIVATE_EXPEDITED`, 4.14 on): the worker, which publishes at every
 //! iteration, orders its publish before its look at the flag with a compiler fence only
-//! ([`publish_fence`]), and a host about to sleep, which is rare, runs `membarrier`
-//! ([`sleeper_fence`]), which makes every running thread of the process execute a full
+//! (`publish_fence`), and a host about to sleep, which is rare, runs `membarrier`
+//! (`sleeper_fence`), which makes every running thread of the process execute a full
 //! barrier. Either the barrier on the worker's core comes before its look at the flag, which
 //! then sees the flag raised, or after its publish, which the host then sees: the pairing of
 //! two sequentially consistent fences, with the cost on the side that is about to sleep
@@ -136,7 +136,8 @@ impl Wake {
     }
 
     /// A worker → host path (completions, tag events), armed: a host may sleep on it at any
-    /// time, and the worker's notify fences with [`publish_fence`].
+    /// time, and the worker's notify fences with `publish_fence` (a compiler fence where the
+    /// host's sleep runs `membarrier`; see the module's documentation).
     pub fn to_host() -> Wake {
         let w = Wake {
             to_host: true,
