@@ -64,6 +64,7 @@ static FENCES: AtomicU8 = AtomicU8::new(UNDECIDED);
 /// Whether the worker → host paths fence asymmetrically (see the module's documentation):
 /// decided by the first call (a fence of either side, or a report), and never changed, so
 /// that both sides of every pairing use the same kind.
+#[inline(always)]
 pub fn asymmetric() -> bool {
     match FENCES.load(Ordering::Acquire) {
         ASYMMETRIC => true,
@@ -88,21 +89,11 @@ fn decide() -> bool {
 
 /// The worker's fence between publishing to a host (its rings' write indices, a count of
 /// events) and loading that host's sleeping flag: a compiler fence where the host's
-/// [`sleeper_fence`] is `membarrier`, a sequentially consistent one otherwise. One load and a
-/// branch inline: through a `OnceLock` it made `CqWriter::publish` a call of its own (a lone
-/// 64 B WRITE +11 instructions, callgrind).
+/// [`sleeper_fence`] is `membarrier`, a sequentially consistent one otherwise. Inline, with
+/// [`asymmetric`]'s load and compare: through a `OnceLock` it made `CqWriter::publish` a
+/// call of its own (a lone 64 B WRITE +11 instructions, callgrind).
 #[inline(always)]
 pub(crate) fn publish_fence() {
-    if FENCES.load(Ordering::Acquire) == ASYMMETRIC {
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        publish_fence_else();
-    }
-}
-
-/// [`publish_fence`] before the choice is made, or where it is symmetric.
-#[inline(never)]
-fn publish_fence_else() {
     if asymmetric() {
         compiler_fence(Ordering::SeqCst);
     } else {
