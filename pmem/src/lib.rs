@@ -13,7 +13,7 @@
 //! This crate is the only place where Portico touches mapped memory with `unsafe`. Every
 //! `unsafe` block says why it is sound in a `SAFETY:` comment. It also holds the engine's
 //! other uses of CPU instructions that Rust reaches only through `unsafe`: the CRC kernels
-//! ([`crc`]) and a prefetch hint ([`prefetch()`]).
+//! ([`crc`]) and two prefetch hints ([`prefetch()`], [`prefetch_write()`]).
 //!
 //! # The contract
 //!

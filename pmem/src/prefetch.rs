@@ -13,19 +13,12 @@ use crate::CACHE_LINE;
 #[inline]
 pub fn prefetch<T>(items: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    {
+    each_line(items, |line| {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let start = items.as_ptr().cast::<i8>();
-        let (lead, lines) = lines(start as usize, size_of_val(items));
-        let first = start.wrapping_sub(lead);
-        for i in 0..lines {
-            // SAFETY: PREFETCHT0 needs SSE, which every x86_64 CPU has. It is a hint that
-            // loads nothing into a register and never faults, whatever the address; the
-            // addresses are the lines `items` touches anyway (`wrapping_*` computes them
-            // without claiming they lie in one allocation).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(i * CACHE_LINE)) };
-        }
-    }
+        // SAFETY: PREFETCHT0 needs SSE, which every x86_64 CPU has. It is a hint that loads
+        // nothing into a register and never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.cast()) };
+    });
     #[cfg(not(target_arch = "x86_64"))]
     let _ = items;
 }
@@ -40,25 +33,35 @@ pub fn prefetch<T>(items: &[T]) {
 pub fn prefetch_write<T>(items: &[T]) {
     #[cfg(target_arch = "x86_64")]
     if has_prefetchw() {
-        let start = items.as_ptr().cast::<u8>();
-        let (lead, lines) = lines(start as usize, size_of_val(items));
-        let first = start.wrapping_sub(lead);
-        for i in 0..lines {
+        each_line(items, |line| {
             // SAFETY: PREFETCHW exists on this CPU (checked above). It is a hint: it writes
             // nothing, reads nothing into a register, touches no flag or stack and never
-            // faults, whatever the address; the addresses are the lines `items` touches.
-            // Inline assembly, as Rust's `prfchw` target feature is not stable.
+            // faults, whatever the address. Inline assembly, as Rust's `prfchw` target
+            // feature is not stable.
             unsafe {
                 std::arch::asm!(
                     "prefetchw [{0}]",
-                    in(reg) first.wrapping_add(i * CACHE_LINE),
+                    in(reg) line,
                     options(nostack, preserves_flags, readonly)
                 );
             }
-        }
+        });
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = items;
+}
+
+/// Runs `hint` on the address of every cache line `items` touches (`wrapping_*` computes
+/// them without claiming they lie in one allocation; a hint never dereferences them).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn each_line<T>(items: &[T], mut hint: impl FnMut(*const u8)) {
+    let start = items.as_ptr().cast::<u8>();
+    let (lead, lines) = lines(start as usize, size_of_val(items));
+    let first = start.wrapping_sub(lead);
+    for i in 0..lines {
+        hint(first.wrapping_add(i * CACHE_LINE));
+    }
 }
 
 /// Whether the CPU has PREFETCHW (AMD's since the K6-2, Intel's since Broadwell): asked of
