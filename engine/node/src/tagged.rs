@@ -1063,7 +1063,7 @@ impl TagShard {
     /// makes one event), asked for writing (`pmem::prefetch_write`). They are lines the host's
     /// core read last, as it took the events they held one lap of the ring ago: each event's
     /// store waited at the head of the store buffer for its line, and the stores behind it
-    /// waited too (`perf`: the worker's samples in the VM's middle level sat on a store,
+    /// waited too (`perf`: the worker's samples in the VM's slow level sat on a store,
     /// `match_incoming`'s first `push`). Asked for together, they come over side by side
     /// (one process, alternating, eager 8 B at depth 1 000: see `docs/rdma.md`).
     #[inline(never)]
