@@ -301,6 +301,8 @@ impl MatchList for DeepList {
     fn find(&self, hdr: &IncomingHeader) -> Lookup {
         if self.slab.len() <= SHORT_LIST {
             self.find_short(hdr)
+        } else if self.exact_len == self.slab.len() {
+            self.find_exact(hdr)
         } else {
             self.find_hashed(hdr)
         }
@@ -318,31 +320,63 @@ impl DeepList {
             .first_match(self.order.head, |n| n.order_next, hdr)
     }
 
+    /// A deep list of exact entries only (the common MPI receive: a tag and a source each):
+    /// the key's bin is the only candidate chain, and nothing is merged with it by sequence.
+    /// Inline; the other parts' look (`find_hashed`) is out of line. As a call of its own,
+    /// with the other parts' set-up and its six saved registers, the lookup was 118
+    /// instructions a message, against 43 inline (callgrind, `tagged8x32`: 2 964.4 ->
+    /// 2 889.5).
+    #[inline(always)]
+    fn find_exact(&self, hdr: &IncomingHeader) -> Lookup {
+        let (best, best_seq, skip_seq) = self.exact_first(hdr);
+        self.lookup(best, best_seq, skip_seq)
+    }
+
+    /// The exact bin's first entry of `hdr`'s key that fits it, and its sequence number
+    /// (`NIL`, `u64::MAX` when none); an entry of the key before it that does not fit is a
+    /// length skip (the third value: the earliest such entry's sequence number).
+    #[inline(always)]
+    fn exact_first(&self, hdr: &IncomingHeader) -> (u32, u64, u64) {
+        let nodes = &self.slab.nodes;
+        let mut skip_seq = u64::MAX;
+        let key = premix(hdr.match_bits, hdr.initiator.nid, hdr.initiator.pid);
+        let mut slot = self.exact.head(key);
+        while slot != NIL {
+            let node = &nodes[slot as usize];
+            if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
+                if node.entry.fits(hdr.rlength, hdr.remote_offset) {
+                    return (slot, node.seq, skip_seq);
+                }
+                skip_seq = skip_seq.min(node.seq);
+            }
+            slot = node.next;
+        }
+        (NIL, u64::MAX, skip_seq)
+    }
+
+    #[inline(always)]
+    fn lookup(&self, best: u32, best_seq: u64, skip_seq: u64) -> Lookup {
+        if best == NIL {
+            Lookup {
+                hit: None,
+                length_skip_before_hit: false,
+            }
+        } else {
+            Lookup {
+                hit: Some(self.slab.id_of(best)),
+                length_skip_before_hit: skip_seq < best_seq,
+            }
+        }
+    }
+
     #[inline(never)]
     fn find_hashed(&self, hdr: &IncomingHeader) -> Lookup {
         let nodes = &self.slab.nodes;
-        let mut best = NIL;
-        let mut best_seq = u64::MAX;
-        let mut skip_seq = u64::MAX;
-
-        if self.exact_len > 0 {
-            // The bin's first entry of the key that fits; an entry of the key that does not
-            // fit is a length skip.
-            let key = premix(hdr.match_bits, hdr.initiator.nid, hdr.initiator.pid);
-            let mut slot = self.exact.head(key);
-            while slot != NIL {
-                let node = &nodes[slot as usize];
-                if node.entry.accepts_key(hdr.match_bits, hdr.initiator) {
-                    if node.entry.fits(hdr.rlength, hdr.remote_offset) {
-                        best = slot;
-                        best_seq = node.seq;
-                        break;
-                    }
-                    skip_seq = skip_seq.min(node.seq);
-                }
-                slot = node.next;
-            }
-        }
+        let (mut best, mut best_seq, mut skip_seq) = if self.exact_len > 0 {
+            self.exact_first(hdr)
+        } else {
+            (NIL, u64::MAX, u64::MAX)
+        };
 
         if self.by_bits_len > 0 {
             let head = self.by_bits.head(hdr.match_bits);
@@ -362,17 +396,7 @@ impl DeepList {
             Self::walk_older(nodes, head, hdr, &mut best, &mut best_seq, &mut skip_seq);
         }
 
-        if best == NIL {
-            Lookup {
-                hit: None,
-                length_skip_before_hit: false,
-            }
-        } else {
-            Lookup {
-                hit: Some(self.slab.id_of(best)),
-                length_skip_before_hit: skip_seq < best_seq,
-            }
-        }
+        self.lookup(best, best_seq, skip_seq)
     }
 }
 
