@@ -212,11 +212,11 @@ impl MatchList for DeepList {
         self.slab.len()
     }
 
-    fn push(&mut self, entry: MatchEntry) -> Option<EntryId> {
+    fn push(&mut self, entry: &MatchEntry) -> Option<EntryId> {
         if self.slab.len() >= self.slab.capacity() {
             return None;
         }
-        let home = self.home_for(&entry);
+        let home = self.home_for(entry);
         let id = self.slab.alloc(entry, home)?;
         let nodes = &mut self.slab.nodes;
         self.order.push_back_order(nodes, id.slot);
@@ -417,11 +417,11 @@ mod tests {
         // A second tag in tag 1's bin (8 bins), and four in others.
         let other = (2..).find(|&t| bin(t) == bin(1)).unwrap();
         let fillers: Vec<u64> = (2..).filter(|&t| bin(t) != bin(1)).take(4).collect();
-        let first = list.push(exact(1, 10)).unwrap();
-        list.push(exact(other, 20)).unwrap();
-        list.push(exact(1, 30)).unwrap();
+        let first = list.push(&exact(1, 10)).unwrap();
+        list.push(&exact(other, 20)).unwrap();
+        list.push(&exact(1, 30)).unwrap();
         for t in fillers {
-            list.push(exact(t, t)).unwrap();
+            list.push(&exact(t, t)).unwrap();
         }
         assert!(
             list.len() > SHORT_LIST,

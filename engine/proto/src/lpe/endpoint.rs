@@ -590,7 +590,7 @@ impl<L: MatchList> Endpoint<L> {
         if !pool_room {
             return Err(self.out_of_entries(events));
         }
-        let Some(id) = self.priority.push(entry) else {
+        let Some(id) = self.priority.push(&entry) else {
             return Err(self.out_of_entries(events));
         };
         self.held += 1;
@@ -625,7 +625,7 @@ impl<L: MatchList> Endpoint<L> {
         if self.accounts.is_full() || !self.pool_room {
             return Err(LpeError::ListFull(self.index));
         }
-        let Some(id) = self.overflow.push(entry) else {
+        let Some(id) = self.overflow.push(&entry) else {
             return Err(LpeError::ListFull(self.index));
         };
         self.held += 1;

@@ -47,7 +47,7 @@ pub trait MatchList {
         self.len() == 0
     }
     /// Links at the tail; `None` when the list is out of entries.
-    fn push(&mut self, entry: MatchEntry) -> Option<EntryId>;
+    fn push(&mut self, entry: &MatchEntry) -> Option<EntryId>;
     fn remove(&mut self, id: EntryId) -> Option<MatchEntry>;
     /// [`MatchList::remove`] without handing the entry back (a match that unlinks its entry
     /// has read what it needs of it already); false when `id` is stale.
@@ -120,12 +120,12 @@ impl Slab {
         self.nodes.in_use()
     }
 
-    pub fn alloc(&mut self, entry: MatchEntry, home: u8) -> Option<EntryId> {
+    pub fn alloc(&mut self, entry: &MatchEntry, home: u8) -> Option<EntryId> {
         let slot = self.nodes.take(BLANK_NODE)?;
         let seq = self.next_seq;
         self.next_seq += 1;
         let node = &mut self.nodes[slot as usize];
-        node.entry = entry;
+        node.entry = *entry;
         node.seq = seq;
         node.prev = NIL;
         node.next = NIL;
@@ -313,7 +313,7 @@ impl MatchList for LinearList {
         self.slab.len()
     }
 
-    fn push(&mut self, entry: MatchEntry) -> Option<EntryId> {
+    fn push(&mut self, entry: &MatchEntry) -> Option<EntryId> {
         let id = self.slab.alloc(entry, 0)?;
         self.order.push_back(&mut self.slab.nodes, id.slot);
         Some(id)

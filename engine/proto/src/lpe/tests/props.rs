@@ -213,7 +213,7 @@ proptest! {
         let mut ids = Vec::new();
         for (i, mut e) in entries.into_iter().enumerate() {
             e.cookie = i as u64;
-            ids.push((deep.push(e).expect("room"), linear.push(e).expect("room")));
+            ids.push((deep.push(&e).expect("room"), linear.push(&e).expect("room")));
         }
         for r in removals {
             let (d, l) = ids[r % ids.len()];
