@@ -1263,8 +1263,26 @@ impl TagShard {
     }
 
     /// Writes the events a command produced; unexpected messages it claimed are settled into
-    /// `dest` (an append) or handed over where they are (search-and-delete).
+    /// `dest` (an append) or handed over where they are (search-and-delete). A command that
+    /// produced none (a quiet shard's append of a receive that claimed nothing) is told
+    /// apart inline: as a call, the look at the empty staging ring was 22 instructions a
+    /// re-posted receive (callgrind, `tagged8x32`).
+    #[inline(always)]
     fn after_command(
+        &mut self,
+        dest: Option<(Location, u64)>,
+        handle: Option<TagHandle>,
+        mem: &MemoryTable,
+    ) {
+        if self.staging.is_empty() && self.staging.lost() == 0 {
+            return;
+        }
+        self.write_staged(dest, handle, mem);
+    }
+
+    /// [`TagShard::after_command`] of a command that staged events or lost some.
+    #[inline(never)]
+    fn write_staged(
         &mut self,
         dest: Option<(Location, u64)>,
         handle: Option<TagHandle>,

@@ -181,11 +181,18 @@ impl UnexpectedList {
         None
     }
 
-    /// Oldest header the receive `entry` would claim.
+    /// Oldest header the receive `entry` would claim. The look at an empty list (every
+    /// receive posted ahead of its message) is inline, the search out of line.
+    #[inline(always)]
     pub fn first_match(&self, entry: &MatchEntry) -> Option<u32> {
         if self.is_empty() {
             return None;
         }
+        self.first_match_in(entry)
+    }
+
+    #[inline(never)]
+    fn first_match_in(&self, entry: &MatchEntry) -> Option<u32> {
         let start = if entry.ignore_bits == 0 {
             self.bins.get(&entry.match_bits).map_or(NIL, |b| b.head)
         } else {
