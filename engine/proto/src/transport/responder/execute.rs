@@ -41,7 +41,16 @@ impl Responder {
     ) -> Result<Verdict, Stop> {
         let message_done = match req.op.kind {
             Kind::Send => self.execute_send(cfg, req, payload, mem, cq)?,
-            Kind::Tagged => self.execute_tagged(cfg, req, payload, mem, tags)?,
+            // A whole eager message was matched and placed by the checks (`TagStep::Whole`):
+            // told apart inline, where the call had the checked request copied to the stack
+            // for it (callgrind, `tagged8x32`: 2 843.4 -> 2 791.3).
+            Kind::Tagged => match req.tag {
+                Some(TagStep::Whole(next)) => {
+                    self.whole_tagged(next);
+                    true
+                }
+                _ => self.execute_tagged(cfg, req, payload, mem, tags)?,
+            },
             Kind::Write { durable } => self.execute_write(cfg, req, durable, payload, mem, cq)?,
             Kind::Read => return Ok(self.execute_read(cfg, req)),
             Kind::Flush => return Ok(self.execute_flush(req, mem)),
@@ -113,6 +122,22 @@ impl Responder {
         self.tag_next = next;
     }
 
+    /// A tagged message of one packet, matched and placed: `next` is what the queue pair
+    /// does after it.
+    #[inline(always)]
+    fn whole_tagged(&mut self, next: Next) {
+        self.stats.tagged_received += 1;
+        // Nearly always nothing, and then written, not copied: a copy loads `next`'s 48 bytes
+        // 16 at a time from the caller's stores of 4 and 8 bytes just made, which the core
+        // cannot forward, so each load waited for those stores, and every store before them,
+        // to reach the cache (see `docs/rdma.md`, "Stores the core cannot forward").
+        if matches!(next, Next::Nothing) {
+            self.tag_next = Next::Nothing;
+        } else {
+            self.set_tag_next(next);
+        }
+    }
+
     /// A tagged SEND packet: a done message is noted for the queue pair, data lands where
     /// its tag matched, what does not fit the room is discarded (truncation); true when the
     /// packet ended its message.
@@ -130,17 +155,7 @@ impl Responder {
                 return Ok(true);
             }
             Some(TagStep::Whole(next)) => {
-                self.stats.tagged_received += 1;
-                // Nearly always nothing, and then written, not copied: a copy loads `next`'s
-                // 48 bytes 16 at a time from the caller's stores of 4 and 8 bytes just made,
-                // which the core cannot forward, so each load waited for those stores, and
-                // every store before them, to reach the cache (see `docs/rdma.md`, "Stores
-                // the core cannot forward").
-                if matches!(next, Next::Nothing) {
-                    self.tag_next = Next::Nothing;
-                } else {
-                    self.set_tag_next(next);
-                }
+                self.whole_tagged(next);
                 return Ok(true);
             }
             Some(TagStep::Land {
