@@ -73,10 +73,9 @@ impl Bins {
         self.ends[self.bin(key)][0].wrapping_sub(1)
     }
 
-    /// Runs `f` on the chain of `key`'s bin.
+    /// Runs `f` on the chain of bin `bin`.
     #[inline(always)]
-    fn on_chain(&mut self, key: u64, f: impl FnOnce(&mut Chain)) {
-        let bin = self.bin(key);
+    fn on_chain(&mut self, bin: usize, f: impl FnOnce(&mut Chain)) {
         let ends = &mut self.ends[bin];
         let mut chain = Chain {
             head: ends[0].wrapping_sub(1),
@@ -86,14 +85,21 @@ impl Bins {
         *ends = [chain.head.wrapping_add(1), chain.tail.wrapping_add(1)];
     }
 
+    /// Links `slot` at the end of `key`'s bin, and notes the bin in its node for
+    /// [`Bins::unlink`].
     #[inline(always)]
     fn push_back(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
-        self.on_chain(key, |chain| chain.push_back(nodes, slot));
+        let bin = self.bin(key);
+        nodes[slot as usize].bin = bin as u32;
+        self.on_chain(bin, |chain| chain.push_back(nodes, slot));
     }
 
+    /// Unlinks `slot` from the bin its node notes: the key is not hashed again (callgrind,
+    /// `tagged8x32`: 2 791.3 -> 2 775.3, `lpe_repost1000` 767.7 -> 752.0).
     #[inline(always)]
-    fn unlink(&mut self, key: u64, nodes: &mut [Node], slot: u32) {
-        self.on_chain(key, |chain| chain.unlink(nodes, slot));
+    fn unlink(&mut self, nodes: &mut [Node], slot: u32) {
+        let bin = nodes[slot as usize].bin as usize;
+        self.on_chain(bin, |chain| chain.unlink(nodes, slot));
     }
 }
 
@@ -257,18 +263,16 @@ impl MatchList for DeepList {
         if !self.slab.valid(id) {
             return false;
         }
-        let node = &self.slab.nodes[id.slot as usize];
-        let (home, match_bits, source) = (node.home, node.entry.match_bits, node.entry.source);
+        let home = self.slab.nodes[id.slot as usize].home;
         let nodes = &mut self.slab.nodes;
         self.order.unlink_order(nodes, id.slot);
         match home {
             HOME_EXACT => {
-                let key = premix(match_bits, source.nid, source.pid);
-                self.exact.unlink(key, nodes, id.slot);
+                self.exact.unlink(nodes, id.slot);
                 self.exact_len -= 1;
             }
             HOME_BITS => {
-                self.by_bits.unlink(match_bits, nodes, id.slot);
+                self.by_bits.unlink(nodes, id.slot);
                 self.by_bits_len -= 1;
             }
             HOME_WILD => {
@@ -277,9 +281,7 @@ impl MatchList for DeepList {
             }
             class => {
                 let class = &mut self.masks[usize::from(class - HOME_MASK)];
-                class
-                    .bins
-                    .unlink(match_bits & !class.ignore, nodes, id.slot);
+                class.bins.unlink(nodes, id.slot);
                 class.len -= 1;
             }
         }

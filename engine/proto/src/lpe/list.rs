@@ -75,6 +75,8 @@ pub(crate) struct Node {
     pub live: bool,
     /// Which part of a deep list holds the node.
     pub home: u8,
+    /// The bin of its part's table whose chain holds the node (a deep list's hashed parts).
+    pub bin: u32,
     /// Posting-order links across all parts (used by the deep list's
     /// short-list walk).
     pub order_prev: u32,
@@ -91,6 +93,7 @@ const BLANK_NODE: Node = Node {
     generation: 0,
     live: false,
     home: 0,
+    bin: 0,
     order_prev: NIL,
     order_next: NIL,
 };
