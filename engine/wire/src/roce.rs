@@ -329,11 +329,15 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         let immdt = take(headers.immdt, Layer::ImmDt, immdt::HEADER_LEN)?;
         let cnp = take(headers.cnp, Layer::Cnp, bth::CNP_RESERVED_LEN)?;
         // An ACK with BECN set carries the congestion state in a CETH when bytes follow its
-        // AETH (before the ICRC); with none, it is a plain congestion-flagged ACK. A CNP whose
-        // reserved bytes open with CETH version 1 is an enhanced CNP (`cc = ack`, READ
-        // responses): the CETH lies inside the 16 reserved bytes; a standard CNP has zeros
-        // there (version 0).
+        // AETH (before the ICRC); with none, it is a plain congestion-flagged ACK. A CNP with
+        // BECN set whose reserved bytes open with CETH version 1 is an enhanced CNP (`cc =
+        // ack`, READ responses): the CETH lies inside the 16 reserved bytes; a standard CNP
+        // has zeros there (version 0). As in an ACK, BECN is the indicator: a CNP without it
+        // is a standard one whatever its reserved bytes hold (the emitter writes a CETH only
+        // with BECN, and a fuzzed CNP without BECN that opened with version 1 parsed into
+        // headers it refused to write again).
         let ceth = if let Some(c) = cnp
+            && bth.becn()
             && frame[c] >> 4 == ceth::VERSION
         {
             ceth::Packet::new_checked(&frame[c..c + bth::CNP_RESERVED_LEN])?;
@@ -1582,6 +1586,15 @@ pub(crate) mod tests {
         );
         assert_eq!(parse_frame(&buf[..n]).unwrap().0, r);
         assert_eq!(parse_frame(&plain[..n]).unwrap().0.ceth, None);
+        // BECN is the indicator, as in an ACK: the same bytes with BECN clear (the ICRC masks
+        // that byte) are a standard CNP, which writes again (a fuzzed input that parsed into
+        // a CETH without BECN could not be written back).
+        let mut no_becn = buf;
+        no_becn[BTH_OFFSET + 4] &= !0x40;
+        let (parsed, payload) = parse_frame(&no_becn[..n]).unwrap();
+        assert_eq!((parsed.ceth, parsed.bth.becn), (None, false));
+        let mut again = [0u8; 128];
+        assert_eq!(parsed.emit(&mut again, payload).unwrap(), n);
         // The per-QP template writes the same bytes.
         let t = crate::template::HeaderTemplate::new(&r).unwrap();
         let mut out = [0u8; 128];
