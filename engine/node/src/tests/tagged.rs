@@ -132,6 +132,39 @@ fn eager_message_lands_in_the_posted_receive() {
     );
 }
 
+/// Each tagged message the target receives counts once in its queue pair's
+/// `tagged_received`: one of one packet (matched, placed and reported in one call) as one of
+/// several (arrival, then landing).
+#[test]
+fn every_tagged_message_counts_once_whatever_its_packets() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    for (tag, offset) in [(5, 0), (6, 8192)] {
+        let recv = TagEntry::recv(tag, sge(&b, offset, 4096), tag);
+        port.append(0, ListKind::Priority, recv).unwrap();
+    }
+    run(&mut a, &mut b);
+    let qpn = b.end.qp.qpn();
+    let received = |b: &Side| b.end.node.qp(qpn).unwrap().stats().tagged_received;
+    assert_eq!(received(&b), 0);
+    // One packet (MTU 256).
+    let small = pattern(2, 64);
+    send(&mut a, 1, 0, &small, 5);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 0, 64), small);
+    assert_eq!(received(&b), 1);
+    // Twelve packets.
+    let large = pattern(3, 3000);
+    send(&mut a, 2, 4096, &large, 6);
+    run(&mut a, &mut b);
+    assert_eq!(bytes(&b, 8192, 3000), large);
+    assert_eq!(received(&b), 2);
+    let puts = events(&mut port)
+        .iter()
+        .filter(|e| e.kind == TagEventKind::Put)
+        .count();
+    assert_eq!(puts, 2);
+}
+
 #[test]
 fn truncation_keeps_what_fits_and_reports_the_rest() {
     let (mut a, mut b, mut port) = tagged_pair();
