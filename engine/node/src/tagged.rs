@@ -813,6 +813,20 @@ impl TagShard {
         rendezvous: bool,
         handle: Option<TagHandle>,
     ) {
+        self.write_event(e, mem, rendezvous, handle)
+    }
+
+    /// [`TagShard::emit_with`], inline: for the events of a message of one packet, written
+    /// as its data lands (`deliver`; through the call, 29 instructions more a message,
+    /// callgrind `tagged8x32`).
+    #[inline(always)]
+    fn write_event(
+        &mut self,
+        e: &Event,
+        mem: &MemoryTable,
+        rendezvous: bool,
+        handle: Option<TagHandle>,
+    ) {
         let kind = match e.kind {
             EventKind::Put | EventKind::Get => match e.list {
                 ListKind::Priority => TagEventKind::Put,
@@ -1564,8 +1578,11 @@ impl TagTarget for TagShard {
         mem.store(at, &data[..placed]);
         self.counters.events_lost += extra;
         for k in 0..usize::from(nev) {
-            let e = self.scratch[k];
-            self.emit_landed(e, placed as u64, mem, false);
+            let mut e = self.scratch[k];
+            if e.kind == EventKind::Put {
+                e.mlength = placed as u64;
+            }
+            self.write_event(&e, mem, false, None);
         }
         Delivery::Placed(Next::Nothing)
     }
