@@ -942,12 +942,10 @@ impl TagShard {
     }
 
     /// Writes event `e`, held while its message arrived, once `mlength` bytes of it are in
-    /// place: a put says that many.
+    /// place.
     #[inline(always)]
     fn emit_landed(&mut self, mut e: Event, mlength: u64, mem: &MemoryTable, rndv: bool) {
-        if e.kind == EventKind::Put {
-            e.mlength = mlength;
-        }
+        landed(&mut e, mlength);
         self.emit(&e, mem, rndv);
     }
 
@@ -1386,6 +1384,15 @@ impl TagShard {
     }
 }
 
+/// Event `e`, held while its message arrived, made the event of its landing once `mlength`
+/// bytes of it are in place: a put says that many.
+#[inline(always)]
+fn landed(e: &mut Event, mlength: u64) {
+    if e.kind == EventKind::Put {
+        e.mlength = mlength;
+    }
+}
+
 /// The events of a message's match, written into its record (or, for `deliver`, the shard's
 /// scratch array): the first [`EVENTS_PER_MESSAGE`], the rest counted.
 struct Held<'a> {
@@ -1579,9 +1586,7 @@ impl TagTarget for TagShard {
         self.counters.events_lost += extra;
         for k in 0..usize::from(nev) {
             let mut e = self.scratch[k];
-            if e.kind == EventKind::Put {
-                e.mlength = placed as u64;
-            }
+            landed(&mut e, placed as u64);
             self.write_event(&e, mem, false, None);
         }
         Delivery::Placed(Next::Nothing)
