@@ -154,6 +154,8 @@ impl Responder {
                 self.tag_done = Some(cookie);
                 return Ok(true);
             }
+            // `execute`, this function's one caller, takes this step inline and does not
+            // come here with it; handled all the same, so that the function takes every step.
             Some(TagStep::Whole(next)) => {
                 self.whole_tagged(next);
                 return Ok(true);
