@@ -305,7 +305,12 @@ pub struct PersistArgs {
 /// `bench tagged`.
 #[derive(Args)]
 #[command(
-    mut_arg("sizes", |a| a.requires("side").help_heading(REMOTE_ONLY)),
+    mut_arg("sizes", |a| a.help(
+        "Sizes, comma-separated, with K and M for KiB and MiB: with --server/--client a \
+         sweep (each for --duration, default 1 s a point); in one process, only the points \
+         of these sizes (of eager, unexpected and baseline: 8, 64, 512, 4K, 8K; of rndv: \
+         64K, 256K, 1M, 4M)",
+    )),
     mut_arg("all_sizes", |a| a.requires("side").help_heading(REMOTE_ONLY)),
     mut_arg("csv", |a| a.requires("side").help_heading(REMOTE_ONLY)),
     mut_arg("hlog", |a| a.requires("side").help_heading(REMOTE_ONLY)),
@@ -323,6 +328,15 @@ pub struct TaggedArgs {
     /// own sizes).
     #[arg(long, requires = "side", help_heading = REMOTE_ONLY)]
     pub size: Option<u32>,
+    /// In one process: only the eager and baseline points at these depths (receives posted),
+    /// comma-separated, of 1, 100 and 1000 (default all).
+    #[arg(long, value_delimiter = ',', conflicts_with = "side")]
+    pub depths: Vec<usize>,
+    /// In one process: only the eager and baseline points whose receives are `exact` (each
+    /// names its tag and source) or `wild` (every tenth takes any source and ignores part of
+    /// the tag), comma-separated (default both).
+    #[arg(long, value_enum, value_delimiter = ',', conflicts_with = "side")]
+    pub matching: Vec<super::tagged::Matching>,
     /// Operations outstanding at once (1..=120).
     #[arg(long, default_value = "64", value_parser = parse_qd::<120>)]
     pub qd: usize,
@@ -589,6 +603,7 @@ impl EngineArgs {
             file: None,
             emulate_pmem: false,
             part: Vec::new(),
+            points: Default::default(),
             cores: 1,
             connections: None,
             host_threads: None,
@@ -691,9 +706,17 @@ impl TaggedArgs {
         o.rate = self.rate;
         o.cores = self.cores;
         let sweep = o.set_sweep(self.sweep);
+        let (side, cc) = self.remote.side();
+        if matches!(side, Side::Local) {
+            // In one process the sizes choose among the parts' points, not a sweep.
+            o.points = super::tagged::PointFilter {
+                sizes: std::mem::take(&mut o.sizes),
+                depths: self.depths,
+                matching: self.matching,
+            };
+        }
         o.set_trace(self.trace);
         o.set_series(self.series)?;
-        let (side, cc) = self.remote.side();
         o.cc = cc;
         let default = match side {
             Side::Local => super::tagged::DEFAULT_POINT_SECONDS,

@@ -137,6 +137,8 @@ pub struct BenchOpts {
     pub emulate_pmem: bool,
     /// `tagged` only: the parts to run (empty: all).
     pub part: Vec<tagged::TaggedPart>,
+    /// `tagged` in one process only: the points to run (`--sizes`, `--depths`, `--matching`).
+    pub points: tagged::PointFilter,
     /// Workers the two engines run on (`--cores`): 1 puts both engines on one worker; N > 1
     /// runs N workers, worker *i* holding shard *i* of both engines (`rdma::loopback`).
     pub cores: usize,

@@ -83,6 +83,105 @@ impl TaggedPart {
     }
 }
 
+/// `bench tagged --matching`: which of the eager and baseline points' receives to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Matching {
+    /// Every receive names its tag and source.
+    Exact,
+    /// Every tenth receive ignores the tag's upper 16 bits and takes any source.
+    Wild,
+}
+
+/// The points of one process's run that `--sizes`, `--depths` and `--matching` leave (each
+/// empty: all of them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PointFilter {
+    pub sizes: Vec<u32>,
+    pub depths: Vec<usize>,
+    pub matching: Vec<Matching>,
+}
+
+impl PointFilter {
+    fn size(&self, size: u32) -> bool {
+        self.sizes.is_empty() || self.sizes.contains(&size)
+    }
+
+    fn depth(&self, depth: usize) -> bool {
+        self.depths.is_empty() || self.depths.contains(&depth)
+    }
+
+    fn wild(&self, wild: bool) -> bool {
+        let m = if wild {
+            Matching::Wild
+        } else {
+            Matching::Exact
+        };
+        self.matching.is_empty() || self.matching.contains(&m)
+    }
+
+    /// An eager or baseline point.
+    fn keeps(&self, size: u32, depth: usize, wild: bool) -> bool {
+        self.size(size) && self.depth(depth) && self.wild(wild)
+    }
+
+    /// A usage error for a size or depth that none of the parts `wants` runs: a filter that
+    /// leaves nothing of what was asked for is a mistake, not an empty run.
+    fn check(&self, wants: &dyn Fn(TaggedPart) -> bool) -> Result<(), AppError> {
+        let eagers = wants(TaggedPart::Eager)
+            || wants(TaggedPart::Unexpected)
+            || wants(TaggedPart::Baseline);
+        let rndv = wants(TaggedPart::Rndv);
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|s| human_size(*s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for &size in &self.sizes {
+            let ran =
+                (eagers && EAGER_SIZES.contains(&size)) || (rndv && RNDV_SIZES.contains(&size));
+            if !ran {
+                return Err(usage(format!(
+                    "--sizes: {} is not a size of the parts run (eager, unexpected and baseline: {}; rndv: {})",
+                    human_size(size),
+                    list(&EAGER_SIZES),
+                    list(&RNDV_SIZES),
+                )));
+            }
+        }
+        for &depth in &self.depths {
+            if !DEPTHS.contains(&depth) {
+                return Err(usage(format!(
+                    "--depths: {depth} is not a depth of the eager and baseline points (1, 100, 1000)"
+                )));
+            }
+        }
+        if !(wants(TaggedPart::Eager) || wants(TaggedPart::Baseline)) {
+            for (flag, given) in [
+                ("--depths", !self.depths.is_empty()),
+                ("--matching", !self.matching.is_empty()),
+            ] {
+                if given {
+                    return Err(usage(format!(
+                        "{flag}: chooses among the eager and baseline points; add eager or baseline to --part"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `size` as the `--sizes` list writes it (K and M for KiB and MiB).
+fn human_size(size: u32) -> String {
+    match size {
+        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{}M", s >> 20),
+        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{}K", s >> 10),
+        s => s.to_string(),
+    }
+}
+
 /// Measured seconds per point when `--duration` is not given.
 pub const DEFAULT_POINT_SECONDS: f64 = 0.4;
 
@@ -1365,6 +1464,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
     .filter(|&p| wants(p))
     .map(TaggedPart::name)
     .collect();
+    opts.points.check(&wants)?;
     let tagged_pair =
         wants(TaggedPart::Eager) || wants(TaggedPart::Unexpected) || wants(TaggedPart::Rndv);
     let plain_pair = wants(TaggedPart::Baseline);
@@ -1583,6 +1683,9 @@ fn run_tagged(
         for wild in [false, true] {
             for depth in DEPTHS {
                 for size in EAGER_SIZES {
+                    if !opts.points.keeps(size, depth, wild) {
+                        continue;
+                    }
                     let mut points = vec![PointSpec {
                         size,
                         depth,
@@ -1591,9 +1694,10 @@ fn run_tagged(
                     }];
                     // The depth target's point at depth 1000 with the window depth 1 has,
                     // measured right after its counterpart at depth 1 (drift of a shared
-                    // machine falls on both alike).
+                    // machine falls on both alike), when both depths run.
                     if (size, depth, wild) == (TARGET_SIZE, 1, false)
                         && opts.qd.min(TARGET_DEPTH) != 1
+                        && opts.points.depth(TARGET_DEPTH)
                     {
                         points.push(PointSpec {
                             depth: TARGET_DEPTH,
@@ -1617,7 +1721,7 @@ fn run_tagged(
             opts.json,
             "unexpected: messages before their receives, claimed from the overflow buffer",
         );
-        for size in EAGER_SIZES {
+        for size in EAGER_SIZES.into_iter().filter(|&z| opts.points.size(z)) {
             if stopped(s) {
                 return Ok(());
             }
@@ -1637,7 +1741,7 @@ fn run_tagged(
             opts.json,
             "rndv: rendezvous tagged sends (the target READs), then plain RDMA READs",
         );
-        for size in RNDV_SIZES {
+        for size in RNDV_SIZES.into_iter().filter(|&z| opts.points.size(z)) {
             let window = (RNDV_BYTES / size as usize).clamp(2, RNDV_WINDOW);
             let p = PointSpec {
                 size,
@@ -1679,6 +1783,9 @@ fn run_baseline(
     for wild in [false, true] {
         for depth in DEPTHS {
             for size in EAGER_SIZES {
+                if !opts.points.keeps(size, depth, wild) {
+                    continue;
+                }
                 if s.stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }

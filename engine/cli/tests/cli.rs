@@ -1006,6 +1006,81 @@ fn bench_placement_runs_the_three_methods_as_json() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
 }
 
+/// `bench tagged --sizes --depths --matching` in one process: only the points chosen, and
+/// the target's ratio from them; `--sizes` alone picks each part's points of that size.
+#[test]
+fn bench_tagged_runs_only_the_points_chosen() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "bench",
+            "tagged",
+            "--duration",
+            "0.02",
+            "--qd",
+            "16",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--hugepages", "off", "--memory-mb", "512"]);
+        let out = portico(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        assert_eq!(v["errors"], 0, "{v}");
+        v
+    };
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        let results = v["results"].as_array().unwrap();
+        results
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let v = run(&[
+        "--part",
+        "eager,baseline",
+        "--sizes",
+        "8",
+        "--depths",
+        "1000",
+        "--matching",
+        "exact",
+    ]);
+    assert_eq!(
+        names(&v),
+        ["eager-8B-d1000-exact-w16", "baseline-8B-d1000-exact-w16"],
+        "{v}"
+    );
+    let ratios = &v["tagged"]["ratios"];
+    assert!(
+        ratios["eager_vs_baseline_depth1000"]["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{v}"
+    );
+    // The depth-1 points it compares with did not run.
+    assert!(
+        ratios["eager_depth1000_vs_depth1"]["value"].is_null(),
+        "{v}"
+    );
+    let v = run(&[
+        "--part",
+        "eager,unexpected",
+        "--sizes",
+        "4K",
+        "--depths",
+        "1",
+        "--matching",
+        "wild",
+    ]);
+    assert_eq!(
+        names(&v),
+        ["eager-4096B-d1-wild-w1", "unexpected-4096B-w16"],
+        "{v}"
+    );
+}
+
 /// `bench tagged` with every part and tiny points: one JSON object whose results hold every
 /// part's points, each with a nonzero rate, and whose `tagged` object holds the three target
 /// ratios (measured) and the target's tag events.
@@ -1789,7 +1864,12 @@ fn a_flag_of_another_bench_scenario_is_refused_with_exit_2() {
         (
             &["bench", "write", "--part", "eager"],
             "--part",
-            "only bench tagged takes it",
+            "only bench tagged takes",
+        ),
+        (
+            &["bench", "read", "--depths", "1000"],
+            "--depths",
+            "only bench tagged takes",
         ),
         (
             &["bench", "write", "--mode", "durable"],
@@ -1840,7 +1920,27 @@ fn bench_ranges_conflicts_and_requirements_name_the_flag_with_exit_2() {
         ),
         (&["bench", "write", "--cc", "ack"], "--cc"),
         (&["bench", "write", "--listen", "127.0.0.1:1"], "--listen"),
-        (&["bench", "tagged", "--sizes", "64,4K"], "--sizes"),
+        // In one process `--sizes` chooses among the parts' points: one that no part runs,
+        // or a depth no point has, is named; so are the eager and baseline points' filters
+        // with neither part, or across two processes.
+        (&["bench", "tagged", "--sizes", "64,100"], "--sizes"),
+        (
+            &["bench", "tagged", "--part", "rndv", "--sizes", "4K"],
+            "--sizes",
+        ),
+        (&["bench", "tagged", "--depths", "1,10"], "--depths"),
+        (
+            &["bench", "tagged", "--part", "rndv", "--depths", "1000"],
+            "--depths",
+        ),
+        (&["bench", "tagged", "--matching", "fuzzy"], "--matching"),
+        (
+            &[
+                "bench", "tagged", "--depths", "1000", "--client", "h", "--dev", "x", "--ip",
+                "10.0.0.1",
+            ],
+            "--depths",
+        ),
         (&["bench", "tagged", "--size", "64"], "--size"),
         (
             &["bench", "persist", "--mode", "durable", "--rate", "10"],
