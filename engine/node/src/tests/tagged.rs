@@ -851,3 +851,55 @@ fn a_burst_s_events_are_seen_when_it_is_received_and_a_command_s_when_the_iterat
     b.end.node.publish_tag_events();
     assert_eq!(kinds_and_cookies(&mut port), vec![(TagEventKind::Link, 12)]);
 }
+
+/// `frame`, a tagged SEND ONLY, with its tag header's message length set to `length` (the
+/// ICRC made valid again): what a broken or hostile sender puts on the wire.
+fn misstating(frame: &[u8], length: u32) -> Vec<u8> {
+    let (repr, payload) = wire::parse_frame(frame).unwrap();
+    let mut p = payload.to_vec();
+    p[24..28].copy_from_slice(&length.to_be_bytes());
+    let mut out = vec![0u8; repr.buffer_len(p.len())];
+    let n = repr.emit(&mut out, &p).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// A one-packet message whose tag header says another length than the packet carries: the
+/// target places what came, as far as the receive (and the header) let it, writes nothing
+/// past that, and its put says how many bytes landed, not what the match allowed.
+#[test]
+fn a_tag_header_that_misstates_its_length_lands_what_came_and_says_so() {
+    let (mut a, mut b, mut port) = tagged_pair();
+    b.map.write(0, &[0xee; 8192]).unwrap();
+    for (tag, offset) in [(41, 0), (42, 4096)] {
+        let recv = TagEntry::recv(tag, sge(&b, offset, 64), tag);
+        port.append(0, ListKind::Priority, recv).unwrap();
+    }
+    run(&mut a, &mut b);
+    let _ = events(&mut port);
+    let data = pattern(7, 40);
+    send(&mut a, 1, 0, &data, 41);
+    send(&mut a, 2, 512, &data, 42);
+    let frames = frames_from(&mut a);
+    assert_eq!(frames.len(), 2, "one packet a message");
+    // The first says 100 bytes, more than came (the match allows the receive's 64); the
+    // second 10, fewer.
+    b.end.node.receive(0, &misstating(&frames[0], 100));
+    b.end.node.receive(0, &misstating(&frames[1], 10));
+    run(&mut a, &mut b);
+    let puts: Vec<_> = events(&mut port)
+        .into_iter()
+        .filter(|e| e.kind == TagEventKind::Put)
+        .map(|e| (e.cookie, e.rlength, e.mlength, e.truncated))
+        .collect();
+    assert_eq!(puts, [(41, 100, 40, true), (42, 10, 10, false)]);
+    assert_eq!(bytes(&b, 0, 40), data);
+    assert_eq!(
+        bytes(&b, 40, 4096 - 40),
+        vec![0xee; 4096 - 40],
+        "nothing past 40"
+    );
+    assert_eq!(bytes(&b, 4096, 10), data[..10]);
+    assert_eq!(bytes(&b, 4106, 54), vec![0xee; 54], "nothing past 10");
+    assert_eq!(b.end.node.tags().unwrap().counters.dropped, 0);
+}
