@@ -95,7 +95,7 @@ pub enum Matching {
 
 /// The points of one process's run that `--sizes`, `--depths` and `--matching` leave (each
 /// empty: all of them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PointFilter {
     pub sizes: Vec<u32>,
     pub depths: Vec<usize>,
@@ -373,6 +373,8 @@ pub struct TargetEvents {
 #[derive(Debug, Clone, Serialize)]
 pub struct TaggedSummary {
     pub parts: Vec<&'static str>,
+    /// The points asked for (`--sizes`, `--depths`, `--matching`; each empty: all).
+    pub points: PointFilter,
     /// Measured seconds per point, and the warm-up before each.
     pub point_seconds: f64,
     pub warmup_seconds: f64,
@@ -1655,6 +1657,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
         results: out.results,
         tagged: TaggedSummary {
             parts,
+            points: opts.points.clone(),
             point_seconds: point_len.as_secs_f64(),
             warmup_seconds: warm.as_secs_f64(),
             mtu: opts.mtu.bytes(),

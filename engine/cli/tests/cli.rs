@@ -1051,6 +1051,16 @@ fn bench_tagged_runs_only_the_points_chosen() {
         ["eager-8B-d1000-exact-w16", "baseline-8B-d1000-exact-w16"],
         "{v}"
     );
+    let points = &v["tagged"]["points"];
+    assert_eq!(
+        (&points["sizes"], &points["depths"], &points["matching"]),
+        (
+            &serde_json::json!([8]),
+            &serde_json::json!([1000]),
+            &serde_json::json!(["exact"])
+        ),
+        "the filter is in the JSON: {v}"
+    );
     let ratios = &v["tagged"]["ratios"];
     assert!(
         ratios["eager_vs_baseline_depth1000"]["value"]
