@@ -1006,29 +1006,32 @@ fn bench_placement_runs_the_three_methods_as_json() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
 }
 
+/// `portico bench tagged` with tiny points (`--duration 0.02 --qd 16`), `extra` and `--json`:
+/// its JSON object, the run checked to have succeeded without errors.
+fn tagged_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "bench",
+        "tagged",
+        "--duration",
+        "0.02",
+        "--qd",
+        "16",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--hugepages", "off", "--memory-mb", "512"]);
+    let out = portico(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["errors"], 0, "{v}");
+    v
+}
+
 /// `bench tagged --sizes --depths --matching` in one process: only the points chosen, and
-/// the target's ratio from them; `--sizes` alone picks each part's points of that size.
+/// the target's ratio from them; `--sizes` keeps each part's points of that size.
 #[test]
 fn bench_tagged_runs_only_the_points_chosen() {
-    let run = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            "bench",
-            "tagged",
-            "--duration",
-            "0.02",
-            "--qd",
-            "16",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--hugepages", "off", "--memory-mb", "512"]);
-        let out = portico(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{args:?}: {stderr}");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-        assert_eq!(v["errors"], 0, "{v}");
-        v
-    };
     let names = |v: &serde_json::Value| -> Vec<String> {
         let results = v["results"].as_array().unwrap();
         results
@@ -1036,7 +1039,7 @@ fn bench_tagged_runs_only_the_points_chosen() {
             .map(|r| r["name"].as_str().unwrap().to_string())
             .collect()
     };
-    let v = run(&[
+    let v = tagged_json(&[
         "--part",
         "eager,baseline",
         "--sizes",
@@ -1074,7 +1077,7 @@ fn bench_tagged_runs_only_the_points_chosen() {
         ratios["eager_depth1000_vs_depth1"]["value"].is_null(),
         "{v}"
     );
-    let v = run(&[
+    let v = tagged_json(&[
         "--part",
         "eager,unexpected",
         "--sizes",
@@ -1096,25 +1099,9 @@ fn bench_tagged_runs_only_the_points_chosen() {
 /// ratios (measured) and the target's tag events.
 #[test]
 fn bench_tagged_runs_every_part_as_json() {
-    let out = portico(&[
-        "bench",
-        "tagged",
-        "--duration",
-        "0.02",
-        "--qd",
-        "16",
-        "--json",
-        "--hugepages",
-        "off",
-        "--memory-mb",
-        "512",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = tagged_json(&[]);
     assert_eq!(v["type"], "bench");
     assert_eq!(v["op"], "tagged");
-    assert_eq!(v["errors"], 0, "{v}");
     let results = v["results"].as_array().unwrap();
     for part in ["eager", "unexpected", "rndv", "read", "baseline"] {
         assert!(
