@@ -42,10 +42,11 @@ lint: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
-# Every test: formatting, lints and the API docs' links (cargo doc); the toolchain
-# (scripts/toolchain-check.sh); unit tests and integration tests on real EAL with vdevs (debug
-# profile); the release profile, which users run: every crate's unit tests but the benchmark
-# harness's (every bench operation with --verify runs what of it they reach), the memif soak,
+# Every test: formatting, lints and the API docs' links (cargo doc); source shapes the toolchain
+# miscompiles (scripts/check-shapes.sh); the toolchain (scripts/toolchain-check.sh); unit tests
+# and integration tests on real EAL with vdevs (debug profile); the release profile, which
+# users run: every crate's unit tests but the benchmark harness's (every bench operation with
+# --verify runs what of it they reach), the memif soak,
 # the libfabric programs, the MPI job and the 100 000 operations under injected faults (10 000
 # in the debug run) from the release binary (docs/toolchain.md); the node and transport tests
 # under valgrind's memcheck (scripts/valgrind.sh); then each fuzz target for FUZZ_SECONDS (30 s)
@@ -60,6 +61,7 @@ RELEASE_TESTS := --test bench_verify_every_op --test memif_soak --test programs 
 RELEASE_TEST_ARGS := --workspace --exclude portico-bench --lib $(RELEASE_TESTS)
 test: lint
 	@scripts/check-layers.sh
+	@scripts/check-shapes.sh
 	@mkdir -p target
 	@scripts/toolchain-check.sh | tee target/toolchain.log
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee target/test.log

@@ -235,7 +235,7 @@ struct Exact {
 impl Exact {
     /// The whole ns at which an event at this instant is visible.
     fn ceil_ns(self) -> u64 {
-        self.ns.saturating_add(u64::from(self.frac != 0))
+        self.ns.saturating_add(if self.frac != 0 { 1 } else { 0 })
     }
 }
 

@@ -172,7 +172,7 @@ fn mark_ce(frame: &mut [u8]) {
     let new = u16::from_be_bytes([frame[14], frame[15]]);
     let sum = u16::from_be_bytes([frame[24], frame[25]]);
     // HC' = ~(~HC + ~m + m')
-    let mut acc = u32::from(!sum) + u32::from(!old) + u32::from(new);
+    let mut acc = u32::from(!sum) + u32::from(!old) + u32::from(new); // check-shapes: integers
     acc = (acc & 0xffff) + (acc >> 16);
     acc = (acc & 0xffff) + (acc >> 16);
     frame[24..26].copy_from_slice(&(!(acc as u16)).to_be_bytes());

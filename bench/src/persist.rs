@@ -295,7 +295,7 @@ impl Server {
                 if !ok {
                     s.errors += 1;
                 }
-                pending.push_back([u64_at(&m, 2), u64::from(!ok)]);
+                pending.push_back([u64_at(&m, 2), if ok { 0 } else { 1 }]);
                 // Answer at once, before the next request is persisted.
                 self.answer(&mut pending, &mut posted, completed);
                 repost.push(self.recv(slot));

@@ -591,7 +591,9 @@ impl Runner {
         });
         for l in self.groups.iter_mut().flatten() {
             // The total window, dealt out: the first `qd % n` queue pairs take one more.
-            l.begin(point.qd / lanes_n + usize::from(l.index < point.qd % lanes_n));
+            // Not `usize::from(bool)`: `docs/toolchain.md` (rust-lang/rust#158206).
+            let extra = if l.index < point.qd % lanes_n { 1 } else { 0 };
+            l.begin(point.qd / lanes_n + extra);
         }
         // A rate is dealt out like the queue pairs.
         let rate = self.rate;

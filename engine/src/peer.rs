@@ -1567,7 +1567,7 @@ fn stream_durable(
     }
     slot.publish("durable", &latency);
     let summary = json!({"mode": "durable", "qd": qd, "slots": slots, "durable": durable,
-                         "failed": u64::from(error.is_some()), "error": error,
+                         "failed": if error.is_some() { 1 } else { 0 }, "error": error,
                          "durable_latency_ns": latency.summary()});
     Ok((summary, error.map_or(Ok(()), Err)))
 }

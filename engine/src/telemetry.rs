@@ -236,7 +236,7 @@ pub fn qps_answer(qps: &[QpHome], live: &[(Vec<QpLive>, u64)], params: &str) -> 
                 .get(q.worker)
                 .and_then(|(l, _)| l.iter().find(|l| l.qpn == q.qpn));
             let m = v.as_object_mut().expect("a struct serialises to an object");
-            m.insert("live".into(), json!(u8::from(found.is_some())));
+            m.insert("live".into(), json!(if found.is_some() { 1 } else { 0 }));
             if let Some(l) = found
                 && let Value::Object(fields) = json!(l)
             {

@@ -324,7 +324,7 @@ fn placed_messages_land_byte_for_byte() {
             let layout = post(&mut p, &mut pa, &s, &m, 0, i as u64);
             let mut ranges = [placement::WriteRange::default(); placement::MAX_BUFFERS];
             let (runs, _) = layout.writes(&m.req, &m.bufs, &mut ranges);
-            multi_run += usize::from(runs > 1);
+            multi_run += if runs > 1 { 1 } else { 0 };
             let imm = b_completion(&mut p.b.cq, &what);
             assert_eq!(imm, layout.immediate(&m.bufs), "{what}");
             let found = verify(&mut pb, &s, &m, imm, &what);

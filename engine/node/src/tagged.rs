@@ -793,7 +793,9 @@ impl TagShard {
 
     fn release(&mut self, i: usize) {
         let m = &mut self.msgs[i];
-        self.owed -= m.nev as usize + usize::from(m.claim.is_some());
+        // Not `usize::from(bool)`: see `docs/toolchain.md` (rust-lang/rust#158206).
+        let claim = if m.claim.is_some() { 1 } else { 0 };
+        self.owed -= m.nev as usize + claim;
         m.live = false;
         m.nev = 0;
         m.claim = None;

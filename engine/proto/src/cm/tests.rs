@@ -529,14 +529,22 @@ fn a_rep_nobody_answers_times_out_on_the_passive_side_and_frees_the_half_open_sl
     // Nothing comes back from A (its CM is not on the wire).
     let mut reps = 0;
     while let Some(o) = n.b.poll_send() {
-        reps += usize::from(o.mad[17] == cm_attr::REP as u8);
+        reps += if o.mad[17] == cm_attr::REP as u8 {
+            1
+        } else {
+            0
+        };
     }
     let mut t = 0;
     while let Some(d) = n.b.next_deadline() {
         t = d;
         n.b.on_timer(t);
         while let Some(o) = n.b.poll_send() {
-            reps += usize::from(o.mad[17] == cm_attr::REP as u8);
+            reps += if o.mad[17] == cm_attr::REP as u8 {
+                1
+            } else {
+                0
+            };
         }
     }
     assert_eq!(reps, 1 + 15, "the REP and its resends");
@@ -559,7 +567,11 @@ fn a_req_flood_is_bounded_by_the_half_open_limit_and_expires() {
         let req = a.poll_send().unwrap();
         b.on_mad(0, peer_a(), &req.mad).unwrap();
         while let Some(o) = b.poll_send() {
-            rejected += usize::from(o.mad[17] == cm_attr::REJ as u8);
+            rejected += if o.mad[17] == cm_attr::REJ as u8 {
+                1
+            } else {
+                0
+            };
         }
     }
     assert_eq!(b.half_open(), 256);

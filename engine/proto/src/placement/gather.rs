@@ -93,7 +93,8 @@ pub fn gather(
     for i in 1..layout.used as usize {
         let prev = &bufs[i - 1];
         let joined = prev.addr + u64::from(prev.len) == bufs[i].addr;
-        run[i] = run[i - 1] + u8::from(!joined);
+        // Not `u8::from(!joined)`: `docs/toolchain.md` (rust-lang/rust#158206).
+        run[i] = if joined { run[i - 1] } else { run[i - 1] + 1 };
     }
     let mut parts = [Part::default(); MAX_BUFFERS + 1];
     let mut n = 0;

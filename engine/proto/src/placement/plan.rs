@@ -230,7 +230,7 @@ fn fewest_buffers(g: &Geo, bufs: &[Buffer]) -> Option<usize> {
     // data is placed.
     let mut pages: [Option<u64>; 2] = [None; 2];
     let mut done = [false; 2];
-    let h0 = usize::from(!with_header);
+    let h0 = if with_header { 0 } else { 1 };
     if g.data == 0 {
         done[h0] = true;
     } else {
@@ -485,7 +485,7 @@ impl Planner {
         self.cells.resize(total, EMPTY);
         let start = State {
             p: (g.data > 0).then_some(0),
-            h: usize::from(g.hl == 0),
+            h: if g.hl == 0 { 1 } else { 0 },
         };
         let i0 = layers[0].index(start).expect("the start state is kept");
         self.cells[i0].c = 0;

@@ -1165,7 +1165,7 @@ fn a_port_s_rates_are_held_across_its_workers() {
         if t == HALF {
             w[1].enqueue(put(2, 0, HUGE, 1000)).unwrap();
         }
-        let half = usize::from(t >= HALF);
+        let half = if t >= HALF { 1 } else { 0 };
         for (k, sh) in w.iter_mut().enumerate() {
             sh.rebalance(t);
             while let Some(p) = sh.next(t) {

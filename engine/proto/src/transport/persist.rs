@@ -186,7 +186,10 @@ impl Durability {
         if ticket == 0 && self.pending.is_empty() {
             self.kept(psn, owed);
         } else {
-            self.holds += usize::from(owed == Owed::AckHold);
+            // Branches, not `usize::from(bool)`: `docs/toolchain.md` (rust-lang/rust#158206).
+            if owed == Owed::AckHold {
+                self.holds += 1;
+            }
             self.pending.push_back(Obligation { ticket, psn, owed });
         }
     }
@@ -211,7 +214,9 @@ impl Durability {
             }
             let o = *o;
             self.pending.pop_front();
-            self.holds -= usize::from(o.owed == Owed::AckHold);
+            if o.owed == Owed::AckHold {
+                self.holds -= 1;
+            }
             self.kept(o.psn, o.owed);
         }
         true

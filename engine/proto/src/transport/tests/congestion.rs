@@ -245,7 +245,7 @@ fn dcqcn_sends_at_most_one_cnp_per_interval_and_the_sender_cuts_and_recovers() {
     assert_eq!(b.ce_received, 200);
     // One CNP per 4 µs at most: the marked packets spanned the time between the first and
     // the last marked arrival.
-    let cnps = sim.count(Side::B, |r| r.bth.opcode == Opcode::Cnp) as u64;
+    let cnps = sim.count(Side::B, |r| r.bth.opcode == Opcode::Cnp) as u64; // check-shapes: integers
     assert_eq!(cnps, b.cnps_sent);
     assert!((1..200).contains(&cnps), "{cnps} CNPs for 200 marks");
     let notifier = sim.b.qp.notifier().stats;

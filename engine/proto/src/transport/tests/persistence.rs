@@ -645,7 +645,7 @@ fn power_loss_trials(n: u64, seed: u64, lie: bool, region: bool) -> Trials {
             let survived = v == *data;
             if acked.contains(&k) {
                 t.checked += 1;
-                t.lost += u64::from(!survived);
+                t.lost += if survived { 0 } else { 1 };
             } else if placed[k as usize] && !survived {
                 t.torn += 1;
             }
