@@ -1972,6 +1972,7 @@ fn documented_bench_spellings_still_parse() {
         "persist --mode write-flush --qd 8 --size 256 --duration 1 --json --file /tmp/region",
         "persist --mode durable --server --file /tmp/region --dev net_null0 --ip 10.0.0.1",
         "tagged --duration 0.4 --json --part eager,rndv --qd 16",
+        "tagged --part eager,baseline --sizes 8 --depths 1000 --matching exact",
         "tagged --client 10.0.0.1 --dev net_null0 --ip 10.0.0.2 --sizes 4K,64K --qd 4 --rate 1000",
         "placement --size 4096 --duration 0.02 --qd 16",
         "congestion --mtu 4096 --cc none,dcqcn,ack --flows 4 --bottleneck-gbps 10 --rtt-us 20 --kmin-kb 40 --kmax-kb 160 --pmax 0.2 --buffer-kb 640 --schedule 0-3000,500-1500,0-1,0-1 --dcqcn paper --rate-window-us 20 --out dir",
