@@ -10,6 +10,17 @@ rustc_bin=${RUSTC:-rustc}
 echo "toolchain: $($rustc_bin --version) ($(cargo --version 2>/dev/null || echo 'cargo ?'))"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+# probe NAME ISSUE WHAT HINT: builds $dir/NAME.rs with `rustc -O` and runs it; a run that fails
+# means the compiler has ISSUE.
+probe() {
+    if ! $rustc_bin -O --edition 2021 "$dir/$1.rs" -o "$dir/$1" 2>"$dir/err"; then
+        echo "toolchain: the $2 probe did not build: $(head -1 "$dir/err")"
+    elif [ "$(bash -c '"$1" >/dev/null 2>&1; echo $?' _ "$dir/$1" 2>/dev/null)" = 0 ]; then
+        echo "toolchain: $2 ($3): not present"
+    else
+        echo "toolchain: $2 ($3): PRESENT ($4)"
+    fi
+}
 cat >"$dir/gvn.rs" <<'RS'
 // Two equal, by-value `Table::new()` arguments to a closure called twice: rustc 1.95's MIR GVN
 // passes the first call's (dropped) table to the second call as well.
@@ -35,13 +46,7 @@ fn main() {
     assert_eq!((a, b), (7, 7));
 }
 RS
-if ! $rustc_bin -O --edition 2021 "$dir/gvn.rs" -o "$dir/gvn" 2>"$dir/err"; then
-    echo "toolchain: the rust-lang/rust#155241 probe did not build: $(head -1 "$dir/err")"
-elif [ "$(bash -c '"$1" >/dev/null 2>&1; echo $?' _ "$dir/gvn" 2>/dev/null)" = 0 ]; then
-    echo "toolchain: rust-lang/rust#155241 (MIR GVN, by-value closure argument): not present"
-else
-    echo "toolchain: rust-lang/rust#155241 (MIR GVN, by-value closure argument): PRESENT (the probe aborts at -O; docs/toolchain.md)"
-fi
+probe gvn "rust-lang/rust#155241" "MIR GVN, by-value closure argument" "the probe aborts at -O; docs/toolchain.md"
 
 # rust-lang/rust#158206: a bool's integer value added into a place, and the bool branched on
 # after; on the path where it is true, rustc 1.95's MIR optimisations add 0.
@@ -69,11 +74,5 @@ fn main() {
     assert_eq!(step(std::hint::black_box(&slots), Cursor(std::hint::black_box(0))), 2);
 }
 RS
-if ! $rustc_bin -O --edition 2021 "$dir/boolcast.rs" -o "$dir/boolcast" 2>"$dir/err"; then
-    echo "toolchain: the rust-lang/rust#158206 probe did not build: $(head -1 "$dir/err")"
-elif [ "$(bash -c '"$1" >/dev/null 2>&1; echo $?' _ "$dir/boolcast" 2>/dev/null)" = 0 ]; then
-    echo "toolchain: rust-lang/rust#158206 (MIR opts, a bool added as an integer): not present"
-else
-    echo "toolchain: rust-lang/rust#158206 (MIR opts, a bool added as an integer): PRESENT (the probe fails at -O; docs/toolchain.md; scripts/check-shapes.sh keeps the shape out)"
-fi
+probe boolcast "rust-lang/rust#158206" "MIR opts, a bool added as an integer" "the probe fails at -O; docs/toolchain.md; scripts/check-shapes.sh keeps the shape out"
 exit 0
