@@ -27,9 +27,8 @@ Usage: scapy_flush_peer.py IFACE MY_MAC MY_IP DUT_IP RKEY ADDR DUT_QPN MY_QPN RE
 import json
 import struct
 import sys
-import threading
 
-from scapy.all import IP, UDP, Ether, Raw, sendp, AsyncSniffer
+from scapy.all import IP, UDP, Ether, Raw
 from scapy.contrib.roce import BTH
 
 import tap_peer
@@ -74,14 +73,7 @@ def request(opcode, psn, body):
 
 def exchange(pkt):
     """Sends `pkt` and returns the engine's first RoCEv2 frame after it (None after 5 s)."""
-    ready = threading.Event()
-    sniffer = AsyncSniffer(iface=iface, filter=f"udp dst port 4791 and ether src {dut_mac}",
-                           count=1, timeout=5, started_callback=ready.set)
-    sniffer.start()
-    ready.wait(5)
-    sendp(pkt, iface=iface)
-    sniffer.join()
-    return (sniffer.results or [None])[0]
+    return tap_peer.answer(peer, pkt, 5)
 
 
 def file_bytes(offset, length):

@@ -17,7 +17,7 @@ import json
 import struct
 import sys
 
-from scapy.all import IP, UDP, Ether, Raw, sendp, AsyncSniffer
+from scapy.all import IP, UDP, Ether, Raw
 from scapy.contrib.roce import AETH, BTH, opcode
 
 import tap_peer
@@ -34,25 +34,10 @@ reth = struct.pack("!QII", addr, rkey, len(payload))
 write = base / BTH(opcode=opcode("RC", "RDMA_WRITE_ONLY")[0], dqpn=dut_qpn, psn=0, ackreq=1) / Raw(reth + payload)
 send = base / BTH(opcode=opcode("RC", "SEND_ONLY")[0], dqpn=dut_qpn, psn=1, ackreq=1) / Raw(payload)
 
-import threading
-
-
-def acked(pkt):
-    """Sends `pkt` and returns the engine's frames in answer (at most one, 10 s at most)."""
-    ready = threading.Event()
-    sniffer = AsyncSniffer(iface=iface, filter=f"udp dst port 4791 and ether src {dut_mac}",
-                           count=1, timeout=10, started_callback=ready.set)
-    sniffer.start()
-    ready.wait(5)
-    sendp(pkt, iface=iface)
-    sniffer.join()
-    return list(sniffer.results or [])
-
-
 # One after the other, each once the one before is acknowledged: sent back to back, the two
 # may reach the engine in one burst, and one ACK of PSN 1 then acknowledges both (IBTA lets a
 # responder coalesce its ACKs), which is not what this test looks at.
-answers = acked(write) + acked(send)
+answers = [a for a in (tap_peer.answer(peer, p, 10) for p in (write, send)) if a is not None]
 
 ok = True
 for i, pkt in enumerate(answers):
