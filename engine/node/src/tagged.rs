@@ -818,7 +818,8 @@ impl TagShard {
         self.write_event(e, mem, rendezvous, handle)
     }
 
-    /// [`TagShard::emit_with`], inline.
+    /// [`TagShard::emit_with`], inline: where `deliver` writes events it held (it writes the
+    /// others through `Direct`, in the match).
     #[inline(always)]
     fn write_event(
         &mut self,
