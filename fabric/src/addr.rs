@@ -59,18 +59,17 @@ impl EpAddr {
     }
 
     /// The list-processing endpoint of this endpoint's tagged messages (`2n`) or untagged
-    /// ones (`2n + 1`).
+    /// ones (`2n + 1`). A branch, not `u16::from(!tagged)`: rustc 1.95's MIR optimisations
+    /// can drop a bool's integer value on a path that branches on the bool
+    /// (`docs/toolchain.md`, rust-lang/rust#158206), and the callers go on to branch on
+    /// `tagged`.
     pub fn lpe_endpoint(self, tagged: bool) -> u16 {
-        lpe_of(self.index, tagged)
+        if tagged {
+            self.index * 2
+        } else {
+            self.index * 2 + 1
+        }
     }
-}
-
-/// The list-processing endpoint of endpoint `index`'s tagged messages (`2 * index`) or
-/// untagged ones (`2 * index + 1`). A branch, not `u16::from(!tagged)`: rustc 1.95's MIR
-/// optimisations can drop a bool's integer value on a path that branches on the bool
-/// (`docs/toolchain.md`, rust-lang/rust#158206), and the callers go on to branch on `tagged`.
-pub(crate) fn lpe_of(index: u16, tagged: bool) -> u16 {
-    if tagged { index * 2 } else { index * 2 + 1 }
 }
 
 /// The sender's identity as the tag header's initiator field carries it: the engine's IPv4

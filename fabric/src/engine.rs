@@ -40,7 +40,7 @@ use portico::rdma::{
 };
 use portico::transport::{Access, QpConfig, SgList, WcStatus, WorkCompletion, WorkRequest};
 
-use crate::addr::{self, EpAddr, lpe_of};
+use crate::addr::{self, EpAddr};
 use crate::flags;
 use crate::info;
 use crate::params::{self, Core, Settings};
@@ -1263,7 +1263,7 @@ impl Engine {
             temp: None,
             bounce: None,
             peek: Peek::No,
-            lpe: Some(lpe_of(e.index, tagged)),
+            lpe: Some(self.ep_addr(e.index).lpe_endpoint(tagged)),
         };
         let id = Self::new_op(&mut st, op);
         let sge = {
@@ -1278,7 +1278,7 @@ impl Engine {
         if let Some(s) = source {
             entry = entry.from_rank(s);
         }
-        let lpe = lpe_of(e.index, tagged);
+        let lpe = self.ep_addr(e.index).lpe_endpoint(tagged);
         trace(|| {
             format!(
                 "recv op {id}: {len} bytes lpe {lpe} tag {tag:#x} ignore {ignore:#x} from {source:?}"
