@@ -815,19 +815,6 @@ impl TagShard {
         rendezvous: bool,
         handle: Option<TagHandle>,
     ) {
-        self.write_event(e, mem, rendezvous, handle)
-    }
-
-    /// [`TagShard::emit_with`], inline: where `deliver` writes events it held (it writes the
-    /// others through `Direct`, in the match).
-    #[inline(always)]
-    fn write_event(
-        &mut self,
-        e: &Event,
-        mem: &MemoryTable,
-        rendezvous: bool,
-        handle: Option<TagHandle>,
-    ) {
         let ev = tag_event(e, e.mlength, mem, rendezvous, handle);
         if ev.truncated {
             self.counters.truncated += 1;
@@ -1662,9 +1649,8 @@ impl TagTarget for TagShard {
         // Events held for an overflow buffer in a match that placed nothing there (none is
         // known to make one): written now, as they were before the held events went direct.
         for k in 0..usize::from(nev) {
-            let mut e = self.scratch[k];
-            landed(&mut e, placed as u64);
-            self.write_event(&e, mem, false, None);
+            let e = self.scratch[k];
+            self.emit_landed(e, placed as u64, mem, false);
         }
         Delivery::Placed(Next::Nothing)
     }
