@@ -135,6 +135,22 @@ def tagged(v, op):
             return r["ops_per_sec"]
     return None
 
+def trip(v):
+    """The run's cache-line round trip from the host's core to its (first) worker's, in ns:
+    where the two cores sat (a newer build's JSON has it; `docs/benchmarking.md`)."""
+    if not v:
+        return None
+    cores = v.get("cores")
+    if isinstance(cores, list):
+        cores = cores[0] if cores else None
+    trips = (cores or {}).get("line_trips") or [{}]
+    return trips[0].get("round_trip_ns")
+
+def trips(pattern, n=runs):
+    got = [trip(load(f"{out}/{pattern.format(i=i)}.json")) for i in range(1, n + 1)]
+    return "" if all(t is None for t in got) else \
+        "  (line round trip, ns: " + ", ".join("-" if t is None else f"{t:.0f}" for t in got) + ")"
+
 def med(xs):
     return statistics.median(xs) if xs else None
 
@@ -156,6 +172,7 @@ for stem, key, unit, goal, what in [
     runs_txt = ", ".join(fmt(x, unit) for x in new)
     if old:
         runs_txt += "  (old: " + ", ".join(fmt(x, unit) for x in old) + ")"
+    runs_txt += trips(stem + "-new-r{i}")
     rows.append((what, fmt(m, unit) + ratio, runs_txt, None if m is None else m >= goal))
 
 ratios, old_ratios = [], []
@@ -174,6 +191,7 @@ fig = "-" if m is None else f"{m:.2f}x"
 if old_ratios and ratios:
     fig += f"; eager {med([r[0] for r in ratios]) / med([r[0] for r in old_ratios]):.2f}x the old build's"
     txt += "  (old: " + ", ".join(f"{r[2]:.2f}x" for r in old_ratios) + ")"
+txt += trips("tag-new-r{i}")
 rows.append(("tagged eager / host-side matching, 8 B, depth 1000 (>= 5x)", fig, txt,
              None if m is None else m >= 5.0))
 

@@ -290,6 +290,27 @@ pub(crate) struct Running {
     capture: Option<Arc<CaptureSink>>,
     /// The ports `loopback` created, `a` then `b`, for their counters at the end.
     port_ids: [(&'static str, Option<u16>); 2],
+    /// A cache line's round trip from the host's core to the workers', before they started.
+    trips_before: Vec<portico::app::LineTrip>,
+}
+
+/// A cache line's round trip from the calling (host) thread's core to each core `lo` puts a
+/// worker on, measured before the workers start (`CoresReport::line_trips_before`).
+fn trips_before(lo: &LoopbackOpts) -> Vec<portico::app::LineTrip> {
+    let Some(host) = portico::app::current_cpu() else {
+        return Vec::new();
+    };
+    let cores = if lo.workers.is_empty() {
+        &lo.cores[..]
+    } else {
+        &lo.workers[..]
+    };
+    let planned: Vec<(String, u32)> = cores.iter().map(|&c| (String::new(), c as u32)).collect();
+    let mut trips = portico::app::line_trips(host, &planned);
+    for t in &mut trips {
+        t.workers.clear();
+    }
+    trips
 }
 
 /// What a bench reports about its engines once they have stopped.
@@ -440,6 +461,7 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
         lo.wrap = Some(wrap);
         senders
     });
+    let trips_before = trips_before(&lo);
     let pair =
         loopback::start(&lo).map_err(|e| AppError::Failed(format!("starting the engines: {e}")))?;
     let port_ids = ring_port_ids(&lo.name);
@@ -466,6 +488,7 @@ pub(crate) fn start_engines(opts: &BenchOpts, qp: QpConfig) -> Result<Engines, A
             runtime,
             capture,
             port_ids,
+            trips_before,
         },
     })
 }
@@ -494,6 +517,7 @@ pub(crate) struct StartedPair {
 /// Starts the pair `lo` asks for (its name names the engines in errors and the ports).
 pub(crate) fn start_pair(lo: &LoopbackOpts) -> Result<StartedPair, AppError> {
     let name = &lo.name;
+    let trips_before = trips_before(lo);
     let pair = loopback::start(lo)
         .map_err(|e| AppError::Failed(format!("starting the {name} engines: {e}")))?;
     let port_ids = ring_port_ids(name);
@@ -513,6 +537,7 @@ pub(crate) fn start_pair(lo: &LoopbackOpts) -> Result<StartedPair, AppError> {
             runtime,
             capture,
             port_ids,
+            trips_before,
         },
     })
 }
@@ -556,8 +581,10 @@ impl Running {
             .iter()
             .filter_map(|&(name, id)| Some(port_summary(id?, name)))
             .collect::<Result<Vec<_>, _>>()?;
-        let cores = portico::app::CoresReport::sample();
+        let mut cores = portico::app::CoresReport::sample();
         let workers = self.runtime.join()?;
+        cores.measure_line_trips();
+        cores.line_trips_before = self.trips_before;
         let capture = match (self.capture, pcap) {
             (Some(sink), Some(path)) => Some(portico::app::CaptureSummary {
                 path: path.display().to_string(),
@@ -1233,6 +1260,9 @@ pub fn print(s: &BenchSummary, json: bool, hgrm: Option<&PathBuf>) {
     }
     print_workers(&s.workers);
     println!("  cores: {}", s.cores.line());
+    if let Some(line) = s.cores.trips_line() {
+        println!("  {line}");
+    }
     report::port_table(&s.ports);
     if let Some(v) = &s.verify {
         println!(

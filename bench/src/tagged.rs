@@ -405,6 +405,9 @@ pub struct TaggedBenchSummary {
     pub failures: Vec<String>,
     /// Both pairs' workers: the tagged pair's (`tag_*`), then the baseline's (`plain_*`).
     pub workers: Vec<WorkerReport>,
+    /// Where each pair's threads ran, and a cache line's round trip from the host's core to
+    /// its worker's (the tagged pair's, then the baseline's).
+    pub cores: Vec<portico::app::CoresReport>,
     pub ports: Vec<PortSummary>,
     pub tagged: TaggedSummary,
 }
@@ -1335,6 +1338,7 @@ pub(super) fn map(len: usize) -> Result<Arc<Mapping>, AppError> {
 struct Collected {
     results: Vec<TaggedResult>,
     workers: Vec<WorkerReport>,
+    cores: Vec<portico::app::CoresReport>,
     ports: Vec<PortSummary>,
     errors: u64,
     /// The tagged pair's target events, when it ran.
@@ -1389,6 +1393,7 @@ impl Collected {
 
     fn stopped(&mut self, s: Stopped) {
         self.workers.extend(s.workers);
+        self.cores.push(s.cores);
         self.ports.extend(s.ports);
     }
 
@@ -1653,6 +1658,7 @@ pub fn run(opts: &BenchOpts, stop: Arc<AtomicBool>) -> Result<TaggedBenchSummary
         errors: out.errors,
         failures: out.failures,
         workers: out.workers,
+        cores: out.cores,
         ports: out.ports,
         results: out.results,
         tagged: TaggedSummary {
@@ -1947,6 +1953,9 @@ pub fn print(s: &TaggedBenchSummary, json: bool) {
         e.stale
     );
     super::print_workers(&s.workers);
+    for line in s.cores.iter().filter_map(|c| c.trips_line()) {
+        println!("  {line}");
+    }
     report::port_table(&s.ports);
 }
 

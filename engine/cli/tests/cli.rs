@@ -391,6 +391,36 @@ fn bench_reports_throughput_and_latency_as_json() {
             "EAL's control threads on the host's core: {cores}"
         );
     }
+    // After the run, a cache line's round trip from the host's core to the worker's: one
+    // entry, for the core the worker last ran on, naming it, with a figure, or, when a test
+    // running beside this one held a core, the refusal (`portico::app::line_trip` has the
+    // figure's own tests).
+    let trips = cores["line_trips"].as_array().expect("cores.line_trips");
+    assert_eq!(trips.len(), 1, "{cores}");
+    assert_eq!(trips[0]["from_cpu"], cores["host"]["last_cpu"], "{cores}");
+    assert_eq!(
+        trips[0]["to_cpu"], cores["workers"][0]["last_cpu"],
+        "{cores}"
+    );
+    assert_eq!(
+        trips[0]["workers"][0], cores["workers"][0]["name"],
+        "{cores}"
+    );
+    // And the same before the worker started, to the core it was to start on.
+    let before = cores["line_trips_before"]
+        .as_array()
+        .expect("cores.line_trips_before");
+    assert_eq!(before.len(), 1, "{cores}");
+    assert_eq!(before[0]["to_cpu"], trips[0]["to_cpu"], "{cores}");
+    for t in [&trips[0], &before[0]] {
+        match t["round_trip_ns"].as_f64() {
+            Some(ns) => assert!(ns > 0.0, "{cores}"),
+            None => assert!(
+                t["error"].as_str().unwrap().starts_with("no answer"),
+                "{cores}"
+            ),
+        }
+    }
     let text = std::fs::read_to_string(&hgrm).unwrap();
     std::fs::remove_file(&hgrm).unwrap();
     assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));
@@ -1077,6 +1107,15 @@ fn bench_tagged_runs_only_the_points_chosen() {
         ratios["eager_depth1000_vs_depth1"]["value"].is_null(),
         "{v}"
     );
+    // Where each pair ran: the tagged pair's worker, then the baseline's, each with a cache
+    // line's round trip from the host's core to it.
+    let workers: Vec<&str> = v["cores"]
+        .as_array()
+        .expect("cores")
+        .iter()
+        .map(|c| c["line_trips"][0]["workers"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(workers, ["portico-tag", "portico-plain"], "{v}");
     let v = tagged_json(&[
         "--part",
         "eager,unexpected",

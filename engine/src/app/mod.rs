@@ -7,6 +7,7 @@
 //! - `fwd`: `portico fwd`, raw forwarding between the probed ports;
 //! - `ports`: `portico ports`, and the size of the mbuf pool for the ports a run opens;
 //! - `threads`: where the host, the workers and EAL's own threads run (`/proc/self/task`);
+//! - `line_trip`: how long a cache line takes from the host's core to a worker's and back;
 //! - `monitor`: the loop every run shares: start the workers, print live stats, stop on the
 //!   duration, a signal, finished work or a failed worker, drain, and collect the [`Summary`].
 //!
@@ -18,6 +19,7 @@
 
 mod eal;
 mod fwd;
+mod line_trip;
 mod monitor;
 mod ports;
 mod scenario;
@@ -25,10 +27,11 @@ mod threads;
 
 pub use eal::{DeviceArg, available_cores, plan_eal_args};
 pub use fwd::{FwdOpts, run_fwd};
+pub use line_trip::{LineTrip, TripError, line_round_trip, line_trips};
 pub use monitor::{RunOpts, port_summary};
 pub use ports::{check_pool_fits, list_ports, pool_bytes, pool_size};
 pub use scenario::run_scenario;
-pub use threads::{CoresReport, ThreadPlace};
+pub use threads::{CoresReport, ThreadPlace, current_cpu};
 
 pub use crate::summary::{
     CaptureSummary, CheckVerdict, MemoryChoice, PortSummary, StopReason, Summary,
