@@ -10,7 +10,8 @@
 # alike. The table gives, per N, the median ops/s and Gbit/s over the runs, the ratio to one
 # worker (from the medians) and that ratio divided by N (1.00: linear), then each run's ops/s
 # and p50 latency (one worker's 64 B rate is bimodal per process; the p50 tells the two modes
-# apart: docs/benchmarking.md, "What the figures mean").
+# apart: docs/benchmarking.md, "What the figures mean"), and the range of a cache line's round
+# trip from the host's core to the workers' over the runs (`line ns`: where the cores sat).
 #
 # Only the worker counts the machine can hold are run: N workers need N cores besides the
 # host's (on a 2-vCPU VM that is N = 1; N = 2 is run too, sharing cores, and marked so).
@@ -100,7 +101,7 @@ import json, statistics, sys
 out, runs, cores, ns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(n) for n in sys.argv[4:]]
 rows = {}
 for n in ns:
-    ops, gbit, p50, errors, hosts, qd = [], [], [], 0, 0, "-"
+    ops, gbit, p50, errors, hosts, qd, trips = [], [], [], 0, 0, "-", []
     for i in range(1, runs + 1):
         try:
             v = json.load(open(f"{out}/w{n}-r{i}.json"))
@@ -113,18 +114,23 @@ for n in ns:
         errors += v.get("errors", 0)
         hosts = 0 if v.get("inline") else (len(v.get("host_threads", [])) or 1)
         qd = v.get("qd", "-")
-    rows[n] = (ops, gbit, p50, errors, hosts, qd)
+        # A cache line's round trip from the host's core to each worker's, after the run
+        # (docs/benchmarking.md): where the cores sat.
+        trips += [t["round_trip_ns"] for t in v.get("cores", {}).get("line_trips", [])
+                  if t.get("round_trip_ns") is not None]
+    rows[n] = (ops, gbit, p50, errors, hosts, qd, trips)
 base = statistics.median(rows[ns[0]][0]) if rows[ns[0]][0] else None
-print(f"{'workers':>7} {'hosts':>5} {'qd':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6}  runs (ops/s, p50 µs)")
+print(f"{'workers':>7} {'hosts':>5} {'qd':>5} {'ops/s':>12} {'Gbit/s':>8} {'ratio':>6} {'/N':>5} {'errors':>6} {'line ns':>9}  runs (ops/s, p50 µs)")
 for n in ns:
-    ops, gbit, p50, errors, hosts, qd = rows[n]
+    ops, gbit, p50, errors, hosts, qd, trips = rows[n]
     if not ops:
         print(f"{n:>7} {'failed':>12}")
         continue
     m = statistics.median(ops)
     ratio = m / base if base else float("nan")
     shared = "  (sharing cores)" if n + hosts > cores else ""
+    line = f"{min(trips):.0f}-{max(trips):.0f}" if trips else "-"
     print(f"{n:>7} {hosts:>5} {qd:>5} {m:>12,.0f} {statistics.median(gbit):>8.2f} {ratio:>6.2f} {ratio / n:>5.2f} "
-          f"{errors:>6}  {'  '.join(f'{x:,.0f} {l:.1f}' for x, l in zip(ops, p50))}{shared}")
+          f"{errors:>6} {line:>9}  {'  '.join(f'{x:,.0f} {l:.1f}' for x, l in zip(ops, p50))}{shared}")
 EOF
 exit "$failed"
