@@ -59,8 +59,8 @@ const CPU_SET_CORES: usize = 1024;
 #[repr(align(128))]
 struct Line(AtomicU64);
 
-/// Nanoseconds a cache line takes from core `a` to core `b` and back (the median of
-/// [`BATCHES`] batches of [`TRIPS`]). Takes a few milliseconds; run it while neither core is
+/// Nanoseconds a cache line takes from core `a` to core `b` and back (the median of 5
+/// batches of 2 000 trips). Takes a few milliseconds; run it while neither core is
 /// busy, or it answers [`TripError::NoAnswer`].
 pub fn line_round_trip(a: usize, b: usize) -> Result<f64, TripError> {
     if a == b {
