@@ -305,12 +305,8 @@ fn trips_before(lo: &LoopbackOpts) -> Vec<portico::app::LineTrip> {
     } else {
         &lo.workers[..]
     };
-    let planned: Vec<(String, u32)> = cores.iter().map(|&c| (String::new(), c as u32)).collect();
-    let mut trips = portico::app::line_trips(host, &planned);
-    for t in &mut trips {
-        t.workers.clear();
-    }
-    trips
+    let planned: Vec<u32> = cores.iter().map(|&c| c as u32).collect();
+    portico::app::line_trips(host, &planned)
 }
 
 /// What a bench reports about its engines once they have stopped.

@@ -127,12 +127,16 @@ impl CoresReport {
         let Some(host) = self.host.as_ref().and_then(|h| h.last_cpu) else {
             return;
         };
-        let workers: Vec<(String, u32)> = self
-            .workers
-            .iter()
-            .filter_map(|w| Some((w.name.clone(), w.last_cpu?)))
-            .collect();
-        self.line_trips = line_trips(host, &workers);
+        let cores: Vec<u32> = self.workers.iter().filter_map(|w| w.last_cpu).collect();
+        self.line_trips = line_trips(host, &cores);
+        for t in &mut self.line_trips {
+            t.workers = self
+                .workers
+                .iter()
+                .filter(|w| w.last_cpu == Some(t.to_cpu))
+                .map(|w| w.name.clone())
+                .collect();
+        }
     }
 
     /// The measured round trips, one line: `cache-line round trip from the host's core 0:
